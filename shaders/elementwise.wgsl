@@ -1,0 +1,81 @@
+// Element-wise kernels: out = alpha*a + beta*b, activations and their backward.
+// Grid: 256 invocations per workgroup, workgroups folded into x/y (see
+// fold_workgroups in src/device/local.rs); linear id = wg.y * nwg.x + wg.x.
+
+struct Params {
+    n: u32,
+    _pad: u32,
+    alpha: f32,
+    beta: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+fn linear_id(wg: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
+    return (wg.y * nwg.x + wg.x) * 256u + li;
+}
+
+// out = alpha * a + beta * b (add: 1,1; scale: alpha,0 with b = a; axpy: alpha,1).
+@compute @workgroup_size(256)
+fn axpby(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    out[i] = p.alpha * a[i] + p.beta * b[i];
+}
+
+// tanh approximation of GELU, as in GPT-2 / Megatron.
+const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
+const GELU_C: f32 = 0.044715;
+
+fn tanh_safe(x: f32) -> f32 {
+    // tanh of large |x| overflows exp on some backends; clamp first.
+    let c = clamp(x, -15.0, 15.0);
+    let e = exp(2.0 * c);
+    return (e - 1.0) / (e + 1.0);
+}
+
+// out = gelu(a)
+@compute @workgroup_size(256)
+fn gelu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    let x = a[i];
+    let u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+    out[i] = 0.5 * x * (1.0 + tanh_safe(u));
+}
+
+// out = b * gelu'(a)   (a = pre-activation input, b = upstream gradient)
+@compute @workgroup_size(256)
+fn gelu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    let x = a[i];
+    let u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+    let t = tanh_safe(u);
+    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
+    out[i] = b[i] * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du);
+}
+
+// out = max(a, 0)
+@compute @workgroup_size(256)
+fn relu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    out[i] = max(a[i], 0.0);
+}
+
+// out = b where a > 0, else 0
+@compute @workgroup_size(256)
+fn relu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    out[i] = select(0.0, b[i], a[i] > 0.0);
+}

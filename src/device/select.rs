@@ -1,0 +1,327 @@
+//! Choosing adapters and opening one wgpu device per rank.
+//!
+//! Default: a hardware adapter if there is one, else a software one in the
+//! order Vulkan (lavapipe), GL (llvmpipe through EGL), DX12 (WARP). The
+//! environment variables `WGPU_BACKEND` (e.g. `vulkan`, `gl`) and
+//! `WGPU_ADAPTER_NAME` (case-insensitive substring) narrow the choice the way
+//! wgpu's own tools do, but a mismatch is an [`Error`], never a panic.
+
+use super::gpu::Gpu;
+use super::local::Rank;
+use super::mesh::{Mesh, Transport};
+use crate::error::{Error, Result};
+
+/// How ranks are laid onto adapters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// `n` logical ranks on one adapter, each its own wgpu device.
+    Simulated,
+    /// `n` logical ranks sharing one wgpu device; collectives are on-device copies.
+    SharedDevice,
+    /// One rank per matching physical adapter.
+    PerAdapter,
+}
+
+/// Builder for a [`Mesh`]: backend, adapter, power preference and placement.
+#[derive(Clone, Debug)]
+pub struct MeshBuilder {
+    ranks: usize,
+    backends: Option<wgpu::Backends>,
+    adapter_name: Option<String>,
+    power: wgpu::PowerPreference,
+    allow_software: bool,
+    force_software: bool,
+    use_env: bool,
+    placement: Placement,
+}
+
+impl Default for MeshBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What [`adapters`] reports for one adapter.
+#[derive(Clone, Debug)]
+pub struct AdapterReport {
+    /// wgpu's adapter info (name, backend, type, driver).
+    pub info: wgpu::AdapterInfo,
+    /// The adapter's own limits.
+    pub limits: wgpu::Limits,
+    /// The adapter's features.
+    pub features: wgpu::Features,
+}
+
+/// Every adapter wgpu can see on the given backends (all if `None`).
+pub fn adapters(backends: Option<wgpu::Backends>) -> Vec<AdapterReport> {
+    let instance = instance_for(backends.unwrap_or(wgpu::Backends::all()));
+    pollster::block_on(instance.enumerate_adapters(backends.unwrap_or(wgpu::Backends::all())))
+        .into_iter()
+        .map(|a| AdapterReport {
+            info: a.get_info(),
+            limits: a.limits(),
+            features: a.features(),
+        })
+        .collect()
+}
+
+fn instance_for(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// Parse a `WGPU_BACKEND`-style comma list, rejecting names wgpu does not know.
+pub fn parse_backends(list: &str) -> Result<wgpu::Backends> {
+    let mut out = wgpu::Backends::empty();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let b = wgpu::Backends::from_comma_list(name);
+        if b.is_empty() {
+            return Err(Error::UnknownBackend(name.to_string()));
+        }
+        out |= b;
+    }
+    if out.is_empty() {
+        return Err(Error::UnknownBackend(list.to_string()));
+    }
+    Ok(out)
+}
+
+fn backend_rank(b: wgpu::Backend) -> u32 {
+    match b {
+        wgpu::Backend::Vulkan => 0,
+        wgpu::Backend::Metal => 1,
+        wgpu::Backend::Dx12 => 2,
+        wgpu::Backend::Gl => 3,
+        _ => 4,
+    }
+}
+
+impl MeshBuilder {
+    /// One simulated rank on the default adapter, honouring the environment.
+    pub fn new() -> Self {
+        MeshBuilder {
+            ranks: 1,
+            backends: None,
+            adapter_name: None,
+            power: wgpu::PowerPreference::HighPerformance,
+            allow_software: true,
+            force_software: false,
+            use_env: true,
+            placement: Placement::Simulated,
+        }
+    }
+
+    /// Number of ranks (ignored for [`Placement::PerAdapter`]).
+    pub fn ranks(mut self, n: usize) -> Self {
+        self.ranks = n;
+        self
+    }
+
+    /// Restrict to these backends (overrides `WGPU_BACKEND`).
+    pub fn backends(mut self, b: wgpu::Backends) -> Self {
+        self.backends = Some(b);
+        self
+    }
+
+    /// Restrict to adapters whose name contains `name`, case-insensitively
+    /// (overrides `WGPU_ADAPTER_NAME`).
+    pub fn adapter_name(mut self, name: impl Into<String>) -> Self {
+        self.adapter_name = Some(name.into());
+        self
+    }
+
+    /// Prefer low-power (integrated) or high-performance (discrete) hardware.
+    pub fn power_preference(mut self, p: wgpu::PowerPreference) -> Self {
+        self.power = p;
+        self
+    }
+
+    /// Whether a software adapter may be used when no hardware one matches (default true).
+    pub fn allow_software(mut self, allow: bool) -> Self {
+        self.allow_software = allow;
+        self
+    }
+
+    /// Use only software adapters (lavapipe, llvmpipe, WARP).
+    pub fn force_software(mut self, force: bool) -> Self {
+        self.force_software = force;
+        self
+    }
+
+    /// Whether `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` are read (default true).
+    pub fn use_env(mut self, on: bool) -> Self {
+        self.use_env = on;
+        self
+    }
+
+    /// How ranks are laid onto adapters.
+    pub fn placement(mut self, p: Placement) -> Self {
+        self.placement = p;
+        self
+    }
+
+    /// Shorthand for `placement(Placement::SharedDevice)`.
+    pub fn shared_device(self) -> Self {
+        self.placement(Placement::SharedDevice)
+    }
+
+    /// Shorthand for `placement(Placement::PerAdapter)`.
+    pub fn per_adapter(self) -> Self {
+        self.placement(Placement::PerAdapter)
+    }
+
+    fn resolved_backends(&self) -> Result<wgpu::Backends> {
+        if let Some(b) = self.backends {
+            return Ok(b);
+        }
+        if self.use_env
+            && let Ok(v) = std::env::var("WGPU_BACKEND")
+            && !v.trim().is_empty()
+        {
+            return parse_backends(&v);
+        }
+        Ok(wgpu::Backends::all())
+    }
+
+    fn resolved_name(&self) -> Option<String> {
+        if self.adapter_name.is_some() {
+            return self.adapter_name.clone();
+        }
+        if self.use_env {
+            std::env::var("WGPU_ADAPTER_NAME")
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+        } else {
+            None
+        }
+    }
+
+    /// Matching adapters, best first.
+    fn candidates(
+        &self,
+        instance: &wgpu::Instance,
+        backends: wgpu::Backends,
+    ) -> Vec<wgpu::Adapter> {
+        let name = self.resolved_name().map(|s| s.to_lowercase());
+        let mut list: Vec<wgpu::Adapter> =
+            pollster::block_on(instance.enumerate_adapters(backends))
+                .into_iter()
+                .filter(|a| {
+                    let info = a.get_info();
+                    let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
+                    name.as_ref()
+                        .is_none_or(|n| info.name.to_lowercase().contains(n.as_str()))
+                        && (!self.force_software || is_cpu)
+                        && (self.allow_software || !is_cpu)
+                })
+                .collect();
+        let power = self.power;
+        list.sort_by_key(|a| {
+            let i = a.get_info();
+            let hw = match (i.device_type, power) {
+                (wgpu::DeviceType::DiscreteGpu, wgpu::PowerPreference::LowPower) => 1,
+                (wgpu::DeviceType::DiscreteGpu, _) => 0,
+                (wgpu::DeviceType::IntegratedGpu, wgpu::PowerPreference::LowPower) => 0,
+                (wgpu::DeviceType::IntegratedGpu, _) => 1,
+                (wgpu::DeviceType::VirtualGpu, _) => 2,
+                (wgpu::DeviceType::Other, _) => 3,
+                (wgpu::DeviceType::Cpu, _) => 4,
+            };
+            (hw, backend_rank(i.backend))
+        });
+        list
+    }
+
+    /// Open the devices and build the mesh.
+    pub fn build(self) -> Result<Mesh> {
+        if self.ranks == 0 && self.placement != Placement::PerAdapter {
+            return Err(Error::invalid(
+                "MeshBuilder::build",
+                "a mesh needs at least one rank",
+            ));
+        }
+        let backends = self.resolved_backends()?;
+        let instance = instance_for(backends);
+        let list = self.candidates(&instance, backends);
+        if list.is_empty() {
+            let mut detail = String::new();
+            if backends != wgpu::Backends::all() {
+                detail.push_str(&format!(" for backends {backends:?}"));
+            }
+            if let Some(n) = self.resolved_name() {
+                detail.push_str(&format!(" named like {n:?}"));
+            }
+            if self.force_software {
+                detail.push_str(" (software only)");
+            } else if !self.allow_software {
+                detail.push_str(" (hardware only)");
+            }
+            return Err(Error::NoAdapter { detail });
+        }
+        match self.placement {
+            Placement::Simulated => {
+                let adapter = &list[0];
+                let ranks = (0..self.ranks)
+                    .map(|r| {
+                        Ok(Rank {
+                            index: r,
+                            gpu: open(adapter, r)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Mesh::from_parts(instance, ranks, Transport::HostStaged))
+            }
+            Placement::SharedDevice => {
+                let gpu = open(&list[0], 0)?;
+                let ranks = (0..self.ranks)
+                    .map(|r| Rank {
+                        index: r,
+                        gpu: gpu.clone(),
+                    })
+                    .collect();
+                Ok(Mesh::from_parts(instance, ranks, Transport::SharedDevice))
+            }
+            Placement::PerAdapter => {
+                // The same chip shows up under several backends (llvmpipe on
+                // Vulkan and GL): keep the best-ranked entry of each.
+                let mut seen: Vec<(String, u32, u32)> = Vec::new();
+                let mut ranks = Vec::new();
+                for a in &list {
+                    let i = a.get_info();
+                    let key = (i.name.clone(), i.vendor, i.device);
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key);
+                    let r = ranks.len();
+                    ranks.push(Rank {
+                        index: r,
+                        gpu: open(a, r)?,
+                    });
+                }
+                Ok(Mesh::from_parts(instance, ranks, Transport::HostStaged))
+            }
+        }
+    }
+}
+
+/// Open a device with the adapter's own limits and the optional features it has.
+fn open(adapter: &wgpu::Adapter, rank: usize) -> Result<std::sync::Arc<Gpu>> {
+    let info = adapter.get_info();
+    let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+    let desc = wgpu::DeviceDescriptor {
+        label: Some("wgpu-tp rank"),
+        required_features: adapter.features() & wanted,
+        required_limits: adapter.limits(),
+        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+        memory_hints: wgpu::MemoryHints::Performance,
+        trace: wgpu::Trace::Off,
+    };
+    let (device, queue) =
+        pollster::block_on(adapter.request_device(&desc)).map_err(|e| Error::RequestDevice {
+            adapter: info.name.clone(),
+            message: e.to_string(),
+        })?;
+    Ok(Gpu::new(device, queue, info, rank))
+}

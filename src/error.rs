@@ -1,0 +1,193 @@
+//! The crate's one error type. Every variant says what went wrong and what to do.
+
+use std::fmt;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A shape written as `[a, b, c]` in messages.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Shape(pub Vec<usize>);
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl From<&[usize]> for Shape {
+    fn from(s: &[usize]) -> Self {
+        Shape(s.to_vec())
+    }
+}
+
+impl From<Vec<usize>> for Shape {
+    fn from(s: Vec<usize>) -> Self {
+        Shape(s)
+    }
+}
+
+/// Everything that can go wrong in wgpu-tp.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- adapters and devices ----
+    /// No adapter matched the request.
+    #[error(
+        "no GPU adapter found{detail}. Install a driver: on Debian/Ubuntu `apt-get install mesa-vulkan-drivers` gives the lavapipe (Vulkan) software adapter, and Mesa's `libegl1 libgl1-mesa-dri` give llvmpipe (GL); or unset WGPU_BACKEND / WGPU_ADAPTER_NAME"
+    )]
+    NoAdapter {
+        /// What was asked for, e.g. " for backend GL named \"foo\"".
+        detail: String,
+    },
+    /// `WGPU_BACKEND` or a builder option named no backend wgpu knows.
+    #[error("unknown backend {0:?}: use one of vulkan, metal, dx12, gl (comma-separated)")]
+    UnknownBackend(String),
+    /// `request_device` failed.
+    #[error("could not open a device on adapter {adapter:?}: {message}")]
+    RequestDevice {
+        /// Adapter name.
+        adapter: String,
+        /// wgpu's message.
+        message: String,
+    },
+    /// The device was lost (driver reset, out of memory, destroyed).
+    #[error(
+        "device of rank {rank} was lost: {message}. Build a new Mesh; tensors of the old one cannot be used"
+    )]
+    DeviceLost {
+        /// Rank whose device was lost.
+        rank: usize,
+        /// wgpu's reason.
+        message: String,
+    },
+    /// wgpu reported a validation or out-of-memory error.
+    #[error("wgpu error on rank {rank}: {message}")]
+    Wgpu {
+        /// Rank on which it happened.
+        rank: usize,
+        /// wgpu's message.
+        message: String,
+    },
+    /// A shader failed to compile on this device.
+    #[error("shader {name} failed to compile: {message}")]
+    Shader {
+        /// Shader family name.
+        name: &'static str,
+        /// Compiler message.
+        message: String,
+    },
+
+    // ---- shapes and arguments ----
+    /// Operand shapes do not fit the operation.
+    #[error("{op}: shape mismatch, expected {expected}, got {got}")]
+    ShapeMismatch {
+        /// Operation name.
+        op: &'static str,
+        /// What was expected (a shape or a description).
+        expected: String,
+        /// What was given.
+        got: String,
+    },
+    /// A tensor holds the wrong element type.
+    #[error("{op}: expected a tensor of {expected}, got {got}")]
+    DTypeMismatch {
+        /// Operation name.
+        op: &'static str,
+        /// Expected dtype.
+        expected: crate::DType,
+        /// Given dtype.
+        got: crate::DType,
+    },
+    /// Host data does not have as many elements as the shape says.
+    #[error("{op}: shape {shape} needs {expected} elements, but {got} were given")]
+    DataLength {
+        /// Operation name.
+        op: &'static str,
+        /// Shape asked for.
+        shape: Shape,
+        /// Elements the shape needs.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// An index (token id, target, dimension, rank) is out of range.
+    #[error("{op}: {what} {value} is out of range 0..{bound}")]
+    OutOfRange {
+        /// Operation name.
+        op: &'static str,
+        /// What the index is ("token id", "dim", "rank").
+        what: &'static str,
+        /// The offending value.
+        value: i64,
+        /// Exclusive upper bound.
+        bound: usize,
+    },
+    /// Operands live on different ranks (or meshes) where one rank is required.
+    #[error(
+        "{op}: operands live on different ranks ({a} and {b}); move data between ranks with a collective"
+    )]
+    RankMismatch {
+        /// Operation name.
+        op: &'static str,
+        /// One rank.
+        a: usize,
+        /// Other rank.
+        b: usize,
+    },
+    /// A size exceeds a device limit.
+    #[error(
+        "{op}: {what} needs {needed} bytes but the device allows {limit} ({limit_name}); split the tensor or use a smaller batch"
+    )]
+    TooLarge {
+        /// Operation name.
+        op: &'static str,
+        /// What is too large.
+        what: &'static str,
+        /// Bytes needed.
+        needed: u64,
+        /// The limit.
+        limit: u64,
+        /// wgpu's name of the limit.
+        limit_name: &'static str,
+    },
+    /// A bad argument that is not a shape or a range.
+    #[error("{op}: {message}")]
+    InvalidArgument {
+        /// Operation name.
+        op: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// Reading or writing a checkpoint failed.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    /// An I/O error (checkpoint files).
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// Shorthand for [`Error::ShapeMismatch`].
+    pub(crate) fn shape(op: &'static str, expected: impl fmt::Debug, got: impl fmt::Debug) -> Self {
+        Error::ShapeMismatch {
+            op,
+            expected: format!("{expected:?}"),
+            got: format!("{got:?}"),
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub(crate) fn invalid(op: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            op,
+            message: message.into(),
+        }
+    }
+}

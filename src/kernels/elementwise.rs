@@ -1,0 +1,107 @@
+//! Element-wise kernels (`shaders/elementwise.wgsl`): `alpha·a + beta·b`
+//! (add, scale, axpy) and the activations GELU (tanh form) and ReLU with their
+//! backward `dy · act'(x)`.
+
+use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use crate::error::{Error, Result};
+
+const SOURCE: &str = include_str!("../../shaders/elementwise.wgsl");
+const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::ReadWrite];
+const WORKGROUP: u64 = 256;
+
+/// An activation function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// GELU, tanh approximation (GPT-2, Megatron).
+    Gelu,
+    /// max(x, 0).
+    Relu,
+}
+
+fn spec(entry: &'static str) -> KernelSpec {
+    KernelSpec {
+        family: "elementwise",
+        source: SOURCE,
+        entry,
+        bindings: BINDINGS,
+        constants: Vec::new(),
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    _pad: u32,
+    alpha: f32,
+    beta: f32,
+}
+
+fn run(
+    entry: &'static str,
+    op: &'static str,
+    a: &LocalTensor,
+    b: &LocalTensor,
+    alpha: f32,
+    beta: f32,
+) -> Result<LocalTensor> {
+    a.expect_dtype(op, DType::F32)?;
+    b.expect_dtype(op, DType::F32)?;
+    a.same_rank(op, b)?;
+    if a.shape() != b.shape() {
+        return Err(Error::shape(op, a.shape(), b.shape()));
+    }
+    let n = u32::try_from(a.len()).map_err(|_| Error::invalid(op, "more than 2^32 elements"))?;
+    let out = a.rank().alloc(op, a.shape(), DType::F32)?;
+    let params = Params {
+        n,
+        _pad: 0,
+        alpha,
+        beta,
+    };
+    Dispatch {
+        spec: &spec(entry),
+        params: bytemuck::bytes_of(&params),
+        buffers: &[a, b, &out],
+        workgroups: (n as u64).div_ceil(WORKGROUP),
+    }
+    .record(a.gpu())?;
+    Ok(out)
+}
+
+/// `alpha·a + beta·b` (same shape, same rank).
+pub fn axpby(alpha: f32, a: &LocalTensor, beta: f32, b: &LocalTensor) -> Result<LocalTensor> {
+    run("axpby", "axpby", a, b, alpha, beta)
+}
+
+/// `a + b`.
+pub fn add(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
+    run("axpby", "add", a, b, 1.0, 1.0)
+}
+
+/// `alpha·a`.
+pub fn scale(a: &LocalTensor, alpha: f32) -> Result<LocalTensor> {
+    run("axpby", "scale", a, a, alpha, 0.0)
+}
+
+/// `act(x)`.
+pub fn activation(x: &LocalTensor, act: Activation) -> Result<LocalTensor> {
+    let entry = match act {
+        Activation::Gelu => "gelu",
+        Activation::Relu => "relu",
+    };
+    run(entry, "activation", x, x, 0.0, 0.0)
+}
+
+/// `dy · act'(x)`, where `x` is the activation's input.
+pub fn activation_backward(
+    x: &LocalTensor,
+    dy: &LocalTensor,
+    act: Activation,
+) -> Result<LocalTensor> {
+    let entry = match act {
+        Activation::Gelu => "gelu_backward",
+        Activation::Relu => "relu_backward",
+    };
+    run(entry, "activation_backward", x, dy, 0.0, 0.0)
+}

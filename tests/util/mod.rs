@@ -1,0 +1,126 @@
+//! Helpers shared by every test module: one mesh per world size for the whole
+//! test binary (each wgpu device compiles its own pipelines, so sharing saves
+//! minutes), f64 reference maths, random data and tolerance checks.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use wgpu_tp::Mesh;
+
+/// World sizes every parallel test covers.
+pub const WORLD_SIZES: &[usize] = &[1, 2, 3, 4, 8];
+
+/// The shared mesh of `n` simulated ranks on the default adapter (honours
+/// `WGPU_BACKEND`), with output poisoning on so unwritten elements show as NaN.
+pub fn mesh(n: usize) -> Mesh {
+    static MESHES: OnceLock<Mutex<HashMap<usize, Mesh>>> = OnceLock::new();
+    let map = MESHES.get_or_init(|| {
+        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+            // Vulkan loaders warn without it; harmless but noisy.
+            let dir = std::env::temp_dir().join("wgpu-tp-xdg");
+            let _ = std::fs::create_dir_all(&dir);
+            // SAFETY: set once, before any mesh (and its threads) exists.
+            unsafe { std::env::set_var("XDG_RUNTIME_DIR", dir) };
+        }
+        Mutex::new(HashMap::new())
+    });
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    map.entry(n)
+        .or_insert_with(|| {
+            let m = Mesh::simulated(n).expect("a GPU adapter (install mesa-vulkan-drivers)");
+            m.set_poison(true);
+            eprintln!(
+                "[wgpu-tp tests] mesh of {n} ranks on {}",
+                m.adapter_summary()
+            );
+            m
+        })
+        .clone()
+}
+
+/// A small deterministic generator (SplitMix64) so tests need no extra crate;
+/// seeds come from the test name plus the time, printed on failure.
+pub struct Rng(u64);
+
+impl Rng {
+    /// Fresh inputs every run; the seed is printed so a failure can be replayed
+    /// with `WGPU_TP_SEED`.
+    pub fn fresh(label: &str) -> Rng {
+        let seed = std::env::var("WGPU_TP_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        eprintln!("[{label}] seed {seed}");
+        Rng(seed)
+    }
+
+    /// A fixed seed.
+    pub fn seeded(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+
+    /// `n` values uniform in [-1, 1).
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(-1.0, 1.0)).collect()
+    }
+
+    /// Uniform integer in [0, n).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// ‖got − want‖ / ‖want‖ (absolute when ‖want‖ is tiny), in f64.
+pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "length mismatch");
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            g.is_finite(),
+            "non-finite output {g} (an unwritten, poisoned element?)"
+        );
+        num += (*g as f64 - w) * (*g as f64 - w);
+        den += w * w;
+    }
+    num.sqrt()
+        / den
+            .sqrt()
+            .max(1e-30)
+            .max(if den == 0.0 { 1.0 } else { 0.0 })
+}
+
+/// Assert norm-wise relative error ≤ tol, and element-wise |g − w| ≤ tol_abs + 1e-3·|w|.
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
+    let e = rel_err(got, want);
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.1e}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (*g as f64 - w).abs();
+        assert!(
+            d <= 1e-4 + 1e-3 * w.abs(),
+            "{what}: element {i}: got {g}, want {w} (diff {d:.3e})"
+        );
+    }
+}
