@@ -8,9 +8,12 @@ mod device;
 mod error;
 pub mod kernels;
 pub mod shard;
+pub mod tensor;
 
+pub use comm::ReduceOp;
 pub use device::{
-    AdapterReport, Collective, CommCount, CommStats, DType, Gpu, LocalTensor, Mesh, MeshBuilder,
-    Placement, Rank, Transport, adapters, download_many, parse_backends,
+    AdapterReport, Collective, CommCount, CommStats, DType, DeviceLayout, Gpu, LocalTensor, Mesh,
+    MeshBuilder, Rank, Transport, adapters, download_many, parse_backends,
 };
 pub use error::{Error, Result, Shape};
+pub use tensor::{DTensor, Mapping, Placement};

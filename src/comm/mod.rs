@@ -68,3 +68,14 @@ pub fn scatter(
     let _ = (mesh, src, ranks, dim);
     Err(todo("scatter"))
 }
+
+/// Re-split along `concat_dim` what is split along `split_dim` (Shard(split) -> Shard(concat)).
+pub fn all_to_all(
+    mesh: &Mesh,
+    shards: &[LocalTensor],
+    split_dim: usize,
+    concat_dim: usize,
+) -> Result<Vec<LocalTensor>> {
+    let _ = (mesh, shards, split_dim, concat_dim);
+    Err(todo("all_to_all"))
+}

@@ -13,4 +13,4 @@ pub use local::{DType, LocalTensor, Rank, download_many};
 #[allow(unused_imports)]
 pub(crate) use local::{Dispatch, copy_region};
 pub use mesh::{Collective, CommCount, CommStats, Mesh, Transport};
-pub use select::{AdapterReport, MeshBuilder, Placement, adapters, parse_backends};
+pub use select::{AdapterReport, DeviceLayout, MeshBuilder, adapters, parse_backends};

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 /// How ranks are laid onto adapters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
+pub enum DeviceLayout {
     /// `n` logical ranks on one adapter, each its own wgpu device.
     Simulated,
     /// `n` logical ranks sharing one wgpu device; collectives are on-device copies.
@@ -32,7 +32,7 @@ pub struct MeshBuilder {
     allow_software: bool,
     force_software: bool,
     use_env: bool,
-    placement: Placement,
+    layout: DeviceLayout,
 }
 
 impl Default for MeshBuilder {
@@ -108,11 +108,11 @@ impl MeshBuilder {
             allow_software: true,
             force_software: false,
             use_env: true,
-            placement: Placement::Simulated,
+            layout: DeviceLayout::Simulated,
         }
     }
 
-    /// Number of ranks (ignored for [`Placement::PerAdapter`]).
+    /// Number of ranks (ignored for [`DeviceLayout::PerAdapter`]).
     pub fn ranks(mut self, n: usize) -> Self {
         self.ranks = n;
         self
@@ -156,19 +156,19 @@ impl MeshBuilder {
     }
 
     /// How ranks are laid onto adapters.
-    pub fn placement(mut self, p: Placement) -> Self {
-        self.placement = p;
+    pub fn layout(mut self, p: DeviceLayout) -> Self {
+        self.layout = p;
         self
     }
 
-    /// Shorthand for `placement(Placement::SharedDevice)`.
+    /// Shorthand for `layout(DeviceLayout::SharedDevice)`.
     pub fn shared_device(self) -> Self {
-        self.placement(Placement::SharedDevice)
+        self.layout(DeviceLayout::SharedDevice)
     }
 
-    /// Shorthand for `placement(Placement::PerAdapter)`.
+    /// Shorthand for `layout(DeviceLayout::PerAdapter)`.
     pub fn per_adapter(self) -> Self {
-        self.placement(Placement::PerAdapter)
+        self.layout(DeviceLayout::PerAdapter)
     }
 
     fn resolved_backends(&self) -> Result<wgpu::Backends> {
@@ -235,7 +235,7 @@ impl MeshBuilder {
 
     /// Open the devices and build the mesh.
     pub fn build(self) -> Result<Mesh> {
-        if self.ranks == 0 && self.placement != Placement::PerAdapter {
+        if self.ranks == 0 && self.layout != DeviceLayout::PerAdapter {
             return Err(Error::invalid(
                 "MeshBuilder::build",
                 "a mesh needs at least one rank",
@@ -259,8 +259,8 @@ impl MeshBuilder {
             }
             return Err(Error::NoAdapter { detail });
         }
-        match self.placement {
-            Placement::Simulated => {
+        match self.layout {
+            DeviceLayout::Simulated => {
                 let adapter = &list[0];
                 let ranks = (0..self.ranks)
                     .map(|r| {
@@ -272,7 +272,7 @@ impl MeshBuilder {
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Mesh::from_parts(instance, ranks, Transport::HostStaged))
             }
-            Placement::SharedDevice => {
+            DeviceLayout::SharedDevice => {
                 let gpu = open(&list[0], 0)?;
                 let ranks = (0..self.ranks)
                     .map(|r| Rank {
@@ -282,7 +282,7 @@ impl MeshBuilder {
                     .collect();
                 Ok(Mesh::from_parts(instance, ranks, Transport::SharedDevice))
             }
-            Placement::PerAdapter => {
+            DeviceLayout::PerAdapter => {
                 // The same chip shows up under several backends (llvmpipe on
                 // Vulkan and GL): keep the best-ranked entry of each.
                 let mut seen: Vec<(String, u32, u32)> = Vec::new();

@@ -4,11 +4,16 @@
 //! device's pending encoder without waiting.
 
 pub mod elementwise;
+pub mod layout;
 
 pub use elementwise::{Activation, activation, activation_backward, add, axpby, scale};
+pub use layout::{concat, narrow};
 
 /// Every shader family's WGSL source by name, for validation and translation tests.
-pub const SHADERS: &[(&str, &str)] = &[(
-    "elementwise",
-    include_str!("../../shaders/elementwise.wgsl"),
-)];
+pub const SHADERS: &[(&str, &str)] = &[
+    (
+        "elementwise",
+        include_str!("../../shaders/elementwise.wgsl"),
+    ),
+    ("layout", include_str!("../../shaders/layout.wgsl")),
+];

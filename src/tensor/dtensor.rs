@@ -1,0 +1,365 @@
+//! [`DTensor`]: one logical tensor held as one shard per rank of a mesh, with a
+//! [`Placement`] saying how the shards make up the logical value, and
+//! [`DTensor::redistribute`] to move between placements with collectives.
+//!
+//! | from -> to | how |
+//! |---|---|
+//! | Partial -> Replicate | all-reduce |
+//! | Shard(d) -> Replicate | all-gather along d |
+//! | Partial -> Shard(d) | reduce-scatter along d |
+//! | Replicate -> Shard(d) | local slice, no communication |
+//! | Shard(d) -> Shard(e) | all-to-all |
+//! | Replicate -> Partial(Sum) | rank 0 keeps the value, the others hold zeros |
+
+use crate::comm::{self, ReduceOp};
+use crate::device::{DType, LocalTensor, Mesh};
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::shard::{outer_dim_inner, split_range, split_sizes};
+
+/// How the shards of a [`DTensor`] make up its logical value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Every rank holds the whole tensor.
+    Replicate,
+    /// Rank r holds the r-th slice along this dimension (first ranks take one more).
+    Shard(usize),
+    /// Every rank holds a full-shape tensor; the element-wise op over ranks is the value.
+    Partial(ReduceOp),
+}
+
+/// A tensor distributed over the ranks of a mesh. Cloning is cheap.
+#[derive(Clone, Debug)]
+pub struct DTensor {
+    mesh: Mesh,
+    shards: Vec<LocalTensor>,
+    shape: Vec<usize>,
+    placement: Placement,
+}
+
+/// The shape rank `r` of `p` holds for a tensor of `shape` placed `placement`.
+pub fn local_shape(shape: &[usize], placement: Placement, p: usize, r: usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    if let Placement::Shard(d) = placement {
+        s[d] = split_range(shape[d], p, r).len();
+    }
+    s
+}
+
+/// Slice host data `data` (row-major, `shape`) along `dim`: entries `range`
+/// (how host master weights are cut into shards).
+pub fn host_narrow<T: Copy>(
+    data: &[T],
+    shape: &[usize],
+    dim: usize,
+    range: std::ops::Range<usize>,
+) -> Vec<T> {
+    let (outer, d, inner) = outer_dim_inner(shape, dim);
+    let mut out = Vec::with_capacity(outer * range.len() * inner);
+    for o in 0..outer {
+        let base = o * d * inner;
+        out.extend_from_slice(&data[base + range.start * inner..base + range.end * inner]);
+    }
+    out
+}
+
+impl DTensor {
+    fn check_placement(op: &'static str, shape: &[usize], placement: Placement) -> Result<()> {
+        if let Placement::Shard(d) = placement
+            && d >= shape.len()
+        {
+            return Err(Error::OutOfRange {
+                op,
+                what: "shard dim",
+                value: d as i64,
+                bound: shape.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Build from host f32 data of the logical `shape`: `Replicate` uploads it to
+    /// every rank, `Shard(d)` uploads each rank's slice, `Partial(Sum)` puts it
+    /// on rank 0 and zeros elsewhere, `Partial(Max)` puts it on every rank.
+    pub fn from_host(
+        mesh: &Mesh,
+        shape: &[usize],
+        data: &[f32],
+        placement: Placement,
+    ) -> Result<DTensor> {
+        Self::from_host_any(mesh, shape, data, placement, DType::F32)
+    }
+
+    /// Like [`DTensor::from_host`] for i32 data (token ids, targets).
+    pub fn from_host_i32(
+        mesh: &Mesh,
+        shape: &[usize],
+        data: &[i32],
+        placement: Placement,
+    ) -> Result<DTensor> {
+        let bits: Vec<f32> = data.iter().map(|v| f32::from_bits(*v as u32)).collect();
+        Self::from_host_any(mesh, shape, &bits, placement, DType::I32)
+    }
+
+    fn from_host_any(
+        mesh: &Mesh,
+        shape: &[usize],
+        data: &[f32],
+        placement: Placement,
+        dtype: DType,
+    ) -> Result<DTensor> {
+        const OP: &str = "DTensor::from_host";
+        let n: usize = shape.iter().product();
+        if data.len() != n {
+            return Err(Error::DataLength {
+                op: OP,
+                shape: shape.into(),
+                expected: n,
+                got: data.len(),
+            });
+        }
+        Self::check_placement(OP, shape, placement)?;
+        let p = mesh.size();
+        let upload = |r: &crate::Rank, s: &[usize], d: &[f32]| -> Result<LocalTensor> {
+            match dtype {
+                DType::F32 => r.upload(s, d),
+                DType::I32 => {
+                    let v: Vec<i32> = d.iter().map(|x| x.to_bits() as i32).collect();
+                    r.upload_i32(s, &v)
+                }
+            }
+        };
+        let shards = mesh
+            .ranks()
+            .iter()
+            .map(|r| match placement {
+                Placement::Replicate | Placement::Partial(ReduceOp::Max) => upload(r, shape, data),
+                Placement::Partial(ReduceOp::Sum) => {
+                    if r.index() == 0 {
+                        upload(r, shape, data)
+                    } else {
+                        r.zeros(shape, dtype)
+                    }
+                }
+                Placement::Shard(d) => {
+                    let range = split_range(shape[d], p, r.index());
+                    let part = host_narrow(data, shape, d, range);
+                    upload(r, &local_shape(shape, placement, p, r.index()), &part)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DTensor {
+            mesh: mesh.clone(),
+            shards,
+            shape: shape.to_vec(),
+            placement,
+        })
+    }
+
+    /// Wrap existing shards (one per mesh rank, in rank order) after checking
+    /// their ranks, dtypes and shapes against `shape` and `placement`.
+    pub fn from_shards(
+        mesh: &Mesh,
+        shards: Vec<LocalTensor>,
+        shape: &[usize],
+        placement: Placement,
+    ) -> Result<DTensor> {
+        const OP: &str = "DTensor::from_shards";
+        Self::check_placement(OP, shape, placement)?;
+        let p = mesh.size();
+        if shards.len() != p {
+            return Err(Error::invalid(
+                OP,
+                format!("expected {p} shards (one per rank), got {}", shards.len()),
+            ));
+        }
+        let dtype = shards[0].dtype();
+        for (r, s) in shards.iter().enumerate() {
+            let rank = mesh.rank(r)?;
+            if s.rank_index() != r || s.gpu().id() != rank.gpu().id() {
+                return Err(Error::RankMismatch {
+                    op: OP,
+                    a: r,
+                    b: s.rank_index(),
+                });
+            }
+            s.expect_dtype(OP, dtype)?;
+            let want = local_shape(shape, placement, p, r);
+            if s.shape() != want.as_slice() {
+                return Err(Error::shape(OP, want, s.shape()));
+            }
+        }
+        Ok(DTensor {
+            mesh: mesh.clone(),
+            shards,
+            shape: shape.to_vec(),
+            placement,
+        })
+    }
+
+    /// Same mesh and placement, new shards (used by per-rank ops; unchecked).
+    pub(crate) fn with_shards(
+        &self,
+        shards: Vec<LocalTensor>,
+        shape: Vec<usize>,
+        placement: Placement,
+    ) -> DTensor {
+        DTensor {
+            mesh: self.mesh.clone(),
+            shards,
+            shape,
+            placement,
+        }
+    }
+
+    /// The mesh.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// The logical (global) shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The placement.
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.shards[0].dtype()
+    }
+
+    /// One shard per rank, in rank order.
+    pub fn shards(&self) -> &[LocalTensor] {
+        &self.shards
+    }
+
+    /// Rank `r`'s shard.
+    pub fn local(&self, r: usize) -> Result<&LocalTensor> {
+        self.shards.get(r).ok_or(Error::OutOfRange {
+            op: "DTensor::local",
+            what: "rank",
+            value: r as i64,
+            bound: self.shards.len(),
+        })
+    }
+
+    /// Read the logical tensor back to the host (f32). Waits for the devices.
+    pub fn to_host(&self) -> Result<Vec<f32>> {
+        self.shards[0].expect_dtype("DTensor::to_host", DType::F32)?;
+        let bytes = self.host_words()?;
+        Ok(bytes.into_iter().map(f32::from_bits).collect())
+    }
+
+    /// Read the logical tensor back to the host (i32).
+    pub fn to_host_i32(&self) -> Result<Vec<i32>> {
+        self.shards[0].expect_dtype("DTensor::to_host_i32", DType::I32)?;
+        Ok(self.host_words()?.into_iter().map(|w| w as i32).collect())
+    }
+
+    /// Assemble the logical value on the host, without counting as communication.
+    fn host_words(&self) -> Result<Vec<u32>> {
+        let p = self.mesh.size();
+        let refs: Vec<&LocalTensor> = match self.placement {
+            Placement::Replicate => vec![&self.shards[0]],
+            _ => self.shards.iter().collect(),
+        };
+        let raw = crate::download_many(&refs)?;
+        let words: Vec<Vec<u32>> = raw
+            .iter()
+            .map(|b| bytemuck::pod_collect_to_vec(b))
+            .collect();
+        let dtype = self.dtype();
+        Ok(match self.placement {
+            Placement::Replicate => words.into_iter().next().unwrap_or_default(),
+            Placement::Partial(op) => {
+                let mut acc = words[0].clone();
+                for w in &words[1..] {
+                    for (a, b) in acc.iter_mut().zip(w) {
+                        *a = combine(dtype, op, *a, *b);
+                    }
+                }
+                acc
+            }
+            Placement::Shard(d) => {
+                let (outer, total, inner) = outer_dim_inner(&self.shape, d);
+                let sizes = split_sizes(total, p);
+                let mut out = Vec::with_capacity(self.shape.iter().product());
+                for o in 0..outer {
+                    for (r, w) in words.iter().enumerate() {
+                        let len = sizes[r] * inner;
+                        out.extend_from_slice(&w[o * len..(o + 1) * len]);
+                    }
+                }
+                out
+            }
+        })
+    }
+
+    /// Move to another placement with the collectives of the module table.
+    pub fn redistribute(&self, to: Placement) -> Result<DTensor> {
+        const OP: &str = "DTensor::redistribute";
+        Self::check_placement(OP, &self.shape, to)?;
+        let mesh = &self.mesh;
+        let shards = match (self.placement, to) {
+            (a, b) if a == b => return Ok(self.clone()),
+            (Placement::Partial(op), Placement::Replicate) => {
+                comm::all_reduce(mesh, &self.shards, op)?
+            }
+            (Placement::Shard(d), Placement::Replicate) => comm::all_gather(mesh, &self.shards, d)?,
+            (Placement::Partial(op), Placement::Shard(d)) => {
+                comm::reduce_scatter(mesh, &self.shards, d, op)?
+            }
+            (Placement::Replicate, Placement::Shard(d)) => {
+                let p = mesh.size();
+                self.shards
+                    .iter()
+                    .enumerate()
+                    .map(|(r, s)| {
+                        let range = split_range(self.shape[d], p, r);
+                        kernels::narrow(s, d, range.start, range.len())
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            }
+            (Placement::Shard(d), Placement::Shard(e)) => {
+                comm::all_to_all(mesh, &self.shards, d, e)?
+            }
+            (Placement::Replicate, Placement::Partial(ReduceOp::Sum)) => self
+                .shards
+                .iter()
+                .enumerate()
+                .map(|(r, s)| {
+                    if r == 0 {
+                        Ok(s.clone())
+                    } else {
+                        s.rank().zeros(s.shape(), s.dtype())
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?,
+            (Placement::Replicate, Placement::Partial(ReduceOp::Max)) => self.shards.clone(),
+            (Placement::Shard(_), Placement::Partial(_))
+            | (Placement::Partial(_), Placement::Partial(_)) => {
+                return self.redistribute(Placement::Replicate)?.redistribute(to);
+            }
+            (from, to) => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("no path from {from:?} to {to:?}"),
+                ));
+            }
+        };
+        Ok(self.with_shards(shards, self.shape.clone(), to))
+    }
+}
+
+fn combine(dtype: DType, op: ReduceOp, a: u32, b: u32) -> u32 {
+    match (dtype, op) {
+        (DType::F32, ReduceOp::Sum) => (f32::from_bits(a) + f32::from_bits(b)).to_bits(),
+        (DType::F32, ReduceOp::Max) => f32::from_bits(a).max(f32::from_bits(b)).to_bits(),
+        (DType::I32, ReduceOp::Sum) => (a as i32).wrapping_add(b as i32) as u32,
+        (DType::I32, ReduceOp::Max) => (a as i32).max(b as i32) as u32,
+    }
+}
