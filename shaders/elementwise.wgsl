@@ -4,7 +4,8 @@
 
 struct Params {
     n: u32,
-    _pad: u32,
+    cols: u32,     // row length for add_row
+
     alpha: f32,
     beta: f32,
 }
@@ -25,6 +26,15 @@ fn axpby(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i = linear_id(wg, nwg, li);
     if (i >= p.n) { return; }
     out[i] = p.alpha * a[i] + p.beta * b[i];
+}
+
+// out[i, j] = a[i, j] + b[j]  (bias broadcast over rows; b has `cols` entries)
+@compute @workgroup_size(256)
+fn add_row(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    out[i] = a[i] + b[i % p.cols];
 }
 
 // tanh approximation of GELU, as in GPT-2 / Megatron.

@@ -32,7 +32,7 @@ fn spec(entry: &'static str) -> KernelSpec {
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     n: u32,
-    _pad: u32,
+    cols: u32,
     alpha: f32,
     beta: f32,
 }
@@ -55,7 +55,7 @@ fn run(
     let out = a.rank().alloc(op, a.shape(), DType::F32)?;
     let params = Params {
         n,
-        _pad: 0,
+        cols: 0,
         alpha,
         beta,
     };
@@ -104,4 +104,32 @@ pub fn activation_backward(
         Activation::Relu => "relu_backward",
     };
     run(entry, "activation_backward", x, dy, 0.0, 0.0)
+}
+
+/// `a[i, j] + b[j]`: a bias row `b` (`[cols]`) added to every row of `a` (`[.., cols]`).
+pub fn add_row(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
+    const OP: &str = "add_row";
+    a.expect_dtype(OP, DType::F32)?;
+    b.expect_dtype(OP, DType::F32)?;
+    a.same_rank(OP, b)?;
+    let cols = a.shape().last().copied().unwrap_or(1);
+    if b.shape() != [cols] {
+        return Err(Error::shape(OP, [cols], b.shape()));
+    }
+    let n = u32::try_from(a.len()).map_err(|_| Error::invalid(OP, "more than 2^32 elements"))?;
+    let out = a.rank().alloc(OP, a.shape(), DType::F32)?;
+    let params = Params {
+        n,
+        cols: cols.max(1) as u32,
+        alpha: 1.0,
+        beta: 1.0,
+    };
+    Dispatch {
+        spec: &spec("add_row"),
+        params: bytemuck::bytes_of(&params),
+        buffers: &[a, b, &out],
+        workgroups: (n as u64).div_ceil(WORKGROUP),
+    }
+    .record(a.gpu())?;
+    Ok(out)
 }

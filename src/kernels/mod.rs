@@ -6,7 +6,7 @@
 pub mod elementwise;
 pub mod layout;
 
-pub use elementwise::{Activation, activation, activation_backward, add, axpby, scale};
+pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use layout::{concat, narrow};
 
 /// Every shader family's WGSL source by name, for validation and translation tests.

@@ -1,0 +1,198 @@
+//! [`Parameter`]: a trainable distributed tensor, its gradient, and how its
+//! master (full, serial) value maps onto shards, including `stride` for fused
+//! weights. The [`Module`] trait lists a layer's parameters by name.
+
+use crate::device::Mesh;
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::shard::{outer_dim_inner, split_range};
+use crate::tensor::{DTensor, Placement};
+
+/// A trainable tensor sharded like its layer says, with its gradient.
+#[derive(Clone, Debug)]
+pub struct Parameter {
+    /// The value.
+    pub value: DTensor,
+    /// The accumulated gradient (same placement as `value`), `None` after zero-grad.
+    pub grad: Option<DTensor>,
+    /// Fused-weight stride: the master is cut into `stride` blocks along the
+    /// shard dim and each block is split over the ranks (Megatron's `stride`).
+    stride: usize,
+}
+
+/// Row order of a strided split: entry i of the rank-contiguous layout is
+/// entry `order[i]` of the master along the shard dim. Rank r holds, for each
+/// of the `stride` blocks, its uneven-split slice of that block.
+fn strided_order(n: usize, stride: usize, p: usize) -> Vec<usize> {
+    let block = n / stride;
+    let mut order = Vec::with_capacity(n);
+    for r in 0..p {
+        let range = split_range(block, p, r);
+        for k in 0..stride {
+            order.extend(range.clone().map(|j| k * block + j));
+        }
+    }
+    order
+}
+
+/// Move rows along `dim`: `out[.., i, ..] = src[.., order[i], ..]`, or the
+/// inverse when `inverse`.
+fn reorder(src: &[f32], shape: &[usize], dim: usize, order: &[usize], inverse: bool) -> Vec<f32> {
+    let (outer, d, inner) = outer_dim_inner(shape, dim);
+    let mut out = vec![0.0; src.len()];
+    for o in 0..outer {
+        for (i, &j) in order.iter().enumerate() {
+            let (to, from) = if inverse { (j, i) } else { (i, j) };
+            let t = (o * d + to) * inner;
+            let f = (o * d + from) * inner;
+            out[t..t + inner].copy_from_slice(&src[f..f + inner]);
+        }
+    }
+    out
+}
+
+fn permute_strided(master: &[f32], shape: &[usize], dim: usize, stride: usize, p: usize) -> Vec<f32> {
+    if stride == 1 {
+        return master.to_vec();
+    }
+    reorder(master, shape, dim, &strided_order(shape[dim], stride, p), false)
+}
+
+fn unpermute_strided(perm: &[f32], shape: &[usize], dim: usize, stride: usize, p: usize) -> Vec<f32> {
+    if stride == 1 {
+        return perm.to_vec();
+    }
+    reorder(perm, shape, dim, &strided_order(shape[dim], stride, p), true)
+}
+
+impl Parameter {
+    /// Shard a host master value of `shape` over `mesh` with `placement`
+    /// (`Shard(d)` with `stride` ≥ 1, or `Replicate`).
+    pub fn from_master(
+        mesh: &Mesh,
+        shape: &[usize],
+        master: &[f32],
+        placement: Placement,
+        stride: usize,
+    ) -> Result<Parameter> {
+        const OP: &str = "Parameter::from_master";
+        if stride == 0 {
+            return Err(Error::invalid(OP, "stride must be at least 1"));
+        }
+        let data = match placement {
+            Placement::Shard(d) if stride > 1 => {
+                let n = shape.get(d).copied().unwrap_or(0);
+                if n % (stride * mesh.size()) != 0 {
+                    return Err(Error::invalid(
+                        OP,
+                        format!(
+                            "a strided ({stride}) split needs dim {d} of size {n} to be divisible by stride × ranks = {}",
+                            stride * mesh.size()
+                        ),
+                    ));
+                }
+                permute_strided(master, shape, d, stride, mesh.size())
+            }
+            _ => master.to_vec(),
+        };
+        Ok(Parameter {
+            value: DTensor::from_host(mesh, shape, &data, placement)?,
+            grad: None,
+            stride,
+        })
+    }
+
+    /// The logical shape.
+    pub fn shape(&self) -> &[usize] {
+        self.value.shape()
+    }
+
+    /// The full (serial) value on the host, undoing any stride.
+    pub fn master(&self) -> Result<Vec<f32>> {
+        let v = self.value.to_host()?;
+        Ok(match self.value.placement() {
+            Placement::Shard(d) => unpermute_strided(&v, self.shape(), d, self.stride, self.value.mesh().size()),
+            _ => v,
+        })
+    }
+
+    /// The full gradient on the host (`None` if no gradient yet).
+    pub fn master_grad(&self) -> Result<Option<Vec<f32>>> {
+        let Some(g) = &self.grad else { return Ok(None) };
+        let v = g.to_host()?;
+        Ok(Some(match g.placement() {
+            Placement::Shard(d) => unpermute_strided(&v, self.shape(), d, self.stride, g.mesh().size()),
+            _ => v,
+        }))
+    }
+
+    /// Overwrite the value from a host master (checkpoint loading). On error
+    /// nothing changes.
+    pub fn load_master(&mut self, master: &[f32]) -> Result<()> {
+        let fresh = Parameter::from_master(
+            self.value.mesh(),
+            self.shape(),
+            master,
+            self.value.placement(),
+            self.stride,
+        )?;
+        self.value = fresh.value;
+        Ok(())
+    }
+
+    /// Add a gradient (same placement and shape) into `grad`.
+    pub fn accumulate_grad(&mut self, g: DTensor) -> Result<()> {
+        self.grad = Some(match self.grad.take() {
+            None => g,
+            Some(old) => {
+                let shards = old
+                    .shards()
+                    .iter()
+                    .zip(g.shards())
+                    .map(|(a, b)| kernels::add(a, b))
+                    .collect::<Result<Vec<_>>>()?;
+                old.with_shards(shards, old.shape().to_vec(), old.placement())
+            }
+        });
+        Ok(())
+    }
+
+    /// Drop the gradient.
+    pub fn zero_grad(&mut self) {
+        self.grad = None;
+    }
+
+    /// Fused-weight stride.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+}
+
+/// Something with named parameters (layers and models).
+pub trait Module {
+    /// Parameters with their names (`"weight"`, `"fc1.bias"`, ...), in a fixed order.
+    fn named_parameters(&self) -> Vec<(String, &Parameter)>;
+
+    /// Mutable access in the same order as [`Module::named_parameters`].
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)>;
+
+    /// Drop every gradient.
+    fn zero_grad(&mut self) {
+        for (_, p) in self.named_parameters_mut() {
+            p.zero_grad();
+        }
+    }
+}
+
+/// Prefix names: `prefixed("fc1", m)` gives `fc1.weight`, ...
+pub fn prefixed<'a>(prefix: &str, params: Vec<(String, &'a Parameter)>) -> Vec<(String, &'a Parameter)> {
+    params.into_iter().map(|(n, p)| (format!("{prefix}.{n}"), p)).collect()
+}
+
+/// Mutable form of [`prefixed`].
+pub fn prefixed_mut<'a>(
+    prefix: &str,
+    params: Vec<(String, &'a mut Parameter)>,
+) -> Vec<(String, &'a mut Parameter)> {
+    params.into_iter().map(|(n, p)| (format!("{prefix}.{n}"), p)).collect()
+}
