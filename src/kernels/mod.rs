@@ -5,6 +5,7 @@
 
 pub mod elementwise;
 pub mod layout;
+pub mod optim;
 
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use layout::{concat, narrow};
@@ -16,4 +17,5 @@ pub const SHADERS: &[(&str, &str)] = &[
         include_str!("../../shaders/elementwise.wgsl"),
     ),
     ("layout", include_str!("../../shaders/layout.wgsl")),
+    ("optim", include_str!("../../shaders/optim.wgsl")),
 ];

@@ -1,0 +1,143 @@
+//! Optimiser kernels (`shaders/optim.wgsl`): SGD with momentum and weight
+//! decay, and AdamW (decoupled weight decay, bias-corrected moments). They
+//! update the parameter and its state buffers in place, so a step allocates
+//! nothing.
+
+use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use crate::error::{Error, Result};
+
+const SOURCE: &str = include_str!("../../shaders/optim.wgsl");
+const BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::ReadWrite,
+    Access::ReadWrite,
+    Access::ReadWrite,
+];
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    first_step: u32,
+    lr: f32,
+    weight_decay: f32,
+    momentum: f32,
+    beta2: f32,
+    eps: f32,
+    bias_c1: f32,
+    bias_c2: f32,
+    _pad: [f32; 3],
+}
+
+fn spec(entry: &'static str) -> KernelSpec {
+    KernelSpec {
+        family: "optim",
+        source: SOURCE,
+        entry,
+        bindings: BINDINGS,
+        constants: Vec::new(),
+    }
+}
+
+fn check(op: &'static str, param: &LocalTensor, others: &[&LocalTensor]) -> Result<u32> {
+    param.expect_dtype(op, DType::F32)?;
+    for t in others {
+        t.expect_dtype(op, DType::F32)?;
+        param.same_rank(op, t)?;
+        if t.shape() != param.shape() {
+            return Err(Error::shape(op, param.shape(), t.shape()));
+        }
+    }
+    u32::try_from(param.len()).map_err(|_| Error::invalid(op, "more than 2^32 elements"))
+}
+
+/// SGD settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdStep {
+    /// Learning rate.
+    pub lr: f32,
+    /// Momentum μ (0 for plain SGD).
+    pub momentum: f32,
+    /// L2 weight decay added to the gradient.
+    pub weight_decay: f32,
+    /// Whether the momentum buffer is fresh (first step: buf = g).
+    pub first_step: bool,
+}
+
+/// One SGD step in place on `param` (and `momentum_buf` when μ ≠ 0).
+pub fn sgd_step(
+    param: &LocalTensor,
+    grad: &LocalTensor,
+    momentum_buf: &LocalTensor,
+    s: SgdStep,
+) -> Result<()> {
+    const OP: &str = "sgd_step";
+    let n = check(OP, param, &[grad, momentum_buf])?;
+    let params = Params {
+        n,
+        first_step: u32::from(s.first_step),
+        lr: s.lr,
+        weight_decay: s.weight_decay,
+        momentum: s.momentum,
+        ..Default::default()
+    };
+    Dispatch {
+        spec: &spec("sgd"),
+        params: bytemuck::bytes_of(&params),
+        // state2 is unused by sgd; bind the momentum buffer again would alias a
+        // writable binding, so bind a distinct one: the same buffer is not allowed.
+        buffers: &[grad, param, momentum_buf, momentum_buf],
+        workgroups: (n as u64).div_ceil(256),
+    }
+    .record(param.gpu())
+}
+
+/// AdamW settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    /// Learning rate.
+    pub lr: f32,
+    /// β1.
+    pub beta1: f32,
+    /// β2.
+    pub beta2: f32,
+    /// ε.
+    pub eps: f32,
+    /// Decoupled weight decay.
+    pub weight_decay: f32,
+    /// Step number, from 1 (for bias correction).
+    pub step: u32,
+}
+
+/// One AdamW step in place on `param`, `m` and `v`.
+pub fn adamw_step(
+    param: &LocalTensor,
+    grad: &LocalTensor,
+    m: &LocalTensor,
+    v: &LocalTensor,
+    s: AdamWStep,
+) -> Result<()> {
+    const OP: &str = "adamw_step";
+    let n = check(OP, param, &[grad, m, v])?;
+    if s.step == 0 {
+        return Err(Error::invalid(OP, "step counts from 1"));
+    }
+    let params = Params {
+        n,
+        lr: s.lr,
+        weight_decay: s.weight_decay,
+        momentum: s.beta1,
+        beta2: s.beta2,
+        eps: s.eps,
+        bias_c1: 1.0 - s.beta1.powi(s.step as i32),
+        bias_c2: 1.0 - s.beta2.powi(s.step as i32),
+        ..Default::default()
+    };
+    Dispatch {
+        spec: &spec("adamw"),
+        params: bytemuck::bytes_of(&params),
+        buffers: &[grad, param, m, v],
+        workgroups: (n as u64).div_ceil(256),
+    }
+    .record(param.gpu())
+}

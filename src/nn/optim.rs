@@ -1,0 +1,161 @@
+//! Optimisers over sharded parameters: each rank updates its own shard in
+//! place with the same rule, so a sharded model steps exactly like the serial
+//! one. Gradients accumulate across `backward` calls until
+//! [`Module::zero_grad`]; state is kept per parameter name.
+
+use std::collections::HashMap;
+
+use super::parameter::{Module, Parameter};
+use crate::device::LocalTensor;
+use crate::error::Result;
+use crate::kernels::optim::{adamw_step, sgd_step, AdamWStep, SgdStep};
+
+/// Stochastic gradient descent with optional momentum and L2 weight decay
+/// (PyTorch's `torch.optim.SGD` rule, dampening 0, no Nesterov).
+#[derive(Debug)]
+pub struct Sgd {
+    /// Learning rate.
+    pub lr: f32,
+    /// Momentum μ.
+    pub momentum: f32,
+    /// Weight decay.
+    pub weight_decay: f32,
+    buffers: HashMap<String, Vec<LocalTensor>>,
+}
+
+impl Sgd {
+    /// Plain SGD.
+    pub fn new(lr: f32) -> Self {
+        Sgd {
+            lr,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            buffers: HashMap::new(),
+        }
+    }
+
+    /// With momentum μ.
+    pub fn with_momentum(mut self, momentum: f32) -> Self {
+        self.momentum = momentum;
+        self
+    }
+
+    /// With weight decay.
+    pub fn with_weight_decay(mut self, wd: f32) -> Self {
+        self.weight_decay = wd;
+        self
+    }
+
+    /// Update every parameter that has a gradient.
+    pub fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        for (name, p) in model.named_parameters_mut() {
+            self.step_one(&name, p)?;
+        }
+        Ok(())
+    }
+
+    fn step_one(&mut self, name: &str, p: &mut Parameter) -> Result<()> {
+        let Some(grad) = &p.grad else { return Ok(()) };
+        let first = !self.buffers.contains_key(name);
+        if self.momentum != 0.0 && first {
+            let bufs = p
+                .value
+                .shards()
+                .iter()
+                .map(|s| s.rank().zeros(s.shape(), s.dtype()))
+                .collect::<Result<Vec<_>>>()?;
+            self.buffers.insert(name.to_string(), bufs);
+        }
+        for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
+            let buf = match self.buffers.get(name) {
+                Some(b) => &b[r],
+                None => w, // μ = 0: the kernel never touches the buffer
+            };
+            sgd_step(
+                w,
+                g,
+                buf,
+                SgdStep {
+                    lr: self.lr,
+                    momentum: self.momentum,
+                    weight_decay: self.weight_decay,
+                    first_step: first,
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments.
+#[derive(Debug)]
+pub struct AdamW {
+    /// Learning rate.
+    pub lr: f32,
+    /// β1.
+    pub beta1: f32,
+    /// β2.
+    pub beta2: f32,
+    /// ε.
+    pub eps: f32,
+    /// Decoupled weight decay.
+    pub weight_decay: f32,
+    state: HashMap<String, (u32, Vec<LocalTensor>, Vec<LocalTensor>)>,
+}
+
+impl AdamW {
+    /// PyTorch's defaults: β = (0.9, 0.999), ε = 1e-8, weight decay 0.01.
+    pub fn new(lr: f32) -> Self {
+        AdamW {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            state: HashMap::new(),
+        }
+    }
+
+    /// Set the weight decay.
+    pub fn with_weight_decay(mut self, wd: f32) -> Self {
+        self.weight_decay = wd;
+        self
+    }
+
+    /// Update every parameter that has a gradient.
+    pub fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+        for (name, p) in model.named_parameters_mut() {
+            let Some(grad) = &p.grad else { continue };
+            if !self.state.contains_key(&name) {
+                let zeros = |_: ()| {
+                    p.value
+                        .shards()
+                        .iter()
+                        .map(|s| s.rank().zeros(s.shape(), s.dtype()))
+                        .collect::<Result<Vec<_>>>()
+                };
+                let (m, v) = (zeros(())?, zeros(())?);
+                self.state.insert(name.clone(), (0, m, v));
+            }
+            let (step, m, v) = self.state.get_mut(&name).expect("inserted above");
+            *step += 1;
+            for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
+                adamw_step(
+                    w,
+                    g,
+                    &m[r],
+                    &v[r],
+                    AdamWStep {
+                        lr: self.lr,
+                        beta1: self.beta1,
+                        beta2: self.beta2,
+                        eps: self.eps,
+                        weight_decay: self.weight_decay,
+                        step: *step,
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
