@@ -1,0 +1,86 @@
+//! Checkpoints: the *master* (full, serial) parameters as safetensors, named
+//! like a Hugging Face model (`"fc1.weight"`). Saving gathers each parameter to
+//! the host; loading checks every name, dtype and shape first and only then
+//! shards the values onto the model's mesh, so a checkpoint saved on P ranks
+//! loads on any other P, and a bad file leaves the model unchanged.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+
+use super::parameter::Module;
+use crate::error::{Error, Result};
+
+/// Serialise the master parameters of `model` to safetensors bytes.
+pub fn to_safetensors_bytes(model: &dyn Module) -> Result<Vec<u8>> {
+    let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, p) in model.named_parameters() {
+        let data = p.master()?;
+        owned.push((name, p.shape().to_vec(), bytemuck::cast_slice(&data).to_vec()));
+    }
+    let views = owned
+        .iter()
+        .map(|(n, s, d)| {
+            TensorView::new(Dtype::F32, s.clone(), d)
+                .map(|v| (n.clone(), v))
+                .map_err(|e| Error::Checkpoint(format!("tensor {n}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize(views, None).map_err(|e| Error::Checkpoint(e.to_string()))
+}
+
+/// Save the master parameters of `model` to a `.safetensors` file.
+pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
+    let bytes = to_safetensors_bytes(model)?;
+    std::fs::write(path, bytes)?;
+    Ok(())
+}
+
+/// Load master parameters from safetensors bytes into `model` (any world size).
+/// Every parameter must be present with dtype F32 and the model's shape;
+/// tensors in the file that the model lacks are an error too (`strict`).
+pub fn from_safetensors_bytes(model: &mut dyn Module, bytes: &[u8]) -> Result<()> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| Error::Checkpoint(format!("not a safetensors file: {e}")))?;
+    let mut values: HashMap<String, Vec<f32>> = HashMap::new();
+    let params = model.named_parameters();
+    for (name, p) in &params {
+        let view = st.tensor(name).map_err(|_| {
+            Error::Checkpoint(format!(
+                "tensor {name:?} is missing; the file holds {:?}",
+                st.names()
+            ))
+        })?;
+        if view.dtype() != Dtype::F32 {
+            return Err(Error::Checkpoint(format!(
+                "tensor {name:?} is {:?}, expected F32; convert it before loading",
+                view.dtype()
+            )));
+        }
+        if view.shape() != p.shape() {
+            return Err(Error::Checkpoint(format!(
+                "tensor {name:?} has shape {:?}, the model expects {:?}",
+                view.shape(),
+                p.shape()
+            )));
+        }
+        values.insert(name.clone(), bytemuck::pod_collect_to_vec(view.data()));
+    }
+    let known: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+    if let Some(extra) = st.names().into_iter().find(|n| !known.contains(n)) {
+        return Err(Error::Checkpoint(format!(
+            "tensor {extra:?} in the file matches no parameter of the model (expected {known:?})"
+        )));
+    }
+    drop(params);
+    for (name, p) in model.named_parameters_mut() {
+        p.load_master(&values[&name])?;
+    }
+    Ok(())
+}
+
+/// Load a `.safetensors` file into `model`; see [`from_safetensors_bytes`].
+pub fn load_safetensors(model: &mut dyn Module, path: impl AsRef<Path>) -> Result<()> {
+    let bytes = std::fs::read(path)?;
+    from_safetensors_bytes(model, &bytes)
+}

@@ -1,0 +1,301 @@
+//! Embedding tables `E` `[vocab, dim]` split over ranks.
+//!
+//! - [`VocabParallelEmbedding`]: rank r holds rows `[start_r, end_r)`;
+//!   `out_r = E_r[id − start_r]` for owned ids, zero rows otherwise, then
+//!   `out = all-reduce(out_r)`. Backward scatter-adds `dout` into the owned
+//!   rows (deterministic order), no communication.
+//! - [`ParallelEmbedding`]: rank r holds columns of `E`; local lookup, then
+//!   all-gather along the last dim. Backward keeps its slice of `dout`.
+//!
+//! Ids come from the host (`&[i32]`): they are checked there (an id outside
+//! `0..vocab` is an error, not a zero row) and uploaded once per call.
+//! With `padding_idx`, that row starts at zero and never receives gradient.
+
+use super::init::{Init, InitRng};
+use super::parameter::{Module, Parameter};
+use crate::device::{LocalTensor, Mesh};
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::shard::split_range;
+use crate::tensor::{DTensor, Mapping, Placement};
+
+/// Settings of an embedding layer.
+#[derive(Clone, Debug)]
+pub struct EmbeddingConfig {
+    /// Vocabulary size (rows of the table).
+    pub num_embeddings: usize,
+    /// Embedding size (columns).
+    pub embedding_dim: usize,
+    /// Row that stays zero and gets no gradient.
+    pub padding_idx: Option<usize>,
+    /// Table initialiser (PyTorch: N(0, 1); Megatron: N(0, 0.02²)).
+    pub init: Init,
+}
+
+impl EmbeddingConfig {
+    /// `num_embeddings × embedding_dim`, N(0, 0.02²), no padding row.
+    pub fn new(num_embeddings: usize, embedding_dim: usize) -> Self {
+        EmbeddingConfig {
+            num_embeddings,
+            embedding_dim,
+            padding_idx: None,
+            init: Init::default(),
+        }
+    }
+
+    fn master(&self, rng: &mut InitRng) -> Vec<f32> {
+        let mut w = self.init.sample(rng, self.num_embeddings, self.embedding_dim);
+        if let Some(p) = self.padding_idx
+            && p < self.num_embeddings
+        {
+            w[p * self.embedding_dim..(p + 1) * self.embedding_dim].fill(0.0);
+        }
+        w
+    }
+
+    fn check(&self, op: &'static str, master_len: usize) -> Result<()> {
+        if let Some(p) = self.padding_idx
+            && p >= self.num_embeddings
+        {
+            return Err(Error::OutOfRange {
+                op,
+                what: "padding_idx",
+                value: p as i64,
+                bound: self.num_embeddings,
+            });
+        }
+        if master_len != self.num_embeddings * self.embedding_dim {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "table has {master_len} values, expected {} × {}",
+                    self.num_embeddings, self.embedding_dim
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Check ids on the host; return them with the padding id masked to −1 for the backward.
+    fn check_ids(&self, op: &'static str, ids: &[i32]) -> Result<Vec<i32>> {
+        let mut grad_ids = ids.to_vec();
+        for (i, &id) in ids.iter().enumerate() {
+            if id < 0 || id as usize >= self.num_embeddings {
+                return Err(Error::OutOfRange {
+                    op,
+                    what: "token id",
+                    value: id as i64,
+                    bound: self.num_embeddings,
+                });
+            }
+            if self.padding_idx == Some(id as usize) {
+                grad_ids[i] = -1;
+            }
+        }
+        Ok(grad_ids)
+    }
+}
+
+fn upload_ids(mesh: &Mesh, ids: &[i32]) -> Result<Vec<LocalTensor>> {
+    mesh.ranks().iter().map(|r| r.upload_i32(&[ids.len()], ids)).collect()
+}
+
+/// Embedding with the vocabulary split over ranks (Megatron's `VocabParallelEmbedding`).
+#[derive(Debug)]
+pub struct VocabParallelEmbedding {
+    /// `[vocab, dim]`, `Shard(0)`.
+    pub weight: Parameter,
+    config: EmbeddingConfig,
+    saved_ids: Option<Vec<LocalTensor>>,
+}
+
+impl VocabParallelEmbedding {
+    /// A table drawn from `rng` on the host and sliced.
+    pub fn new(mesh: &Mesh, config: EmbeddingConfig, rng: &mut InitRng) -> Result<Self> {
+        let w = config.master(rng);
+        Self::from_master(mesh, config, &w)
+    }
+
+    /// A table holding the given master `[vocab, dim]`.
+    pub fn from_master(mesh: &Mesh, config: EmbeddingConfig, weight: &[f32]) -> Result<Self> {
+        config.check("VocabParallelEmbedding::from_master", weight.len())?;
+        let weight = Parameter::from_master(
+            mesh,
+            &[config.num_embeddings, config.embedding_dim],
+            weight,
+            Placement::Shard(0),
+            1,
+        )?;
+        Ok(VocabParallelEmbedding {
+            weight,
+            config,
+            saved_ids: None,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EmbeddingConfig {
+        &self.config
+    }
+
+    /// The vocab rows `[start, end)` rank `r` holds.
+    pub fn vocab_range(&self, r: usize) -> std::ops::Range<usize> {
+        split_range(self.config.num_embeddings, self.weight.value.mesh().size(), r)
+    }
+
+    /// Ids (any flat list of tokens) → `[ids.len(), dim]`, `Replicate`.
+    pub fn forward(&mut self, ids: &[i32]) -> Result<DTensor> {
+        const OP: &str = "VocabParallelEmbedding::forward";
+        let grad_ids = self.config.check_ids(OP, ids)?;
+        let table = &self.weight.value;
+        let mesh = table.mesh();
+        let ids_dev = upload_ids(mesh, ids)?;
+        let parts = (0..mesh.size())
+            .map(|r| kernels::embedding_lookup(&table.shards()[r], &ids_dev[r], self.vocab_range(r).start as i64))
+            .collect::<Result<Vec<_>>>()?;
+        let shape = vec![ids.len(), self.config.embedding_dim];
+        let partial = table.with_shards(parts, shape, Placement::Partial(crate::ReduceOp::Sum));
+        let out = Mapping::ReduceFromParallel.forward(&partial)?;
+        self.saved_ids = Some(if self.config.padding_idx.is_some() {
+            upload_ids(mesh, &grad_ids)?
+        } else {
+            ids_dev
+        });
+        Ok(out)
+    }
+
+    /// `dout` `[n, dim]` (`Replicate`) → accumulates the table gradient.
+    pub fn backward(&mut self, dout: &DTensor) -> Result<()> {
+        const OP: &str = "VocabParallelEmbedding::backward";
+        let ids = self
+            .saved_ids
+            .take()
+            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
+        let want = [ids[0].len(), self.config.embedding_dim];
+        if dout.shape() != want {
+            self.saved_ids = Some(ids);
+            return Err(Error::shape(OP, want, dout.shape()));
+        }
+        let dout = Mapping::ReduceFromParallel.backward(dout)?;
+        let table = &self.weight.value;
+        let grads = (0..table.mesh().size())
+            .map(|r| {
+                let range = self.vocab_range(r);
+                kernels::embedding_backward(&ids[r], &dout.shards()[r], range.len(), range.start as i64, None)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
+        self.weight.accumulate_grad(g)
+    }
+
+    /// The full table on the host.
+    pub fn master_weight(&self) -> Result<Vec<f32>> {
+        self.weight.master()
+    }
+}
+
+impl Module for VocabParallelEmbedding {
+    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+        vec![("weight".to_string(), &self.weight)]
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+        vec![("weight".to_string(), &mut self.weight)]
+    }
+}
+
+/// Embedding with the embedding dimension split over ranks (fairscale's / ml's `ParallelEmbedding`).
+#[derive(Debug)]
+pub struct ParallelEmbedding {
+    /// `[vocab, dim]`, `Shard(1)`.
+    pub weight: Parameter,
+    config: EmbeddingConfig,
+    saved_ids: Option<Vec<LocalTensor>>,
+}
+
+impl ParallelEmbedding {
+    /// A table drawn from `rng` on the host and sliced.
+    pub fn new(mesh: &Mesh, config: EmbeddingConfig, rng: &mut InitRng) -> Result<Self> {
+        let w = config.master(rng);
+        Self::from_master(mesh, config, &w)
+    }
+
+    /// A table holding the given master `[vocab, dim]`.
+    pub fn from_master(mesh: &Mesh, config: EmbeddingConfig, weight: &[f32]) -> Result<Self> {
+        config.check("ParallelEmbedding::from_master", weight.len())?;
+        let weight = Parameter::from_master(
+            mesh,
+            &[config.num_embeddings, config.embedding_dim],
+            weight,
+            Placement::Shard(1),
+            1,
+        )?;
+        Ok(ParallelEmbedding {
+            weight,
+            config,
+            saved_ids: None,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EmbeddingConfig {
+        &self.config
+    }
+
+    /// Ids → `[ids.len(), dim]`, `Replicate` (one all-gather).
+    pub fn forward(&mut self, ids: &[i32]) -> Result<DTensor> {
+        const OP: &str = "ParallelEmbedding::forward";
+        let grad_ids = self.config.check_ids(OP, ids)?;
+        let table = &self.weight.value;
+        let mesh = table.mesh();
+        let ids_dev = upload_ids(mesh, ids)?;
+        let parts = (0..mesh.size())
+            .map(|r| kernels::embedding_lookup(&table.shards()[r], &ids_dev[r], 0))
+            .collect::<Result<Vec<_>>>()?;
+        let shape = vec![ids.len(), self.config.embedding_dim];
+        let sharded = table.with_shards(parts, shape, Placement::Shard(1));
+        let out = Mapping::GatherFromParallel(1).forward(&sharded)?;
+        self.saved_ids = Some(if self.config.padding_idx.is_some() {
+            upload_ids(mesh, &grad_ids)?
+        } else {
+            ids_dev
+        });
+        Ok(out)
+    }
+
+    /// `dout` `[n, dim]` (`Replicate`) → accumulates the table gradient.
+    pub fn backward(&mut self, dout: &DTensor) -> Result<()> {
+        const OP: &str = "ParallelEmbedding::backward";
+        let ids = self
+            .saved_ids
+            .take()
+            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
+        let want = [ids[0].len(), self.config.embedding_dim];
+        if dout.shape() != want {
+            self.saved_ids = Some(ids);
+            return Err(Error::shape(OP, want, dout.shape()));
+        }
+        let dout = Mapping::GatherFromParallel(1).backward(dout)?;
+        let table = &self.weight.value;
+        let grads = (0..table.mesh().size())
+            .map(|r| kernels::embedding_backward(&ids[r], &dout.shards()[r], self.config.num_embeddings, 0, None))
+            .collect::<Result<Vec<_>>>()?;
+        let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
+        self.weight.accumulate_grad(g)
+    }
+
+    /// The full table on the host.
+    pub fn master_weight(&self) -> Result<Vec<f32>> {
+        self.weight.master()
+    }
+}
+
+impl Module for ParallelEmbedding {
+    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+        vec![("weight".to_string(), &self.weight)]
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+        vec![("weight".to_string(), &mut self.weight)]
+    }
+}

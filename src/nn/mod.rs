@@ -1,0 +1,21 @@
+//! Layer 5, neural-network pieces: parallel layers with explicit forward and
+//! backward, the vocab-parallel loss, initialisers, optimisers and
+//! checkpoints. Layers compose the [`Mapping`](crate::Mapping)s of the tensor
+//! layer and never call a collective directly. A serial layer is the same code
+//! on a mesh of one rank.
+
+mod checkpoint;
+mod cross_entropy;
+mod embedding;
+mod init;
+mod linear;
+mod optim;
+mod parameter;
+
+pub use checkpoint::{from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes};
+pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
+pub use embedding::{EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
+pub use init::{Init, InitRng};
+pub use linear::{ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear};
+pub use optim::{AdamW, Sgd};
+pub use parameter::{prefixed, prefixed_mut, Module, Parameter};
