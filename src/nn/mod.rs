@@ -9,6 +9,7 @@ mod cross_entropy;
 mod embedding;
 mod init;
 mod linear;
+mod model;
 mod optim;
 mod parameter;
 
@@ -17,5 +18,6 @@ pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy
 pub use embedding::{EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use init::{Init, InitRng};
 pub use linear::{ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear};
+pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{prefixed, prefixed_mut, Module, Parameter};

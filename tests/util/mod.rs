@@ -124,3 +124,52 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
         );
     }
 }
+
+/// f64 reference maths on row-major host data.
+pub mod reference {
+    /// `a [m,k] · b [k,n]` with optional transposes (a is `[k,m]` when `ta`, b is `[n,k]` when `tb`).
+    pub fn gemm(a: &[f32], b: &[f32], m: usize, n: usize, k: usize, ta: bool, tb: bool) -> Vec<f64> {
+        let mut c = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f64;
+                for l in 0..k {
+                    let av = if ta { a[l * m + i] } else { a[i * k + l] } as f64;
+                    let bv = if tb { b[j * k + l] } else { b[l * n + j] } as f64;
+                    s += av * bv;
+                }
+                c[i * n + j] = s;
+            }
+        }
+        c
+    }
+
+    /// `y = x Wᵀ + b` for `x [t, in]`, `W [out, in]`.
+    pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, t: usize, inp: usize, out: usize) -> Vec<f64> {
+        let mut y = gemm(x, w, t, out, inp, false, true);
+        if let Some(b) = b {
+            for i in 0..t {
+                for j in 0..out {
+                    y[i * out + j] += b[j] as f64;
+                }
+            }
+        }
+        y
+    }
+
+    /// Column sums of `x [m, n]`.
+    pub fn sum_rows(x: &[f32], m: usize, n: usize) -> Vec<f64> {
+        let mut s = vec![0.0; n];
+        for i in 0..m {
+            for j in 0..n {
+                s[j] += x[i * n + j] as f64;
+            }
+        }
+        s
+    }
+
+    /// f32 → f64.
+    pub fn widen(x: &[f32]) -> Vec<f64> {
+        x.iter().map(|&v| v as f64).collect()
+    }
+}

@@ -1,0 +1,206 @@
+//! Column- and row-parallel linear layers: forward, input gradients and
+//! gathered parameter gradients equal an f64 reference and the P = 1 run, for
+//! every world size and ragged sizes; two SGD steps land on the same weights;
+//! communication counts match MATH.md's table exactly.
+
+use crate::util::reference::{gemm, linear, sum_rows, widen};
+use crate::util::{assert_close, mesh, Rng, WORLD_SIZES};
+use wgpu_tp::nn::{
+    ColumnParallelConfig, ColumnParallelLinear, InitRng, Module, RowParallelConfig, RowParallelLinear, Sgd,
+};
+use wgpu_tp::{Collective, DTensor, Placement};
+
+const TOL: f64 = 1e-5;
+
+/// Sizes (tokens, in, out): ragged, and one where some ranks hold nothing at P = 8.
+const SIZES: &[(usize, usize, usize)] = &[(7, 13, 17), (5, 3, 6)];
+
+#[test]
+fn column_parallel_matches_reference_on_every_world_size() {
+    let mut rng = Rng::fresh("column_parallel");
+    for &(t, inp, out) in SIZES {
+        let w = rng.vec(out * inp);
+        let b = rng.vec(out);
+        let x = rng.vec(t * inp);
+        let dy = rng.vec(t * out);
+        for &gather in &[false, true] {
+            let mut serial: Option<Vec<f32>> = None;
+            for &p in WORLD_SIZES {
+                let m = mesh(p);
+                let mut cfg = ColumnParallelConfig::new(inp, out);
+                cfg.gather_output = gather;
+                let mut layer = ColumnParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
+                let xd = DTensor::from_host(&m, &[t, inp], &x, Placement::Replicate).unwrap();
+                m.reset_comm_stats();
+                let y = layer.forward(&xd).unwrap();
+                let fwd_gathers = m.comm_calls(Collective::AllGather);
+                assert_eq!(y.placement(), if gather { Placement::Replicate } else { Placement::Shard(1) });
+                let yv = y.to_host().unwrap();
+                let what = format!("column y (P={p}, gather={gather}, {t}x{inp}x{out})");
+                assert_close(&what, &yv, &linear(&x, &w, Some(&b), t, inp, out), TOL);
+                match &serial {
+                    None => serial = Some(yv.clone()),
+                    Some(s) => assert_close(&format!("{what} vs P=1"), &yv, &widen(s), TOL),
+                }
+                let dyd = DTensor::from_host(&m, &[t, out], &dy, y.placement()).unwrap();
+                m.reset_comm_stats();
+                let dx = layer.backward(&dyd).unwrap();
+                // MATH.md: forward 0 (1 all-gather with gather_output), backward 1 all-reduce.
+                if p > 1 {
+                    assert_eq!(fwd_gathers, u64::from(gather), "forward all-gathers");
+                    assert_eq!(m.comm_calls(Collective::AllReduce), 1, "backward all-reduces");
+                    assert_eq!(m.comm_stats().values().map(|c| c.calls).sum::<u64>(), 1);
+                }
+                assert_eq!(dx.placement(), Placement::Replicate);
+                assert_close("column dx", &dx.to_host().unwrap(), &gemm(&dy, &w, t, inp, out, false, false), TOL);
+                let dw = layer.weight.master_grad().unwrap().unwrap();
+                assert_close("column dW", &dw, &gemm(&dy, &x, out, inp, t, true, false), TOL);
+                let db = layer.bias.as_ref().unwrap().master_grad().unwrap().unwrap();
+                assert_close("column db", &db, &sum_rows(&dy, t, out), TOL);
+            }
+        }
+    }
+}
+
+#[test]
+fn row_parallel_matches_reference_on_every_world_size() {
+    let mut rng = Rng::fresh("row_parallel");
+    for &(t, inp, out) in SIZES {
+        let w = rng.vec(out * inp);
+        let b = rng.vec(out);
+        let x = rng.vec(t * inp);
+        let dy = rng.vec(t * out);
+        for &parallel_in in &[true, false] {
+            for &p in WORLD_SIZES {
+                let m = mesh(p);
+                let mut cfg = RowParallelConfig::new(inp, out);
+                cfg.input_is_parallel = parallel_in;
+                let mut layer = RowParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
+                let xp = if parallel_in { Placement::Shard(1) } else { Placement::Replicate };
+                let xd = DTensor::from_host(&m, &[t, inp], &x, xp).unwrap();
+                m.reset_comm_stats();
+                let y = layer.forward(&xd).unwrap();
+                if p > 1 {
+                    assert_eq!(m.comm_calls(Collective::AllReduce), 1, "forward all-reduces");
+                    assert_eq!(m.comm_stats().values().map(|c| c.calls).sum::<u64>(), 1);
+                }
+                assert_eq!(y.placement(), Placement::Replicate);
+                let what = format!("row y (P={p}, parallel_in={parallel_in})");
+                assert_close(&what, &y.to_host().unwrap(), &linear(&x, &w, Some(&b), t, inp, out), TOL);
+                let dyd = DTensor::from_host(&m, &[t, out], &dy, Placement::Replicate).unwrap();
+                m.reset_comm_stats();
+                let dx = layer.backward(&dyd).unwrap();
+                if p > 1 {
+                    // input_is_parallel: no communication; else the scatter's backward all-gathers.
+                    let total: u64 = m.comm_stats().values().map(|c| c.calls).sum();
+                    assert_eq!(total, u64::from(!parallel_in));
+                }
+                assert_eq!(dx.placement(), xp);
+                assert_close("row dx", &dx.to_host().unwrap(), &gemm(&dy, &w, t, inp, out, false, false), TOL);
+                let dw = layer.weight.master_grad().unwrap().unwrap();
+                assert_close("row dW", &dw, &gemm(&dy, &x, out, inp, t, true, false), TOL);
+                let db = layer.bias.as_ref().unwrap().master_grad().unwrap().unwrap();
+                assert_close("row db", &db, &sum_rows(&dy, t, out), TOL);
+            }
+        }
+    }
+}
+
+/// The Megatron MLP: Column(no gather) → Row(input_is_parallel) does exactly
+/// one all-reduce forward and one backward; two SGD steps give the serial weights.
+#[test]
+fn mlp_comm_counts_and_sgd_steps_match_serial() {
+    let (t, d, h) = (6, 11, 13);
+    let mut rng = Rng::fresh("mlp_sgd");
+    let x = rng.vec(t * d);
+    let dy = rng.vec(t * d);
+    let mut results: Vec<(usize, Vec<f32>, Vec<f32>)> = Vec::new();
+    for &p in WORLD_SIZES {
+        let m = mesh(p);
+        let mut init = InitRng::new(42);
+        let mut fc1 = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(d, h), &mut init).unwrap();
+        let mut fc2 = RowParallelLinear::new(&m, RowParallelConfig::new(h, d), &mut init).unwrap();
+        let mut opt1 = Sgd::new(0.1).with_momentum(0.9);
+        let mut opt2 = Sgd::new(0.1).with_momentum(0.9);
+        for step in 0..2 {
+            let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Replicate).unwrap();
+            m.reset_comm_stats();
+            let y = fc2.forward(&fc1.forward(&xd).unwrap()).unwrap();
+            let fwd = m.comm_stats();
+            let dyd = DTensor::from_host(&m, &[t, d], &dy, Placement::Replicate).unwrap();
+            m.reset_comm_stats();
+            let _dx = fc1.backward(&fc2.backward(&dyd).unwrap()).unwrap();
+            let bwd = m.comm_stats();
+            if p > 1 && step == 0 {
+                assert_eq!(fwd.len(), 1, "forward: only all-reduce, got {fwd:?}");
+                assert_eq!(fwd[&Collective::AllReduce].calls, 1);
+                assert_eq!(bwd.len(), 1, "backward: only all-reduce, got {bwd:?}");
+                assert_eq!(bwd[&Collective::AllReduce].calls, 1);
+                // payload: every rank contributes a [t, d] f32 tensor.
+                assert_eq!(fwd[&Collective::AllReduce].bytes, (p * t * d * 4) as u64);
+            }
+            let _ = y;
+            opt1.step(&mut fc1).unwrap();
+            opt2.step(&mut fc2).unwrap();
+            fc1.zero_grad();
+            fc2.zero_grad();
+        }
+        results.push((p, fc1.master_weight().unwrap(), fc2.master_weight().unwrap()));
+    }
+    let (_, w1, w2) = &results[0];
+    for (p, v1, v2) in &results[1..] {
+        assert_close(&format!("fc1 after 2 steps, P={p}"), v1, &widen(w1), TOL);
+        assert_close(&format!("fc2 after 2 steps, P={p}"), v2, &widen(w2), TOL);
+    }
+}
+
+#[test]
+fn seeded_init_gives_serial_weights_and_stride_round_trips() {
+    let mut serial = None;
+    for &p in WORLD_SIZES {
+        let m = mesh(p);
+        let mut cfg = ColumnParallelConfig::new(5, 72); // 72 is divisible by 3·P for every P
+        cfg.stride = 3;
+        cfg.init = wgpu_tp::nn::Init::XavierUniform { gain: 1.0 };
+        let layer = ColumnParallelLinear::new(&m, cfg, &mut InitRng::new(7)).unwrap();
+        let w = layer.master_weight().unwrap();
+        match &serial {
+            None => serial = Some(w),
+            Some(s) => assert_eq!(&w, s, "P={p}: seeded master weight differs from serial"),
+        }
+    }
+    // Rank r of a stride-3 split holds its slice of each of the 3 blocks.
+    let m = mesh(2);
+    let master: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let mut cfg = ColumnParallelConfig::new(1, 12);
+    cfg.stride = 3;
+    cfg.bias = false;
+    let layer = ColumnParallelLinear::from_master(&m, cfg, &master, None).unwrap();
+    let r0 = layer.weight.value.local(0).unwrap().to_vec().unwrap();
+    assert_eq!(r0, vec![0.0, 1.0, 4.0, 5.0, 8.0, 9.0]);
+    assert_eq!(layer.master_weight().unwrap(), master);
+}
+
+#[test]
+fn bad_inputs_are_errors_and_keep_state() {
+    let m = mesh(2);
+    let mut layer = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(4, 6), &mut InitRng::new(1)).unwrap();
+    let before = layer.master_weight().unwrap();
+    let wrong = DTensor::from_host(&m, &[3, 5], &[0.0; 15], Placement::Replicate).unwrap();
+    assert!(matches!(layer.forward(&wrong), Err(wgpu_tp::Error::ShapeMismatch { .. })));
+    let sharded = DTensor::from_host(&m, &[3, 4], &[0.0; 12], Placement::Shard(1)).unwrap();
+    assert!(layer.forward(&sharded).is_err(), "column input must be replicated");
+    let dy = DTensor::from_host(&m, &[3, 6], &[0.0; 18], Placement::Shard(1)).unwrap();
+    assert!(layer.backward(&dy).is_err(), "backward before forward");
+    let x = DTensor::from_host(&m, &[3, 4], &[1.0; 12], Placement::Replicate).unwrap();
+    let y = layer.forward(&x).unwrap();
+    let bad_dy = DTensor::from_host(&m, &[2, 6], &[0.0; 12], Placement::Shard(1)).unwrap();
+    assert!(layer.backward(&bad_dy).is_err());
+    // The saved input survived the bad call: the right gradient still works.
+    let dy = DTensor::from_host(&m, &[3, 6], &[1.0; 18], y.placement()).unwrap();
+    layer.backward(&dy).unwrap();
+    assert_eq!(layer.master_weight().unwrap(), before);
+    assert!(ColumnParallelLinear::from_master(&m, ColumnParallelConfig::new(4, 6), &[0.0; 5], Some(&[0.0; 6])).is_err());
+    let names: Vec<String> = layer.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["weight", "bias"]);
+}
