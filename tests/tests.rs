@@ -1,7 +1,13 @@
 //! One integration-test binary, so every module shares the meshes in `util`.
 //! Each module covers one topic:
 //! - `kernels_elementwise`: add/scale/axpy and activations against f64.
+//! - `kernels_embedding`: one shard's embedding lookup and deterministic
+//!   scatter-add backward against f64.
+//! - `kernels_cross_entropy`: softmax cross-entropy pieces on a padded vocab
+//!   shard, the single-rank loss and gradient, against f64.
 
 mod util;
 
+mod kernels_cross_entropy;
 mod kernels_elementwise;
+mod kernels_embedding;

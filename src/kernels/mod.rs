@@ -3,19 +3,25 @@
 //! output on the operands' rank, and records one or more dispatches into that
 //! device's pending encoder without waiting.
 
+pub mod cross_entropy;
 pub mod elementwise;
+pub mod embedding;
 pub mod layout;
 pub mod optim;
 
+pub use cross_entropy::{
+    CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,
+    cross_entropy_backward, row_max, row_sum, row_sum_exp, target_logit,
+};
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
+pub use embedding::{embedding_backward, embedding_lookup};
 pub use layout::{concat, narrow};
 
 /// Every shader family's WGSL source by name, for validation and translation tests.
 pub const SHADERS: &[(&str, &str)] = &[
-    (
-        "elementwise",
-        include_str!("../../shaders/elementwise.wgsl"),
-    ),
+    ("elementwise", include_str!("../../shaders/elementwise.wgsl")),
     ("layout", include_str!("../../shaders/layout.wgsl")),
     ("optim", include_str!("../../shaders/optim.wgsl")),
+    ("embedding", include_str!("../../shaders/embedding.wgsl")),
+    ("cross_entropy", include_str!("../../shaders/cross_entropy.wgsl")),
 ];

@@ -1,0 +1,374 @@
+//! Vocab-parallel softmax cross-entropy, one rank's pieces
+//! (`shaders/cross_entropy.wgsl`).
+//!
+//! A rank holds logits `z` `[T, Vr]` for global vocab columns
+//! `[start, start + Vr)` ([`VocabShard`]); columns with global index
+//! `≥ valid_vocab` are padding and count as −∞ (no part in any sum, zero
+//! gradient). Per row, with `m` the global max, `S = Σ_j exp(z_j − m)` and
+//! `K = valid_vocab`:
+//!
+//! `loss = (1 − α)(ln S + m − z_t) + α(ln S + m − Σ_j z_j / K)`,
+//! `dz_j = s · (exp(z_j − m)/S − (1 − α)·[j = t] − α/K)`,
+//!
+//! with `s` the incoming per-row loss gradient. A layer computes [`row_max`]
+//! → all-reduce-max → [`row_sum_exp`], [`target_logit`] (and [`row_sum`]
+//! when α > 0) → all-reduce-sum → [`ce_loss`]; [`ce_grad`] needs no
+//! communication. [`cross_entropy`] runs the chain on one rank.
+//!
+//! Targets outside the global vocab (other than `ignore_index`) are the
+//! layer's check; these kernels treat them as not owned.
+
+use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use crate::error::{Error, Result};
+
+const SOURCE: &str = include_str!("../../shaders/cross_entropy.wgsl");
+/// z, max, sum-exp, aux, sum-logits, targets, out: one layout for every entry.
+const BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+/// Per-row kernels: one invocation per row (see the shader).
+const ROW_WORKGROUP: u64 = 64;
+/// Gradient: one invocation per element.
+const ELEM_WORKGROUP: u64 = 256;
+
+/// Which global vocab columns a logits shard holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VocabShard {
+    /// Global vocab index of the shard's column 0.
+    pub start: usize,
+    /// Number of real (unpadded) global vocab entries; columns at or past it
+    /// are padding. This is also the class count `K` of label smoothing.
+    pub valid_vocab: usize,
+}
+
+impl VocabShard {
+    /// The whole, unpadded vocab of `vocab` entries on one rank.
+    pub fn full(vocab: usize) -> Self {
+        VocabShard {
+            start: 0,
+            valid_vocab: vocab,
+        }
+    }
+}
+
+/// Cross-entropy options.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CrossEntropyOptions {
+    /// Rows whose target equals this get zero loss and zero gradient.
+    pub ignore_index: Option<i32>,
+    /// Label smoothing α in `[0, 1]`, spread over the global valid vocab.
+    pub label_smoothing: f32,
+}
+
+fn spec(entry: &'static str) -> KernelSpec {
+    KernelSpec {
+        family: "cross_entropy",
+        source: SOURCE,
+        entry,
+        bindings: BINDINGS,
+        constants: Vec::new(),
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    cols: u32,
+    valid_cols: u32,
+    start: u32,
+    has_ignore: u32,
+    ignore_index: i32,
+    alpha: f32,
+    inv_k: f32,
+}
+
+impl Params {
+    fn new(
+        op: &'static str,
+        rows: usize,
+        cols: usize,
+        shard: VocabShard,
+        opts: &CrossEntropyOptions,
+    ) -> Result<Params> {
+        let a = opts.label_smoothing;
+        if !(0.0..=1.0).contains(&a) {
+            return Err(Error::invalid(
+                op,
+                format!("label_smoothing {a} must lie in [0, 1]"),
+            ));
+        }
+        if a > 0.0 && shard.valid_vocab == 0 {
+            return Err(Error::invalid(
+                op,
+                "label smoothing needs valid_vocab ≥ 1 classes",
+            ));
+        }
+        // Targets are i32, so larger vocab indices could never be owned.
+        let fits = |v: usize| v <= i32::MAX as usize;
+        if !fits(shard.valid_vocab)
+            || !fits(shard.start)
+            || rows.checked_mul(cols).is_none_or(|n| n > u32::MAX as usize)
+        {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "[{rows}, {cols}] logits at column {} of {} valid: indices must fit in i32 and the element count in u32",
+                    shard.start, shard.valid_vocab
+                ),
+            ));
+        }
+        let valid_cols = shard.valid_vocab.saturating_sub(shard.start).min(cols);
+        Ok(Params {
+            rows: rows as u32,
+            cols: cols as u32,
+            valid_cols: valid_cols as u32,
+            start: shard.start as u32,
+            has_ignore: opts.ignore_index.is_some() as u32,
+            ignore_index: opts.ignore_index.unwrap_or(0),
+            alpha: a,
+            inv_k: if shard.valid_vocab > 0 {
+                1.0 / shard.valid_vocab as f32
+            } else {
+                0.0
+            },
+        })
+    }
+}
+
+/// `[T, Vr]` of an F32 logits shard.
+fn logits_shape(op: &'static str, z: &LocalTensor) -> Result<(usize, usize)> {
+    z.expect_dtype(op, DType::F32)?;
+    match *z.shape() {
+        [t, v] => Ok((t, v)),
+        _ => Err(Error::shape(op, "2-D logits [T, Vr]", z.shape())),
+    }
+}
+
+/// Check a per-row operand: `[rows]` of `dtype`, on `anchor`'s rank.
+fn row_operand(
+    op: &'static str,
+    anchor: &LocalTensor,
+    x: &LocalTensor,
+    rows: usize,
+    dtype: DType,
+) -> Result<()> {
+    x.expect_dtype(op, dtype)?;
+    anchor.same_rank(op, x)?;
+    if x.shape() != [rows] {
+        return Err(Error::shape(op, [rows], x.shape()));
+    }
+    Ok(())
+}
+
+/// Record one entry; `inputs` fill bindings 1..=6 (None → any input, unused).
+fn run(
+    entry: &'static str,
+    op: &'static str,
+    params: &Params,
+    inputs: [Option<&LocalTensor>; 6],
+    out_shape: &[usize],
+    elements: u64,
+    workgroup: u64,
+) -> Result<LocalTensor> {
+    let any = inputs
+        .iter()
+        .flatten()
+        .next()
+        .copied()
+        .expect("every entry has an input");
+    let out = any.rank().alloc(op, out_shape, DType::F32)?;
+    let b = inputs.map(|x| x.unwrap_or(any));
+    Dispatch {
+        spec: &spec(entry),
+        params: bytemuck::bytes_of(params),
+        buffers: &[b[0], b[1], b[2], b[3], b[4], b[5], &out],
+        workgroups: elements.div_ceil(workgroup),
+    }
+    .record(any.gpu())?;
+    Ok(out)
+}
+
+/// `[T]`: the max of each row over this shard's valid columns; a row with no
+/// valid column gives −3.4e38 (finite, so `z − m` downstream stays finite).
+pub fn row_max(z: &LocalTensor, shard: VocabShard) -> Result<LocalTensor> {
+    const OP: &str = "row_max";
+    let (t, v) = logits_shape(OP, z)?;
+    let p = Params::new(OP, t, v, shard, &CrossEntropyOptions::default())?;
+    let ins = [Some(z), None, None, None, None, None];
+    run("max_rows", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+}
+
+/// `[T]`: `Σ_j exp(z_j − max)` over this shard's valid columns, where `max`
+/// (`[T]`) is the global row max (after the all-reduce).
+pub fn row_sum_exp(z: &LocalTensor, max: &LocalTensor, shard: VocabShard) -> Result<LocalTensor> {
+    const OP: &str = "row_sum_exp";
+    let (t, v) = logits_shape(OP, z)?;
+    row_operand(OP, z, max, t, DType::F32)?;
+    let p = Params::new(OP, t, v, shard, &CrossEntropyOptions::default())?;
+    let ins = [Some(z), Some(max), None, None, None, None];
+    run("sum_exp_rows", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+}
+
+/// `[T]`: `z[t − start]` where this shard owns target `t` (I32 `[T]`;
+/// `start ≤ t < start + Vr` and `t < valid_vocab`), else 0.
+pub fn target_logit(
+    z: &LocalTensor,
+    targets: &LocalTensor,
+    shard: VocabShard,
+) -> Result<LocalTensor> {
+    const OP: &str = "target_logit";
+    let (t, v) = logits_shape(OP, z)?;
+    row_operand(OP, z, targets, t, DType::I32)?;
+    let p = Params::new(OP, t, v, shard, &CrossEntropyOptions::default())?;
+    let ins = [Some(z), None, None, None, None, Some(targets)];
+    run("target_logit", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+}
+
+/// `[T]`: `Σ_j z_j` over this shard's valid columns (for label smoothing).
+pub fn row_sum(z: &LocalTensor, shard: VocabShard) -> Result<LocalTensor> {
+    const OP: &str = "row_sum";
+    let (t, v) = logits_shape(OP, z)?;
+    let p = Params::new(OP, t, v, shard, &CrossEntropyOptions::default())?;
+    let ins = [Some(z), None, None, None, None, None];
+    run("sum_rows", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+}
+
+/// `[T]` per-row loss from the globally reduced pieces (all `[T]` F32 on one
+/// rank): `ln S + m − z_t`, or with label smoothing α over
+/// `num_classes` = K (the global `valid_vocab`)
+/// `(1 − α)(ln S + m − z_t) + α(ln S + m − Σz/K)`; `sum_logits` is required
+/// when α > 0 and ignored otherwise. Rows whose target is `ignore_index` get 0.
+pub fn ce_loss(
+    max: &LocalTensor,
+    sum_exp: &LocalTensor,
+    target_logit: &LocalTensor,
+    sum_logits: Option<&LocalTensor>,
+    targets: &LocalTensor,
+    num_classes: usize,
+    opts: &CrossEntropyOptions,
+) -> Result<LocalTensor> {
+    const OP: &str = "ce_loss";
+    let t = max.len();
+    row_operand(OP, max, max, t, DType::F32)?;
+    row_operand(OP, max, sum_exp, t, DType::F32)?;
+    row_operand(OP, max, target_logit, t, DType::F32)?;
+    row_operand(OP, max, targets, t, DType::I32)?;
+    let shard = VocabShard {
+        start: 0,
+        valid_vocab: num_classes,
+    };
+    let p = Params::new(OP, t, 0, shard, opts)?;
+    let sum_logits = if p.alpha > 0.0 {
+        let s = sum_logits
+            .ok_or_else(|| Error::invalid(OP, "label smoothing needs sum_logits (see row_sum)"))?;
+        row_operand(OP, max, s, t, DType::F32)?;
+        Some(s)
+    } else {
+        None
+    };
+    let ins = [
+        None,
+        Some(max),
+        Some(sum_exp),
+        Some(target_logit),
+        sum_logits,
+        Some(targets),
+    ];
+    run("loss", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+}
+
+/// `[T, Vr]` gradient of the loss w.r.t. this shard's logits:
+/// `row_scale[t] · (exp(z − m)/S − (1 − α)·onehot(t − start) − α/K)` on valid
+/// columns, 0 on padding columns and on rows whose target is `ignore_index`
+/// (whatever their `row_scale`). `max` and `sum_exp` are the global pieces;
+/// `row_scale` (`[T]`) is the incoming per-row loss gradient, e.g. `1/N` for a
+/// mean over N counted rows.
+pub fn ce_grad(
+    z: &LocalTensor,
+    max: &LocalTensor,
+    sum_exp: &LocalTensor,
+    targets: &LocalTensor,
+    row_scale: &LocalTensor,
+    shard: VocabShard,
+    opts: &CrossEntropyOptions,
+) -> Result<LocalTensor> {
+    const OP: &str = "ce_grad";
+    let (t, v) = logits_shape(OP, z)?;
+    row_operand(OP, z, max, t, DType::F32)?;
+    row_operand(OP, z, sum_exp, t, DType::F32)?;
+    row_operand(OP, z, targets, t, DType::I32)?;
+    row_operand(OP, z, row_scale, t, DType::F32)?;
+    let p = Params::new(OP, t, v, shard, opts)?;
+    let ins = [
+        Some(z),
+        Some(max),
+        Some(sum_exp),
+        Some(row_scale),
+        None,
+        Some(targets),
+    ];
+    run("grad", OP, &p, ins, &[t, v], (t * v) as u64, ELEM_WORKGROUP)
+}
+
+/// What [`cross_entropy`] returns: the per-row loss and the row statistics its
+/// gradient ([`cross_entropy_backward`]) reuses.
+#[derive(Clone, Debug)]
+pub struct CrossEntropy {
+    /// `[T]` per-row loss (0 for ignored rows).
+    pub loss: LocalTensor,
+    /// `[T]` row max of the logits.
+    pub max: LocalTensor,
+    /// `[T]` `Σ_j exp(z_j − max)`.
+    pub sum_exp: LocalTensor,
+}
+
+/// Softmax cross-entropy of logits `z` `[T, V]` (the whole, unpadded vocab on
+/// one rank) against I32 targets `[T]`: the per-row loss plus saved row
+/// statistics. Same maths as the vocab-parallel pieces with one shard.
+pub fn cross_entropy(
+    z: &LocalTensor,
+    targets: &LocalTensor,
+    opts: &CrossEntropyOptions,
+) -> Result<CrossEntropy> {
+    let (_, v) = logits_shape("cross_entropy", z)?;
+    let shard = VocabShard::full(v);
+    let max = row_max(z, shard)?;
+    let sum_exp = row_sum_exp(z, &max, shard)?;
+    let tl = target_logit(z, targets, shard)?;
+    let zsum = if opts.label_smoothing > 0.0 {
+        Some(row_sum(z, shard)?)
+    } else {
+        None
+    };
+    let loss = ce_loss(&max, &sum_exp, &tl, zsum.as_ref(), targets, v, opts)?;
+    Ok(CrossEntropy { loss, max, sum_exp })
+}
+
+/// Gradient of [`cross_entropy`] w.r.t. `z` (`[T, V]`) for the incoming
+/// per-row loss gradient `row_scale` (`[T]`); `saved` is the forward's result
+/// and `opts` must match it.
+pub fn cross_entropy_backward(
+    z: &LocalTensor,
+    targets: &LocalTensor,
+    saved: &CrossEntropy,
+    row_scale: &LocalTensor,
+    opts: &CrossEntropyOptions,
+) -> Result<LocalTensor> {
+    let (_, v) = logits_shape("cross_entropy_backward", z)?;
+    ce_grad(
+        z,
+        &saved.max,
+        &saved.sum_exp,
+        targets,
+        row_scale,
+        VocabShard::full(v),
+        opts,
+    )
+}

@@ -1,0 +1,153 @@
+//! Vocab-parallel embedding, one rank's piece (`shaders/embedding.wgsl`).
+//!
+//! The rank's table `E_r` is `[rows, dim]` and holds global vocab rows
+//! `[start, start + rows)`. For ids flattened to `n` tokens:
+//! - lookup: `out[i] = E_r[id_i − start]` if `start ≤ id_i < start + rows`,
+//!   else a zero row (negative ids included), so an all-reduce of every
+//!   rank's output gives the full lookup;
+//! - backward: `dE_r = accumulate (or 0) + Σ_{i owned} onehot(id_i − start) ⊗ dout_i`,
+//!   summed in token order: deterministic, bit-identical run to run.
+//!
+//! Rejecting ids outside the *global* vocab is the layer's job; here they are
+//! simply not owned.
+
+use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor, copy_region};
+use crate::error::{Error, Result};
+
+const SOURCE: &str = include_str!("../../shaders/embedding.wgsl");
+const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::ReadWrite];
+
+fn spec(entry: &'static str) -> KernelSpec {
+    KernelSpec {
+        family: "embedding",
+        source: SOURCE,
+        entry,
+        bindings: BINDINGS,
+        constants: Vec::new(),
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    total: u32,
+    n: u32,
+    dim: u32,
+    rows: u32,
+    start: i32,
+}
+
+fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::invalid(op, format!("{what} {v} exceeds 2^32 − 1")))
+}
+
+/// `start` as the shader's i32: ids are i32, so the owned range must fit in
+/// `[0, i32::MAX]` for `id − start` to be exact.
+fn start_i32(op: &'static str, start: i64, rows: usize) -> Result<i32> {
+    if start < 0 || start.saturating_add(rows as i64) > i32::MAX as i64 + 1 {
+        return Err(Error::invalid(
+            op,
+            format!("row range [{start}, {start} + {rows}) must lie within 0..=2^31 (ids are i32)"),
+        ));
+    }
+    Ok(start as i32)
+}
+
+/// Look up `ids` (I32, any shape, flattened to `n`) in `table` (F32
+/// `[rows, dim]`, global rows `[start, start + rows)`): returns `[n, dim]`,
+/// with zero rows for ids this table does not own.
+pub fn embedding_lookup(table: &LocalTensor, ids: &LocalTensor, start: i64) -> Result<LocalTensor> {
+    const OP: &str = "embedding_lookup";
+    table.expect_dtype(OP, DType::F32)?;
+    ids.expect_dtype(OP, DType::I32)?;
+    table.same_rank(OP, ids)?;
+    let &[rows, dim] = table.shape() else {
+        return Err(Error::shape(OP, "a 2-D table [rows, dim]", table.shape()));
+    };
+    let n = ids.len();
+    let start = start_i32(OP, start, rows)?;
+    let total = n
+        .checked_mul(dim)
+        .ok_or_else(|| Error::invalid(OP, "n × dim overflows usize"))?;
+    let out = table.rank().alloc(OP, &[n, dim], DType::F32)?;
+    let params = Params {
+        total: to_u32(OP, "n × dim", total)?,
+        n: to_u32(OP, "n", n)?,
+        dim: to_u32(OP, "dim", dim)?,
+        rows: to_u32(OP, "rows", rows)?,
+        start,
+    };
+    Dispatch {
+        spec: &spec("lookup"),
+        params: bytemuck::bytes_of(&params),
+        buffers: &[ids, table, &out],
+        workgroups: (total as u64).div_ceil(256),
+    }
+    .record(table.gpu())?;
+    Ok(out)
+}
+
+/// Gradient of [`embedding_lookup`] for a table of `rows` rows starting at
+/// global id `start`: returns `[rows, dim]` = `accumulate` (or zeros) plus,
+/// for every owned id, `dout`'s row added into row `id − start`.
+///
+/// `dout` is `[.., dim]` with `ids.len()` rows (e.g. `[n, dim]`, or `ids`'s
+/// shape plus `dim`); `accumulate`, if given, is `[rows, dim]` and is not
+/// modified. Repeated ids are summed in token order with no atomics, so the
+/// result is bit-identical run to run.
+pub fn embedding_backward(
+    ids: &LocalTensor,
+    dout: &LocalTensor,
+    rows: usize,
+    start: i64,
+    accumulate: Option<&LocalTensor>,
+) -> Result<LocalTensor> {
+    const OP: &str = "embedding_backward";
+    ids.expect_dtype(OP, DType::I32)?;
+    dout.expect_dtype(OP, DType::F32)?;
+    ids.same_rank(OP, dout)?;
+    let n = ids.len();
+    let dim = match dout.shape().last() {
+        Some(&d) if n.checked_mul(d) == Some(dout.len()) => d,
+        _ => {
+            return Err(Error::shape(
+                OP,
+                format!("dout [.., dim] with {n} rows (one per id)"),
+                dout.shape(),
+            ));
+        }
+    };
+    let start = start_i32(OP, start, rows)?;
+    let rank = ids.rank();
+    let out = match accumulate {
+        Some(acc) => {
+            acc.expect_dtype(OP, DType::F32)?;
+            ids.same_rank(OP, acc)?;
+            if acc.shape() != [rows, dim] {
+                return Err(Error::shape(OP, [rows, dim], acc.shape()));
+            }
+            let out = rank.alloc(OP, &[rows, dim], DType::F32)?;
+            copy_region(acc, 0, &out, 0, acc.len())?;
+            out
+        }
+        None => rank.zeros(&[rows, dim], DType::F32)?,
+    };
+    if n == 0 || rows == 0 {
+        return Ok(out);
+    }
+    let params = Params {
+        total: 0,
+        n: to_u32(OP, "n", n)?,
+        dim: to_u32(OP, "dim", dim)?,
+        rows: to_u32(OP, "rows", rows)?,
+        start,
+    };
+    Dispatch {
+        spec: &spec("scatter_add"),
+        params: bytemuck::bytes_of(&params),
+        buffers: &[ids, dout, &out],
+        workgroups: (dim as u64).div_ceil(64),
+    }
+    .record(ids.gpu())?;
+    Ok(out)
+}
