@@ -234,12 +234,14 @@ fn member(mesh: &Mesh, r: usize, device_id: u64) -> Option<Rank> {
 }
 
 fn foreign(op: &'static str, r: usize, mesh: &Mesh) -> Error {
+    let what = if r < mesh.size() {
+        format!("rank {r} belongs to another mesh")
+    } else {
+        format!("rank {r} is not one of this mesh's {} ranks", mesh.size())
+    };
     Error::invalid(
         op,
-        format!(
-            "rank {r} is not a rank of this mesh (size {}, or it belongs to another mesh); pass tensors created on this mesh's ranks",
-            mesh.size()
-        ),
+        format!("{what}; pass tensors and ranks of the mesh the collective runs on"),
     )
 }
 
