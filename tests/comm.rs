@@ -519,7 +519,7 @@ fn counters_count_calls_and_bytes_exactly() {
 #[test]
 fn bad_inputs_give_errors_and_the_mesh_keeps_working() {
     for (name, m) in meshes(4) {
-        let (other, _) = (mesh(2), ());
+        let other = mesh(2);
         let foreign_shared = shared_mesh(2);
         let r = m.ranks();
         let a = r[0].upload(&[2, 3], &[1.0; 6]).unwrap();
