@@ -5,9 +5,16 @@
 //!   scatter-add backward against f64.
 //! - `kernels_cross_entropy`: softmax cross-entropy pieces on a padded vocab
 //!   shard, the single-rank loss and gradient, against f64.
+//! - `comm`: collectives on both transports, every world size, bad inputs.
+//! - `device`: adapter selection errors and software adapters.
+//! - `shaders`: every WGSL family validated by naga and translated to MSL,
+//!   HLSL, SPIR-V and GLSL.
 
 mod util;
 
+mod comm;
+mod device;
 mod kernels_cross_entropy;
 mod kernels_elementwise;
 mod kernels_embedding;
+mod shaders;

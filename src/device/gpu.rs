@@ -386,15 +386,19 @@ impl Gpu {
 
     /// Submit everything recorded so far (no wait). Retired buffers become reusable.
     pub fn flush(&self) -> Option<wgpu::SubmissionIndex> {
+        // Submit while holding the state lock: a retired buffer must not be
+        // handed out (and written with `write_buffer`, which lands at the start
+        // of the next submit) before the encoder that still uses it is submitted,
+        // or the write would overtake those commands.
         let mut st = lock(&self.state);
         let enc = st.encoder.take();
         st.recorded = 0;
+        let index = enc.map(|e| self.queue.submit([e.finish()]));
         let retired = std::mem::take(&mut st.retired);
         for (size, b) in retired {
             st.free.entry(size).or_default().push(b);
         }
-        drop(st);
-        enc.map(|e| self.queue.submit([e.finish()]))
+        index
     }
 
     /// Submit pending work and block until the device is idle.

@@ -123,7 +123,7 @@ impl Rank {
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows usize")))?;
-        let bytes = (n as u64).checked_mul(4).unwrap_or(u64::MAX);
+        let bytes = (n as u64).saturating_mul(4);
         self.gpu.check_binding(op, bytes)?;
         let (size, buffer) = self.gpu.take_buffer(bytes);
         Ok(LocalTensor {

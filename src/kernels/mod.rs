@@ -3,6 +3,7 @@
 //! output on the operands' rank, and records one or more dispatches into that
 //! device's pending encoder without waiting.
 
+pub(crate) mod collective;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
@@ -24,4 +25,5 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("optim", include_str!("../../shaders/optim.wgsl")),
     ("embedding", include_str!("../../shaders/embedding.wgsl")),
     ("cross_entropy", include_str!("../../shaders/cross_entropy.wgsl")),
+    ("collective", include_str!("../../shaders/collective.wgsl")),
 ];

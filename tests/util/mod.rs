@@ -15,16 +15,8 @@ pub const WORLD_SIZES: &[usize] = &[1, 2, 3, 4, 8];
 /// `WGPU_BACKEND`), with output poisoning on so unwritten elements show as NaN.
 pub fn mesh(n: usize) -> Mesh {
     static MESHES: OnceLock<Mutex<HashMap<usize, Mesh>>> = OnceLock::new();
-    let map = MESHES.get_or_init(|| {
-        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-            // Vulkan loaders warn without it; harmless but noisy.
-            let dir = std::env::temp_dir().join("wgpu-tp-xdg");
-            let _ = std::fs::create_dir_all(&dir);
-            // SAFETY: set once, before any mesh (and its threads) exists.
-            unsafe { std::env::set_var("XDG_RUNTIME_DIR", dir) };
-        }
-        Mutex::new(HashMap::new())
-    });
+    mesh_env();
+    let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
     map.entry(n)
         .or_insert_with(|| {
@@ -37,6 +29,45 @@ pub fn mesh(n: usize) -> Mesh {
             m
         })
         .clone()
+}
+
+/// The shared mesh of `n` ranks on ONE wgpu device (collectives are on-device
+/// copies, `Transport::SharedDevice`), poisoned like [`mesh`].
+pub fn shared_mesh(n: usize) -> Mesh {
+    static MESHES: OnceLock<Mutex<HashMap<usize, Mesh>>> = OnceLock::new();
+    // Same XDG_RUNTIME_DIR set-up as `mesh`, done once.
+    mesh_env();
+    let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    map.entry(n)
+        .or_insert_with(|| {
+            let m = wgpu_tp::MeshBuilder::new()
+                .ranks(n)
+                .shared_device()
+                .build()
+                .expect("a GPU adapter (install mesa-vulkan-drivers)");
+            m.set_poison(true);
+            eprintln!(
+                "[wgpu-tp tests] shared-device mesh of {n} ranks on {}",
+                m.adapter_summary()
+            );
+            m
+        })
+        .clone()
+}
+
+/// Sets `XDG_RUNTIME_DIR` once if unset (Vulkan loaders warn without it);
+/// call before building a private mesh.
+pub fn mesh_env() {
+    static ENV: OnceLock<()> = OnceLock::new();
+    ENV.get_or_init(|| {
+        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+            let dir = std::env::temp_dir().join("wgpu-tp-xdg");
+            let _ = std::fs::create_dir_all(&dir);
+            // SAFETY: set once, before any mesh (and its threads) exists.
+            unsafe { std::env::set_var("XDG_RUNTIME_DIR", dir) };
+        }
+    });
 }
 
 /// A small deterministic generator (SplitMix64) so tests need no extra crate;

@@ -1,0 +1,205 @@
+//! Shared-device transport (all ranks on one wgpu device): nothing touches the
+//! host. Gathers, scatters and broadcasts are on-device copies
+//! ([`copy_block`]: `copy_buffer_to_buffer` for contiguous blocks, a strided
+//! copy kernel otherwise); reductions copy participant 0's block into a fresh
+//! output and fold the others into it in participant order with
+//! [`reduce_block`], once, then copy the result to every other rank, so all
+//! ranks hold bit-identical bytes. Everything is recorded into the device's
+//! pending encoder; nothing waits.
+
+use super::layout::with_dim;
+use super::{AllToAll, ReduceOp, around};
+use crate::device::{LocalTensor, Rank};
+use crate::error::Result;
+use crate::kernels::collective::{Block, Combine, copy_block, reduce_block};
+use crate::shard::split_range;
+
+fn combine(op: ReduceOp) -> Combine {
+    match op {
+        ReduceOp::Sum => Combine::Sum,
+        ReduceOp::Max => Combine::Max,
+    }
+}
+
+/// A fresh tensor on `rank` holding a copy of `src` (same shape and dtype).
+fn copy_to(rank: &Rank, src: &LocalTensor) -> Result<LocalTensor> {
+    let out = rank.alloc("collective", src.shape(), src.dtype())?;
+    copy_block(src, &out, Block::whole(src.len()))?;
+    Ok(out)
+}
+
+/// `first` followed by copies of it on the remaining ranks.
+fn replicate(first: LocalTensor, rest: &[Rank]) -> Result<Vec<LocalTensor>> {
+    let mut out = Vec::with_capacity(rest.len() + 1);
+    for r in rest {
+        out.push(copy_to(r, &first)?);
+    }
+    out.insert(0, first);
+    Ok(out)
+}
+
+/// A block of `range` along `dim` of a tensor of `shape`, written to the whole
+/// of a tensor holding just that slice.
+fn slice_block(shape: &[usize], dim: usize, range: std::ops::Range<usize>) -> Block {
+    let (outer, n, inner) = around(shape, dim);
+    Block {
+        outer,
+        len: range.len(),
+        inner,
+        src_dim: n,
+        src_start: range.start,
+        dst_dim: range.len(),
+        dst_start: 0,
+    }
+}
+
+/// The whole of a tensor of `shape` written at `offset` along `dim` of a
+/// tensor whose `dim` has size `dst_dim`.
+fn place_block(shape: &[usize], dim: usize, dst_dim: usize, offset: usize) -> Block {
+    let (outer, n, inner) = around(shape, dim);
+    Block {
+        outer,
+        len: n,
+        inner,
+        src_dim: n,
+        src_start: 0,
+        dst_dim,
+        dst_start: offset,
+    }
+}
+
+pub(super) fn all_reduce(
+    shards: &[LocalTensor],
+    ranks: &[Rank],
+    op: ReduceOp,
+) -> Result<Vec<LocalTensor>> {
+    let acc = copy_to(&ranks[0], &shards[0])?;
+    let whole = Block::whole(acc.len());
+    for s in &shards[1..] {
+        reduce_block(s, &acc, whole, combine(op))?;
+    }
+    replicate(acc, &ranks[1..])
+}
+
+pub(super) fn all_gather(
+    shards: &[LocalTensor],
+    ranks: &[Rank],
+    dim: usize,
+) -> Result<Vec<LocalTensor>> {
+    let total: usize = shards.iter().map(|s| s.shape()[dim]).sum();
+    let shape = with_dim(shards[0].shape(), dim, total);
+    let first = ranks[0].alloc("all_gather", &shape, shards[0].dtype())?;
+    let mut at = 0;
+    for s in shards {
+        copy_block(s, &first, place_block(s.shape(), dim, total, at))?;
+        at += s.shape()[dim];
+    }
+    replicate(first, &ranks[1..])
+}
+
+pub(super) fn reduce_scatter(
+    shards: &[LocalTensor],
+    ranks: &[Rank],
+    dim: usize,
+    op: ReduceOp,
+) -> Result<Vec<LocalTensor>> {
+    let shape = shards[0].shape();
+    let p = ranks.len();
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let range = split_range(shape[dim], p, i);
+            let out = r.alloc(
+                "reduce_scatter",
+                &with_dim(shape, dim, range.len()),
+                shards[0].dtype(),
+            )?;
+            let block = slice_block(shape, dim, range);
+            copy_block(&shards[0], &out, block)?;
+            for s in &shards[1..] {
+                reduce_block(s, &out, block, combine(op))?;
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+pub(super) fn broadcast(
+    src: &LocalTensor,
+    ranks: &[Rank],
+    root: usize,
+) -> Result<Vec<LocalTensor>> {
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if i == root {
+                Ok(src.clone())
+            } else {
+                copy_to(r, src)
+            }
+        })
+        .collect()
+}
+
+pub(super) fn scatter(src: &LocalTensor, ranks: &[Rank], dim: usize) -> Result<Vec<LocalTensor>> {
+    let shape = src.shape();
+    let p = ranks.len();
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let range = split_range(shape[dim], p, i);
+            let out = r.alloc("scatter", &with_dim(shape, dim, range.len()), src.dtype())?;
+            copy_block(src, &out, slice_block(shape, dim, range))?;
+            Ok(out)
+        })
+        .collect()
+}
+
+pub(super) fn all_to_all(
+    shards: &[LocalTensor],
+    ranks: &[Rank],
+    plan: &AllToAll,
+) -> Result<Vec<LocalTensor>> {
+    let (split, concat) = (plan.split_dim, plan.concat_dim);
+    let dtype = shards[0].dtype();
+    ranks
+        .iter()
+        .enumerate()
+        .map(|(j, r)| {
+            let shape = &plan.out_shapes[j];
+            let out = r.alloc("all_to_all", shape, dtype)?;
+            for (i, s) in shards.iter().enumerate() {
+                let range = plan.pieces[i][j].clone();
+                let offset = plan.offsets[i][j];
+                if split == concat {
+                    // One window along one dim: straight from shard to output.
+                    let (outer, n, inner) = around(s.shape(), split);
+                    let block = Block {
+                        outer,
+                        len: range.len(),
+                        inner,
+                        src_dim: n,
+                        src_start: range.start,
+                        dst_dim: shape[concat],
+                        dst_start: offset,
+                    };
+                    copy_block(s, &out, block)?;
+                } else {
+                    // Two windows along two dims: cut the piece out, then place it.
+                    let piece_shape = with_dim(s.shape(), split, range.len());
+                    let piece = r.alloc("all_to_all", &piece_shape, dtype)?;
+                    copy_block(s, &piece, slice_block(s.shape(), split, range))?;
+                    copy_block(
+                        &piece,
+                        &out,
+                        place_block(&piece_shape, concat, shape[concat], offset),
+                    )?;
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}

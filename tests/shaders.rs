@@ -1,0 +1,116 @@
+//! Every WGSL family in `wgpu_tp::kernels::SHADERS` parses and validates with
+//! naga, and translates to MSL, HLSL, SPIR-V and GLSL (430 core and ES 310, one
+//! translation per compute entry point). CI cannot run Metal or DX12, so this
+//! is how we know those backends compile our kernels.
+
+use naga::back::{glsl, hlsl, msl, spv};
+use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
+
+/// Values for `override` constants the shader leaves without a default:
+/// integers 64 (plausible workgroup sizes and tile counts), floats 1, bools false.
+fn override_values(module: &naga::Module) -> naga::back::PipelineConstants {
+    let mut out = naga::back::PipelineConstants::default();
+    for (_, o) in module.overrides.iter() {
+        if o.init.is_some() {
+            continue;
+        }
+        let key = match (o.id, &o.name) {
+            (Some(id), _) => id.to_string(),
+            (None, Some(name)) => name.clone(),
+            (None, None) => continue,
+        };
+        let value = match module.types[o.ty].inner.scalar_kind() {
+            Some(naga::ScalarKind::Float) => 1.0,
+            Some(naga::ScalarKind::Bool) => 0.0,
+            _ => 64.0,
+        };
+        out.insert(key, value);
+    }
+    out
+}
+
+fn translate(name: &str, source: &str) -> Vec<String> {
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{name}: WGSL parse error:\n{}", e.emit_to_string(source)));
+    let info: ModuleInfo = Validator::new(ValidationFlags::all(), Capabilities::all())
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(source)));
+    let constants = override_values(&module);
+    let (module, info) =
+        naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
+            .unwrap_or_else(|e| panic!("{name}: resolving overrides {constants:?}: {e}"));
+    let (module, info) = (module.as_ref(), info.as_ref());
+    let entries: Vec<String> = module
+        .entry_points
+        .iter()
+        .filter(|ep| ep.stage == naga::ShaderStage::Compute)
+        .map(|ep| ep.name.clone())
+        .collect();
+    assert!(!entries.is_empty(), "{name}: no compute entry points");
+
+    let msl_options = msl::Options {
+        lang_version: (2, 0),
+        ..Default::default()
+    };
+    msl::write_string(module, info, &msl_options, &msl::PipelineOptions::default())
+        .unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
+
+    let mut hlsl_out = String::new();
+    hlsl::Writer::new(
+        &mut hlsl_out,
+        &hlsl::Options::default(),
+        &hlsl::PipelineOptions::default(),
+    )
+    .write(module, info, None)
+    .unwrap_or_else(|e| panic!("{name}: HLSL: {e}"));
+
+    spv::write_vec(module, info, &spv::Options::default(), None)
+        .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
+
+    // wgpu's GL backend never offers SHADER_F16, so f16 families need no GLSL.
+    let glsl_versions: &[glsl::Version] = if source.contains("enable f16") {
+        eprintln!("[shaders] {name}: uses f16, GLSL skipped (wgpu's GL backend has no SHADER_F16)");
+        &[]
+    } else {
+        &[glsl::Version::Desktop(430), glsl::Version::new_gles(310)]
+    };
+    for &version in glsl_versions {
+        for entry in &entries {
+            let options = glsl::Options {
+                version,
+                ..Default::default()
+            };
+            let pipeline = glsl::PipelineOptions {
+                shader_stage: naga::ShaderStage::Compute,
+                entry_point: entry.clone(),
+                multiview: None,
+            };
+            let mut out = String::new();
+            glsl::Writer::new(
+                &mut out,
+                module,
+                info,
+                &options,
+                &pipeline,
+                naga::proc::BoundsCheckPolicies::default(),
+            )
+            .and_then(|mut w| w.write())
+            .unwrap_or_else(|e| panic!("{name}::{entry}: GLSL {version}: {e}"));
+        }
+    }
+    entries
+}
+
+#[test]
+fn every_shader_validates_and_translates_to_all_backends() {
+    let shaders = wgpu_tp::kernels::SHADERS;
+    assert!(!shaders.is_empty());
+    for (name, source) in shaders {
+        let entries = translate(name, source);
+        eprintln!(
+            "[shaders] {name}: {} -> MSL, HLSL, SPIR-V, GLSL 430/310es",
+            entries.join(", ")
+        );
+    }
+    eprintln!("[shaders] {} families translated", shaders.len());
+}
