@@ -365,13 +365,3 @@ pub(crate) fn around(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     outer_dim_inner(shape, dim)
 }
 
-/// Re-split along `concat_dim` what is split along `split_dim` (Shard(split) -> Shard(concat)).
-pub fn all_to_all(
-    mesh: &Mesh,
-    shards: &[LocalTensor],
-    split_dim: usize,
-    concat_dim: usize,
-) -> Result<Vec<LocalTensor>> {
-    let _ = (mesh, shards, split_dim, concat_dim);
-    Err(todo("all_to_all"))
-}

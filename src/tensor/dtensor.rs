@@ -325,7 +325,7 @@ impl DTensor {
                     .collect::<Result<Vec<_>>>()?
             }
             (Placement::Shard(d), Placement::Shard(e)) => {
-                comm::all_to_all(mesh, &self.shards, d, e)?
+                comm::all_to_all(mesh, &self.shards, e, d)?
             }
             (Placement::Replicate, Placement::Partial(ReduceOp::Sum)) => self
                 .shards
