@@ -3,7 +3,7 @@
 //! the issue; ignore_index, label smoothing and padded vocabularies give the
 //! same loss for every P; communication counts match MATH.md.
 
-use crate::util::{assert_close, mesh, Rng, WORLD_SIZES};
+use crate::util::{assert_close, count_lock, counting_mesh, mesh, Rng, WORLD_SIZES};
 use wgpu_tp::nn::{
     CrossEntropyConfig, EmbeddingConfig, ParallelEmbedding, Reduction, VocabParallelCrossEntropy,
     VocabParallelEmbedding,
@@ -33,6 +33,7 @@ fn scatter_ref(vocab: usize, dim: usize, ids: &[i32], dout: &[f32], padding: Opt
 
 #[test]
 fn embeddings_match_reference_on_every_world_size() {
+    let _counting = count_lock();
     let mut rng = Rng::fresh("embeddings");
     let (vocab, dim, n) = (13, 7, 17);
     let table = rng.vec(vocab * dim);
@@ -44,7 +45,7 @@ fn embeddings_match_reference_on_every_world_size() {
     ids[3] = 3;
     let dout = rng.vec(n * dim);
     for &p in WORLD_SIZES {
-        let m = mesh(p);
+        let m = counting_mesh(p);
         for &padding in &[None, Some(3usize)] {
             let mut cfg = EmbeddingConfig::new(vocab, dim);
             cfg.padding_idx = padding;
@@ -116,9 +117,10 @@ fn ce_ref(z: &[f32], t: &[i32], vocab: usize, valid: usize, alpha: f64, ignore: 
 
 #[test]
 fn cross_entropy_closed_form_p4() {
+    let _counting = count_lock();
     // Each of 4 ranks holds logits 0..7 in every row: global vocab 32, 16 rows,
     // targets 0,2,...,30; loss_i = ln(4·Σ_{k<8} e^k) − (2i mod 8).
-    let m = mesh(4);
+    let m = counting_mesh(4);
     let (rows, vocab) = (16usize, 32usize);
     let z: Vec<f32> = (0..rows * vocab).map(|i| (i % 8) as f32).collect();
     let targets: Vec<i32> = (0..rows as i32).map(|i| 2 * i).collect();
@@ -142,6 +144,7 @@ fn cross_entropy_closed_form_p4() {
 
 #[test]
 fn cross_entropy_matches_reference_and_serial_for_every_option() {
+    let _counting = count_lock();
     let mut rng = Rng::fresh("cross_entropy");
     let (rows, vocab) = (13usize, 17usize);
     let mut z: Vec<f32> = rng.vec(rows * vocab).iter().map(|v| v * 4.0).collect();
@@ -173,7 +176,7 @@ fn cross_entropy_matches_reference_and_serial_for_every_option() {
             Reduction::Mean => vec![loss_ref.iter().sum::<f64>() / counted],
         };
         for &p in WORLD_SIZES {
-            let m = mesh(p);
+            let m = counting_mesh(p);
             let cfg = CrossEntropyConfig { ignore_index: ignore, reduction, label_smoothing: alpha as f32, valid_vocab: None };
             let mut ce = VocabParallelCrossEntropy::new(cfg).unwrap();
             let logits = DTensor::from_host(&m, &[rows, vocab], &z, Placement::Shard(1)).unwrap();

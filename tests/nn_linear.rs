@@ -4,7 +4,7 @@
 //! communication counts match MATH.md's table exactly.
 
 use crate::util::reference::{gemm, linear, sum_rows, widen};
-use crate::util::{assert_close, mesh, Rng, WORLD_SIZES};
+use crate::util::{assert_close, count_lock, counting_mesh, mesh, Rng, WORLD_SIZES};
 use wgpu_tp::nn::{
     ColumnParallelConfig, ColumnParallelLinear, InitRng, Module, RowParallelConfig, RowParallelLinear, Sgd,
 };
@@ -17,6 +17,7 @@ const SIZES: &[(usize, usize, usize)] = &[(7, 13, 17), (5, 3, 6)];
 
 #[test]
 fn column_parallel_matches_reference_on_every_world_size() {
+    let _counting = count_lock();
     let mut rng = Rng::fresh("column_parallel");
     for &(t, inp, out) in SIZES {
         let w = rng.vec(out * inp);
@@ -26,7 +27,7 @@ fn column_parallel_matches_reference_on_every_world_size() {
         for &gather in &[false, true] {
             let mut serial: Option<Vec<f32>> = None;
             for &p in WORLD_SIZES {
-                let m = mesh(p);
+                let m = counting_mesh(p);
                 let mut cfg = ColumnParallelConfig::new(inp, out);
                 cfg.gather_output = gather;
                 let mut layer = ColumnParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
@@ -64,6 +65,7 @@ fn column_parallel_matches_reference_on_every_world_size() {
 
 #[test]
 fn row_parallel_matches_reference_on_every_world_size() {
+    let _counting = count_lock();
     let mut rng = Rng::fresh("row_parallel");
     for &(t, inp, out) in SIZES {
         let w = rng.vec(out * inp);
@@ -72,7 +74,7 @@ fn row_parallel_matches_reference_on_every_world_size() {
         let dy = rng.vec(t * out);
         for &parallel_in in &[true, false] {
             for &p in WORLD_SIZES {
-                let m = mesh(p);
+                let m = counting_mesh(p);
                 let mut cfg = RowParallelConfig::new(inp, out);
                 cfg.input_is_parallel = parallel_in;
                 let mut layer = RowParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
@@ -110,13 +112,14 @@ fn row_parallel_matches_reference_on_every_world_size() {
 /// one all-reduce forward and one backward; two SGD steps give the serial weights.
 #[test]
 fn mlp_comm_counts_and_sgd_steps_match_serial() {
+    let _counting = count_lock();
     let (t, d, h) = (6, 11, 13);
     let mut rng = Rng::fresh("mlp_sgd");
     let x = rng.vec(t * d);
     let dy = rng.vec(t * d);
     let mut results: Vec<(usize, Vec<f32>, Vec<f32>)> = Vec::new();
     for &p in WORLD_SIZES {
-        let m = mesh(p);
+        let m = counting_mesh(p);
         let mut init = InitRng::new(42);
         let mut fc1 = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(d, h), &mut init).unwrap();
         let mut fc2 = RowParallelLinear::new(&m, RowParallelConfig::new(h, d), &mut init).unwrap();

@@ -9,6 +9,7 @@
 //! - `device`: adapter selection errors and software adapters.
 //! - `shaders`: every WGSL family validated by naga and translated to MSL,
 //!   HLSL, SPIR-V and GLSL.
+//! - `tensor`: DTensor placements, redistribution, conjugate mappings, layout kernels.
 
 mod util;
 
@@ -18,3 +19,4 @@ mod kernels_cross_entropy;
 mod kernels_elementwise;
 mod kernels_embedding;
 mod shaders;
+mod tensor;

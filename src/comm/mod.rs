@@ -364,4 +364,3 @@ fn check_same_except(op: &'static str, shards: &[LocalTensor], dim: usize) -> Re
 pub(crate) fn around(shape: &[usize], dim: usize) -> (usize, usize, usize) {
     outer_dim_inner(shape, dim)
 }
-

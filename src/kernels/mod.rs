@@ -20,10 +20,16 @@ pub use layout::{concat, narrow};
 
 /// Every shader family's WGSL source by name, for validation and translation tests.
 pub const SHADERS: &[(&str, &str)] = &[
-    ("elementwise", include_str!("../../shaders/elementwise.wgsl")),
+    (
+        "elementwise",
+        include_str!("../../shaders/elementwise.wgsl"),
+    ),
     ("layout", include_str!("../../shaders/layout.wgsl")),
     ("optim", include_str!("../../shaders/optim.wgsl")),
     ("embedding", include_str!("../../shaders/embedding.wgsl")),
-    ("cross_entropy", include_str!("../../shaders/cross_entropy.wgsl")),
+    (
+        "cross_entropy",
+        include_str!("../../shaders/cross_entropy.wgsl"),
+    ),
     ("collective", include_str!("../../shaders/collective.wgsl")),
 ];

@@ -11,19 +11,33 @@ use wgpu_tp::Mesh;
 /// World sizes every parallel test covers.
 pub const WORLD_SIZES: &[usize] = &[1, 2, 3, 4, 8];
 
-/// The shared mesh of `n` simulated ranks on the default adapter (honours
-/// `WGPU_BACKEND`), with output poisoning on so unwritten elements show as NaN.
-pub fn mesh(n: usize) -> Mesh {
-    static MESHES: OnceLock<Mutex<HashMap<usize, Mesh>>> = OnceLock::new();
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Kind {
+    Simulated,
+    SharedDevice,
+    CountingSimulated,
+    CountingSharedDevice,
+}
+
+/// One mesh per (kind, world size) for the whole test binary, poisoned so
+/// unwritten kernel outputs show as NaN.
+fn cached(kind: Kind, n: usize) -> Mesh {
+    static MESHES: OnceLock<Mutex<HashMap<(Kind, usize), Mesh>>> = OnceLock::new();
     mesh_env();
     let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry(n)
+    map.entry((kind, n))
         .or_insert_with(|| {
-            let m = Mesh::simulated(n).expect("a GPU adapter (install mesa-vulkan-drivers)");
+            let mut b = wgpu_tp::MeshBuilder::new().ranks(n);
+            if matches!(kind, Kind::SharedDevice | Kind::CountingSharedDevice) {
+                b = b.shared_device();
+            }
+            let m = b
+                .build()
+                .expect("a GPU adapter (install mesa-vulkan-drivers)");
             m.set_poison(true);
             eprintln!(
-                "[wgpu-tp tests] mesh of {n} ranks on {}",
+                "[wgpu-tp tests] {kind:?} mesh of {n} ranks on {}",
                 m.adapter_summary()
             );
             m
@@ -31,29 +45,34 @@ pub fn mesh(n: usize) -> Mesh {
         .clone()
 }
 
+/// The shared mesh of `n` simulated ranks on the default adapter (honours
+/// `WGPU_BACKEND`), each rank its own wgpu device.
+pub fn mesh(n: usize) -> Mesh {
+    cached(Kind::Simulated, n)
+}
+
 /// The shared mesh of `n` ranks on ONE wgpu device (collectives are on-device
-/// copies, `Transport::SharedDevice`), poisoned like [`mesh`].
+/// copies, `Transport::SharedDevice`).
 pub fn shared_mesh(n: usize) -> Mesh {
-    static MESHES: OnceLock<Mutex<HashMap<usize, Mesh>>> = OnceLock::new();
-    // Same XDG_RUNTIME_DIR set-up as `mesh`, done once.
-    mesh_env();
-    let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry(n)
-        .or_insert_with(|| {
-            let m = wgpu_tp::MeshBuilder::new()
-                .ranks(n)
-                .shared_device()
-                .build()
-                .expect("a GPU adapter (install mesa-vulkan-drivers)");
-            m.set_poison(true);
-            eprintln!(
-                "[wgpu-tp tests] shared-device mesh of {n} ranks on {}",
-                m.adapter_summary()
-            );
-            m
-        })
-        .clone()
+    cached(Kind::SharedDevice, n)
+}
+
+/// Serialises the tests that read communication counters: hold it while
+/// using [`counting_mesh`] / [`counting_shared_mesh`], whose counters no other
+/// test touches (tests run in parallel, and the plain meshes are shared).
+pub fn count_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A simulated mesh reserved for tests that count collectives (take [`count_lock`] first).
+pub fn counting_mesh(n: usize) -> Mesh {
+    cached(Kind::CountingSimulated, n)
+}
+
+/// A shared-device mesh reserved for tests that count collectives (take [`count_lock`] first).
+pub fn counting_shared_mesh(n: usize) -> Mesh {
+    cached(Kind::CountingSharedDevice, n)
 }
 
 /// Sets `XDG_RUNTIME_DIR` once if unset (Vulkan loaders warn without it);
@@ -159,7 +178,15 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
 /// f64 reference maths on row-major host data.
 pub mod reference {
     /// `a [m,k] · b [k,n]` with optional transposes (a is `[k,m]` when `ta`, b is `[n,k]` when `tb`).
-    pub fn gemm(a: &[f32], b: &[f32], m: usize, n: usize, k: usize, ta: bool, tb: bool) -> Vec<f64> {
+    pub fn gemm(
+        a: &[f32],
+        b: &[f32],
+        m: usize,
+        n: usize,
+        k: usize,
+        ta: bool,
+        tb: bool,
+    ) -> Vec<f64> {
         let mut c = vec![0.0f64; m * n];
         for i in 0..m {
             for j in 0..n {
@@ -176,7 +203,14 @@ pub mod reference {
     }
 
     /// `y = x Wᵀ + b` for `x [t, in]`, `W [out, in]`.
-    pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, t: usize, inp: usize, out: usize) -> Vec<f64> {
+    pub fn linear(
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        t: usize,
+        inp: usize,
+        out: usize,
+    ) -> Vec<f64> {
         let mut y = gemm(x, w, t, out, inp, false, true);
         if let Some(b) = b {
             for i in 0..t {
