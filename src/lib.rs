@@ -7,6 +7,7 @@ pub mod comm;
 mod device;
 mod error;
 pub mod kernels;
+pub mod nn;
 pub mod shard;
 pub mod tensor;
 

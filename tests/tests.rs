@@ -10,6 +10,7 @@
 //! - `shaders`: every WGSL family validated by naga and translated to MSL,
 //!   HLSL, SPIR-V and GLSL.
 //! - `tensor`: DTensor placements, redistribution, conjugate mappings, layout kernels.
+//! - `kernels_gemm`: gemm (transposes, bias, accumulate) and sum_rows against f64.
 
 mod util;
 
@@ -18,5 +19,6 @@ mod device;
 mod kernels_cross_entropy;
 mod kernels_elementwise;
 mod kernels_embedding;
+mod kernels_gemm;
 mod shaders;
 mod tensor;

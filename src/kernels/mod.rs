@@ -7,8 +7,10 @@ pub(crate) mod collective;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
+pub mod gemm;
 pub mod layout;
 pub mod optim;
+pub mod reduce;
 
 pub use cross_entropy::{
     CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,
@@ -16,7 +18,9 @@ pub use cross_entropy::{
 };
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use embedding::{embedding_backward, embedding_lookup};
+pub use gemm::{GemmOptions, gemm, matmul};
 pub use layout::{concat, narrow};
+pub use reduce::sum_rows;
 
 /// Every shader family's WGSL source by name, for validation and translation tests.
 pub const SHADERS: &[(&str, &str)] = &[
@@ -32,4 +36,8 @@ pub const SHADERS: &[(&str, &str)] = &[
         include_str!("../../shaders/cross_entropy.wgsl"),
     ),
     ("collective", include_str!("../../shaders/collective.wgsl")),
+    // gemm.wgsl is completed by a tail that declares b; these are both variants.
+    ("gemm", gemm::SOURCES[0].1),
+    ("gemm_vec4", gemm::SOURCES[1].1),
+    ("reduce", include_str!("../../shaders/reduce.wgsl")),
 ];

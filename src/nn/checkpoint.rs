@@ -17,7 +17,11 @@ pub fn to_safetensors_bytes(model: &dyn Module) -> Result<Vec<u8>> {
     let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, p) in model.named_parameters() {
         let data = p.master()?;
-        owned.push((name, p.shape().to_vec(), bytemuck::cast_slice(&data).to_vec()));
+        owned.push((
+            name,
+            p.shape().to_vec(),
+            bytemuck::cast_slice(&data).to_vec(),
+        ));
     }
     let views = owned
         .iter()
@@ -41,7 +45,8 @@ pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()
 /// Every parameter must be present with dtype F32 and the model's shape;
 /// tensors in the file that the model lacks are an error too (`strict`).
 pub fn from_safetensors_bytes(model: &mut dyn Module, bytes: &[u8]) -> Result<()> {
-    let st = SafeTensors::deserialize(bytes).map_err(|e| Error::Checkpoint(format!("not a safetensors file: {e}")))?;
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| Error::Checkpoint(format!("not a safetensors file: {e}")))?;
     let mut values: HashMap<String, Vec<f32>> = HashMap::new();
     let params = model.named_parameters();
     for (name, p) in &params {

@@ -70,7 +70,11 @@ impl std::fmt::Debug for VocabParallelCrossEntropy {
 }
 
 /// All-reduce per-rank row statistics (skipped, not counted, on one rank).
-fn all_reduce_rows(like: &DTensor, parts: Vec<LocalTensor>, op: ReduceOp) -> Result<Vec<LocalTensor>> {
+fn all_reduce_rows(
+    like: &DTensor,
+    parts: Vec<LocalTensor>,
+    op: ReduceOp,
+) -> Result<Vec<LocalTensor>> {
     if like.mesh().size() == 1 {
         return Ok(parts);
     }
@@ -86,10 +90,16 @@ impl VocabParallelCrossEntropy {
         if !(0.0..=1.0).contains(&config.label_smoothing) {
             return Err(Error::invalid(
                 "VocabParallelCrossEntropy::new",
-                format!("label_smoothing must be in [0, 1], got {}", config.label_smoothing),
+                format!(
+                    "label_smoothing must be in [0, 1], got {}",
+                    config.label_smoothing
+                ),
             ));
         }
-        Ok(VocabParallelCrossEntropy { config, saved: None })
+        Ok(VocabParallelCrossEntropy {
+            config,
+            saved: None,
+        })
     }
 
     /// The settings.
@@ -104,15 +114,28 @@ impl VocabParallelCrossEntropy {
         let mesh = logits.mesh();
         let p = mesh.size();
         if logits.shape().len() != 2 || logits.shape()[0] != targets.len() {
-            return Err(Error::shape(OP, format!("[{}, vocab]", targets.len()), logits.shape()));
+            return Err(Error::shape(
+                OP,
+                format!("[{}, vocab]", targets.len()),
+                logits.shape(),
+            ));
         }
         if p > 1 && logits.placement() != Placement::Shard(1) {
-            return Err(Error::invalid(OP, format!("logits must be placed Shard(1), got {:?}", logits.placement())));
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "logits must be placed Shard(1), got {:?}",
+                    logits.placement()
+                ),
+            ));
         }
         let vocab = logits.shape()[1];
         let valid_vocab = self.config.valid_vocab.unwrap_or(vocab);
         if valid_vocab > vocab || valid_vocab == 0 {
-            return Err(Error::invalid(OP, format!("valid_vocab {valid_vocab} must be in 1..={vocab}")));
+            return Err(Error::invalid(
+                OP,
+                format!("valid_vocab {valid_vocab} must be in 1..={vocab}"),
+            ));
         }
         let mut counted = 0;
         for &t in targets {
@@ -143,8 +166,13 @@ impl VocabParallelCrossEntropy {
             .iter()
             .map(|r| r.upload_i32(&[targets.len()], targets))
             .collect::<Result<Vec<_>>>()?;
-        let each = |f: &dyn Fn(usize) -> Result<LocalTensor>| (0..p).map(f).collect::<Result<Vec<_>>>();
-        let max = all_reduce_rows(logits, each(&|r| kernels::row_max(&z[r], shard(r)))?, ReduceOp::Max)?;
+        let each =
+            |f: &dyn Fn(usize) -> Result<LocalTensor>| (0..p).map(f).collect::<Result<Vec<_>>>();
+        let max = all_reduce_rows(
+            logits,
+            each(&|r| kernels::row_max(&z[r], shard(r)))?,
+            ReduceOp::Max,
+        )?;
         let pred = all_reduce_rows(
             logits,
             each(&|r| kernels::target_logit(&z[r], &tgt[r], shard(r)))?,
@@ -156,7 +184,11 @@ impl VocabParallelCrossEntropy {
             ReduceOp::Sum,
         )?;
         let sum_z = if opts.label_smoothing > 0.0 {
-            Some(all_reduce_rows(logits, each(&|r| kernels::row_sum(&z[r], shard(r)))?, ReduceOp::Sum)?)
+            Some(all_reduce_rows(
+                logits,
+                each(&|r| kernels::row_sum(&z[r], shard(r)))?,
+                ReduceOp::Sum,
+            )?)
         } else {
             None
         };
@@ -174,12 +206,20 @@ impl VocabParallelCrossEntropy {
         let (loss, shape) = match self.config.reduction {
             Reduction::None => (loss, vec![targets.len()]),
             red => {
-                let scale = if red == Reduction::Mean { 1.0 / counted.max(1) as f32 } else { 1.0 };
+                let scale = if red == Reduction::Mean {
+                    1.0 / counted.max(1) as f32
+                } else {
+                    1.0
+                };
                 let reduced = loss
                     .iter()
                     .map(|l| {
                         let s = kernels::sum_rows(&l.reshape(&[targets.len(), 1])?)?;
-                        if scale == 1.0 { Ok(s) } else { kernels::scale(&s, scale) }
+                        if scale == 1.0 {
+                            Ok(s)
+                        } else {
+                            kernels::scale(&s, scale)
+                        }
                     })
                     .collect::<Result<Vec<_>>>()?;
                 (reduced, vec![1])
@@ -226,7 +266,10 @@ impl VocabParallelCrossEntropy {
         let row_scale: Vec<LocalTensor> = match (dloss, self.config.reduction) {
             (None, _) => {
                 let ones = vec![per_row; t];
-                mesh.ranks().iter().map(|r| r.upload(&[t], &ones)).collect::<Result<_>>()?
+                mesh.ranks()
+                    .iter()
+                    .map(|r| r.upload(&[t], &ones))
+                    .collect::<Result<_>>()?
             }
             (Some(d), Reduction::None) => {
                 if d.shape() != [t] {

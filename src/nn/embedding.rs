@@ -44,7 +44,9 @@ impl EmbeddingConfig {
     }
 
     fn master(&self, rng: &mut InitRng) -> Vec<f32> {
-        let mut w = self.init.sample(rng, self.num_embeddings, self.embedding_dim);
+        let mut w = self
+            .init
+            .sample(rng, self.num_embeddings, self.embedding_dim);
         if let Some(p) = self.padding_idx
             && p < self.num_embeddings
         {
@@ -97,7 +99,10 @@ impl EmbeddingConfig {
 }
 
 fn upload_ids(mesh: &Mesh, ids: &[i32]) -> Result<Vec<LocalTensor>> {
-    mesh.ranks().iter().map(|r| r.upload_i32(&[ids.len()], ids)).collect()
+    mesh.ranks()
+        .iter()
+        .map(|r| r.upload_i32(&[ids.len()], ids))
+        .collect()
 }
 
 /// Embedding with the vocabulary split over ranks (Megatron's `VocabParallelEmbedding`).
@@ -140,7 +145,11 @@ impl VocabParallelEmbedding {
 
     /// The vocab rows `[start, end)` rank `r` holds.
     pub fn vocab_range(&self, r: usize) -> std::ops::Range<usize> {
-        split_range(self.config.num_embeddings, self.weight.value.mesh().size(), r)
+        split_range(
+            self.config.num_embeddings,
+            self.weight.value.mesh().size(),
+            r,
+        )
     }
 
     /// Ids (any flat list of tokens) → `[ids.len(), dim]`, `Replicate`.
@@ -151,7 +160,13 @@ impl VocabParallelEmbedding {
         let mesh = table.mesh();
         let ids_dev = upload_ids(mesh, ids)?;
         let parts = (0..mesh.size())
-            .map(|r| kernels::embedding_lookup(&table.shards()[r], &ids_dev[r], self.vocab_range(r).start as i64))
+            .map(|r| {
+                kernels::embedding_lookup(
+                    &table.shards()[r],
+                    &ids_dev[r],
+                    self.vocab_range(r).start as i64,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let shape = vec![ids.len(), self.config.embedding_dim];
         let partial = table.with_shards(parts, shape, Placement::Partial(crate::ReduceOp::Sum));
@@ -181,7 +196,13 @@ impl VocabParallelEmbedding {
         let grads = (0..table.mesh().size())
             .map(|r| {
                 let range = self.vocab_range(r);
-                kernels::embedding_backward(&ids[r], &dout.shards()[r], range.len(), range.start as i64, None)
+                kernels::embedding_backward(
+                    &ids[r],
+                    &dout.shards()[r],
+                    range.len(),
+                    range.start as i64,
+                    None,
+                )
             })
             .collect::<Result<Vec<_>>>()?;
         let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
@@ -278,7 +299,15 @@ impl ParallelEmbedding {
         let dout = Mapping::GatherFromParallel(1).backward(dout)?;
         let table = &self.weight.value;
         let grads = (0..table.mesh().size())
-            .map(|r| kernels::embedding_backward(&ids[r], &dout.shards()[r], self.config.num_embeddings, 0, None))
+            .map(|r| {
+                kernels::embedding_backward(
+                    &ids[r],
+                    &dout.shards()[r],
+                    self.config.num_embeddings,
+                    0,
+                    None,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
         self.weight.accumulate_grad(g)

@@ -104,7 +104,8 @@ impl Init {
         let n = fan_out * fan_in;
         let fi = fan_in.max(1) as f64;
         let fo = fan_out.max(1) as f64;
-        let mut draw = |f: &mut dyn FnMut(&mut InitRng) -> f64| (0..n).map(|_| f(rng) as f32).collect();
+        let mut draw =
+            |f: &mut dyn FnMut(&mut InitRng) -> f64| (0..n).map(|_| f(rng) as f32).collect();
         match *self {
             Init::Normal { mean, std } => draw(&mut |r| mean as f64 + std as f64 * r.normal()),
             Init::Uniform { low, high } => {

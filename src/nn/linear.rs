@@ -94,13 +94,21 @@ fn check_input(op: &'static str, x: &DTensor, features: usize) -> Result<()> {
 
 fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
     if got != want {
-        return Err(Error::invalid(op, format!("{what} has {got} values, expected {want}")));
+        return Err(Error::invalid(
+            op,
+            format!("{what} has {got} values, expected {want}"),
+        ));
     }
     Ok(())
 }
 
 /// Per rank: `gemm(a_r, b_r, opts)`.
-fn gemm_each(a: &DTensor, b: &DTensor, trans_a: bool, trans_b: bool) -> Result<Vec<crate::LocalTensor>> {
+fn gemm_each(
+    a: &DTensor,
+    b: &DTensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Vec<crate::LocalTensor>> {
     a.shards()
         .iter()
         .zip(b.shards())
@@ -128,10 +136,19 @@ fn add_bias_each(y: &DTensor, b: &DTensor) -> Result<Vec<crate::LocalTensor>> {
 }
 
 /// Gradients of `y = x Wᵀ (+b)` per rank: (dW, db).
-fn weight_grads(dy: &DTensor, x: &DTensor, with_bias: bool) -> Result<(Vec<crate::LocalTensor>, Option<Vec<crate::LocalTensor>>)> {
+fn weight_grads(
+    dy: &DTensor,
+    x: &DTensor,
+    with_bias: bool,
+) -> Result<(Vec<crate::LocalTensor>, Option<Vec<crate::LocalTensor>>)> {
     let dw = gemm_each(dy, x, true, false)?;
     let db = if with_bias {
-        Some(dy.shards().iter().map(kernels::sum_rows).collect::<Result<Vec<_>>>()?)
+        Some(
+            dy.shards()
+                .iter()
+                .map(kernels::sum_rows)
+                .collect::<Result<Vec<_>>>()?,
+        )
     } else {
         None
     };
@@ -152,17 +169,32 @@ pub struct ColumnParallelLinear {
 impl ColumnParallelLinear {
     /// A layer initialised from `rng` (master drawn on the host, then sliced).
     pub fn new(mesh: &Mesh, config: ColumnParallelConfig, rng: &mut InitRng) -> Result<Self> {
-        let w = config.init.sample(rng, config.out_features, config.in_features);
+        let w = config
+            .init
+            .sample(rng, config.out_features, config.in_features);
         let b = config.bias.then(|| vec![0.0; config.out_features]);
         Self::from_master(mesh, config, &w, b.as_deref())
     }
 
     /// A layer holding the given master weight `[out, in]` and bias `[out]`.
-    pub fn from_master(mesh: &Mesh, config: ColumnParallelConfig, weight: &[f32], bias: Option<&[f32]>) -> Result<Self> {
+    pub fn from_master(
+        mesh: &Mesh,
+        config: ColumnParallelConfig,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+    ) -> Result<Self> {
         const OP: &str = "ColumnParallelLinear::from_master";
-        check_master(OP, "weight", weight.len(), config.out_features * config.in_features)?;
+        check_master(
+            OP,
+            "weight",
+            weight.len(),
+            config.out_features * config.in_features,
+        )?;
         if bias.is_some() != config.bias {
-            return Err(Error::invalid(OP, "give a bias exactly when config.bias is true"));
+            return Err(Error::invalid(
+                OP,
+                "give a bias exactly when config.bias is true",
+            ));
         }
         let weight = Parameter::from_master(
             mesh,
@@ -174,7 +206,13 @@ impl ColumnParallelLinear {
         let bias = match bias {
             Some(b) => {
                 check_master(OP, "bias", b.len(), config.out_features)?;
-                Some(Parameter::from_master(mesh, &[config.out_features], b, Placement::Shard(0), config.stride)?)
+                Some(Parameter::from_master(
+                    mesh,
+                    &[config.out_features],
+                    b,
+                    Placement::Shard(0),
+                    config.stride,
+                )?)
             }
             None => None,
         };
@@ -252,7 +290,11 @@ impl ColumnParallelLinear {
             let g = v.with_shards(db, v.shape().to_vec(), v.placement());
             b.accumulate_grad(g)?;
         }
-        let dx = x.with_shards(dx, x.shape().to_vec(), Placement::Partial(crate::ReduceOp::Sum));
+        let dx = x.with_shards(
+            dx,
+            x.shape().to_vec(),
+            Placement::Partial(crate::ReduceOp::Sum),
+        );
         Mapping::CopyToParallel.backward(&dx)
     }
 
@@ -299,17 +341,32 @@ pub struct RowParallelLinear {
 impl RowParallelLinear {
     /// A layer initialised from `rng` (master drawn on the host, then sliced).
     pub fn new(mesh: &Mesh, config: RowParallelConfig, rng: &mut InitRng) -> Result<Self> {
-        let w = config.init.sample(rng, config.out_features, config.in_features);
+        let w = config
+            .init
+            .sample(rng, config.out_features, config.in_features);
         let b = config.bias.then(|| vec![0.0; config.out_features]);
         Self::from_master(mesh, config, &w, b.as_deref())
     }
 
     /// A layer holding the given master weight `[out, in]` and bias `[out]`.
-    pub fn from_master(mesh: &Mesh, config: RowParallelConfig, weight: &[f32], bias: Option<&[f32]>) -> Result<Self> {
+    pub fn from_master(
+        mesh: &Mesh,
+        config: RowParallelConfig,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+    ) -> Result<Self> {
         const OP: &str = "RowParallelLinear::from_master";
-        check_master(OP, "weight", weight.len(), config.out_features * config.in_features)?;
+        check_master(
+            OP,
+            "weight",
+            weight.len(),
+            config.out_features * config.in_features,
+        )?;
         if bias.is_some() != config.bias {
-            return Err(Error::invalid(OP, "give a bias exactly when config.bias is true"));
+            return Err(Error::invalid(
+                OP,
+                "give a bias exactly when config.bias is true",
+            ));
         }
         let weight = Parameter::from_master(
             mesh,
@@ -321,7 +378,13 @@ impl RowParallelLinear {
         let bias = match bias {
             Some(b) => {
                 check_master(OP, "bias", b.len(), config.out_features)?;
-                Some(Parameter::from_master(mesh, &[config.out_features], b, Placement::Replicate, 1)?)
+                Some(Parameter::from_master(
+                    mesh,
+                    &[config.out_features],
+                    b,
+                    Placement::Replicate,
+                    1,
+                )?)
             }
             None => None,
         };

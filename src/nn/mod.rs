@@ -13,11 +13,15 @@ mod model;
 mod optim;
 mod parameter;
 
-pub use checkpoint::{from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes};
+pub use checkpoint::{
+    from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
+};
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use embedding::{EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use init::{Init, InitRng};
-pub use linear::{ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear};
+pub use linear::{
+    ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
+};
 pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use optim::{AdamW, Sgd};
-pub use parameter::{prefixed, prefixed_mut, Module, Parameter};
+pub use parameter::{Module, Parameter, prefixed, prefixed_mut};

@@ -11,8 +11,10 @@
 use super::cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 use super::embedding::{EmbeddingConfig, VocabParallelEmbedding};
 use super::init::InitRng;
-use super::linear::{ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear};
-use super::parameter::{prefixed, prefixed_mut, Module, Parameter};
+use super::linear::{
+    ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
+};
+use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels::{self, Activation};
@@ -44,7 +46,10 @@ pub struct MlpLanguageModel {
     saved_pre_act: Option<DTensor>,
 }
 
-fn map_local(x: &DTensor, f: impl Fn(&crate::LocalTensor) -> Result<crate::LocalTensor>) -> Result<DTensor> {
+fn map_local(
+    x: &DTensor,
+    f: impl Fn(&crate::LocalTensor) -> Result<crate::LocalTensor>,
+) -> Result<DTensor> {
     let shards = x.shards().iter().map(f).collect::<Result<Vec<_>>>()?;
     DTensor::from_shards(x.mesh(), shards, x.shape(), x.placement())
 }
@@ -53,9 +58,18 @@ impl MlpLanguageModel {
     /// A model whose master weights are drawn from `seed` (the same for every world size).
     pub fn new(mesh: &Mesh, cfg: MlpLmConfig, seed: u64) -> Result<Self> {
         let mut rng = InitRng::new(seed);
-        let embed = VocabParallelEmbedding::new(mesh, EmbeddingConfig::new(cfg.vocab, cfg.hidden), &mut rng)?;
-        let fc1 = ColumnParallelLinear::new(mesh, ColumnParallelConfig::new(cfg.hidden, cfg.ffn), &mut rng)?;
-        let fc2 = RowParallelLinear::new(mesh, RowParallelConfig::new(cfg.ffn, cfg.hidden), &mut rng)?;
+        let embed = VocabParallelEmbedding::new(
+            mesh,
+            EmbeddingConfig::new(cfg.vocab, cfg.hidden),
+            &mut rng,
+        )?;
+        let fc1 = ColumnParallelLinear::new(
+            mesh,
+            ColumnParallelConfig::new(cfg.hidden, cfg.ffn),
+            &mut rng,
+        )?;
+        let fc2 =
+            RowParallelLinear::new(mesh, RowParallelConfig::new(cfg.ffn, cfg.hidden), &mut rng)?;
         let mut head_cfg = ColumnParallelConfig::new(cfg.hidden, cfg.vocab);
         head_cfg.bias = false;
         let head = ColumnParallelLinear::new(mesh, head_cfg, &mut rng)?;
@@ -76,7 +90,11 @@ impl MlpLanguageModel {
     /// Forward to the mean loss (`[1]`, replicated); saves what backward needs.
     pub fn forward(&mut self, ids: &[i32], targets: &[i32]) -> Result<DTensor> {
         if ids.len() != targets.len() {
-            return Err(Error::shape("MlpLanguageModel::forward", [ids.len()], [targets.len()]));
+            return Err(Error::shape(
+                "MlpLanguageModel::forward",
+                [ids.len()],
+                [targets.len()],
+            ));
         }
         let h = self.embed.forward(ids)?;
         let pre = self.fc1.forward(&h)?;
@@ -89,10 +107,9 @@ impl MlpLanguageModel {
 
     /// Backward from the loss; accumulates every parameter's gradient.
     pub fn backward(&mut self) -> Result<()> {
-        let pre = self
-            .saved_pre_act
-            .take()
-            .ok_or_else(|| Error::invalid("MlpLanguageModel::backward", "call forward before backward"))?;
+        let pre = self.saved_pre_act.take().ok_or_else(|| {
+            Error::invalid("MlpLanguageModel::backward", "call forward before backward")
+        })?;
         let dlogits = self.loss.backward(None)?;
         let dh2 = self.head.backward(&dlogits)?;
         let dact = self.fc2.backward(&dh2)?;

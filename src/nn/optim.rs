@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::parameter::{Module, Parameter};
 use crate::device::LocalTensor;
 use crate::error::Result;
-use crate::kernels::optim::{adamw_step, sgd_step, AdamWStep, SgdStep};
+use crate::kernels::optim::{AdamWStep, SgdStep, adamw_step, sgd_step};
 
 /// Stochastic gradient descent with optional momentum and L2 weight decay
 /// (PyTorch's `torch.optim.SGD` rule, dampening 0, no Nesterov).

@@ -51,18 +51,42 @@ fn reorder(src: &[f32], shape: &[usize], dim: usize, order: &[usize], inverse: b
     out
 }
 
-fn permute_strided(master: &[f32], shape: &[usize], dim: usize, stride: usize, p: usize) -> Vec<f32> {
+fn permute_strided(
+    master: &[f32],
+    shape: &[usize],
+    dim: usize,
+    stride: usize,
+    p: usize,
+) -> Vec<f32> {
     if stride == 1 {
         return master.to_vec();
     }
-    reorder(master, shape, dim, &strided_order(shape[dim], stride, p), false)
+    reorder(
+        master,
+        shape,
+        dim,
+        &strided_order(shape[dim], stride, p),
+        false,
+    )
 }
 
-fn unpermute_strided(perm: &[f32], shape: &[usize], dim: usize, stride: usize, p: usize) -> Vec<f32> {
+fn unpermute_strided(
+    perm: &[f32],
+    shape: &[usize],
+    dim: usize,
+    stride: usize,
+    p: usize,
+) -> Vec<f32> {
     if stride == 1 {
         return perm.to_vec();
     }
-    reorder(perm, shape, dim, &strided_order(shape[dim], stride, p), true)
+    reorder(
+        perm,
+        shape,
+        dim,
+        &strided_order(shape[dim], stride, p),
+        true,
+    )
 }
 
 impl Parameter {
@@ -111,7 +135,9 @@ impl Parameter {
     pub fn master(&self) -> Result<Vec<f32>> {
         let v = self.value.to_host()?;
         Ok(match self.value.placement() {
-            Placement::Shard(d) => unpermute_strided(&v, self.shape(), d, self.stride, self.value.mesh().size()),
+            Placement::Shard(d) => {
+                unpermute_strided(&v, self.shape(), d, self.stride, self.value.mesh().size())
+            }
             _ => v,
         })
     }
@@ -121,7 +147,9 @@ impl Parameter {
         let Some(g) = &self.grad else { return Ok(None) };
         let v = g.to_host()?;
         Ok(Some(match g.placement() {
-            Placement::Shard(d) => unpermute_strided(&v, self.shape(), d, self.stride, g.mesh().size()),
+            Placement::Shard(d) => {
+                unpermute_strided(&v, self.shape(), d, self.stride, g.mesh().size())
+            }
             _ => v,
         }))
     }
@@ -185,8 +213,14 @@ pub trait Module {
 }
 
 /// Prefix names: `prefixed("fc1", m)` gives `fc1.weight`, ...
-pub fn prefixed<'a>(prefix: &str, params: Vec<(String, &'a Parameter)>) -> Vec<(String, &'a Parameter)> {
-    params.into_iter().map(|(n, p)| (format!("{prefix}.{n}"), p)).collect()
+pub fn prefixed<'a>(
+    prefix: &str,
+    params: Vec<(String, &'a Parameter)>,
+) -> Vec<(String, &'a Parameter)> {
+    params
+        .into_iter()
+        .map(|(n, p)| (format!("{prefix}.{n}"), p))
+        .collect()
 }
 
 /// Mutable form of [`prefixed`].
@@ -194,5 +228,8 @@ pub fn prefixed_mut<'a>(
     prefix: &str,
     params: Vec<(String, &'a mut Parameter)>,
 ) -> Vec<(String, &'a mut Parameter)> {
-    params.into_iter().map(|(n, p)| (format!("{prefix}.{n}"), p)).collect()
+    params
+        .into_iter()
+        .map(|(n, p)| (format!("{prefix}.{n}"), p))
+        .collect()
 }

@@ -1,0 +1,76 @@
+//! Prints gemm GFLOP/s (2·M·N·K / time) on the default adapter (honours
+//! `WGPU_BACKEND`), and the first-call time of each layout (mostly pipeline
+//! compilation); best of several runs. `cargo run --release --example gemm_speed [sizes...]`.
+
+use std::time::Instant;
+
+use wgpu_tp::kernels::{self, GemmOptions};
+use wgpu_tp::{Mesh, Result};
+
+fn main() -> Result<()> {
+    let mesh = Mesh::simulated(1)?;
+    let r = &mesh.ranks()[0];
+    println!("adapter: {}", mesh.adapter_summary());
+    // First call per (trans_a, trans_b, vec4 b) variant: compile + tiny run.
+    for (ta, tb, n) in [
+        (false, false, 8),
+        (false, false, 7),
+        (true, false, 8),
+        (false, true, 8),
+        (false, true, 7),
+        (true, true, 8),
+    ] {
+        let a = r.upload(&[8, 8], &[1.0; 64])?;
+        let b = r.upload(&[8, n], &vec![1.0; 8 * n])?;
+        let b = if tb { b.reshape(&[n, 8])? } else { b };
+        let t = Instant::now();
+        let opts = GemmOptions {
+            trans_a: ta,
+            trans_b: tb,
+            ..Default::default()
+        };
+        kernels::gemm(&a, &b, opts)?.to_vec()?;
+        println!(
+            "first call ta={ta} tb={tb} n={n}: {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![256, 512, 1024]
+    } else {
+        sizes
+    };
+    for s in sizes {
+        let data: Vec<f32> = (0..s * s).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
+        let a = r.upload(&[s, s], &data)?;
+        let b = r.upload(&[s, s], &data)?;
+        for (ta, tb) in [(false, false), (false, true), (true, false)] {
+            let opts = GemmOptions {
+                trans_a: ta,
+                trans_b: tb,
+                ..Default::default()
+            };
+            kernels::gemm(&a, &b, opts)?;
+            mesh.synchronize()?;
+            // Best of several runs: the machine may be shared.
+            let reps = (4e9 / (2.0 * (s * s * s) as f64)).clamp(3.0, 30.0) as usize;
+            let mut dt = f64::INFINITY;
+            for _ in 0..reps {
+                let t = Instant::now();
+                kernels::gemm(&a, &b, opts)?;
+                mesh.synchronize()?;
+                dt = dt.min(t.elapsed().as_secs_f64());
+            }
+            println!(
+                "{s}^3 ta={ta} tb={tb}: {:.2} GFLOP/s ({:.1} ms)",
+                2.0 * (s * s * s) as f64 / dt / 1e9,
+                dt * 1e3
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! Matrix multiply (`shaders/gemm.wgsl`): `C = op(A)·op(B) (+ bias) (+ accumulate)`
+//! on one rank, with `op` an optional transpose, A `[M,K]` (or `[K,M]`),
+//! B `[K,N]` (or `[N,K]`), bias `[N]` broadcast over rows and accumulate
+//! `[M,N]` (for `dW += …`). The output is a fresh `[M,N]` tensor.
+
+use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use crate::error::{Error, Result};
+
+/// Rows and columns of C per invocation (`TM`, `TN` in the shader).
+const TILE_M: usize = 4;
+const TILE_N: usize = 16;
+/// Invocations per workgroup (all along N; the `WG` override).
+const WORKGROUP: usize = 16;
+
+const BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+
+/// The shader with `b` read one element at a time (any shape).
+const SOURCE_SCALAR: &str = concat!(
+    include_str!("../../shaders/gemm.wgsl"),
+    r#"
+// Tail: b read element-wise.
+const B_VEC: bool = false;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+fn b1(i: u32) -> f32 { return b[i]; }
+fn b4(i: u32) -> vec4<f32> { return vec4<f32>(b[4u * i], b[4u * i + 1u], b[4u * i + 2u], b[4u * i + 3u]); }
+
+@compute @workgroup_size(WG)
+fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    gemm_main(wg, nwg, li);
+}
+"#
+);
+
+/// The shader with `b` read as vec4s: only when b's contiguous dimension is a
+/// multiple of 4 (so its length is too, and the binding holds whole vec4s).
+const SOURCE_VEC4: &str = concat!(
+    include_str!("../../shaders/gemm.wgsl"),
+    r#"
+// Tail: b read as aligned vec4s (its length is a multiple of 4).
+const B_VEC: bool = true;
+@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
+fn b1(i: u32) -> f32 { return b[i / 4u][i % 4u]; }
+fn b4(i: u32) -> vec4<f32> { return b[i]; }
+
+@compute @workgroup_size(WG)
+fn gemm_vec4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) li: u32) {
+    gemm_main(wg, nwg, li);
+}
+"#
+);
+
+/// Both complete gemm shader sources, for validation tests.
+pub(crate) const SOURCES: &[(&str, &str)] = &[("gemm", SOURCE_SCALAR), ("gemm_vec4", SOURCE_VEC4)];
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    flags: u32,
+    groups_n: u32,
+    groups: u32,
+    _pad: [u32; 2],
+}
+
+/// Options for [`gemm`]: `C = op(A)·op(B) (+ bias broadcast over rows) (+ accumulate)`.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct GemmOptions<'a> {
+    /// Use Aᵀ: A is stored `[K, M]`.
+    pub trans_a: bool,
+    /// Use Bᵀ: B is stored `[N, K]`.
+    pub trans_b: bool,
+    /// `[N]`, added to every row of C.
+    pub bias: Option<&'a LocalTensor>,
+    /// `[M, N]`, added to C (gradient accumulation: `dW_new = dW + Xᵀ·dY`).
+    pub accumulate: Option<&'a LocalTensor>,
+}
+
+/// `[rows, cols]` of a 2-D operand, or a shape error naming it.
+fn dims2(op: &'static str, what: &str, t: &LocalTensor) -> Result<(usize, usize)> {
+    match *t.shape() {
+        [r, c] => Ok((r, c)),
+        ref s => Err(Error::shape(op, format!("{what} as a 2-D tensor"), s)),
+    }
+}
+
+fn fits_u32(op: &'static str, t: &LocalTensor) -> Result<()> {
+    // Indices are u32 in the shader; the binding limit normally rules this out first.
+    if t.len() > u32::MAX as usize / 2 {
+        return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
+    }
+    Ok(())
+}
+
+/// `C = op(A)·op(B) (+ bias) (+ accumulate)` with A `[M,K]` (`[K,M]` when
+/// `trans_a`), B `[K,N]` (`[N,K]` when `trans_b`), bias `[N]`, accumulate
+/// `[M,N]`; returns a fresh `[M,N]` tensor on the operands' rank. K = 0 gives
+/// bias + accumulate (or zeros). All operands must be f32 on one rank.
+pub fn gemm(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
+    const OP: &str = "gemm";
+    let (ar, ac) = dims2(OP, if opts.trans_a { "A [K, M]" } else { "A [M, K]" }, a)?;
+    let (br, bc) = dims2(OP, if opts.trans_b { "B [N, K]" } else { "B [K, N]" }, b)?;
+    let (m, k) = if opts.trans_a { (ac, ar) } else { (ar, ac) };
+    let (kb, n) = if opts.trans_b { (bc, br) } else { (br, bc) };
+    let mut operands = vec![a, b];
+    operands.extend(opts.bias);
+    operands.extend(opts.accumulate);
+    for t in &operands {
+        t.expect_dtype(OP, DType::F32)?;
+        a.same_rank(OP, t)?;
+        fits_u32(OP, t)?;
+    }
+    if kb != k {
+        let want = if opts.trans_b {
+            format!("B [N, {k}] (K of A)")
+        } else {
+            format!("B [{k}, N] (K of A)")
+        };
+        return Err(Error::shape(OP, want, b.shape()));
+    }
+    if let Some(bias) = opts.bias
+        && bias.shape() != [n]
+    {
+        return Err(Error::shape(OP, [n], bias.shape()));
+    }
+    if let Some(acc) = opts.accumulate
+        && acc.shape() != [m, n]
+    {
+        return Err(Error::shape(OP, [m, n], acc.shape()));
+    }
+    let out = a.rank().alloc(OP, &[m, n], DType::F32)?;
+    fits_u32(OP, &out)?;
+    if m == 0 || n == 0 {
+        return Ok(out);
+    }
+    // vec4 loads of b need its contiguous dimension to be a multiple of 4.
+    let b_vec = if opts.trans_b {
+        k > 0 && k % 4 == 0
+    } else {
+        k > 0 && n % 4 == 0
+    };
+    let groups_n = n.div_ceil(WORKGROUP * TILE_N);
+    let groups = m.div_ceil(TILE_M) as u64 * groups_n as u64;
+    let params = Params {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        flags: opts.bias.is_some() as u32 | (opts.accumulate.is_some() as u32) << 1,
+        groups_n: groups_n as u32,
+        groups: u32::try_from(groups).map_err(|_| Error::invalid(OP, "grid too large"))?,
+        _pad: [0; 2],
+    };
+    let (entry, source) = if b_vec {
+        ("gemm_vec4", SOURCE_VEC4)
+    } else {
+        ("gemm", SOURCE_SCALAR)
+    };
+    let spec = KernelSpec {
+        family: "gemm",
+        source,
+        entry,
+        bindings: BINDINGS,
+        constants: vec![
+            ("TA", opts.trans_a as u8 as f64),
+            ("TB", opts.trans_b as u8 as f64),
+            ("WG", WORKGROUP as f64),
+        ],
+    };
+    // Absent bias/accumulate bind `a` in their place; the flags keep them unread.
+    Dispatch {
+        spec: &spec,
+        params: bytemuck::bytes_of(&params),
+        buffers: &[
+            a,
+            b,
+            opts.bias.unwrap_or(a),
+            opts.accumulate.unwrap_or(a),
+            &out,
+        ],
+        workgroups: groups,
+    }
+    .record(a.gpu())?;
+    Ok(out)
+}
+
+/// `A·B` for A `[M,K]` and B `[K,N]`: [`gemm`] without transposes, bias or accumulate.
+pub fn matmul(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
+    gemm(a, b, GemmOptions::default())
+}

@@ -1,0 +1,331 @@
+//! GEMM (all transposes, bias, accumulate) and sum_rows against an f64 CPU
+//! reference; ragged and empty shapes, folded grids, and error cases.
+
+use crate::util::{Rng, assert_close, mesh};
+use wgpu_tp::kernels::{self, GemmOptions};
+use wgpu_tp::{DType, Error, Rank};
+
+/// f64 reference for `op(A)·op(B) + bias + acc` with A given as stored.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    a: &[f32],
+    b: &[f32],
+    (m, n, k): (usize, usize, usize),
+    ta: bool,
+    tb: bool,
+    bias: Option<&[f32]>,
+    acc: Option<&[f32]>,
+) -> Vec<f64> {
+    let mut c = vec![0.0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0f64;
+            for p in 0..k {
+                let x = if ta { a[p * m + i] } else { a[i * k + p] };
+                let y = if tb { b[j * k + p] } else { b[p * n + j] };
+                s += x as f64 * y as f64;
+            }
+            if let Some(bias) = bias {
+                s += bias[j] as f64;
+            }
+            if let Some(acc) = acc {
+                s += acc[i * n + j] as f64;
+            }
+            c[i * n + j] = s;
+        }
+    }
+    c
+}
+
+/// Run one gemm case on `r` and compare against the reference.
+#[allow(clippy::too_many_arguments)]
+fn check_case(
+    r: &Rank,
+    rng: &mut Rng,
+    (m, n, k): (usize, usize, usize),
+    ta: bool,
+    tb: bool,
+    with_bias: bool,
+    with_acc: bool,
+) {
+    let a = rng.vec(m * k);
+    let b = rng.vec(k * n);
+    let bias = rng.vec(n);
+    let acc = rng.vec(m * n);
+    let ta_shape = if ta { [k, m] } else { [m, k] };
+    let tb_shape = if tb { [n, k] } else { [k, n] };
+    let a_t = r.upload(&ta_shape, &a).unwrap();
+    let b_t = r.upload(&tb_shape, &b).unwrap();
+    let bias_t = r.upload(&[n], &bias).unwrap();
+    let acc_t = r.upload(&[m, n], &acc).unwrap();
+    let opts = GemmOptions {
+        trans_a: ta,
+        trans_b: tb,
+        bias: with_bias.then_some(&bias_t),
+        accumulate: with_acc.then_some(&acc_t),
+    };
+    let out = kernels::gemm(&a_t, &b_t, opts).unwrap();
+    assert_eq!(out.shape(), &[m, n]);
+    let got = out.to_vec().unwrap();
+    let want = reference(
+        &a,
+        &b,
+        (m, n, k),
+        ta,
+        tb,
+        with_bias.then_some(&bias[..]),
+        with_acc.then_some(&acc[..]),
+    );
+    let what = format!("gemm m={m} n={n} k={k} ta={ta} tb={tb} bias={with_bias} acc={with_acc}");
+    assert_close(&what, &got, &want, 1e-5);
+}
+
+#[test]
+fn gemm_all_transposes_bias_accumulate() {
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("gemm_all");
+    let shapes = [
+        (1, 1, 1),
+        (7, 13, 17),
+        (17, 7, 13),
+        (13, 17, 7),
+        (4, 8, 12),
+        (64, 64, 64),
+        (255, 129, 67),
+        (9, 300, 5),
+    ];
+    for &shape in &shapes {
+        for ta in [false, true] {
+            for tb in [false, true] {
+                for (bias, acc) in [(false, false), (true, false), (false, true), (true, true)] {
+                    check_case(r, &mut rng, shape, ta, tb, bias, acc);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_square_256_each_layout() {
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("gemm_256");
+    for ta in [false, true] {
+        for tb in [false, true] {
+            check_case(r, &mut rng, (256, 256, 256), ta, tb, ta, tb);
+        }
+    }
+    // matmul is gemm without options.
+    let a = rng.vec(5 * 6);
+    let b = rng.vec(6 * 3);
+    let got = kernels::matmul(
+        &r.upload(&[5, 6], &a).unwrap(),
+        &r.upload(&[6, 3], &b).unwrap(),
+    )
+    .unwrap()
+    .to_vec()
+    .unwrap();
+    assert_close(
+        "matmul",
+        &got,
+        &reference(&a, &b, (5, 3, 6), false, false, None, None),
+        1e-5,
+    );
+}
+
+#[test]
+fn gemm_empty_dimensions() {
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("gemm_empty");
+    // K = 0: bias / accumulate / zeros.
+    for ta in [false, true] {
+        for tb in [false, true] {
+            for (bias, acc) in [(false, false), (true, false), (true, true)] {
+                check_case(r, &mut rng, (5, 6, 0), ta, tb, bias, acc);
+            }
+        }
+    }
+    // M = 0 or N = 0: an empty result.
+    for (mm, nn, kk) in [(0, 5, 3), (4, 0, 3), (0, 0, 0)] {
+        let a = r.upload(&[mm, kk], &vec![1.0; mm * kk]).unwrap();
+        let b = r.upload(&[kk, nn], &vec![1.0; kk * nn]).unwrap();
+        let bias = r.upload(&[nn], &vec![1.0; nn]).unwrap();
+        let out = kernels::gemm(
+            &a,
+            &b,
+            GemmOptions {
+                bias: Some(&bias),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(out.shape(), &[mm, nn]);
+        assert!(out.to_vec().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn gemm_folded_grid() {
+    // Many row tiles with almost no work each: > 65535 workgroups, so the grid
+    // is folded into x/y and the shader must rebuild the linear id.
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("gemm_fold");
+    check_case(r, &mut rng, (1_100_003, 1, 2), false, false, true, true);
+}
+
+#[test]
+fn sum_rows_matches_f64() {
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("sum_rows");
+    for &(rows, cols) in &[
+        (0usize, 5usize),
+        (1, 1),
+        (7, 13),
+        (17, 7),
+        (128, 3),
+        (129, 3),
+        (300, 64),
+        (100_003, 3),
+    ] {
+        let x = rng.vec(rows * cols);
+        let t = r.upload(&[rows, cols], &x).unwrap();
+        let out = kernels::sum_rows(&t).unwrap();
+        assert_eq!(out.shape(), &[cols]);
+        let got = out.to_vec().unwrap();
+        let want: Vec<f64> = (0..cols)
+            .map(|j| (0..rows).map(|i| x[i * cols + j] as f64).sum())
+            .collect();
+        assert_close(&format!("sum_rows {rows}x{cols}"), &got, &want, 1e-5);
+        // Same input, same bits.
+        let again = kernels::sum_rows(&t).unwrap().to_vec().unwrap();
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            again.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+    // Empty columns.
+    let t = r.upload(&[4, 0], &[]).unwrap();
+    assert!(kernels::sum_rows(&t).unwrap().to_vec().unwrap().is_empty());
+}
+
+#[test]
+fn sum_rows_folded_grid() {
+    // One invocation per column: > 65535 · 64 columns folds the grid.
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("sum_rows_fold");
+    let cols = 65_536 * 64 + 7;
+    let x = rng.vec(2 * cols);
+    let t = r.upload(&[2, cols], &x).unwrap();
+    let got = kernels::sum_rows(&t).unwrap().to_vec().unwrap();
+    let want: Vec<f64> = (0..cols)
+        .map(|j| x[j] as f64 + x[cols + j] as f64)
+        .collect();
+    assert_close("sum_rows folded", &got, &want, 1e-6);
+}
+
+#[test]
+fn gemm_errors_leave_mesh_usable() {
+    let m = mesh(2);
+    let (r0, r1) = (&m.ranks()[0], &m.ranks()[1]);
+    let a = r0.upload(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let b = r0.upload(&[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
+    let works = |a: &wgpu_tp::LocalTensor, b: &wgpu_tp::LocalTensor| {
+        let got = kernels::matmul(a, b).unwrap().to_vec().unwrap();
+        assert_eq!(got, vec![4.0, 5.0, 10.0, 11.0]);
+    };
+    // Mismatched K.
+    let bad_k = r0.upload(&[2, 2], &[1.0; 4]).unwrap();
+    let e = kernels::matmul(&a, &bad_k).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "gemm", .. }), "{e}");
+    works(&a, &b);
+    // Transposed B must be [N, K].
+    let e = kernels::gemm(
+        &a,
+        &b,
+        GemmOptions {
+            trans_b: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    // Not 2-D.
+    let v = r0.upload(&[3], &[1.0; 3]).unwrap();
+    assert!(matches!(
+        kernels::matmul(&a, &v),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    let cube = r0.upload(&[1, 2, 3], &[1.0; 6]).unwrap();
+    assert!(matches!(
+        kernels::matmul(&cube, &b),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        kernels::sum_rows(&v),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    works(&a, &b);
+    // Wrong bias / accumulate shapes.
+    let bias3 = r0.upload(&[3], &[1.0; 3]).unwrap();
+    let e = kernels::gemm(
+        &a,
+        &b,
+        GemmOptions {
+            bias: Some(&bias3),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    let acc = r0.upload(&[2, 3], &[1.0; 6]).unwrap();
+    let e = kernels::gemm(
+        &a,
+        &b,
+        GemmOptions {
+            accumulate: Some(&acc),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    // Wrong dtype.
+    let ids = r0.upload_i32(&[3, 2], &[1; 6]).unwrap();
+    assert!(matches!(
+        kernels::matmul(&a, &ids),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        kernels::sum_rows(&ids),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    // Operands (or options) on different ranks.
+    let b1 = r1.upload(&[3, 2], &[1.0; 6]).unwrap();
+    assert!(matches!(
+        kernels::matmul(&a, &b1),
+        Err(Error::RankMismatch { .. })
+    ));
+    let bias1 = r1.upload(&[2], &[1.0; 2]).unwrap();
+    let e = kernels::gemm(
+        &a,
+        &b,
+        GemmOptions {
+            bias: Some(&bias1),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::RankMismatch { .. }), "{e}");
+    works(&a, &b);
+    // Rank 1 still works too.
+    let a1 = r1.upload(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let b1 = r1.upload(&[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
+    works(&a1, &b1);
+    let s = kernels::sum_rows(&a1).unwrap().to_vec().unwrap();
+    assert_eq!(s, vec![5.0, 7.0, 9.0]);
+    assert_eq!(a1.dtype(), DType::F32);
+}
