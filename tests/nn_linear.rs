@@ -4,9 +4,10 @@
 //! communication counts match MATH.md's table exactly.
 
 use crate::util::reference::{gemm, linear, sum_rows, widen};
-use crate::util::{assert_close, count_lock, counting_mesh, mesh, Rng, WORLD_SIZES};
+use crate::util::{Rng, WORLD_SIZES, assert_close, count_lock, counting_mesh, mesh};
 use wgpu_tp::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, InitRng, Module, RowParallelConfig, RowParallelLinear, Sgd,
+    ColumnParallelConfig, ColumnParallelLinear, InitRng, Module, RowParallelConfig,
+    RowParallelLinear, Sgd,
 };
 use wgpu_tp::{Collective, DTensor, Placement};
 
@@ -35,7 +36,14 @@ fn column_parallel_matches_reference_on_every_world_size() {
                 m.reset_comm_stats();
                 let y = layer.forward(&xd).unwrap();
                 let fwd_gathers = m.comm_calls(Collective::AllGather);
-                assert_eq!(y.placement(), if gather { Placement::Replicate } else { Placement::Shard(1) });
+                assert_eq!(
+                    y.placement(),
+                    if gather {
+                        Placement::Replicate
+                    } else {
+                        Placement::Shard(1)
+                    }
+                );
                 let yv = y.to_host().unwrap();
                 let what = format!("column y (P={p}, gather={gather}, {t}x{inp}x{out})");
                 assert_close(&what, &yv, &linear(&x, &w, Some(&b), t, inp, out), TOL);
@@ -49,13 +57,27 @@ fn column_parallel_matches_reference_on_every_world_size() {
                 // MATH.md: forward 0 (1 all-gather with gather_output), backward 1 all-reduce.
                 if p > 1 {
                     assert_eq!(fwd_gathers, u64::from(gather), "forward all-gathers");
-                    assert_eq!(m.comm_calls(Collective::AllReduce), 1, "backward all-reduces");
+                    assert_eq!(
+                        m.comm_calls(Collective::AllReduce),
+                        1,
+                        "backward all-reduces"
+                    );
                     assert_eq!(m.comm_stats().values().map(|c| c.calls).sum::<u64>(), 1);
                 }
                 assert_eq!(dx.placement(), Placement::Replicate);
-                assert_close("column dx", &dx.to_host().unwrap(), &gemm(&dy, &w, t, inp, out, false, false), TOL);
+                assert_close(
+                    "column dx",
+                    &dx.to_host().unwrap(),
+                    &gemm(&dy, &w, t, inp, out, false, false),
+                    TOL,
+                );
                 let dw = layer.weight.master_grad().unwrap().unwrap();
-                assert_close("column dW", &dw, &gemm(&dy, &x, out, inp, t, true, false), TOL);
+                assert_close(
+                    "column dW",
+                    &dw,
+                    &gemm(&dy, &x, out, inp, t, true, false),
+                    TOL,
+                );
                 let db = layer.bias.as_ref().unwrap().master_grad().unwrap().unwrap();
                 assert_close("column db", &db, &sum_rows(&dy, t, out), TOL);
             }
@@ -78,17 +100,30 @@ fn row_parallel_matches_reference_on_every_world_size() {
                 let mut cfg = RowParallelConfig::new(inp, out);
                 cfg.input_is_parallel = parallel_in;
                 let mut layer = RowParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
-                let xp = if parallel_in { Placement::Shard(1) } else { Placement::Replicate };
+                let xp = if parallel_in {
+                    Placement::Shard(1)
+                } else {
+                    Placement::Replicate
+                };
                 let xd = DTensor::from_host(&m, &[t, inp], &x, xp).unwrap();
                 m.reset_comm_stats();
                 let y = layer.forward(&xd).unwrap();
                 if p > 1 {
-                    assert_eq!(m.comm_calls(Collective::AllReduce), 1, "forward all-reduces");
+                    assert_eq!(
+                        m.comm_calls(Collective::AllReduce),
+                        1,
+                        "forward all-reduces"
+                    );
                     assert_eq!(m.comm_stats().values().map(|c| c.calls).sum::<u64>(), 1);
                 }
                 assert_eq!(y.placement(), Placement::Replicate);
                 let what = format!("row y (P={p}, parallel_in={parallel_in})");
-                assert_close(&what, &y.to_host().unwrap(), &linear(&x, &w, Some(&b), t, inp, out), TOL);
+                assert_close(
+                    &what,
+                    &y.to_host().unwrap(),
+                    &linear(&x, &w, Some(&b), t, inp, out),
+                    TOL,
+                );
                 let dyd = DTensor::from_host(&m, &[t, out], &dy, Placement::Replicate).unwrap();
                 m.reset_comm_stats();
                 let dx = layer.backward(&dyd).unwrap();
@@ -98,7 +133,12 @@ fn row_parallel_matches_reference_on_every_world_size() {
                     assert_eq!(total, u64::from(!parallel_in));
                 }
                 assert_eq!(dx.placement(), xp);
-                assert_close("row dx", &dx.to_host().unwrap(), &gemm(&dy, &w, t, inp, out, false, false), TOL);
+                assert_close(
+                    "row dx",
+                    &dx.to_host().unwrap(),
+                    &gemm(&dy, &w, t, inp, out, false, false),
+                    TOL,
+                );
                 let dw = layer.weight.master_grad().unwrap().unwrap();
                 assert_close("row dW", &dw, &gemm(&dy, &x, out, inp, t, true, false), TOL);
                 let db = layer.bias.as_ref().unwrap().master_grad().unwrap().unwrap();
@@ -121,7 +161,8 @@ fn mlp_comm_counts_and_sgd_steps_match_serial() {
     for &p in WORLD_SIZES {
         let m = counting_mesh(p);
         let mut init = InitRng::new(42);
-        let mut fc1 = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(d, h), &mut init).unwrap();
+        let mut fc1 =
+            ColumnParallelLinear::new(&m, ColumnParallelConfig::new(d, h), &mut init).unwrap();
         let mut fc2 = RowParallelLinear::new(&m, RowParallelConfig::new(h, d), &mut init).unwrap();
         let mut opt1 = Sgd::new(0.1).with_momentum(0.9);
         let mut opt2 = Sgd::new(0.1).with_momentum(0.9);
@@ -148,7 +189,11 @@ fn mlp_comm_counts_and_sgd_steps_match_serial() {
             fc1.zero_grad();
             fc2.zero_grad();
         }
-        results.push((p, fc1.master_weight().unwrap(), fc2.master_weight().unwrap()));
+        results.push((
+            p,
+            fc1.master_weight().unwrap(),
+            fc2.master_weight().unwrap(),
+        ));
     }
     let (_, w1, w2) = &results[0];
     for (p, v1, v2) in &results[1..] {
@@ -187,12 +232,20 @@ fn seeded_init_gives_serial_weights_and_stride_round_trips() {
 #[test]
 fn bad_inputs_are_errors_and_keep_state() {
     let m = mesh(2);
-    let mut layer = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(4, 6), &mut InitRng::new(1)).unwrap();
+    let mut layer =
+        ColumnParallelLinear::new(&m, ColumnParallelConfig::new(4, 6), &mut InitRng::new(1))
+            .unwrap();
     let before = layer.master_weight().unwrap();
     let wrong = DTensor::from_host(&m, &[3, 5], &[0.0; 15], Placement::Replicate).unwrap();
-    assert!(matches!(layer.forward(&wrong), Err(wgpu_tp::Error::ShapeMismatch { .. })));
+    assert!(matches!(
+        layer.forward(&wrong),
+        Err(wgpu_tp::Error::ShapeMismatch { .. })
+    ));
     let sharded = DTensor::from_host(&m, &[3, 4], &[0.0; 12], Placement::Shard(1)).unwrap();
-    assert!(layer.forward(&sharded).is_err(), "column input must be replicated");
+    assert!(
+        layer.forward(&sharded).is_err(),
+        "column input must be replicated"
+    );
     let dy = DTensor::from_host(&m, &[3, 6], &[0.0; 18], Placement::Shard(1)).unwrap();
     assert!(layer.backward(&dy).is_err(), "backward before forward");
     let x = DTensor::from_host(&m, &[3, 4], &[1.0; 12], Placement::Replicate).unwrap();
@@ -203,7 +256,19 @@ fn bad_inputs_are_errors_and_keep_state() {
     let dy = DTensor::from_host(&m, &[3, 6], &[1.0; 18], y.placement()).unwrap();
     layer.backward(&dy).unwrap();
     assert_eq!(layer.master_weight().unwrap(), before);
-    assert!(ColumnParallelLinear::from_master(&m, ColumnParallelConfig::new(4, 6), &[0.0; 5], Some(&[0.0; 6])).is_err());
-    let names: Vec<String> = layer.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert!(
+        ColumnParallelLinear::from_master(
+            &m,
+            ColumnParallelConfig::new(4, 6),
+            &[0.0; 5],
+            Some(&[0.0; 6])
+        )
+        .is_err()
+    );
+    let names: Vec<String> = layer
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
     assert_eq!(names, vec!["weight", "bias"]);
 }

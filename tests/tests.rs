@@ -10,6 +10,8 @@
 //! - `shaders`: every WGSL family validated by naga and translated to MSL,
 //!   HLSL, SPIR-V and GLSL.
 //! - `tensor`: DTensor placements, redistribution, conjugate mappings, layout kernels.
+//! - `nn_linear`: column/row-parallel layers vs f64 and serial, comm counts, SGD, init.
+//! - `nn_embedding_ce`: embeddings and vocab-parallel cross-entropy vs f64 and serial.
 //! - `kernels_gemm`: gemm (transposes, bias, accumulate) and sum_rows against f64.
 
 mod util;
@@ -20,5 +22,7 @@ mod kernels_cross_entropy;
 mod kernels_elementwise;
 mod kernels_embedding;
 mod kernels_gemm;
+mod nn_embedding_ce;
+mod nn_linear;
 mod shaders;
 mod tensor;
