@@ -1,0 +1,2 @@
+//! Placeholder until the bench lands.
+fn main() {}
