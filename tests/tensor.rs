@@ -21,6 +21,7 @@ fn check_placement(x: &DTensor, want: &[f32]) {
 }
 
 #[test]
+#[allow(clippy::needless_range_loop)] // d is a dimension index, not only a position
 fn redistribute_every_path() {
     let mut rng = Rng::fresh("redistribute");
     let shape = [7usize, 3, 13];
