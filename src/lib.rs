@@ -58,3 +58,8 @@ pub use device::{
 };
 pub use error::{Error, Result, Shape};
 pub use tensor::{DTensor, Mapping, Placement};
+
+// The README's Rust examples run as doctests, so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
