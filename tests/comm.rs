@@ -101,7 +101,7 @@ fn shape3(dim: usize, size: usize) -> Vec<usize> {
 }
 
 #[test]
-fn all_reduce_is_exact_on_integer_values() {
+fn all_reduce_is_exact_on_integer_values_p1_2_3_4_8() {
     for &n in WORLD_SIZES {
         for (name, m) in meshes(n) {
             for &len in &[1usize, 7, 13, 17, 1000] {
@@ -148,7 +148,7 @@ fn all_reduce_is_exact_on_integer_values() {
 }
 
 #[test]
-fn all_reduce_random_matches_f64_and_both_transports_agree() {
+fn all_reduce_random_matches_f64_and_both_transports_agree_p1_2_3_4_8() {
     let mut rng = Rng::fresh("all_reduce random");
     for &n in WORLD_SIZES {
         let shape = [13usize, 17];
@@ -189,7 +189,7 @@ fn all_reduce_random_matches_f64_and_both_transports_agree() {
 }
 
 #[test]
-fn all_gather_uneven_empty_and_every_dim_of_3d() {
+fn all_gather_uneven_empty_and_every_dim_of_3d_p1_2_3_4_8() {
     let mut rng = Rng::fresh("all_gather");
     for &n in WORLD_SIZES {
         for (name, m) in meshes(n) {
@@ -242,7 +242,7 @@ fn all_gather_uneven_empty_and_every_dim_of_3d() {
 }
 
 #[test]
-fn reduce_scatter_every_dim_uneven_sum_and_max() {
+fn reduce_scatter_every_dim_uneven_sum_and_max_p1_2_3_4_8() {
     let mut rng = Rng::fresh("reduce_scatter");
     for &n in WORLD_SIZES {
         for (name, m) in meshes(n) {
@@ -307,7 +307,7 @@ fn reduce_scatter_every_dim_uneven_sum_and_max() {
 }
 
 #[test]
-fn broadcast_from_non_zero_root_and_scatter() {
+fn broadcast_from_non_zero_root_and_scatter_p1_2_3_4_8() {
     let mut rng = Rng::fresh("broadcast/scatter");
     for &n in WORLD_SIZES {
         for (name, m) in meshes(n) {
@@ -388,7 +388,7 @@ fn all_to_all_ref(
 }
 
 #[test]
-fn all_to_all_turns_shard_d_into_shard_e() {
+fn all_to_all_turns_shard_d_into_shard_e_p1_2_3_4_8() {
     let mut rng = Rng::fresh("all_to_all");
     for &n in WORLD_SIZES {
         for (name, m) in meshes(n) {

@@ -17,7 +17,7 @@ const TOL: f64 = 1e-5;
 const SIZES: &[(usize, usize, usize)] = &[(7, 13, 17), (5, 3, 6)];
 
 #[test]
-fn column_parallel_matches_reference_on_every_world_size() {
+fn column_parallel_matches_reference_p1_2_3_4_8() {
     let _counting = count_lock();
     let mut rng = Rng::fresh("column_parallel");
     for &(t, inp, out) in SIZES {
@@ -86,7 +86,7 @@ fn column_parallel_matches_reference_on_every_world_size() {
 }
 
 #[test]
-fn row_parallel_matches_reference_on_every_world_size() {
+fn row_parallel_matches_reference_p1_2_3_4_8() {
     let _counting = count_lock();
     let mut rng = Rng::fresh("row_parallel");
     for &(t, inp, out) in SIZES {
@@ -151,7 +151,7 @@ fn row_parallel_matches_reference_on_every_world_size() {
 /// The Megatron MLP: Column(no gather) → Row(input_is_parallel) does exactly
 /// one all-reduce forward and one backward; two SGD steps give the serial weights.
 #[test]
-fn mlp_comm_counts_and_sgd_steps_match_serial() {
+fn mlp_comm_counts_and_sgd_steps_match_serial_p1_2_3_4_8() {
     let _counting = count_lock();
     let (t, d, h) = (6, 11, 13);
     let mut rng = Rng::fresh("mlp_sgd");
@@ -203,7 +203,7 @@ fn mlp_comm_counts_and_sgd_steps_match_serial() {
 }
 
 #[test]
-fn seeded_init_gives_serial_weights_and_stride_round_trips() {
+fn seeded_init_gives_serial_weights_and_stride_round_trips_p1_2_3_4_8() {
     let mut serial = None;
     for &p in WORLD_SIZES {
         let m = mesh(p);

@@ -22,7 +22,7 @@ fn check_placement(x: &DTensor, want: &[f32]) {
 
 #[test]
 #[allow(clippy::needless_range_loop)] // d is a dimension index, not only a position
-fn redistribute_every_path() {
+fn redistribute_every_path_p1_2_3_4_8() {
     let mut rng = Rng::fresh("redistribute");
     let shape = [7usize, 3, 13];
     let n: usize = shape.iter().product();
@@ -52,7 +52,7 @@ fn redistribute_every_path() {
 }
 
 #[test]
-fn partial_sum_and_max_reduce_exactly() {
+fn partial_sum_and_max_reduce_exactly_p1_2_3_4_8() {
     for &p in WORLD_SIZES {
         let m = mesh(p);
         // Rank r holds r+1 everywhere.
