@@ -69,3 +69,50 @@ fn software_adapters_are_listed_and_usable() {
     let y = wgpu_tp::kernels::scale(&t, 2.0).unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![2.0, 4.0, 6.0]);
 }
+
+#[test]
+fn tensors_over_the_binding_limit_are_errors_naming_the_limit() {
+    let m = crate::util::mesh(1);
+    let r = &m.ranks()[0];
+    let limit = r.gpu().limits().max_storage_buffer_binding_size;
+    let n = (limit / 4 + 1) as usize;
+    let err = r.zeros(&[n], wgpu_tp::DType::F32).unwrap_err();
+    assert!(matches!(err, Error::TooLarge { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("max_storage_buffer_binding_size"),
+        "{err}"
+    );
+    // Shapes whose element count overflows are errors too, not panics.
+    assert!(r.zeros(&[usize::MAX, 4], wgpu_tp::DType::F32).is_err());
+    // The device is still usable.
+    let t = r.upload(&[2], &[1.0, 2.0]).unwrap();
+    assert_eq!(
+        wgpu_tp::kernels::add(&t, &t).unwrap().to_vec().unwrap(),
+        vec![2.0, 4.0]
+    );
+}
+
+#[test]
+fn wgpu_validation_errors_come_back_as_results() {
+    // A raw wgpu misuse through the escape hatch (`Gpu::device`) must surface
+    // as an Err at the next sync point, not as a panic from wgpu's default handler.
+    crate::util::mesh_env();
+    let m = wgpu_tp::Mesh::simulated(1).unwrap();
+    let gpu = m.ranks()[0].gpu().clone();
+    let _bad = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("invalid on purpose"),
+        size: 16,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE,
+        mapped_at_creation: false,
+    });
+    // The next library call on that device reports it.
+    let err = m.ranks()[0].upload(&[1], &[1.0]).unwrap_err();
+    assert!(matches!(err, Error::Wgpu { .. }), "{err:?}");
+    assert!(err.to_string().contains("rank 0"), "{err}");
+    // The error was reported once; the mesh works afterwards.
+    let t = m.ranks()[0].upload(&[2], &[1.0, 2.0]).unwrap();
+    assert_eq!(
+        wgpu_tp::kernels::scale(&t, 3.0).unwrap().to_vec().unwrap(),
+        vec![3.0, 6.0]
+    );
+}
