@@ -80,7 +80,7 @@ fn embeddings_match_reference_p1_2_3_4_8() {
                 m.comm_stats().is_empty(),
                 "vocab embedding backward communicates nothing"
             );
-            let g = emb.weight.master_grad().unwrap().unwrap();
+            let g = emb.weight().master_grad().unwrap().unwrap();
             assert_close(
                 &format!("vocab emb grad P={p}"),
                 &g,
@@ -107,7 +107,7 @@ fn embeddings_match_reference_p1_2_3_4_8() {
                 m.comm_stats().is_empty(),
                 "dim embedding backward communicates nothing"
             );
-            let g = emb.weight.master_grad().unwrap().unwrap();
+            let g = emb.weight().master_grad().unwrap().unwrap();
             assert_close(
                 &format!("dim emb grad P={p}"),
                 &g,

@@ -13,6 +13,7 @@
 
 use super::init::{Init, InitRng};
 use super::parameter::{Module, Parameter};
+use crate::comm::ReduceOp;
 use crate::device::{LocalTensor, Mesh};
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -105,226 +106,212 @@ fn upload_ids(mesh: &Mesh, ids: &[i32]) -> Result<Vec<LocalTensor>> {
         .collect()
 }
 
-/// Embedding with the vocabulary split over ranks (Megatron's `VocabParallelEmbedding`).
+/// How a table is split: the parts of the two layers that differ.
+#[derive(Clone, Copy, Debug)]
+enum Split {
+    /// Rows (vocab) split: lookups give partial sums, all-reduced.
+    Vocab,
+    /// Columns (embedding dim) split: lookups give column slices, all-gathered.
+    Dim,
+}
+
+impl Split {
+    fn placement(self) -> Placement {
+        match self {
+            Split::Vocab => Placement::Shard(0),
+            Split::Dim => Placement::Shard(1),
+        }
+    }
+
+    /// The mapping from the per-rank lookups to the replicated output.
+    fn mapping(self) -> (Placement, Mapping) {
+        match self {
+            Split::Vocab => (
+                Placement::Partial(ReduceOp::Sum),
+                Mapping::ReduceFromParallel,
+            ),
+            Split::Dim => (Placement::Shard(1), Mapping::GatherFromParallel(1)),
+        }
+    }
+}
+
+/// The state both layers share; their methods delegate here.
 #[derive(Debug)]
-pub struct VocabParallelEmbedding {
-    /// `[vocab, dim]`, `Shard(0)`.
-    pub weight: Parameter,
+struct Table {
+    weight: Parameter,
     config: EmbeddingConfig,
     saved_ids: Option<Vec<LocalTensor>>,
+    split: Split,
 }
+
+impl Table {
+    fn from_master(
+        op: &'static str,
+        mesh: &Mesh,
+        config: EmbeddingConfig,
+        weight: &[f32],
+        split: Split,
+    ) -> Result<Table> {
+        config.check(op, weight.len())?;
+        let weight = Parameter::from_master(
+            mesh,
+            &[config.num_embeddings, config.embedding_dim],
+            weight,
+            split.placement(),
+            1,
+        )?;
+        Ok(Table {
+            weight,
+            config,
+            saved_ids: None,
+            split,
+        })
+    }
+
+    /// (rows this rank holds, global id of its first row).
+    fn local_rows(&self, r: usize) -> (usize, i64) {
+        match self.split {
+            Split::Vocab => {
+                let range = split_range(
+                    self.config.num_embeddings,
+                    self.weight.value.mesh().size(),
+                    r,
+                );
+                (range.len(), range.start as i64)
+            }
+            Split::Dim => (self.config.num_embeddings, 0),
+        }
+    }
+
+    fn forward(&mut self, op: &'static str, ids: &[i32]) -> Result<DTensor> {
+        let grad_ids = self.config.check_ids(op, ids)?;
+        let table = &self.weight.value;
+        let mesh = table.mesh();
+        let ids_dev = upload_ids(mesh, ids)?;
+        let parts = (0..mesh.size())
+            .map(|r| {
+                kernels::embedding_lookup(&table.shards()[r], &ids_dev[r], self.local_rows(r).1)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (placement, mapping) = self.split.mapping();
+        let local = table.with_shards(parts, vec![ids.len(), self.config.embedding_dim], placement);
+        let out = mapping.forward(&local)?;
+        // The padding row gets no gradient: its ids become -1 (owned by no rank).
+        self.saved_ids = Some(if self.config.padding_idx.is_some() {
+            upload_ids(mesh, &grad_ids)?
+        } else {
+            ids_dev
+        });
+        Ok(out)
+    }
+
+    fn backward(&mut self, op: &'static str, dout: &DTensor) -> Result<()> {
+        let ids = self
+            .saved_ids
+            .take()
+            .ok_or_else(|| Error::invalid(op, "call forward before backward"))?;
+        let want = [ids[0].len(), self.config.embedding_dim];
+        if dout.shape() != want {
+            self.saved_ids = Some(ids);
+            return Err(Error::shape(op, want, dout.shape()));
+        }
+        let dout = self.split.mapping().1.backward(dout)?;
+        let table = &self.weight.value;
+        let grads = (0..table.mesh().size())
+            .map(|r| {
+                let (rows, start) = self.local_rows(r);
+                kernels::embedding_backward(&ids[r], &dout.shards()[r], rows, start, None)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
+        self.weight.accumulate_grad(g)
+    }
+}
+
+/// Embedding with the vocabulary split over ranks (Megatron's `VocabParallelEmbedding`):
+/// table `Shard(0)`, one all-reduce forward, none backward.
+#[derive(Debug)]
+pub struct VocabParallelEmbedding(Table);
+
+/// Embedding with the embedding dimension split over ranks (fairscale's / ml's
+/// `ParallelEmbedding`): table `Shard(1)`, one all-gather forward, none backward.
+#[derive(Debug)]
+pub struct ParallelEmbedding(Table);
+
+macro_rules! embedding_api {
+    ($ty:ident, $split:expr, $name:literal) => {
+        impl $ty {
+            /// A table drawn from `rng` on the host and sliced (the padding row zeroed).
+            pub fn new(mesh: &Mesh, config: EmbeddingConfig, rng: &mut InitRng) -> Result<Self> {
+                let w = config.master(rng);
+                Self::from_master(mesh, config, &w)
+            }
+
+            /// A table holding the given master `[vocab, dim]`.
+            pub fn from_master(
+                mesh: &Mesh,
+                config: EmbeddingConfig,
+                weight: &[f32],
+            ) -> Result<Self> {
+                Table::from_master(
+                    concat!($name, "::from_master"),
+                    mesh,
+                    config,
+                    weight,
+                    $split,
+                )
+                .map($ty)
+            }
+
+            /// The settings.
+            pub fn config(&self) -> &EmbeddingConfig {
+                &self.0.config
+            }
+
+            /// The table, `[vocab, dim]`.
+            pub fn weight(&self) -> &Parameter {
+                &self.0.weight
+            }
+
+            /// Ids (any flat list of tokens, checked on the host) → `[ids.len(), dim]`, `Replicate`.
+            pub fn forward(&mut self, ids: &[i32]) -> Result<DTensor> {
+                self.0.forward(concat!($name, "::forward"), ids)
+            }
+
+            /// `dout` `[n, dim]` (`Replicate`) → accumulates the table gradient.
+            pub fn backward(&mut self, dout: &DTensor) -> Result<()> {
+                self.0.backward(concat!($name, "::backward"), dout)
+            }
+
+            /// The full table on the host.
+            pub fn master_weight(&self) -> Result<Vec<f32>> {
+                self.0.weight.master()
+            }
+        }
+
+        impl Module for $ty {
+            fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+                vec![("weight".to_string(), &self.0.weight)]
+            }
+
+            fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+                vec![("weight".to_string(), &mut self.0.weight)]
+            }
+        }
+    };
+}
+
+embedding_api!(
+    VocabParallelEmbedding,
+    Split::Vocab,
+    "VocabParallelEmbedding"
+);
+embedding_api!(ParallelEmbedding, Split::Dim, "ParallelEmbedding");
 
 impl VocabParallelEmbedding {
-    /// A table drawn from `rng` on the host and sliced.
-    pub fn new(mesh: &Mesh, config: EmbeddingConfig, rng: &mut InitRng) -> Result<Self> {
-        let w = config.master(rng);
-        Self::from_master(mesh, config, &w)
-    }
-
-    /// A table holding the given master `[vocab, dim]`.
-    pub fn from_master(mesh: &Mesh, config: EmbeddingConfig, weight: &[f32]) -> Result<Self> {
-        config.check("VocabParallelEmbedding::from_master", weight.len())?;
-        let weight = Parameter::from_master(
-            mesh,
-            &[config.num_embeddings, config.embedding_dim],
-            weight,
-            Placement::Shard(0),
-            1,
-        )?;
-        Ok(VocabParallelEmbedding {
-            weight,
-            config,
-            saved_ids: None,
-        })
-    }
-
-    /// The settings.
-    pub fn config(&self) -> &EmbeddingConfig {
-        &self.config
-    }
-
     /// The vocab rows `[start, end)` rank `r` holds.
     pub fn vocab_range(&self, r: usize) -> std::ops::Range<usize> {
-        split_range(
-            self.config.num_embeddings,
-            self.weight.value.mesh().size(),
-            r,
-        )
-    }
-
-    /// Ids (any flat list of tokens) → `[ids.len(), dim]`, `Replicate`.
-    pub fn forward(&mut self, ids: &[i32]) -> Result<DTensor> {
-        const OP: &str = "VocabParallelEmbedding::forward";
-        let grad_ids = self.config.check_ids(OP, ids)?;
-        let table = &self.weight.value;
-        let mesh = table.mesh();
-        let ids_dev = upload_ids(mesh, ids)?;
-        let parts = (0..mesh.size())
-            .map(|r| {
-                kernels::embedding_lookup(
-                    &table.shards()[r],
-                    &ids_dev[r],
-                    self.vocab_range(r).start as i64,
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let shape = vec![ids.len(), self.config.embedding_dim];
-        let partial = table.with_shards(parts, shape, Placement::Partial(crate::ReduceOp::Sum));
-        let out = Mapping::ReduceFromParallel.forward(&partial)?;
-        self.saved_ids = Some(if self.config.padding_idx.is_some() {
-            upload_ids(mesh, &grad_ids)?
-        } else {
-            ids_dev
-        });
-        Ok(out)
-    }
-
-    /// `dout` `[n, dim]` (`Replicate`) → accumulates the table gradient.
-    pub fn backward(&mut self, dout: &DTensor) -> Result<()> {
-        const OP: &str = "VocabParallelEmbedding::backward";
-        let ids = self
-            .saved_ids
-            .take()
-            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
-        let want = [ids[0].len(), self.config.embedding_dim];
-        if dout.shape() != want {
-            self.saved_ids = Some(ids);
-            return Err(Error::shape(OP, want, dout.shape()));
-        }
-        let dout = Mapping::ReduceFromParallel.backward(dout)?;
-        let table = &self.weight.value;
-        let grads = (0..table.mesh().size())
-            .map(|r| {
-                let range = self.vocab_range(r);
-                kernels::embedding_backward(
-                    &ids[r],
-                    &dout.shards()[r],
-                    range.len(),
-                    range.start as i64,
-                    None,
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
-        self.weight.accumulate_grad(g)
-    }
-
-    /// The full table on the host.
-    pub fn master_weight(&self) -> Result<Vec<f32>> {
-        self.weight.master()
-    }
-}
-
-impl Module for VocabParallelEmbedding {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        vec![("weight".to_string(), &self.weight)]
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        vec![("weight".to_string(), &mut self.weight)]
-    }
-}
-
-/// Embedding with the embedding dimension split over ranks (fairscale's / ml's `ParallelEmbedding`).
-#[derive(Debug)]
-pub struct ParallelEmbedding {
-    /// `[vocab, dim]`, `Shard(1)`.
-    pub weight: Parameter,
-    config: EmbeddingConfig,
-    saved_ids: Option<Vec<LocalTensor>>,
-}
-
-impl ParallelEmbedding {
-    /// A table drawn from `rng` on the host and sliced.
-    pub fn new(mesh: &Mesh, config: EmbeddingConfig, rng: &mut InitRng) -> Result<Self> {
-        let w = config.master(rng);
-        Self::from_master(mesh, config, &w)
-    }
-
-    /// A table holding the given master `[vocab, dim]`.
-    pub fn from_master(mesh: &Mesh, config: EmbeddingConfig, weight: &[f32]) -> Result<Self> {
-        config.check("ParallelEmbedding::from_master", weight.len())?;
-        let weight = Parameter::from_master(
-            mesh,
-            &[config.num_embeddings, config.embedding_dim],
-            weight,
-            Placement::Shard(1),
-            1,
-        )?;
-        Ok(ParallelEmbedding {
-            weight,
-            config,
-            saved_ids: None,
-        })
-    }
-
-    /// The settings.
-    pub fn config(&self) -> &EmbeddingConfig {
-        &self.config
-    }
-
-    /// Ids → `[ids.len(), dim]`, `Replicate` (one all-gather).
-    pub fn forward(&mut self, ids: &[i32]) -> Result<DTensor> {
-        const OP: &str = "ParallelEmbedding::forward";
-        let grad_ids = self.config.check_ids(OP, ids)?;
-        let table = &self.weight.value;
-        let mesh = table.mesh();
-        let ids_dev = upload_ids(mesh, ids)?;
-        let parts = (0..mesh.size())
-            .map(|r| kernels::embedding_lookup(&table.shards()[r], &ids_dev[r], 0))
-            .collect::<Result<Vec<_>>>()?;
-        let shape = vec![ids.len(), self.config.embedding_dim];
-        let sharded = table.with_shards(parts, shape, Placement::Shard(1));
-        let out = Mapping::GatherFromParallel(1).forward(&sharded)?;
-        self.saved_ids = Some(if self.config.padding_idx.is_some() {
-            upload_ids(mesh, &grad_ids)?
-        } else {
-            ids_dev
-        });
-        Ok(out)
-    }
-
-    /// `dout` `[n, dim]` (`Replicate`) → accumulates the table gradient.
-    pub fn backward(&mut self, dout: &DTensor) -> Result<()> {
-        const OP: &str = "ParallelEmbedding::backward";
-        let ids = self
-            .saved_ids
-            .take()
-            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
-        let want = [ids[0].len(), self.config.embedding_dim];
-        if dout.shape() != want {
-            self.saved_ids = Some(ids);
-            return Err(Error::shape(OP, want, dout.shape()));
-        }
-        let dout = Mapping::GatherFromParallel(1).backward(dout)?;
-        let table = &self.weight.value;
-        let grads = (0..table.mesh().size())
-            .map(|r| {
-                kernels::embedding_backward(
-                    &ids[r],
-                    &dout.shards()[r],
-                    self.config.num_embeddings,
-                    0,
-                    None,
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
-        self.weight.accumulate_grad(g)
-    }
-
-    /// The full table on the host.
-    pub fn master_weight(&self) -> Result<Vec<f32>> {
-        self.weight.master()
-    }
-}
-
-impl Module for ParallelEmbedding {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        vec![("weight".to_string(), &self.weight)]
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        vec![("weight".to_string(), &mut self.weight)]
+        let (rows, start) = self.0.local_rows(r);
+        start as usize..start as usize + rows
     }
 }
