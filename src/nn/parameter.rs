@@ -133,25 +133,23 @@ impl Parameter {
 
     /// The full (serial) value on the host, undoing any stride.
     pub fn master(&self) -> Result<Vec<f32>> {
-        let v = self.value.to_host()?;
-        Ok(match self.value.placement() {
-            Placement::Shard(d) => {
-                unpermute_strided(&v, self.shape(), d, self.stride, self.value.mesh().size())
-            }
-            _ => v,
-        })
+        self.to_master(&self.value)
     }
 
     /// The full gradient on the host (`None` if no gradient yet).
     pub fn master_grad(&self) -> Result<Option<Vec<f32>>> {
-        let Some(g) = &self.grad else { return Ok(None) };
-        let v = g.to_host()?;
-        Ok(Some(match g.placement() {
+        self.grad.as_ref().map(|g| self.to_master(g)).transpose()
+    }
+
+    /// Gather `t` (placed like the value) and undo the stride permutation.
+    fn to_master(&self, t: &DTensor) -> Result<Vec<f32>> {
+        let v = t.to_host()?;
+        Ok(match t.placement() {
             Placement::Shard(d) => {
-                unpermute_strided(&v, self.shape(), d, self.stride, g.mesh().size())
+                unpermute_strided(&v, self.shape(), d, self.stride, t.mesh().size())
             }
             _ => v,
-        }))
+        })
     }
 
     /// Overwrite the value from a host master (checkpoint loading). On error
