@@ -13,6 +13,12 @@
 //! - `nn_linear`: column/row-parallel layers vs f64 and serial, comm counts, SGD, init.
 //! - `nn_embedding_ce`: embeddings and vocab-parallel cross-entropy vs f64 and serial.
 //! - `kernels_gemm`: gemm (transposes, bias, accumulate) and sum_rows against f64.
+//! - `nn_model`: a two-layer MLP and `MlpLanguageModel` train like the serial
+//!   model (and f64) on every world size; the LM's exact per-step communication;
+//!   vocab 50257 and vocab 5 on 8 ranks; no new pipelines or buffers after a warm-up step.
+//! - `nn_optim_ckpt`: SGD and AdamW against f64 on sharded parameters, gradient
+//!   accumulation and zero-grad, initialiser determinism and statistics,
+//!   safetensors checkpoints resharded from P = 4 to 3 and 1, bad files rejected.
 
 mod util;
 
@@ -24,5 +30,7 @@ mod kernels_embedding;
 mod kernels_gemm;
 mod nn_embedding_ce;
 mod nn_linear;
+mod nn_model;
+mod nn_optim_ckpt;
 mod shaders;
 mod tensor;

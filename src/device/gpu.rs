@@ -256,8 +256,18 @@ impl Gpu {
         if let Some(b) = st.free.get_mut(&size).and_then(|v| v.pop()) {
             return (size, b);
         }
-        st.allocations += 1;
         drop(st);
+        self.new_buffer(bytes)
+    }
+
+    /// Create a storage buffer of at least `bytes` without taking one from the
+    /// free list; it joins the pool when dropped. For long-lived state created
+    /// mid-training (optimiser moments): taking free pooled buffers for it
+    /// would leave the next step short of the temporaries the previous one
+    /// used, so that step would allocate again.
+    pub(crate) fn new_buffer(&self, bytes: u64) -> (u64, wgpu::Buffer) {
+        let size = bucket(bytes);
+        lock(&self.state).allocations += 1;
         let b = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgpu-tp pooled"),
             size,

@@ -89,6 +89,17 @@ impl Rank {
     /// A tensor whose every element has the bit pattern `bits` (e.g. `1.0f32.to_bits()`).
     pub fn filled(&self, shape: &[usize], dtype: DType, bits: u32) -> Result<LocalTensor> {
         let t = self.alloc_raw("filled", shape, dtype)?;
+        self.fill(t, bits)
+    }
+
+    /// Zeros in a buffer created for it rather than taken from the pool's free
+    /// list, for state that lives across steps (see `Gpu::new_buffer`).
+    pub(crate) fn zeros_persistent(&self, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
+        let t = self.alloc_with("zeros_persistent", shape, dtype, true)?;
+        self.fill(t, 0)
+    }
+
+    fn fill(&self, t: LocalTensor, bits: u32) -> Result<LocalTensor> {
         let n = t.len();
         if n > 0 {
             if bits == 0 {
@@ -119,13 +130,27 @@ impl Rank {
     }
 
     fn alloc_raw(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
+        self.alloc_with(op, shape, dtype, false)
+    }
+
+    fn alloc_with(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        dtype: DType,
+        fresh: bool,
+    ) -> Result<LocalTensor> {
         let n = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows usize")))?;
         let bytes = (n as u64).saturating_mul(4);
         self.gpu.check_binding(op, bytes)?;
-        let (size, buffer) = self.gpu.take_buffer(bytes);
+        let (size, buffer) = if fresh {
+            self.gpu.new_buffer(bytes)
+        } else {
+            self.gpu.take_buffer(bytes)
+        };
         Ok(LocalTensor {
             storage: Arc::new(Storage {
                 buffer: Some(buffer),

@@ -2,6 +2,10 @@
 //! place with the same rule, so a sharded model steps exactly like the serial
 //! one. Gradients accumulate across `backward` calls until
 //! [`Module::zero_grad`]; state is kept per parameter name.
+//!
+//! State (momentum, moments) is created at a parameter's first step in
+//! buffers of its own, not taken from the device pool's free list: the first
+//! step's temporaries stay pooled, so every later step allocates nothing.
 
 use std::collections::HashMap;
 
@@ -62,7 +66,7 @@ impl Sgd {
                 .value
                 .shards()
                 .iter()
-                .map(|s| s.rank().zeros(s.shape(), s.dtype()))
+                .map(|s| s.rank().zeros_persistent(s.shape(), s.dtype()))
                 .collect::<Result<Vec<_>>>()?;
             self.buffers.insert(name.to_string(), bufs);
         }
@@ -131,7 +135,7 @@ impl AdamW {
                     p.value
                         .shards()
                         .iter()
-                        .map(|s| s.rank().zeros(s.shape(), s.dtype()))
+                        .map(|s| s.rank().zeros_persistent(s.shape(), s.dtype()))
                         .collect::<Result<Vec<_>>>()
                 };
                 let (m, v) = (zeros(())?, zeros(())?);
