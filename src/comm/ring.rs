@@ -46,7 +46,9 @@ impl std::fmt::Debug for RingShift {
             Pending::Done(_) => "shared-device",
             Pending::Host { .. } => "host-staged",
         };
-        f.debug_struct("RingShift").field("transport", &kind).finish()
+        f.debug_struct("RingShift")
+            .field("transport", &kind)
+            .finish()
     }
 }
 
@@ -90,13 +92,12 @@ impl RingShift {
                     let out = (0..n)
                         .map(|i| {
                             let src = &shards[i];
-                            let dst =
-                                ranks[(i + 1) % n].alloc(OP, src.shape(), src.dtype())?;
+                            let dst = ranks[(i + 1) % n].alloc(OP, src.shape(), src.dtype())?;
                             copy_region(src, 0, &dst, 0, src.len())?;
                             Ok(dst)
                         })
                         .collect::<Result<Vec<_>>>()?;
-                    Pending::Done(out)
+                    Pending::Done(received_order(out))
                 }
                 Transport::HostStaged => start_host(shards, &ranks)?,
             }
@@ -230,5 +231,11 @@ fn finish_host(
                 .upload_i32(&it.shape, &bytemuck::pod_collect_to_vec::<u8, i32>(&data))?,
         });
     }
-    Ok(out)
+    Ok(received_order(out))
+}
+
+/// Sender order (element i went to participant i + 1) → receiver order.
+fn received_order(mut sent: Vec<LocalTensor>) -> Vec<LocalTensor> {
+    sent.rotate_right(1);
+    sent
 }
