@@ -13,6 +13,9 @@
 //! - `nn_linear`: column/row-parallel layers vs f64 and serial, comm counts, SGD, init.
 //! - `nn_embedding_ce`: embeddings and vocab-parallel cross-entropy vs f64 and serial.
 //! - `kernels_gemm`: gemm (transposes, bias, accumulate) and sum_rows against f64.
+//! - `nn_sequence_parallel`: sequence-parallel column/row layers, plain and
+//!   ring-overlapped, on both transports vs f64 and the plain layers; exact
+//!   comm counts; `ring_shift`.
 
 mod util;
 
@@ -24,5 +27,6 @@ mod kernels_embedding;
 mod kernels_gemm;
 mod nn_embedding_ce;
 mod nn_linear;
+mod nn_sequence_parallel;
 mod shaders;
 mod tensor;
