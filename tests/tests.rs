@@ -19,6 +19,9 @@
 //! - `nn_optim_ckpt`: SGD and AdamW against f64 on sharded parameters, gradient
 //!   accumulation and zero-grad, initialiser determinism and statistics,
 //!   safetensors checkpoints resharded from P = 4 to 3 and 1, bad files rejected.
+//! - `nn_sequence_parallel`: sequence-parallel column/row layers, plain and
+//!   ring-overlapped, on both transports vs f64 and the plain layers; exact
+//!   comm counts; `ring_shift`.
 
 mod util;
 
@@ -32,5 +35,6 @@ mod nn_embedding_ce;
 mod nn_linear;
 mod nn_model;
 mod nn_optim_ckpt;
+mod nn_sequence_parallel;
 mod shaders;
 mod tensor;

@@ -25,10 +25,17 @@
 //! [`Transport::SharedDevice`] (all ranks on one device) never touches the
 //! host: on-device copies plus a small reduce kernel
 //! (`shaders/collective.wgsl`), computed once and copied to every rank.
+//!
+//! Point-to-point: [`ring_shift`] / [`RingShift`] move each participant's
+//! tensor to the next one in a ring (one [`Collective::SendRecv`] per step),
+//! the building block of the overlapped ring gather / reduce-scatter.
 
 mod host;
 mod layout;
+mod ring;
 mod shared;
+
+pub use ring::{RingShift, ring_shift};
 
 use crate::device::{Collective, DType, LocalTensor, Mesh, Rank, Transport};
 use crate::error::{Error, Result};

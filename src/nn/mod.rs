@@ -20,7 +20,7 @@ pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy
 pub use embedding::{EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use init::{Init, InitRng};
 pub use linear::{
-    ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
+    ColumnParallelConfig, ColumnParallelLinear, Overlap, RowParallelConfig, RowParallelLinear,
 };
 pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use optim::{AdamW, Sgd};

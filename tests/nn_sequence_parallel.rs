@@ -1,0 +1,532 @@
+//! Sequence-parallel linear layers (tokens split, `Shard(0)`, outside the
+//! Column → Row pair), with plain collectives and with the ring overlap, on
+//! host-staged and shared-device meshes of every world size and ragged token
+//! counts (13 tokens on 8 ranks: some hold 1; 3 tokens on 4 or 8 ranks: some
+//! hold none): outputs, input gradients and gathered parameter gradients equal
+//! an f64 reference and the non-sequence-parallel layers; communication counts
+//! are exact; `ring_shift` moves each tensor one hop on both transports.
+
+use crate::util::reference::{gemm, linear, sum_rows, widen};
+use crate::util::{
+    Rng, WORLD_SIZES, assert_close, count_lock, counting_mesh, counting_shared_mesh, mesh,
+    shared_mesh,
+};
+use wgpu_tp::comm::{RingShift, ring_shift};
+use wgpu_tp::nn::{
+    ColumnParallelConfig, ColumnParallelLinear, Overlap, RowParallelConfig, RowParallelLinear,
+};
+use wgpu_tp::{Collective, CommStats, DTensor, Mesh, Placement};
+
+const TOL: f64 = 1e-5;
+
+/// (tokens, in, out): ragged everywhere; 13 tokens leave ranks with 1 token
+/// at P = 8, 3 tokens leave ranks with none at P = 4 and 8.
+const SIZES: &[(usize, usize, usize)] = &[(13, 7, 10), (3, 5, 6)];
+
+const OVERLAPS: &[Overlap] = &[Overlap::None, Overlap::Ring];
+
+/// Both transports for world size `p`.
+fn meshes(p: usize) -> [(&'static str, Mesh); 2] {
+    [("host-staged", mesh(p)), ("shared-device", shared_mesh(p))]
+}
+
+fn column_cfg(inp: usize, out: usize, overlap: Overlap) -> ColumnParallelConfig {
+    let mut c = ColumnParallelConfig::new(inp, out);
+    c.sequence_parallel = true;
+    c.overlap = overlap;
+    c
+}
+
+fn row_cfg(inp: usize, out: usize, overlap: Overlap) -> RowParallelConfig {
+    let mut c = RowParallelConfig::new(inp, out);
+    c.sequence_parallel = true;
+    c.overlap = overlap;
+    c
+}
+
+/// f64 `y = x Wᵀ + b` for an f64 input.
+fn linear64(x: &[f64], w: &[f32], b: &[f32], t: usize, inp: usize, out: usize) -> Vec<f64> {
+    let mut y = vec![0.0; t * out];
+    for i in 0..t {
+        for j in 0..out {
+            let mut s = b[j] as f64;
+            for k in 0..inp {
+                s += x[i * inp + k] * w[j * inp + k] as f64;
+            }
+            y[i * out + j] = s;
+        }
+    }
+    y
+}
+
+/// f64 `dy W` (`dy [t, out]`, `W [out, in]`).
+fn back64(dy: &[f64], w: &[f32], t: usize, inp: usize, out: usize) -> Vec<f64> {
+    let mut dx = vec![0.0; t * inp];
+    for i in 0..t {
+        for k in 0..inp {
+            dx[i * inp + k] = (0..out)
+                .map(|j| dy[i * out + j] * w[j * inp + k] as f64)
+                .sum();
+        }
+    }
+    dx
+}
+
+/// f64 `dyᵀ x` (`dy [t, out]`, `x [t, in]`) → `[out, in]`.
+fn wgrad64(dy: &[f64], x: &[f64], t: usize, inp: usize, out: usize) -> Vec<f64> {
+    let mut dw = vec![0.0; out * inp];
+    for j in 0..out {
+        for k in 0..inp {
+            dw[j * inp + k] = (0..t).map(|i| dy[i * out + j] * x[i * inp + k]).sum();
+        }
+    }
+    dw
+}
+
+fn colsum64(x: &[f64], t: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|j| (0..t).map(|i| x[i * n + j]).sum()).collect()
+}
+
+/// The non-sequence-parallel column layer's (y, dx, dW, db) on the same mesh.
+fn plain_column(
+    m: &Mesh,
+    (t, inp, out): (usize, usize, usize),
+    w: &[f32],
+    b: &[f32],
+    x: &[f32],
+    dy: &[f32],
+) -> [Vec<f32>; 4] {
+    let mut l =
+        ColumnParallelLinear::from_master(m, ColumnParallelConfig::new(inp, out), w, Some(b))
+            .unwrap();
+    let y = l
+        .forward(&DTensor::from_host(m, &[t, inp], x, Placement::Replicate).unwrap())
+        .unwrap();
+    let dx = l
+        .backward(&DTensor::from_host(m, &[t, out], dy, Placement::Shard(1)).unwrap())
+        .unwrap();
+    [
+        y.to_host().unwrap(),
+        dx.to_host().unwrap(),
+        l.weight.master_grad().unwrap().unwrap(),
+        l.bias.as_ref().unwrap().master_grad().unwrap().unwrap(),
+    ]
+}
+
+#[test]
+fn column_sequence_parallel_matches_reference_on_every_world_size_and_transport() {
+    let mut rng = Rng::fresh("column_sp");
+    for &(t, inp, out) in SIZES {
+        let (w, b, x, dy) = (
+            rng.vec(out * inp),
+            rng.vec(out),
+            rng.vec(t * inp),
+            rng.vec(t * out),
+        );
+        let want_y = linear(&x, &w, Some(&b), t, inp, out);
+        let want_dx = gemm(&dy, &w, t, inp, out, false, false);
+        let want_dw = gemm(&dy, &x, out, inp, t, true, false);
+        let want_db = sum_rows(&dy, t, out);
+        for &p in WORLD_SIZES {
+            for (kind, m) in meshes(p) {
+                let plain = plain_column(&m, (t, inp, out), &w, &b, &x, &dy);
+                for &overlap in OVERLAPS {
+                    for gather in [false, true] {
+                        let what = format!(
+                            "column SP (P={p}, {kind}, {overlap:?}, gather={gather}, {t}x{inp}x{out})"
+                        );
+                        let mut cfg = column_cfg(inp, out, overlap);
+                        cfg.gather_output = gather;
+                        let mut l =
+                            ColumnParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
+                        let xd =
+                            DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(0)).unwrap();
+                        let y = l.forward(&xd).unwrap();
+                        let yp = if gather {
+                            Placement::Replicate
+                        } else {
+                            Placement::Shard(1)
+                        };
+                        assert_eq!(y.placement(), yp, "{what}");
+                        let yv = y.to_host().unwrap();
+                        assert_close(&format!("{what} y"), &yv, &want_y, TOL);
+                        assert_close(&format!("{what} y vs plain"), &yv, &widen(&plain[0]), TOL);
+                        let dyd = DTensor::from_host(&m, &[t, out], &dy, yp).unwrap();
+                        let dx = l.backward(&dyd).unwrap();
+                        assert_eq!(dx.placement(), Placement::Shard(0), "{what}");
+                        let dxv = dx.to_host().unwrap();
+                        assert_close(&format!("{what} dx"), &dxv, &want_dx, TOL);
+                        assert_close(&format!("{what} dx vs plain"), &dxv, &widen(&plain[1]), TOL);
+                        let dw = l.weight.master_grad().unwrap().unwrap();
+                        assert_close(&format!("{what} dW"), &dw, &want_dw, TOL);
+                        assert_close(&format!("{what} dW vs plain"), &dw, &widen(&plain[2]), TOL);
+                        let db = l.bias.as_ref().unwrap().master_grad().unwrap().unwrap();
+                        assert_close(&format!("{what} db"), &db, &want_db, TOL);
+                        assert_close(&format!("{what} db vs plain"), &db, &widen(&plain[3]), TOL);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn row_sequence_parallel_matches_reference_on_every_world_size_and_transport() {
+    let mut rng = Rng::fresh("row_sp");
+    for &(t, inp, out) in SIZES {
+        let (w, b, x, dy) = (
+            rng.vec(out * inp),
+            rng.vec(out),
+            rng.vec(t * inp),
+            rng.vec(t * out),
+        );
+        let want_y = linear(&x, &w, Some(&b), t, inp, out);
+        let want_dx = gemm(&dy, &w, t, inp, out, false, false);
+        let want_dw = gemm(&dy, &x, out, inp, t, true, false);
+        let want_db = sum_rows(&dy, t, out);
+        for &p in WORLD_SIZES {
+            for (kind, m) in meshes(p) {
+                // The plain row layer on the same mesh.
+                let mut plain = RowParallelLinear::from_master(
+                    &m,
+                    RowParallelConfig::new(inp, out),
+                    &w,
+                    Some(&b),
+                )
+                .unwrap();
+                let xd = DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(1)).unwrap();
+                let plain_y = plain.forward(&xd).unwrap().to_host().unwrap();
+                let dyr = DTensor::from_host(&m, &[t, out], &dy, Placement::Replicate).unwrap();
+                let plain_dx = plain.backward(&dyr).unwrap().to_host().unwrap();
+                let plain_dw = plain.weight.master_grad().unwrap().unwrap();
+                for &overlap in OVERLAPS {
+                    let what = format!("row SP (P={p}, {kind}, {overlap:?}, {t}x{inp}x{out})");
+                    let mut l = RowParallelLinear::from_master(
+                        &m,
+                        row_cfg(inp, out, overlap),
+                        &w,
+                        Some(&b),
+                    )
+                    .unwrap();
+                    let y = l.forward(&xd).unwrap();
+                    assert_eq!(y.placement(), Placement::Shard(0), "{what}");
+                    let yv = y.to_host().unwrap();
+                    assert_close(&format!("{what} y"), &yv, &want_y, TOL);
+                    assert_close(&format!("{what} y vs plain"), &yv, &widen(&plain_y), TOL);
+                    let dyd = DTensor::from_host(&m, &[t, out], &dy, Placement::Shard(0)).unwrap();
+                    let dx = l.backward(&dyd).unwrap();
+                    assert_eq!(dx.placement(), Placement::Shard(1), "{what}");
+                    let dxv = dx.to_host().unwrap();
+                    assert_close(&format!("{what} dx"), &dxv, &want_dx, TOL);
+                    assert_close(&format!("{what} dx vs plain"), &dxv, &widen(&plain_dx), TOL);
+                    let dw = l.weight.master_grad().unwrap().unwrap();
+                    assert_close(&format!("{what} dW"), &dw, &want_dw, TOL);
+                    assert_close(&format!("{what} dW vs plain"), &dw, &widen(&plain_dw), TOL);
+                    let bias = l.bias.as_ref().unwrap();
+                    let db = bias.master_grad().unwrap().unwrap();
+                    assert_close(&format!("{what} db"), &db, &want_db, TOL);
+                    // The replicated bias gradient is bit-identical on every rank.
+                    let g = bias.grad.as_ref().unwrap();
+                    let r0 = g.local(0).unwrap().to_vec().unwrap();
+                    for r in 1..p {
+                        assert_eq!(
+                            g.local(r).unwrap().to_vec().unwrap(),
+                            r0,
+                            "{what} db rank {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Column(SP) → Row(SP) with the hidden activation never gathered: the
+/// output and every gradient equal f64 and the plain Megatron MLP.
+#[test]
+fn column_to_row_sequence_parallel_chain_matches_reference_and_plain_mlp() {
+    let mut rng = Rng::fresh("sp_chain");
+    for &(t, d, h) in SIZES {
+        let (w1, b1, w2, b2) = (rng.vec(h * d), rng.vec(h), rng.vec(d * h), rng.vec(d));
+        let (x, dy) = (rng.vec(t * d), rng.vec(t * d));
+        // f64 reference.
+        let x64 = widen(&x);
+        let dy64 = widen(&dy);
+        let hid = linear64(&x64, &w1, &b1, t, d, h);
+        let want_y = linear64(&hid, &w2, &b2, t, h, d);
+        let dh = back64(&dy64, &w2, t, h, d);
+        let want_dx = back64(&dh, &w1, t, d, h);
+        let want_dw2 = wgrad64(&dy64, &hid, t, h, d);
+        let want_dw1 = wgrad64(&dh, &x64, t, d, h);
+        let want_db2 = colsum64(&dy64, t, d);
+        let want_db1 = colsum64(&dh, t, h);
+        for &p in WORLD_SIZES {
+            for (kind, m) in meshes(p) {
+                // Plain Megatron MLP on the same mesh.
+                let mut f1 = ColumnParallelLinear::from_master(
+                    &m,
+                    ColumnParallelConfig::new(d, h),
+                    &w1,
+                    Some(&b1),
+                )
+                .unwrap();
+                let mut f2 = RowParallelLinear::from_master(
+                    &m,
+                    RowParallelConfig::new(h, d),
+                    &w2,
+                    Some(&b2),
+                )
+                .unwrap();
+                let xr = DTensor::from_host(&m, &[t, d], &x, Placement::Replicate).unwrap();
+                let plain_y = f2.forward(&f1.forward(&xr).unwrap()).unwrap();
+                let dyr = DTensor::from_host(&m, &[t, d], &dy, Placement::Replicate).unwrap();
+                let plain_dx = f1.backward(&f2.backward(&dyr).unwrap()).unwrap();
+                let plain_y = plain_y.to_host().unwrap();
+                let plain_dx = plain_dx.to_host().unwrap();
+                for &overlap in OVERLAPS {
+                    let what = format!("SP MLP (P={p}, {kind}, {overlap:?}, {t}x{d}x{h})");
+                    let mut fc1 = ColumnParallelLinear::from_master(
+                        &m,
+                        column_cfg(d, h, overlap),
+                        &w1,
+                        Some(&b1),
+                    )
+                    .unwrap();
+                    let mut fc2 =
+                        RowParallelLinear::from_master(&m, row_cfg(h, d, overlap), &w2, Some(&b2))
+                            .unwrap();
+                    let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Shard(0)).unwrap();
+                    let y = fc2.forward(&fc1.forward(&xd).unwrap()).unwrap();
+                    assert_eq!(y.placement(), Placement::Shard(0), "{what}");
+                    let yv = y.to_host().unwrap();
+                    assert_close(&format!("{what} y"), &yv, &want_y, TOL);
+                    assert_close(&format!("{what} y vs plain"), &yv, &widen(&plain_y), TOL);
+                    let dyd = DTensor::from_host(&m, &[t, d], &dy, Placement::Shard(0)).unwrap();
+                    let dx = fc1.backward(&fc2.backward(&dyd).unwrap()).unwrap();
+                    assert_eq!(dx.placement(), Placement::Shard(0), "{what}");
+                    let dxv = dx.to_host().unwrap();
+                    assert_close(&format!("{what} dx"), &dxv, &want_dx, TOL);
+                    assert_close(&format!("{what} dx vs plain"), &dxv, &widen(&plain_dx), TOL);
+                    let grads = [
+                        (
+                            "dW1",
+                            fc1.weight.master_grad(),
+                            &want_dw1,
+                            f1.weight.master_grad(),
+                        ),
+                        (
+                            "db1",
+                            fc1.bias.as_ref().unwrap().master_grad(),
+                            &want_db1,
+                            f1.bias.as_ref().unwrap().master_grad(),
+                        ),
+                        (
+                            "dW2",
+                            fc2.weight.master_grad(),
+                            &want_dw2,
+                            f2.weight.master_grad(),
+                        ),
+                        (
+                            "db2",
+                            fc2.bias.as_ref().unwrap().master_grad(),
+                            &want_db2,
+                            f2.bias.as_ref().unwrap().master_grad(),
+                        ),
+                    ];
+                    for (name, got, want, plain) in grads {
+                        let got = got.unwrap().unwrap();
+                        assert_close(&format!("{what} {name}"), &got, want, TOL);
+                        let plain = widen(&plain.unwrap().unwrap());
+                        assert_close(&format!("{what} {name} vs plain"), &got, &plain, TOL);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn only(stats: &CommStats, kind: Collective, calls: u64, what: &str) {
+    assert_eq!(
+        stats.len(),
+        1,
+        "{what}: expected only {calls} × {kind:?}, got {stats:?}"
+    );
+    assert_eq!(stats[&kind].calls, calls, "{what}: {stats:?}");
+}
+
+/// Column(SP): forward 1 all-gather, backward 1 reduce-scatter; Row(SP):
+/// forward 1 reduce-scatter, backward 1 all-gather. With the ring: P − 1
+/// SendRecv steps per gather / reduce-scatter and no collective at all.
+/// P = 1 communicates nothing in any mode.
+#[test]
+fn sequence_parallel_comm_counts_are_exact() {
+    let _counting = count_lock();
+    let (t, d, h) = (13, 6, 10);
+    let mut rng = Rng::fresh("sp_counts");
+    let (w1, w2) = (rng.vec(h * d), rng.vec(d * h));
+    let (x, dy) = (rng.vec(t * d), rng.vec(t * d));
+    for &p in WORLD_SIZES {
+        for (kind, m) in [
+            ("host-staged", counting_mesh(p)),
+            ("shared-device", counting_shared_mesh(p)),
+        ] {
+            for &overlap in OVERLAPS {
+                let what = format!("P={p}, {kind}, {overlap:?}");
+                let mut fc1 = ColumnParallelLinear::from_master(
+                    &m,
+                    column_cfg(d, h, overlap),
+                    &w1,
+                    Some(&vec![0.0; h]),
+                )
+                .unwrap();
+                let mut fc2 = RowParallelLinear::from_master(
+                    &m,
+                    row_cfg(h, d, overlap),
+                    &w2,
+                    Some(&vec![0.0; d]),
+                )
+                .unwrap();
+                let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Shard(0)).unwrap();
+                let dyd = DTensor::from_host(&m, &[t, d], &dy, Placement::Shard(0)).unwrap();
+                let phase = |label: &str, f: &mut dyn FnMut() -> DTensor| {
+                    m.reset_comm_stats();
+                    let out = f();
+                    let stats = m.comm_stats();
+                    (out, stats, format!("{what}: {label}"))
+                };
+                let (hid, s1, l1) = phase("column fwd", &mut || fc1.forward(&xd).unwrap());
+                let (_y, s2, l2) = phase("row fwd", &mut || fc2.forward(&hid).unwrap());
+                let (dh, s3, l3) = phase("row bwd", &mut || fc2.backward(&dyd).unwrap());
+                let (_dx, s4, l4) = phase("column bwd", &mut || fc1.backward(&dh).unwrap());
+                if p == 1 {
+                    for (s, l) in [(&s1, &l1), (&s2, &l2), (&s3, &l3), (&s4, &l4)] {
+                        assert!(s.is_empty(), "{l}: P = 1 communicates nothing, got {s:?}");
+                    }
+                    continue;
+                }
+                let steps = p as u64 - 1;
+                match overlap {
+                    Overlap::None => {
+                        only(&s1, Collective::AllGather, 1, &l1);
+                        only(&s2, Collective::ReduceScatter, 1, &l2);
+                        only(&s3, Collective::AllGather, 1, &l3);
+                        only(&s4, Collective::ReduceScatter, 1, &l4);
+                    }
+                    Overlap::Ring => {
+                        for (s, l) in [(&s1, &l1), (&s2, &l2), (&s3, &l3), (&s4, &l4)] {
+                            only(s, Collective::SendRecv, steps, l);
+                        }
+                        // Every step moves each token chunk (gathers of x and dy)
+                        // or each running chunk sum (reduce-scatters of y and
+                        // dx), all [·, d] f32: tokens × d × 4 bytes per step.
+                        let per_step = (t * d * 4) as u64;
+                        for (s, l) in [(&s1, &l1), (&s2, &l2), (&s3, &l3), (&s4, &l4)] {
+                            assert_eq!(s[&Collective::SendRecv].bytes, steps * per_step, "{l}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn ring_shift_moves_each_tensor_one_hop_on_both_transports() {
+    for p in [1, 2, 3, 4] {
+        for (kind, m) in meshes(p) {
+            // Ragged rows per rank, including an empty one.
+            let shards: Vec<_> = m
+                .ranks()
+                .iter()
+                .map(|r| {
+                    let rows = r.index() % 3;
+                    let v: Vec<f32> = (0..rows * 2)
+                        .map(|i| (100 * r.index() + i) as f32)
+                        .collect();
+                    r.upload(&[rows, 2], &v).unwrap()
+                })
+                .collect();
+            let before: Vec<Vec<f32>> = shards.iter().map(|s| s.to_vec().unwrap()).collect();
+            let out = ring_shift(&m, &shards).unwrap();
+            for (i, o) in out.iter().enumerate() {
+                let from = (i + p - 1) % p;
+                assert_eq!(o.rank_index(), i, "{kind} P={p}");
+                assert_eq!(o.shape(), shards[from].shape(), "{kind} P={p}");
+                assert_eq!(o.to_vec().unwrap(), before[from], "{kind} P={p}: rank {i}");
+            }
+            // i32, and the two-phase form with work recorded in between.
+            let ids: Vec<_> = m
+                .ranks()
+                .iter()
+                .map(|r| r.upload_i32(&[3], &[r.index() as i32; 3]).unwrap())
+                .collect();
+            let shift = RingShift::start(&m, &ids).unwrap();
+            let busy: Vec<_> = shards
+                .iter()
+                .map(|s| wgpu_tp::kernels::scale(s, 2.0).unwrap())
+                .collect();
+            let got = shift.finish().unwrap();
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(g.to_vec_i32().unwrap(), vec![((i + p - 1) % p) as i32; 3]);
+            }
+            drop(busy);
+        }
+    }
+}
+
+#[test]
+fn ring_shift_rejects_bad_groups() {
+    let m = mesh(2);
+    let other = shared_mesh(2);
+    assert!(ring_shift(&m, &[]).is_err(), "empty group");
+    let a = m.ranks()[0].upload(&[2], &[1.0, 2.0]).unwrap();
+    assert!(
+        ring_shift(&m, &[a.clone(), a.clone()]).is_err(),
+        "rank twice"
+    );
+    let b = other.ranks()[1].upload(&[2], &[1.0, 2.0]).unwrap();
+    assert!(ring_shift(&m, &[a.clone(), b]).is_err(), "foreign tensor");
+    let c = m.ranks()[1].upload_i32(&[2], &[1, 2]).unwrap();
+    assert!(ring_shift(&m, &[a, c]).is_err(), "mixed dtypes");
+}
+
+#[test]
+fn sequence_parallel_misconfigurations_are_clear_errors() {
+    let m = mesh(2);
+    let w = vec![0.5; 4 * 3];
+    // Ring without sequence parallelism.
+    let mut c = ColumnParallelConfig::new(3, 4);
+    c.overlap = Overlap::Ring;
+    let e = ColumnParallelLinear::from_master(&m, c, &w, Some(&[0.0; 4])).unwrap_err();
+    assert!(e.to_string().contains("sequence_parallel"), "{e}");
+    let mut r = RowParallelConfig::new(4, 3);
+    r.overlap = Overlap::Ring;
+    assert!(RowParallelLinear::from_master(&m, r, &w, Some(&[0.0; 3])).is_err());
+    // Row SP needs a parallel input.
+    let mut r = row_cfg(4, 3, Overlap::None);
+    r.input_is_parallel = false;
+    let e = RowParallelLinear::from_master(&m, r, &w, Some(&[0.0; 3])).unwrap_err();
+    assert!(e.to_string().contains("input_is_parallel"), "{e}");
+    // A replicated input to a sequence-parallel column layer, in both modes.
+    for overlap in OVERLAPS {
+        let mut l =
+            ColumnParallelLinear::from_master(&m, column_cfg(3, 4, *overlap), &w, Some(&[0.0; 4]))
+                .unwrap();
+        let x = DTensor::from_host(&m, &[5, 3], &[1.0; 15], Placement::Replicate).unwrap();
+        assert!(l.forward(&x).is_err(), "{overlap:?}: replicated input");
+        let x = DTensor::from_host(&m, &[5, 3], &[1.0; 15], Placement::Shard(0)).unwrap();
+        l.forward(&x).unwrap();
+        let mut row =
+            RowParallelLinear::from_master(&m, row_cfg(4, 3, *overlap), &w, Some(&[0.0; 3]))
+                .unwrap();
+        let h = DTensor::from_host(&m, &[5, 4], &[1.0; 20], Placement::Shard(1)).unwrap();
+        row.forward(&h).unwrap();
+        let bad = DTensor::from_host(&m, &[5, 3], &[1.0; 15], Placement::Replicate).unwrap();
+        assert!(row.backward(&bad).is_err(), "{overlap:?}: replicated dy");
+    }
+    // Defaults are unchanged: no sequence parallelism, no overlap.
+    let c = ColumnParallelConfig::new(3, 4);
+    assert!(!c.sequence_parallel && c.overlap == Overlap::None);
+    let r = RowParallelConfig::new(4, 3);
+    assert!(!r.sequence_parallel && r.overlap == Overlap::None);
+}
