@@ -99,7 +99,9 @@ fn raw_dhd(mesh: &Mesh, bytes: usize) -> f64 {
         let mut enc = d0.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&src, 0, &staging, 0, Some(size));
         g0.queue().submit([enc.finish()]);
-        staging.slice(..).map_async(wgpu::MapMode::Read, |r| r.unwrap());
+        staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, |r| r.unwrap());
         d0.poll(wgpu::PollType::wait_indefinitely()).unwrap();
         {
             let view = staging.slice(..).get_mapped_range().unwrap();
@@ -227,12 +229,7 @@ fn main() {
     for &s in &sizes {
         let bw = raw_dhd(&host4, s);
         raw.insert(s, bw);
-        println!(
-            "{:>6} {:>10.1} {:>10.3}",
-            label(s),
-            s as f64 / bw / 1e3,
-            bw
-        );
+        println!("{:>6} {:>10.1} {:>10.3}", label(s), s as f64 / bw / 1e3, bw);
     }
 
     println!(

@@ -12,7 +12,7 @@
 //! backward / optimiser (each followed by a synchronize, so these add up to
 //! more than the pipelined step) and the collectives per step.
 //!
-//! `cargo bench --bench step`; `WGPU_TP_BENCH_STEPS` sets N (default 10).
+//! `cargo bench --bench step`; `WGPU_TP_BENCH_STEPS` sets N (default 6).
 
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,9 @@ fn data() -> (Vec<i32>, Vec<i32>) {
     // A fixed LCG so every configuration sees the same batch.
     let mut s: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = || {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((s >> 33) % CFG.vocab as u64) as i32
     };
     let ids: Vec<i32> = (0..TOKENS).map(|_| next()).collect();
@@ -72,7 +74,7 @@ fn time_case(mesh: &Mesh, steps: usize) -> Timing {
     let mut model = MlpLanguageModel::new(mesh, CFG, 7).unwrap();
     let mut opt = Sgd::new(0.05);
     // Warm-up: pipeline compiles, pool fills.
-    for _ in 0..3 {
+    for _ in 0..2 {
         step(mesh, &mut model, &mut opt, &ids, &tg);
     }
     mesh.reset_comm_stats();
@@ -89,9 +91,9 @@ fn time_case(mesh: &Mesh, steps: usize) -> Timing {
     let bytes: u64 = stats.values().map(|c| c.bytes).sum();
     times.sort();
 
-    // One step in pieces, each synchronised (best of 3).
+    // One step in pieces, each synchronised (best of 2).
     let mut pieces = [Duration::MAX; 3];
-    for _ in 0..3 {
+    for _ in 0..2 {
         let t = Instant::now();
         let loss = model.forward(&ids, &tg).unwrap();
         mesh.synchronize().unwrap();
@@ -136,7 +138,7 @@ fn main() {
     let steps = std::env::var("WGPU_TP_BENCH_STEPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10usize)
+        .unwrap_or(6usize)
         .max(1);
     let build = |p: usize, shared: bool| {
         let b = MeshBuilder::new().ranks(p);
