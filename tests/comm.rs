@@ -669,24 +669,24 @@ fn bad_inputs_give_errors_and_the_mesh_keeps_working() {
 }
 
 /// Tensors large enough for the host-staged transport's pooled MAP_WRITE
-/// staging (>= 256 KiB per output) and its multi-threaded host work (>= 1 MiB
+/// staging (>= 1 MiB per output) and its multi-threaded host work (>= 1 MiB
 /// per call), on an odd length so thread ranges end mid-chunk; called twice so
 /// the second call reuses the pooled staging buffers.
 #[test]
 fn large_collectives_use_pooled_staging_and_stay_exact() {
     let n = 4;
-    let words = 3 * 65_536 + 13; // ~786 KiB per rank
+    let len = 5 * 65_536 + 13; // ~1.25 MiB per rank
     for (name, m) in meshes(n) {
         for round in 0..2 {
             let shards: Vec<LocalTensor> = (0..n)
                 .map(|r| {
-                    let x: Vec<f32> = (0..words)
+                    let x: Vec<f32> = (0..len)
                         .map(|i| ((i * 3 + r + round) % 11) as f32)
                         .collect();
-                    m.rank(r).unwrap().upload(&[words], &x).unwrap()
+                    m.rank(r).unwrap().upload(&[len], &x).unwrap()
                 })
                 .collect();
-            let want: Vec<u32> = (0..words)
+            let want: Vec<u32> = (0..len)
                 .map(|i| {
                     (0..n)
                         .map(|r| ((i * 3 + r + round) % 11) as f32)
@@ -702,7 +702,7 @@ fn large_collectives_use_pooled_staging_and_stay_exact() {
             let out = comm::reduce_scatter(&m, &shards, 0, ReduceOp::Sum).unwrap();
             let got = words(&out);
             for r in 0..n {
-                let range = split_range(words, n, r);
+                let range = split_range(len, n, r);
                 assert_eq!(got[r], want[range].to_vec(), "{what} rank {r}");
             }
 

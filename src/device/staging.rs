@@ -38,7 +38,7 @@ struct Up {
 /// staging, no map round trip); larger ones through pooled MAP_WRITE staging,
 /// where wgpu's fresh per-call staging allocation would cost more than the
 /// extra map.
-const POOLED_UPLOAD_MIN_BYTES: u64 = 256 * 1024;
+const POOLED_UPLOAD_MIN_BYTES: u64 = 1024 * 1024;
 
 /// A writable view of (part of) an output.
 pub(crate) enum OutView {

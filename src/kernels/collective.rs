@@ -170,9 +170,9 @@ pub(crate) fn reduce_block(
     // One contiguous run, four-word aligned: the vec4 entries (no index
     // arithmetic, a quarter of the invocations).
     if let Some((s, d)) = b.contiguous()
-        && s % 4 == 0
-        && d % 4 == 0
-        && b.total() % 4 == 0
+        && s.is_multiple_of(4)
+        && d.is_multiple_of(4)
+        && b.total().is_multiple_of(4)
     {
         let entry = match (dst.dtype(), how) {
             (DType::F32, Combine::Sum) => "sum_f32_flat4",
