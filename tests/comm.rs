@@ -667,3 +667,52 @@ fn bad_inputs_give_errors_and_the_mesh_keeps_working() {
         assert_eq!(from_other.to_vec().unwrap(), vec![1.0; 6]);
     }
 }
+
+/// Tensors large enough for the host-staged transport's pooled MAP_WRITE
+/// staging (>= 1 MiB per output) and its multi-threaded host work (>= 1 MiB
+/// per call), on an odd length so thread ranges end mid-chunk; called twice so
+/// the second call reuses the pooled staging buffers.
+#[test]
+fn large_collectives_use_pooled_staging_and_stay_exact() {
+    let n = 4;
+    let len = 5 * 65_536 + 13; // ~1.25 MiB per rank
+    for (name, m) in meshes(n) {
+        for round in 0..2 {
+            let shards: Vec<LocalTensor> = (0..n)
+                .map(|r| {
+                    let x: Vec<f32> = (0..len)
+                        .map(|i| ((i * 3 + r + round) % 11) as f32)
+                        .collect();
+                    m.rank(r).unwrap().upload(&[len], &x).unwrap()
+                })
+                .collect();
+            let want: Vec<u32> = (0..len)
+                .map(|i| {
+                    (0..n)
+                        .map(|r| ((i * 3 + r + round) % 11) as f32)
+                        .sum::<f32>()
+                        .to_bits()
+                })
+                .collect();
+            let what = format!("{name} all_reduce round {round}");
+            let out = comm::all_reduce(&m, &shards, ReduceOp::Sum).unwrap();
+            assert_eq!(identical(&what, &out, &all(n)), want, "{what}");
+
+            let what = format!("{name} reduce_scatter round {round}");
+            let out = comm::reduce_scatter(&m, &shards, 0, ReduceOp::Sum).unwrap();
+            let got = words(&out);
+            for r in 0..n {
+                let range = split_range(len, n, r);
+                assert_eq!(got[r], want[range].to_vec(), "{what} rank {r}");
+            }
+
+            let what = format!("{name} all_gather round {round}");
+            let out = comm::all_gather(&m, &shards, 0).unwrap();
+            let mut cat = Vec::new();
+            for w in words(&shards) {
+                cat.extend(w);
+            }
+            assert_eq!(identical(&what, &out, &all(n)), cat, "{what}");
+        }
+    }
+}

@@ -1,20 +1,86 @@
-//! Host-staged transport (each rank its own wgpu device): download every
-//! input at once with [`download_many`] (one wait per device), combine on the
-//! host in fixed participant order, then upload each result with
-//! `queue.write_buffer` (no wait: the upload lands before the rank's next
-//! submit). Works on raw 32-bit words, so f32 and i32 share every path but the
+//! Host-staged transport (each rank its own wgpu device), built on
+//! [`Exchange`]: every input is copied into a pooled MAP_READ staging buffer
+//! and every output gets a pooled MAP_WRITE staging buffer, all mapped with
+//! one wait per device; the host then reads the inputs straight from the
+//! mapped views and writes each result straight into the output views, and
+//! one `copy_buffer_to_buffer` per output moves it into place (submitted, not
+//! waited on).
+//!
+//! No host `Vec` holds a payload on the many-to-many paths (all-reduce,
+//! all-gather, reduce-scatter, broadcast, scatter): reductions run through a
+//! 16 KiB stack chunk that stays in L1 while it is copied to every output.
+//! Large calls split the host work over a few threads (disjoint output ranges
+//! or disjoint outputs), since the staging copies on the device side already
+//! run on every rank's queue at once. Reductions combine in fixed participant
+//! order (acc = x0; acc = op(acc, x1); ...) and every rank receives the same
+//! bytes. Works on raw 32-bit words, so f32 and i32 share every path but the
 //! arithmetic.
 
 use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::OnceLock;
 
 use super::layout::{concat_words, slice_words, with_dim};
 use super::{AllToAll, ReduceOp, around};
-use crate::device::{DType, LocalTensor, Rank, download_many};
+use crate::device::{DType, Exchange, LocalTensor, Mapped, OutView, Rank};
 use crate::error::Result;
 use crate::shard::split_range;
 
-/// Download tensors as words: borrowed when the byte buffer happens to be
-/// 4-aligned (it usually is), copied otherwise.
+/// Words reduced at a time (16 KiB on the stack).
+const CHUNK: usize = 4096;
+
+/// Below this much output per call, one thread does the host work (spawning
+/// threads costs tens of microseconds).
+const PARALLEL_MIN_BYTES: usize = 1 << 20;
+
+/// Host threads for a call writing `bytes` of output in total.
+fn threads(bytes: usize) -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    if bytes < PARALLEL_MIN_BYTES {
+        return 1;
+    }
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(4)
+    })
+}
+
+/// Run every job, the first on this thread and the rest on scoped threads.
+fn run<J: Send>(jobs: Vec<J>, f: impl Fn(J) + Sync) {
+    if jobs.len() <= 1 {
+        jobs.into_iter().for_each(f);
+        return;
+    }
+    std::thread::scope(|s| {
+        let mut it = jobs.into_iter();
+        let first = it.next();
+        for job in it {
+            let f = &f;
+            s.spawn(move || f(job));
+        }
+        if let Some(job) = first {
+            f(job);
+        }
+    });
+}
+
+/// `0..n` cut into `parts` contiguous ranges (fewer when `n` is small).
+fn parts(n: usize, parts: usize, align: usize) -> Vec<Range<usize>> {
+    let parts = parts.clamp(1, n.div_ceil(align).max(1));
+    let step = n.div_ceil(parts).div_ceil(align) * align;
+    let mut out = Vec::with_capacity(parts);
+    let mut at = 0;
+    while at < n || out.is_empty() {
+        let end = (at + step).min(n);
+        out.push(at..end);
+        at = end;
+    }
+    out
+}
+
+/// Mapped bytes as words: borrowed when 4-aligned (mapped memory is), copied
+/// otherwise.
 fn words(bytes: &[u8]) -> Cow<'_, [u32]> {
     match bytemuck::try_cast_slice(bytes) {
         Ok(w) => Cow::Borrowed(w),
@@ -22,14 +88,15 @@ fn words(bytes: &[u8]) -> Cow<'_, [u32]> {
     }
 }
 
-fn download(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
-    download_many(tensors)
+fn inputs(m: &Mapped, n: usize) -> Vec<Cow<'_, [u32]>> {
+    (0..n).map(|i| words(m.input(i))).collect()
 }
 
-fn upload(rank: &Rank, shape: &[usize], dtype: DType, data: &[u32]) -> Result<LocalTensor> {
-    match dtype {
-        DType::F32 => rank.upload(shape, bytemuck::cast_slice(data)),
-        DType::I32 => rank.upload_i32(shape, bytemuck::cast_slice(data)),
+/// Write `data` at word offset `at` of a view.
+fn put(view: &mut OutView, at: usize, data: &[u32]) {
+    if !data.is_empty() {
+        view.slice(at * 4..(at + data.len()) * 4)
+            .copy_from_slice(bytemuck::cast_slice(data));
     }
 }
 
@@ -52,16 +119,70 @@ fn combine(acc: &mut [u32], x: &[u32], dtype: DType, op: ReduceOp) {
     }
 }
 
-/// Download all shards and reduce them in participant order: acc = x0; acc = op(acc, x1); ...
-fn reduce_all(shards: &[LocalTensor], op: ReduceOp) -> Result<Vec<u32>> {
-    let refs: Vec<&LocalTensor> = shards.iter().collect();
-    let data = download(&refs)?;
-    let dtype = shards[0].dtype();
-    let mut acc = words(&data[0]).into_owned();
-    for d in &data[1..] {
-        combine(&mut acc, &words(d), dtype, op);
+/// Reduce words `src..src + len` of every input in participant order and
+/// write the result at word `dst` of every view.
+fn reduce_run(
+    ins: &[Cow<'_, [u32]>],
+    src: usize,
+    len: usize,
+    views: &mut [OutView],
+    dst: usize,
+    dtype: DType,
+    op: ReduceOp,
+) {
+    let mut buf = [0u32; CHUNK];
+    let mut c = 0;
+    while c < len {
+        let n = CHUNK.min(len - c);
+        let acc = &mut buf[..n];
+        let s = src + c;
+        acc.copy_from_slice(&ins[0][s..s + n]);
+        for x in &ins[1..] {
+            combine(acc, &x[s..s + n], dtype, op);
+        }
+        for v in views.iter_mut() {
+            put(v, dst + c, acc);
+        }
+        c += n;
     }
-    Ok(acc)
+}
+
+/// Copy words `src..src + len` of `input` to word `dst` of every view, a
+/// chunk at a time so the source stays in cache across the views.
+fn copy_run(input: &[u32], src: usize, len: usize, views: &mut [OutView], dst: usize) {
+    let mut c = 0;
+    while c < len {
+        let n = CHUNK.min(len - c);
+        for v in views.iter_mut() {
+            put(v, dst + c, &input[src + c..src + c + n]);
+        }
+        c += n;
+    }
+}
+
+/// Whole-output views of outputs `range`.
+fn views(m: &Mapped, range: Range<usize>) -> Result<Vec<OutView>> {
+    range.map(|k| m.view(k, 0..m.output_len(k))).collect()
+}
+
+/// Output groups for `threads(bytes)` threads, each with whole-output views.
+fn output_jobs(m: &Mapped, bytes: usize) -> Result<Vec<(Range<usize>, Vec<OutView>)>> {
+    parts(m.outputs(), threads(bytes), 1)
+        .into_iter()
+        .map(|r| Ok((r.clone(), views(m, r)?)))
+        .collect()
+}
+
+/// Stage `shards` as inputs and outputs of `shapes` on `ranks`, mapped.
+fn exchange(shards: &[&LocalTensor], outs: &[(&Rank, &[usize])], dtype: DType) -> Result<Mapped> {
+    let mut x = Exchange::with_capacity(shards.len(), outs.len());
+    for s in shards {
+        x.read(s)?;
+    }
+    for (r, shape) in outs {
+        x.write(r, shape, dtype)?;
+    }
+    x.map()
 }
 
 pub(super) fn all_reduce(
@@ -69,12 +190,29 @@ pub(super) fn all_reduce(
     ranks: &[Rank],
     op: ReduceOp,
 ) -> Result<Vec<LocalTensor>> {
-    let acc = reduce_all(shards, op)?;
     let (shape, dtype) = (shards[0].shape(), shards[0].dtype());
-    ranks
-        .iter()
-        .map(|r| upload(r, shape, dtype, &acc))
-        .collect()
+    let refs: Vec<&LocalTensor> = shards.iter().collect();
+    let outs: Vec<(&Rank, &[usize])> = ranks.iter().map(|r| (r, shape)).collect();
+    let m = exchange(&refs, &outs, dtype)?;
+    {
+        let ins = inputs(&m, shards.len());
+        let n = shards[0].len();
+        // Threads take disjoint element ranges of every output (starts are
+        // multiples of CHUNK words, so 8-byte aligned as mapping needs).
+        let jobs = parts(n, threads(n * 4 * ranks.len()), CHUNK)
+            .into_iter()
+            .map(|r| {
+                let vs = (0..ranks.len())
+                    .map(|k| m.view(k, r.start * 4..r.end * 4))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok((r, vs))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        run(jobs, |(r, mut vs)| {
+            reduce_run(&ins, r.start, r.len(), &mut vs, 0, dtype, op);
+        });
+    }
+    m.finish()
 }
 
 pub(super) fn all_gather(
@@ -82,23 +220,28 @@ pub(super) fn all_gather(
     ranks: &[Rank],
     dim: usize,
 ) -> Result<Vec<LocalTensor>> {
-    let refs: Vec<&LocalTensor> = shards.iter().collect();
-    let data = download(&refs)?;
-    let words: Vec<Cow<'_, [u32]>> = data.iter().map(|d| words(d)).collect();
-    let (outer, _, inner) = around(shards[0].shape(), dim);
-    let parts: Vec<(&[u32], usize)> = words
-        .iter()
-        .zip(shards)
-        .map(|(w, s)| (&w[..], s.shape()[dim]))
-        .collect();
-    let full = concat_words(&parts, outer, inner);
-    let total = parts.iter().map(|p| p.1).sum();
+    let total: usize = shards.iter().map(|s| s.shape()[dim]).sum();
     let shape = with_dim(shards[0].shape(), dim, total);
     let dtype = shards[0].dtype();
-    ranks
-        .iter()
-        .map(|r| upload(r, &shape, dtype, &full))
-        .collect()
+    let refs: Vec<&LocalTensor> = shards.iter().collect();
+    let outs: Vec<(&Rank, &[usize])> = ranks.iter().map(|r| (r, &shape[..])).collect();
+    let m = exchange(&refs, &outs, dtype)?;
+    {
+        let ins = inputs(&m, shards.len());
+        let (outer, _, inner) = around(&shape, dim);
+        let bytes = shape.iter().product::<usize>() * 4 * ranks.len();
+        run(output_jobs(&m, bytes)?, |(_, mut vs)| {
+            for o in 0..outer {
+                let mut at = 0;
+                for (i, s) in shards.iter().enumerate() {
+                    let run = s.shape()[dim] * inner;
+                    copy_run(&ins[i], o * run, run, &mut vs, (o * total + at) * inner);
+                    at += s.shape()[dim];
+                }
+            }
+        });
+    }
+    m.finish()
 }
 
 pub(super) fn reduce_scatter(
@@ -107,18 +250,34 @@ pub(super) fn reduce_scatter(
     dim: usize,
     op: ReduceOp,
 ) -> Result<Vec<LocalTensor>> {
-    let acc = reduce_all(shards, op)?;
     let (shape, dtype) = (shards[0].shape(), shards[0].dtype());
     let p = ranks.len();
-    ranks
+    let ranges: Vec<Range<usize>> = (0..p).map(|i| split_range(shape[dim], p, i)).collect();
+    let part_shapes: Vec<Vec<usize>> = ranges
         .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let range = split_range(shape[dim], p, i);
-            let part = with_dim(shape, dim, range.len());
-            upload(r, &part, dtype, &slice_words(&acc, shape, dim, range))
-        })
-        .collect()
+        .map(|r| with_dim(shape, dim, r.len()))
+        .collect();
+    let refs: Vec<&LocalTensor> = shards.iter().collect();
+    let outs: Vec<(&Rank, &[usize])> = ranks
+        .iter()
+        .zip(&part_shapes)
+        .map(|(r, s)| (r, &s[..]))
+        .collect();
+    let m = exchange(&refs, &outs, dtype)?;
+    {
+        let ins = inputs(&m, shards.len());
+        let (outer, n, inner) = around(shape, dim);
+        run(output_jobs(&m, shards[0].len() * 4)?, |(group, mut vs)| {
+            for (j, v) in group.zip(vs.iter_mut()) {
+                let len = ranges[j].len() * inner;
+                for o in 0..outer {
+                    let src = (o * n + ranges[j].start) * inner;
+                    reduce_run(&ins, src, len, std::slice::from_mut(v), o * len, dtype, op);
+                }
+            }
+        });
+    }
+    m.finish()
 }
 
 pub(super) fn broadcast(
@@ -126,35 +285,53 @@ pub(super) fn broadcast(
     ranks: &[Rank],
     root: usize,
 ) -> Result<Vec<LocalTensor>> {
-    let data = download(&[src])?;
-    let w = words(&data[0]);
-    ranks
+    let others: Vec<(&Rank, &[usize])> = ranks
         .iter()
         .enumerate()
-        .map(|(i, r)| {
-            if i == root {
-                Ok(src.clone())
-            } else {
-                upload(r, src.shape(), src.dtype(), &w)
-            }
-        })
-        .collect()
+        .filter(|&(i, _)| i != root)
+        .map(|(_, r)| (r, src.shape()))
+        .collect();
+    let m = exchange(&[src], &others, src.dtype())?;
+    {
+        let ins = inputs(&m, 1);
+        let n = src.len();
+        run(output_jobs(&m, n * 4 * others.len())?, |(_, mut vs)| {
+            copy_run(&ins[0], 0, n, &mut vs, 0);
+        });
+    }
+    let mut out = m.finish()?;
+    out.insert(root, src.clone());
+    Ok(out)
 }
 
 pub(super) fn scatter(src: &LocalTensor, ranks: &[Rank], dim: usize) -> Result<Vec<LocalTensor>> {
-    let data = download(&[src])?;
-    let w = words(&data[0]);
     let shape = src.shape();
     let p = ranks.len();
-    ranks
+    let ranges: Vec<Range<usize>> = (0..p).map(|i| split_range(shape[dim], p, i)).collect();
+    let part_shapes: Vec<Vec<usize>> = ranges
         .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let range = split_range(shape[dim], p, i);
-            let part = with_dim(shape, dim, range.len());
-            upload(r, &part, src.dtype(), &slice_words(&w, shape, dim, range))
-        })
-        .collect()
+        .map(|r| with_dim(shape, dim, r.len()))
+        .collect();
+    let outs: Vec<(&Rank, &[usize])> = ranks
+        .iter()
+        .zip(&part_shapes)
+        .map(|(r, s)| (r, &s[..]))
+        .collect();
+    let m = exchange(&[src], &outs, src.dtype())?;
+    {
+        let ins = inputs(&m, 1);
+        let (outer, n, inner) = around(shape, dim);
+        run(output_jobs(&m, src.len() * 4)?, |(group, mut vs)| {
+            for (j, v) in group.zip(vs.iter_mut()) {
+                let len = ranges[j].len() * inner;
+                for o in 0..outer {
+                    let at = (o * n + ranges[j].start) * inner;
+                    copy_run(&ins[0], at, len, std::slice::from_mut(v), o * len);
+                }
+            }
+        });
+    }
+    m.finish()
 }
 
 pub(super) fn all_to_all(
@@ -162,29 +339,36 @@ pub(super) fn all_to_all(
     ranks: &[Rank],
     plan: &AllToAll,
 ) -> Result<Vec<LocalTensor>> {
-    let refs: Vec<&LocalTensor> = shards.iter().collect();
-    let data = download(&refs)?;
-    let words: Vec<Cow<'_, [u32]>> = data.iter().map(|d| words(d)).collect();
     let dtype = shards[0].dtype();
     let (split, concat) = (plan.split_dim, plan.concat_dim);
-    ranks
+    let refs: Vec<&LocalTensor> = shards.iter().collect();
+    let outs: Vec<(&Rank, &[usize])> = ranks
         .iter()
-        .enumerate()
-        .map(|(j, r)| {
+        .zip(&plan.out_shapes)
+        .map(|(r, s)| (r, &s[..]))
+        .collect();
+    let m = exchange(&refs, &outs, dtype)?;
+    {
+        // Two windows along two dims: cut and join through host Vecs (not a
+        // bandwidth-critical path).
+        let ins = inputs(&m, shards.len());
+        for j in 0..ranks.len() {
             let pieces: Vec<(Vec<u32>, usize)> = shards
                 .iter()
                 .enumerate()
                 .map(|(i, s)| {
                     let range = plan.pieces[i][j].clone();
                     let shape = with_dim(s.shape(), split, range.len());
-                    let w = slice_words(&words[i], s.shape(), split, range);
+                    let w = slice_words(&ins[i], s.shape(), split, range);
                     (w, shape[concat])
                 })
                 .collect();
             let shape = &plan.out_shapes[j];
             let (outer, _, inner) = around(shape, concat);
             let parts: Vec<(&[u32], usize)> = pieces.iter().map(|(w, n)| (&w[..], *n)).collect();
-            upload(r, shape, dtype, &concat_words(&parts, outer, inner))
-        })
-        .collect()
+            let mut v = m.view(j, 0..m.output_len(j))?;
+            put(&mut v, 0, &concat_words(&parts, outer, inner));
+        }
+    }
+    m.finish()
 }

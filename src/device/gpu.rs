@@ -70,6 +70,8 @@ struct State {
     retired: Vec<(u64, wgpu::Buffer)>,
     /// MAP_READ staging buffers ready for reuse, by byte size.
     staging: HashMap<u64, Vec<wgpu::Buffer>>,
+    /// MAP_WRITE upload staging buffers ready for reuse (unmapped), by byte size.
+    upload_staging: HashMap<u64, Vec<wgpu::Buffer>>,
     /// Buffers created since the mesh was built (pool misses).
     allocations: u64,
 }
@@ -456,10 +458,47 @@ impl Gpu {
             .push(buffer);
     }
 
+    /// Take a MAP_WRITE | COPY_SRC upload staging buffer of `size` bytes (a
+    /// multiple of 4) and whether it is mapped already: a fresh one is created
+    /// mapped; a pooled one must be mapped with `map_async(Write)` first.
+    ///
+    /// Host-staged collectives write their results straight into these and
+    /// copy them into the output on the device, instead of `write_buffer`,
+    /// which allocates a fresh staging buffer inside wgpu on every call.
+    pub(crate) fn take_upload_staging(&self, size: u64) -> (wgpu::Buffer, bool) {
+        let size = size.max(4);
+        let mut st = lock(&self.state);
+        if let Some(b) = st.upload_staging.get_mut(&size).and_then(|v| v.pop()) {
+            return (b, false);
+        }
+        st.allocations += 1;
+        drop(st);
+        let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgpu-tp upload staging"),
+            size,
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        (b, true)
+    }
+
+    /// Give an upload staging buffer back to the pool. It must be unmapped and
+    /// every command that uses it already submitted (mapping it again then
+    /// waits for those commands, which wgpu tracks).
+    pub(crate) fn return_upload_staging(&self, buffer: wgpu::Buffer) {
+        let size = buffer.size();
+        lock(&self.state)
+            .upload_staging
+            .entry(size)
+            .or_default()
+            .push(buffer);
+    }
+
     /// Drop every pooled buffer that nothing uses (frees device memory).
     pub fn trim_pool(&self) {
         let mut st = lock(&self.state);
         st.free.clear();
         st.staging.clear();
+        st.upload_staging.clear();
     }
 }

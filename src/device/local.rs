@@ -354,61 +354,14 @@ pub(crate) fn copy_region(
 /// wait per device: copy each into a MAP_READ staging buffer, submit every
 /// device, map all, then poll each device once.
 pub fn download_many(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
-    let mut stagings = Vec::with_capacity(tensors.len());
+    let mut x = super::staging::Exchange::with_capacity(tensors.len(), 0);
     for t in tensors {
-        t.gpu().check()?;
-        let bytes = t.byte_len();
-        let staging = t.gpu().take_staging(bytes.max(4));
-        if bytes > 0 {
-            let (src, dst) = (t.buffer().clone(), staging.clone());
-            t.gpu()
-                .record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
-        }
-        stagings.push(staging);
+        x.read(t)?;
     }
-    // Submit every device before waiting on any, so ranks run together.
-    let mut gpus: Vec<&Arc<Gpu>> = Vec::new();
-    for t in tensors {
-        if !gpus.iter().any(|g| g.id() == t.gpu().id()) {
-            gpus.push(t.gpu());
-        }
-    }
-    for g in &gpus {
-        g.flush();
-    }
-    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for s in &stagings {
-        let failed = failed.clone();
-        s.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            if r.is_err() {
-                failed.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        });
-    }
-    for g in &gpus {
-        g.wait()?;
-        g.check()?;
-    }
-    if failed.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(Error::Wgpu {
-            rank: tensors[0].rank,
-            message: "mapping a staging buffer for readback failed".into(),
-        });
-    }
-    let mut out = Vec::with_capacity(tensors.len());
-    for (t, s) in tensors.iter().zip(stagings) {
-        let bytes = t.byte_len() as usize;
-        {
-            let view = s.slice(..).get_mapped_range().map_err(|e| Error::Wgpu {
-                rank: t.rank,
-                message: format!("readback: {e}"),
-            })?;
-            out.push(view[..bytes].to_vec());
-        }
-        s.unmap();
-        t.gpu().return_staging(s);
-    }
-    Ok(out)
+    let mapped = x.map()?;
+    Ok((0..tensors.len())
+        .map(|i| mapped.input(i).to_vec())
+        .collect())
 }
 
 /// A compute dispatch: kernel, uniform parameters, buffers and grid.

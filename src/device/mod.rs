@@ -6,6 +6,7 @@ mod gpu;
 mod local;
 mod mesh;
 mod select;
+mod staging;
 
 pub use gpu::Gpu;
 pub(crate) use gpu::{Access, KernelSpec};
@@ -14,3 +15,4 @@ pub use local::{DType, LocalTensor, Rank, download_many};
 pub(crate) use local::{Dispatch, copy_region};
 pub use mesh::{Collective, CommCount, CommStats, Mesh, Transport};
 pub use select::{AdapterReport, DeviceLayout, MeshBuilder, adapters, parse_backends};
+pub(crate) use staging::{Exchange, Mapped, OutView};

@@ -1,0 +1,332 @@
+//! Host-staged exchange: the device → host → device round trip behind
+//! [`download_many`](super::download_many) and the host-staged collectives.
+//!
+//! One [`Exchange`] stages every input and every output of a collective at
+//! once: each input is copied into a pooled MAP_READ staging buffer, each
+//! output gets a pooled tensor and a pooled MAP_WRITE staging buffer; then
+//! [`Exchange::map`] submits every device, maps everything and waits **once
+//! per device**. The caller reads the inputs straight from the mapped views
+//! and writes the results straight into the mapped output views (no host
+//! `Vec` in between); [`Mapped::finish`] unmaps, records one
+//! `copy_buffer_to_buffer` per output and submits (no wait). Staging buffers
+//! go back to their device's pool, so a steady loop allocates nothing, on the
+//! host or on the device.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::gpu::Gpu;
+use super::local::{DType, LocalTensor, Rank};
+use crate::error::{Error, Result};
+
+struct Down {
+    gpu: Arc<Gpu>,
+    staging: wgpu::Buffer,
+    bytes: usize,
+    rank: usize,
+}
+
+struct Up {
+    gpu: Arc<Gpu>,
+    /// `None` for a small output, written through `queue.write_buffer_with`.
+    staging: Option<wgpu::Buffer>,
+    mapped: bool,
+    out: LocalTensor,
+}
+
+/// Outputs smaller than this go through `queue.write_buffer_with` (wgpu's own
+/// staging, no map round trip); larger ones through pooled MAP_WRITE staging,
+/// where wgpu's fresh per-call staging allocation would cost more than the
+/// extra map.
+const POOLED_UPLOAD_MIN_BYTES: u64 = 1024 * 1024;
+
+/// A writable view of (part of) an output.
+pub(crate) enum OutView {
+    /// A mapped pooled staging buffer.
+    Mapped(wgpu::BufferViewMut),
+    /// wgpu's queue staging, copied at the next submit.
+    Queue(wgpu::QueueWriteBufferView),
+}
+
+impl OutView {
+    /// Write-only bytes `bounds` of the view.
+    pub(crate) fn slice<S: std::ops::RangeBounds<usize>>(
+        &mut self,
+        bounds: S,
+    ) -> wgpu::WriteOnly<'_, [u8]> {
+        match self {
+            OutView::Mapped(v) => v.slice(bounds),
+            OutView::Queue(v) => v.slice(bounds),
+        }
+    }
+}
+
+/// Inputs to read back and outputs to fill, before mapping.
+#[derive(Default)]
+pub(crate) struct Exchange {
+    downs: Vec<Down>,
+    ups: Vec<Up>,
+}
+
+fn distinct_gpus<'a>(all: impl Iterator<Item = &'a Arc<Gpu>>) -> Vec<Arc<Gpu>> {
+    let mut gpus: Vec<Arc<Gpu>> = Vec::new();
+    for g in all {
+        if !gpus.iter().any(|h| h.id() == g.id()) {
+            gpus.push(g.clone());
+        }
+    }
+    gpus
+}
+
+impl Exchange {
+    /// Room for `inputs` reads and `outputs` writes.
+    pub(crate) fn with_capacity(inputs: usize, outputs: usize) -> Self {
+        Exchange {
+            downs: Vec::with_capacity(inputs),
+            ups: Vec::with_capacity(outputs),
+        }
+    }
+
+    /// Record a copy of `t` into a staging buffer (read back by [`Exchange::map`]).
+    pub(crate) fn read(&mut self, t: &LocalTensor) -> Result<()> {
+        t.gpu().check()?;
+        let bytes = t.byte_len();
+        let staging = t.gpu().take_staging(bytes.max(4));
+        if bytes > 0 {
+            let (src, dst) = (t.buffer().clone(), staging.clone());
+            t.gpu()
+                .record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
+        }
+        self.downs.push(Down {
+            gpu: t.gpu().clone(),
+            staging,
+            bytes: bytes as usize,
+            rank: t.rank_index(),
+        });
+        Ok(())
+    }
+
+    /// A fresh output tensor on `rank`, filled from its mapped view.
+    pub(crate) fn write(&mut self, rank: &Rank, shape: &[usize], dtype: DType) -> Result<()> {
+        let out = rank.alloc("collective", shape, dtype)?;
+        let (staging, mapped) = if out.byte_len() >= POOLED_UPLOAD_MIN_BYTES {
+            let (b, mapped) = rank.gpu.take_upload_staging(out.byte_len());
+            (Some(b), mapped)
+        } else {
+            (None, false)
+        };
+        self.ups.push(Up {
+            gpu: rank.gpu.clone(),
+            staging,
+            mapped,
+            out,
+        });
+        Ok(())
+    }
+
+    /// Submit every device, map every staging buffer, wait once per device.
+    pub(crate) fn map(mut self) -> Result<Mapped> {
+        let gpus = distinct_gpus(
+            self.downs
+                .iter()
+                .map(|d| &d.gpu)
+                .chain(self.ups.iter().map(|u| &u.gpu)),
+        );
+        // Submit every device before waiting on any, so ranks copy together.
+        for g in &gpus {
+            g.flush();
+        }
+        let failed = Arc::new(AtomicBool::new(false));
+        let on_map = |failed: &Arc<AtomicBool>| {
+            let failed = failed.clone();
+            move |r: std::result::Result<(), wgpu::BufferAsyncError>| {
+                if r.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+            }
+        };
+        for d in &self.downs {
+            d.staging
+                .slice(..)
+                .map_async(wgpu::MapMode::Read, on_map(&failed));
+        }
+        for u in &mut self.ups {
+            if let Some(b) = &u.staging
+                && !u.mapped
+            {
+                b.slice(..).map_async(wgpu::MapMode::Write, on_map(&failed));
+            }
+        }
+        let mut mapped = Mapped {
+            downs: std::mem::take(&mut self.downs),
+            ups: std::mem::take(&mut self.ups),
+            inputs: Vec::new(),
+            downs_mapped: false,
+        };
+        for g in &gpus {
+            g.wait()?;
+            g.check()?;
+        }
+        let rank = mapped
+            .downs
+            .first()
+            .map(|d| d.rank)
+            .or(mapped.ups.first().map(|u| u.out.rank_index()))
+            .unwrap_or(0);
+        if failed.load(Ordering::Relaxed) {
+            return Err(Error::Wgpu {
+                rank,
+                message: "mapping a staging buffer failed".into(),
+            });
+        }
+        mapped.downs_mapped = true;
+        for u in &mut mapped.ups {
+            u.mapped = u.staging.is_some();
+        }
+        let err = |e: wgpu::MapRangeError| Error::Wgpu {
+            rank,
+            message: format!("staging: {e}"),
+        };
+        for d in &mapped.downs {
+            let view = d.staging.slice(..).get_mapped_range().map_err(err)?;
+            mapped.inputs.push(view);
+        }
+        Ok(mapped)
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        // Only reached on an error before `map`: nothing is mapped but fresh
+        // upload stagings (created mapped), which must not go back mapped.
+        for d in self.downs.drain(..) {
+            d.gpu.return_staging(d.staging);
+        }
+        for u in self.ups.drain(..) {
+            if let Some(b) = u.staging
+                && !u.mapped
+            {
+                u.gpu.return_upload_staging(b);
+            }
+        }
+    }
+}
+
+/// Every staging buffer of an [`Exchange`], mapped.
+pub(crate) struct Mapped {
+    downs: Vec<Down>,
+    ups: Vec<Up>,
+    inputs: Vec<wgpu::BufferView>,
+    /// Whether the read stagings are mapped (false only on an error in `map`).
+    downs_mapped: bool,
+}
+
+impl Mapped {
+    /// The bytes of input `i` (in the order of [`Exchange::read`]).
+    pub(crate) fn input(&self, i: usize) -> &[u8] {
+        &self.inputs[i][..self.downs[i].bytes]
+    }
+
+    /// Number of outputs.
+    pub(crate) fn outputs(&self) -> usize {
+        self.ups.len()
+    }
+
+    /// Bytes of output `k`'s tensor.
+    pub(crate) fn output_len(&self, k: usize) -> usize {
+        self.ups[k].out.byte_len() as usize
+    }
+
+    /// A writable view of `bytes` of output `k` (the whole output when
+    /// `bytes` is empty). Views of disjoint ranges may be written from
+    /// different threads; `bytes.start` must be a multiple of 8. Every view
+    /// must be dropped before [`Mapped::finish`].
+    pub(crate) fn view(&self, k: usize, bytes: std::ops::Range<usize>) -> Result<OutView> {
+        let u = &self.ups[k];
+        let err = |message: String| Error::Wgpu {
+            rank: u.out.rank_index(),
+            message,
+        };
+        let bytes = if bytes.is_empty() {
+            0..u.out.byte_len() as usize
+        } else {
+            bytes
+        };
+        match &u.staging {
+            Some(b) => {
+                let slice = if bytes.is_empty() {
+                    b.slice(..)
+                } else {
+                    b.slice(bytes.start as u64..bytes.end as u64)
+                };
+                let v = slice
+                    .get_mapped_range_mut()
+                    .map_err(|e| err(format!("staging: {e}")))?;
+                Ok(OutView::Mapped(v))
+            }
+            None => {
+                let size = (bytes.len().max(4) as u64).try_into().expect("non-zero");
+                // An empty output still gets a 4-byte view (inside its pooled
+                // buffer of >= 256 bytes); the caller writes nothing to it.
+                let (buf, start) = (u.out.buffer(), bytes.start as u64);
+                let v = u
+                    .gpu
+                    .queue
+                    .write_buffer_with(buf, start, size)
+                    .ok_or_else(|| err("write_buffer_with refused the upload".into()))?;
+                Ok(OutView::Queue(v))
+            }
+        }
+    }
+
+    /// Unmap, record the copy of each output's staging into its tensor, submit
+    /// (no wait), and return the outputs in order.
+    pub(crate) fn finish(mut self) -> Result<Vec<LocalTensor>> {
+        self.inputs.clear();
+        for u in &mut self.ups {
+            // Queue-staged outputs land at their device's next submit.
+            let Some(b) = &u.staging else { continue };
+            b.unmap();
+            u.mapped = false;
+            let bytes = u.out.byte_len();
+            if bytes > 0 {
+                let (src, dst) = (b.clone(), u.out.buffer().clone());
+                u.gpu
+                    .record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
+            }
+        }
+        // The stagings go back to the pool below; submit first so a later
+        // `map_async` on one cannot precede the copy that reads it.
+        for g in distinct_gpus(
+            self.ups
+                .iter()
+                .filter(|u| u.staging.is_some())
+                .map(|u| &u.gpu),
+        ) {
+            g.flush();
+        }
+        let outs = self.ups.iter().map(|u| u.out.clone()).collect();
+        Ok(outs)
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        self.inputs.clear();
+        for d in self.downs.drain(..) {
+            if self.downs_mapped {
+                d.staging.unmap();
+                d.gpu.return_staging(d.staging);
+            }
+        }
+        for u in self.ups.drain(..) {
+            // A still-mapped one means an error before `finish`: drop it
+            // rather than pool a buffer in an unknown state.
+            if let Some(b) = u.staging
+                && !u.mapped
+            {
+                u.gpu.return_upload_staging(b);
+            }
+        }
+    }
+}
