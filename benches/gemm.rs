@@ -1,2 +1,121 @@
-//! Placeholder until the bench lands.
-fn main() {}
+//! GEMM on the default adapter (honours `WGPU_BACKEND`, e.g. `gl`) against
+//! single-threaded `matrixmultiply::sgemm` on the same shapes in the same run.
+//! Square 1024³ and 2048³, and the layer shapes M×N×K = 512×512×2048,
+//! 512×2048×512, 512×512×4096 in each product's layout: `fwd` = x·Wᵀ
+//! (trans_b), `dW` = dyᵀ·x (trans_a), `dx` = dy·W (no transposes).
+//!
+//! One wgpu sample = record + submit + wait; the first call (pipeline
+//! compilation) is excluded by criterion's warm-up. Prints, per shape,
+//! `gemm MxNxK op: wgpu X GFLOP/s, sgemm Y GFLOP/s, ratio X/Y` from the best
+//! sample of each (the machine may be shared). `cargo bench --bench gemm`.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use wgpu_tp::Mesh;
+use wgpu_tp::kernels::{self, GemmOptions};
+
+/// (M, N, K, op name, trans_a, trans_b)
+const CASES: &[(usize, usize, usize, &str, bool, bool)] = &[
+    (1024, 1024, 1024, "nn", false, false),
+    (2048, 2048, 2048, "nn", false, false),
+    (512, 512, 2048, "fwd", false, true),
+    (512, 512, 2048, "dW", true, false),
+    (512, 512, 2048, "dx", false, false),
+    (512, 2048, 512, "fwd", false, true),
+    (512, 2048, 512, "dW", true, false),
+    (512, 2048, 512, "dx", false, false),
+    (512, 512, 4096, "fwd", false, true),
+    (512, 512, 4096, "dW", true, false),
+    (512, 512, 4096, "dx", false, false),
+];
+
+fn data(len: usize, seed: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| (((i * 7 + seed) % 17) as f32 - 8.0) / 8.0)
+        .collect()
+}
+
+/// Time `f` under criterion and return the best time per iteration seen.
+fn best_time(c: &mut Criterion, id: &str, mut f: impl FnMut()) -> f64 {
+    let best = Cell::new(f64::INFINITY);
+    c.bench_function(id, |bch| {
+        bch.iter_custom(|iters| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            let dt = t.elapsed();
+            best.set(best.get().min(dt.as_secs_f64() / iters.max(1) as f64));
+            dt
+        })
+    });
+    best.get()
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let mesh = Mesh::simulated(1).expect("a wgpu adapter");
+    let r = &mesh.ranks()[0];
+    println!("adapter: {}", mesh.adapter_summary());
+    let mut lines = Vec::new();
+    for &(m, n, k, op, ta, tb) in CASES {
+        let flops = 2.0 * (m * n * k) as f64;
+        let a = data(m * k, 1);
+        let b = data(k * n, 2);
+        let a_shape = if ta { [k, m] } else { [m, k] };
+        let b_shape = if tb { [n, k] } else { [k, n] };
+        let at = r.upload(&a_shape, &a).unwrap();
+        let bt = r.upload(&b_shape, &b).unwrap();
+        let opts = GemmOptions {
+            trans_a: ta,
+            trans_b: tb,
+            ..Default::default()
+        };
+        let name = format!("gemm {m}x{n}x{k} {op}");
+        let wgpu = best_time(&mut c, &format!("{name} wgpu"), || {
+            kernels::gemm(&at, &bt, opts).unwrap();
+            mesh.synchronize().unwrap();
+        });
+        // Row/column strides of the stored layouts.
+        let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
+        let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
+        let mut out = vec![0.0f32; m * n];
+        let sgemm = best_time(&mut c, &format!("{name} sgemm"), || unsafe {
+            // SAFETY: a, b and out hold m·k, k·n and m·n elements laid out by these strides.
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.as_ptr(),
+                rsa,
+                csa,
+                b.as_ptr(),
+                rsb,
+                csb,
+                0.0,
+                out.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        });
+        let (x, y) = (flops / wgpu / 1e9, flops / sgemm / 1e9);
+        let line = format!(
+            "{name}: wgpu {x:.1} GFLOP/s, sgemm {y:.1} GFLOP/s, ratio {:.2}",
+            x / y
+        );
+        println!("{line}");
+        lines.push(line);
+    }
+    println!("\nsummary ({}):", mesh.adapter_summary());
+    for l in lines {
+        println!("{l}");
+    }
+    c.final_summary();
+}

@@ -1,6 +1,8 @@
 //! Prints gemm GFLOP/s (2·M·N·K / time) on the default adapter (honours
 //! `WGPU_BACKEND`), and the first-call time of each layout (mostly pipeline
-//! compilation); best of several runs. `cargo run --release --example gemm_speed [sizes...]`.
+//! compilation); best of several runs, plus GFLOP per CPU-second of the whole
+//! process (steadier than wall time on a shared machine). `WGPU_TP_GEMM_VARIANT`
+//! picks the kernel. `cargo run --release --example gemm_speed [sizes...]`.
 
 use std::time::Instant;
 
@@ -59,18 +61,36 @@ fn main() -> Result<()> {
             // Best of several runs: the machine may be shared.
             let reps = (4e9 / (2.0 * (s * s * s) as f64)).clamp(3.0, 30.0) as usize;
             let mut dt = f64::INFINITY;
+            let cpu0 = cpu_seconds();
             for _ in 0..reps {
                 let t = Instant::now();
                 kernels::gemm(&a, &b, opts)?;
                 mesh.synchronize()?;
                 dt = dt.min(t.elapsed().as_secs_f64());
             }
+            let cpu = (cpu_seconds() - cpu0) / reps as f64;
             println!(
-                "{s}^3 ta={ta} tb={tb}: {:.2} GFLOP/s ({:.1} ms)",
+                "{s}^3 ta={ta} tb={tb}: {:.2} GFLOP/s ({:.1} ms; {:.2} GFLOP per CPU-second)",
                 2.0 * (s * s * s) as f64 / dt / 1e9,
-                dt * 1e3
+                dt * 1e3,
+                2.0 * (s * s * s) as f64 / cpu / 1e9,
             );
         }
     }
     Ok(())
+}
+
+/// User + system CPU time of this process (all threads), from /proc (Linux
+/// only; 0 elsewhere). Less sensitive than wall time to other load on a
+/// shared machine.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
 }

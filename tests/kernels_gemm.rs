@@ -2,7 +2,7 @@
 //! reference; ragged and empty shapes, folded grids, and error cases.
 
 use crate::util::{Rng, assert_close, mesh};
-use wgpu_tp::kernels::{self, GemmOptions};
+use wgpu_tp::kernels::{self, GemmOptions, GemmVariant};
 use wgpu_tp::{DType, Error, Rank};
 
 /// f64 reference for `op(A)·op(B) + bias + acc` with A given as stored.
@@ -42,11 +42,35 @@ fn reference(
 fn check_case(
     r: &Rank,
     rng: &mut Rng,
+    shape: (usize, usize, usize),
+    ta: bool,
+    tb: bool,
+    with_bias: bool,
+    with_acc: bool,
+) {
+    check_variant(
+        r,
+        rng,
+        shape,
+        ta,
+        tb,
+        with_bias,
+        with_acc,
+        GemmVariant::Auto,
+    );
+}
+
+/// [`check_case`] with a forced kernel variant.
+#[allow(clippy::too_many_arguments)]
+fn check_variant(
+    r: &Rank,
+    rng: &mut Rng,
     (m, n, k): (usize, usize, usize),
     ta: bool,
     tb: bool,
     with_bias: bool,
     with_acc: bool,
+    variant: GemmVariant,
 ) {
     let a = rng.vec(m * k);
     let b = rng.vec(k * n);
@@ -64,7 +88,7 @@ fn check_case(
         bias: with_bias.then_some(&bias_t),
         accumulate: with_acc.then_some(&acc_t),
     };
-    let out = kernels::gemm(&a_t, &b_t, opts).unwrap();
+    let out = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
     assert_eq!(out.shape(), &[m, n]);
     let got = out.to_vec().unwrap();
     let want = reference(
@@ -76,7 +100,9 @@ fn check_case(
         with_bias.then_some(&bias[..]),
         with_acc.then_some(&acc[..]),
     );
-    let what = format!("gemm m={m} n={n} k={k} ta={ta} tb={tb} bias={with_bias} acc={with_acc}");
+    let what = format!(
+        "gemm {variant:?} m={m} n={n} k={k} ta={ta} tb={tb} bias={with_bias} acc={with_acc}"
+    );
     assert_close(&what, &got, &want, 1e-5);
 }
 
@@ -103,6 +129,57 @@ fn gemm_all_transposes_bias_accumulate() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn gemm_each_variant_forced() {
+    // Every kernel runs on any adapter when forced (the Tiled one is meant for
+    // real GPUs; Cpu falls back to Generic on shapes it cannot take). Aligned
+    // shapes with partial tiles exercise the Cpu kernel's clamped edges; K % 4
+    // != 0 with trans_a (and not trans_b) takes its zero-padded last K block.
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("gemm_variants");
+    let shapes = [
+        (1, 1, 1),
+        (7, 13, 17),
+        (4, 4, 4),
+        (20, 36, 12),
+        (36, 292, 8),
+        (12, 8, 7),
+        (65, 68, 33),
+        (64, 64, 64),
+    ];
+    for variant in [GemmVariant::Cpu, GemmVariant::Tiled, GemmVariant::Generic] {
+        for &shape in &shapes {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    for (bias, acc) in [(false, false), (true, true)] {
+                        check_variant(r, &mut rng, shape, ta, tb, bias, acc, variant);
+                    }
+                }
+            }
+        }
+        // K = 0: bias and accumulate only.
+        check_variant(r, &mut rng, (4, 8, 0), false, false, true, true, variant);
+        check_variant(r, &mut rng, (4, 8, 0), true, true, false, false, variant);
+    }
+}
+
+#[test]
+fn gemm_layer_shapes_cpu_kernel() {
+    // A layer-sized case per product (forward x·Wᵀ, dW = dyᵀx, dx = dy·W) on
+    // the Cpu kernel: long K loops and several tiles in each direction.
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("gemm_layer");
+    for (shape, ta, tb) in [
+        ((64, 288, 512), false, true),
+        ((288, 64, 512), true, false),
+        ((64, 512, 288), false, false),
+    ] {
+        check_variant(r, &mut rng, shape, ta, tb, true, false, GemmVariant::Cpu);
     }
 }
 

@@ -18,7 +18,7 @@ pub use cross_entropy::{
 };
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use embedding::{embedding_backward, embedding_lookup};
-pub use gemm::{GemmOptions, gemm, matmul};
+pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_with, matmul};
 pub use layout::{concat, narrow};
 pub use reduce::sum_rows;
 
@@ -36,8 +36,11 @@ pub const SHADERS: &[(&str, &str)] = &[
         include_str!("../../shaders/cross_entropy.wgsl"),
     ),
     ("collective", include_str!("../../shaders/collective.wgsl")),
-    // gemm.wgsl is completed by a tail that declares b; these are both variants.
+    // gemm.wgsl is completed by a tail that declares b (two variants); the
+    // CPU-adapter and workgroup-memory kernels are complete files.
     ("gemm", gemm::SOURCES[0].1),
     ("gemm_vec4", gemm::SOURCES[1].1),
+    ("gemm_cpu", gemm::SOURCES[2].1),
+    ("gemm_tiled", gemm::SOURCES[3].1),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
 ];
