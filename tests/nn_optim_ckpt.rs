@@ -561,3 +561,29 @@ fn bad_checkpoints_are_errors_and_leave_the_model_unchanged_p3() {
         assert_eq!(masters(&dst), before, "{what}: the model changed");
     }
 }
+
+#[test]
+fn one_optimiser_on_two_models_with_clashing_names_is_an_error() {
+    use wgpu_tp::nn::{ColumnParallelConfig, ColumnParallelLinear, InitRng, Sgd};
+    let m = mesh(2);
+    let mut rng = InitRng::new(3);
+    let mut a = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(4, 6), &mut rng).unwrap();
+    let mut b = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(5, 6), &mut rng).unwrap();
+    for (layer, inp) in [(&mut a, 4usize), (&mut b, 5)] {
+        let x =
+            DTensor::from_host(&m, &[2, inp], &vec![1.0; 2 * inp], Placement::Replicate).unwrap();
+        let y = layer.forward(&x).unwrap();
+        let dy = DTensor::from_host(&m, &[2, 6], &[1.0; 12], y.placement()).unwrap();
+        layer.backward(&dy).unwrap();
+    }
+    let mut opt = Sgd::new(0.1).with_momentum(0.9);
+    opt.step(&mut a).unwrap();
+    let before = b.master_weight().unwrap();
+    let err = opt.step(&mut b).unwrap_err();
+    assert!(err.to_string().contains("one optimiser per model"), "{err}");
+    assert_eq!(
+        b.master_weight().unwrap(),
+        before,
+        "the refused step changed nothing"
+    );
+}

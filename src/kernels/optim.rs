@@ -64,15 +64,29 @@ pub struct SgdStep {
     pub first_step: bool,
 }
 
-/// One SGD step in place on `param` (and `momentum_buf` when μ ≠ 0).
+/// One SGD step in place on `param`, and on `momentum_buf` (same shape) when
+/// μ ≠ 0. `spare` is a placeholder for the state slots SGD does not use (any
+/// f32 tensor on the rank): binding one buffer to several writable slots is
+/// aliasing that WebGPU implementations may reject, so every slot gets its own.
 pub fn sgd_step(
     param: &LocalTensor,
     grad: &LocalTensor,
-    momentum_buf: &LocalTensor,
+    momentum_buf: Option<&LocalTensor>,
+    spare: [&LocalTensor; 2],
     s: SgdStep,
 ) -> Result<()> {
     const OP: &str = "sgd_step";
-    let n = check(OP, param, &[grad, momentum_buf])?;
+    if s.momentum != 0.0 && momentum_buf.is_none() {
+        return Err(Error::invalid(OP, "momentum needs a momentum buffer"));
+    }
+    let n = check(OP, param, &[grad])?;
+    if let Some(b) = momentum_buf {
+        check(OP, param, &[b])?;
+    }
+    for t in spare {
+        t.expect_dtype(OP, DType::F32)?;
+        param.same_rank(OP, t)?;
+    }
     let params = Params {
         n,
         first_step: u32::from(s.first_step),
@@ -84,9 +98,7 @@ pub fn sgd_step(
     Dispatch {
         spec: &spec("sgd"),
         params: bytemuck::bytes_of(&params),
-        // state2 is unused by sgd; bind the momentum buffer again would alias a
-        // writable binding, so bind a distinct one: the same buffer is not allowed.
-        buffers: &[grad, param, momentum_buf, momentum_buf],
+        buffers: &[grad, param, momentum_buf.unwrap_or(spare[0]), spare[1]],
         workgroups: (n as u64).div_ceil(256),
     }
     .record(param.gpu())

@@ -25,6 +25,8 @@ pub struct Sgd {
     /// Weight decay.
     pub weight_decay: f32,
     buffers: HashMap<String, Vec<LocalTensor>>,
+    /// Per rank, two 1-element tensors for the state slots SGD leaves unused.
+    spares: Vec<(LocalTensor, LocalTensor)>,
 }
 
 impl Sgd {
@@ -35,6 +37,7 @@ impl Sgd {
             momentum: 0.0,
             weight_decay: 0.0,
             buffers: HashMap::new(),
+            spares: Vec::new(),
         }
     }
 
@@ -60,7 +63,27 @@ impl Sgd {
 
     fn step_one(&mut self, name: &str, p: &mut Parameter) -> Result<()> {
         let Some(grad) = &p.grad else { return Ok(()) };
+        if let Some(b) = self.buffers.get(name) {
+            check_state("Sgd::step", name, b, p)?;
+        }
         let first = !self.buffers.contains_key(name);
+        if self.spares.is_empty() {
+            // Kept for the optimiser's life: taken during a step they would
+            // come from the pool's free list and cost the next step new buffers.
+            self.spares = p
+                .value
+                .shards()
+                .iter()
+                .map(|s| {
+                    let r = s.rank();
+                    Ok((
+                        r.zeros_persistent(&[1], s.dtype())?,
+                        r.zeros_persistent(&[1], s.dtype())?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+        }
+        let spares = &self.spares;
         if self.momentum != 0.0 && first {
             let bufs = p
                 .value
@@ -71,14 +94,13 @@ impl Sgd {
             self.buffers.insert(name.to_string(), bufs);
         }
         for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
-            let buf = match self.buffers.get(name) {
-                Some(b) => &b[r],
-                None => w, // μ = 0: the kernel never touches the buffer
-            };
+            let buf = self.buffers.get(name).map(|b| &b[r]);
+            let spare = &spares[r];
             sgd_step(
                 w,
                 g,
                 buf,
+                [&spare.0, &spare.1],
                 SgdStep {
                     lr: self.lr,
                     momentum: self.momentum,
@@ -142,6 +164,7 @@ impl AdamW {
                 self.state.insert(name.clone(), (0, m, v));
             }
             let (step, m, v) = self.state.get_mut(&name).expect("inserted above");
+            check_state("AdamW::step", &name, m, p)?;
             *step += 1;
             for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
                 adamw_step(
@@ -162,4 +185,24 @@ impl AdamW {
         }
         Ok(())
     }
+}
+
+/// State is kept by parameter name: refuse state whose shards do not match the
+/// parameter (e.g. one optimiser stepping two modules that both have "weight").
+fn check_state(op: &'static str, name: &str, state: &[LocalTensor], p: &Parameter) -> Result<()> {
+    let same = state.len() == p.value.shards().len()
+        && state
+            .iter()
+            .zip(p.value.shards())
+            .all(|(a, b)| a.shape() == b.shape() && a.rank_index() == b.rank_index());
+    if same {
+        return Ok(());
+    }
+    Err(crate::Error::invalid(
+        op,
+        format!(
+            "optimiser state for {name:?} does not match the parameter {:?}; use one optimiser per model (state is kept by parameter name)",
+            p.shape()
+        ),
+    ))
 }
