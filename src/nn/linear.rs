@@ -165,6 +165,69 @@ fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result
 }
 
 /// Per rank: `gemm(a_r, b_r, opts)`.
+/// Check a master weight `[out, in]` and optional bias `[out]` and shard them:
+/// the weight with `stride`, a sharded bias likewise, a replicated bias whole.
+fn shard_master(
+    op: &'static str,
+    mesh: &Mesh,
+    [out, inp]: [usize; 2],
+    (weight, bias, want_bias): (&[f32], Option<&[f32]>, bool),
+    (weight_placement, bias_placement): (Placement, Placement),
+    stride: usize,
+) -> Result<(Parameter, Option<Parameter>)> {
+    check_master(op, "weight", weight.len(), out * inp)?;
+    if bias.is_some() != want_bias {
+        return Err(Error::invalid(
+            op,
+            "give a bias exactly when config.bias is true",
+        ));
+    }
+    if let Some(b) = bias {
+        check_master(op, "bias", b.len(), out)?;
+    }
+    let weight = Parameter::from_master(mesh, &[out, inp], weight, weight_placement, stride)?;
+    let bias_stride = if bias_placement == Placement::Replicate {
+        1
+    } else {
+        stride
+    };
+    let bias = bias
+        .map(|b| Parameter::from_master(mesh, &[out], b, bias_placement, bias_stride))
+        .transpose()?;
+    Ok((weight, bias))
+}
+
+/// What both linear layers share: master accessors and their parameter list.
+macro_rules! linear_common {
+    ($ty:ident) => {
+        impl $ty {
+            /// The full weight `[out, in]` on the host.
+            pub fn master_weight(&self) -> Result<Vec<f32>> {
+                self.weight.master()
+            }
+
+            /// The full bias `[out]` on the host.
+            pub fn master_bias(&self) -> Result<Option<Vec<f32>>> {
+                self.bias.as_ref().map(Parameter::master).transpose()
+            }
+        }
+
+        impl Module for $ty {
+            fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+                let mut v = vec![("weight".to_string(), &self.weight)];
+                v.extend(self.bias.iter().map(|b| ("bias".to_string(), b)));
+                v
+            }
+
+            fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+                let mut v = vec![("weight".to_string(), &mut self.weight)];
+                v.extend(self.bias.iter_mut().map(|b| ("bias".to_string(), b)));
+                v
+            }
+        }
+    };
+}
+
 fn gemm_each(
     a: &DTensor,
     b: &DTensor,
@@ -379,38 +442,14 @@ impl ColumnParallelLinear {
     ) -> Result<Self> {
         const OP: &str = "ColumnParallelLinear::from_master";
         check_overlap(OP, config.sequence_parallel, config.overlap)?;
-        check_master(
+        let (weight, bias) = shard_master(
             OP,
-            "weight",
-            weight.len(),
-            config.out_features * config.in_features,
-        )?;
-        if bias.is_some() != config.bias {
-            return Err(Error::invalid(
-                OP,
-                "give a bias exactly when config.bias is true",
-            ));
-        }
-        let weight = Parameter::from_master(
             mesh,
-            &[config.out_features, config.in_features],
-            weight,
-            Placement::Shard(0),
+            [config.out_features, config.in_features],
+            (weight, bias, config.bias),
+            (Placement::Shard(0), Placement::Shard(0)),
             config.stride,
         )?;
-        let bias = match bias {
-            Some(b) => {
-                check_master(OP, "bias", b.len(), config.out_features)?;
-                Some(Parameter::from_master(
-                    mesh,
-                    &[config.out_features],
-                    b,
-                    Placement::Shard(0),
-                    config.stride,
-                )?)
-            }
-            None => None,
-        };
         Ok(ColumnParallelLinear {
             weight,
             bias,
@@ -555,35 +594,9 @@ impl ColumnParallelLinear {
         }
         Ok(dx)
     }
-
-    /// The full weight `[out, in]` on the host.
-    pub fn master_weight(&self) -> Result<Vec<f32>> {
-        self.weight.master()
-    }
-
-    /// The full bias `[out]` on the host.
-    pub fn master_bias(&self) -> Result<Option<Vec<f32>>> {
-        self.bias.as_ref().map(Parameter::master).transpose()
-    }
 }
 
-impl Module for ColumnParallelLinear {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = vec![("weight".to_string(), &self.weight)];
-        if let Some(b) = &self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = vec![("weight".to_string(), &mut self.weight)];
-        if let Some(b) = &mut self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
-}
+linear_common!(ColumnParallelLinear);
 
 /// `Y = X Wᵀ + b` with `W` split along the input dimension.
 #[derive(Debug)]
@@ -621,38 +634,14 @@ impl RowParallelLinear {
                 "sequence_parallel needs input_is_parallel = true (as in Megatron)",
             ));
         }
-        check_master(
+        let (weight, bias) = shard_master(
             OP,
-            "weight",
-            weight.len(),
-            config.out_features * config.in_features,
-        )?;
-        if bias.is_some() != config.bias {
-            return Err(Error::invalid(
-                OP,
-                "give a bias exactly when config.bias is true",
-            ));
-        }
-        let weight = Parameter::from_master(
             mesh,
-            &[config.out_features, config.in_features],
-            weight,
-            Placement::Shard(1),
+            [config.out_features, config.in_features],
+            (weight, bias, config.bias),
+            (Placement::Shard(1), Placement::Replicate),
             config.stride,
         )?;
-        let bias = match bias {
-            Some(b) => {
-                check_master(OP, "bias", b.len(), config.out_features)?;
-                Some(Parameter::from_master(
-                    mesh,
-                    &[config.out_features],
-                    b,
-                    Placement::Replicate,
-                    1,
-                )?)
-            }
-            None => None,
-        };
         Ok(RowParallelLinear {
             weight,
             bias,
@@ -797,32 +786,6 @@ impl RowParallelLinear {
             Mapping::ScatterToParallel(1).backward(&dx)
         }
     }
-
-    /// The full weight `[out, in]` on the host.
-    pub fn master_weight(&self) -> Result<Vec<f32>> {
-        self.weight.master()
-    }
-
-    /// The full bias `[out]` on the host.
-    pub fn master_bias(&self) -> Result<Option<Vec<f32>>> {
-        self.bias.as_ref().map(Parameter::master).transpose()
-    }
 }
 
-impl Module for RowParallelLinear {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = vec![("weight".to_string(), &self.weight)];
-        if let Some(b) = &self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = vec![("weight".to_string(), &mut self.weight)];
-        if let Some(b) = &mut self.bias {
-            v.push(("bias".to_string(), b));
-        }
-        v
-    }
-}
+linear_common!(RowParallelLinear);
