@@ -197,10 +197,20 @@ fn shard_master(
     Ok((weight, bias))
 }
 
-/// What both linear layers share: master accessors and their parameter list.
+/// What both linear layers share: `new`, master accessors and their parameter list.
 macro_rules! linear_common {
-    ($ty:ident) => {
+    ($ty:ident, $cfg:ident) => {
         impl $ty {
+            /// A layer initialised from `rng` (master drawn on the host, then
+            /// sliced; the bias starts at zero).
+            pub fn new(mesh: &Mesh, config: $cfg, rng: &mut InitRng) -> Result<Self> {
+                let w = config
+                    .init
+                    .sample(rng, config.out_features, config.in_features);
+                let b = config.bias.then(|| vec![0.0; config.out_features]);
+                Self::from_master(mesh, config, &w, b.as_deref())
+            }
+
             /// The full weight `[out, in]` on the host.
             pub fn master_weight(&self) -> Result<Vec<f32>> {
                 self.weight.master()
@@ -424,15 +434,6 @@ pub struct ColumnParallelLinear {
 }
 
 impl ColumnParallelLinear {
-    /// A layer initialised from `rng` (master drawn on the host, then sliced).
-    pub fn new(mesh: &Mesh, config: ColumnParallelConfig, rng: &mut InitRng) -> Result<Self> {
-        let w = config
-            .init
-            .sample(rng, config.out_features, config.in_features);
-        let b = config.bias.then(|| vec![0.0; config.out_features]);
-        Self::from_master(mesh, config, &w, b.as_deref())
-    }
-
     /// A layer holding the given master weight `[out, in]` and bias `[out]`.
     pub fn from_master(
         mesh: &Mesh,
@@ -596,7 +597,7 @@ impl ColumnParallelLinear {
     }
 }
 
-linear_common!(ColumnParallelLinear);
+linear_common!(ColumnParallelLinear, ColumnParallelConfig);
 
 /// `Y = X Wᵀ + b` with `W` split along the input dimension.
 #[derive(Debug)]
@@ -610,15 +611,6 @@ pub struct RowParallelLinear {
 }
 
 impl RowParallelLinear {
-    /// A layer initialised from `rng` (master drawn on the host, then sliced).
-    pub fn new(mesh: &Mesh, config: RowParallelConfig, rng: &mut InitRng) -> Result<Self> {
-        let w = config
-            .init
-            .sample(rng, config.out_features, config.in_features);
-        let b = config.bias.then(|| vec![0.0; config.out_features]);
-        Self::from_master(mesh, config, &w, b.as_deref())
-    }
-
     /// A layer holding the given master weight `[out, in]` and bias `[out]`.
     pub fn from_master(
         mesh: &Mesh,
@@ -788,4 +780,4 @@ impl RowParallelLinear {
     }
 }
 
-linear_common!(RowParallelLinear);
+linear_common!(RowParallelLinear, RowParallelConfig);

@@ -51,41 +51,25 @@ fn reorder(src: &[f32], shape: &[usize], dim: usize, order: &[usize], inverse: b
     out
 }
 
-fn permute_strided(
-    master: &[f32],
+/// Reorder a master tensor so each rank's blocks of a strided split are
+/// contiguous (`inverse`: back to the master order). Stride 1 is the identity.
+fn strided(
+    data: &[f32],
     shape: &[usize],
     dim: usize,
     stride: usize,
     p: usize,
+    inverse: bool,
 ) -> Vec<f32> {
     if stride == 1 {
-        return master.to_vec();
+        return data.to_vec();
     }
     reorder(
-        master,
+        data,
         shape,
         dim,
         &strided_order(shape[dim], stride, p),
-        false,
-    )
-}
-
-fn unpermute_strided(
-    perm: &[f32],
-    shape: &[usize],
-    dim: usize,
-    stride: usize,
-    p: usize,
-) -> Vec<f32> {
-    if stride == 1 {
-        return perm.to_vec();
-    }
-    reorder(
-        perm,
-        shape,
-        dim,
-        &strided_order(shape[dim], stride, p),
-        true,
+        inverse,
     )
 }
 
@@ -115,7 +99,7 @@ impl Parameter {
                         ),
                     ));
                 }
-                permute_strided(master, shape, d, stride, mesh.size())
+                strided(master, shape, d, stride, mesh.size(), false)
             }
             _ => master.to_vec(),
         };
@@ -145,9 +129,7 @@ impl Parameter {
     fn to_master(&self, t: &DTensor) -> Result<Vec<f32>> {
         let v = t.to_host()?;
         Ok(match t.placement() {
-            Placement::Shard(d) => {
-                unpermute_strided(&v, self.shape(), d, self.stride, t.mesh().size())
-            }
+            Placement::Shard(d) => strided(&v, self.shape(), d, self.stride, t.mesh().size(), true),
             _ => v,
         })
     }
