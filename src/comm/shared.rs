@@ -1,17 +1,17 @@
 //! Shared-device transport (all ranks on one wgpu device): nothing touches the
 //! host. Gathers, scatters and broadcasts are on-device copies
 //! ([`copy_block`]: `copy_buffer_to_buffer` for contiguous blocks, a strided
-//! copy kernel otherwise); reductions copy participant 0's block into a fresh
-//! output and fold the others into it in participant order with
-//! [`reduce_block`], once, then copy the result to every other rank, so all
-//! ranks hold bit-identical bytes. Everything is recorded into the device's
+//! copy kernel otherwise); reductions fold every participant's block into a
+//! fresh output in participant order with [`fold_block`] (one pass per
+//! [`FOLD_INPUTS`] participants, each input read once), then copy the result
+//! to every other rank, so all ranks hold bit-identical bytes. Everything is recorded into the device's
 //! pending encoder; nothing waits.
 
 use super::layout::with_dim;
 use super::{AllToAll, ReduceOp, around};
 use crate::device::{LocalTensor, Rank};
 use crate::error::Result;
-use crate::kernels::collective::{Block, Combine, copy_block, reduce_block};
+use crate::kernels::collective::{Block, Combine, FOLD_INPUTS, copy_block, fold_block};
 use crate::shard::split_range;
 
 fn combine(op: ReduceOp) -> Combine {
@@ -68,16 +68,23 @@ fn place_block(shape: &[usize], dim: usize, dst_dim: usize, offset: usize) -> Bl
     }
 }
 
+/// `out[block] = shards[0][block] ∘ shards[1][block] ∘ ...` in participant
+/// order, [`FOLD_INPUTS`] inputs per pass.
+fn fold_all(shards: &[LocalTensor], out: &LocalTensor, block: Block, op: ReduceOp) -> Result<()> {
+    for (i, group) in shards.chunks(FOLD_INPUTS).enumerate() {
+        let group: Vec<&LocalTensor> = group.iter().collect();
+        fold_block(&group, out, block, combine(op), i > 0)?;
+    }
+    Ok(())
+}
+
 pub(super) fn all_reduce(
     shards: &[LocalTensor],
     ranks: &[Rank],
     op: ReduceOp,
 ) -> Result<Vec<LocalTensor>> {
-    let acc = copy_to(&ranks[0], &shards[0])?;
-    let whole = Block::whole(acc.len());
-    for s in &shards[1..] {
-        reduce_block(s, &acc, whole, combine(op))?;
-    }
+    let acc = ranks[0].alloc("all_reduce", shards[0].shape(), shards[0].dtype())?;
+    fold_all(shards, &acc, Block::whole(acc.len()), op)?;
     replicate(acc, &ranks[1..])
 }
 
@@ -115,11 +122,7 @@ pub(super) fn reduce_scatter(
                 &with_dim(shape, dim, range.len()),
                 shards[0].dtype(),
             )?;
-            let block = slice_block(shape, dim, range);
-            copy_block(&shards[0], &out, block)?;
-            for s in &shards[1..] {
-                reduce_block(s, &out, block, combine(op))?;
-            }
+            fold_all(shards, &out, slice_block(shape, dim, range), op)?;
             Ok(out)
         })
         .collect()

@@ -3,20 +3,30 @@
 //!
 //! Both tensors are viewed as `[outer, dim, inner]` around one dimension, and
 //! a window of `len` indices along it moves from `src[.., src_start.., ..]` to
-//! `dst[.., dst_start.., ..]`: [`copy_block`] overwrites, [`reduce_block`]
-//! combines in place (`dst = dst + src` or `max(dst, src)`). Contiguous blocks
-//! use `copy_buffer_to_buffer`; strided ones one dispatch. Only the crate uses
-//! these: reducing in place would break the "tensors are immutable" promise
-//! the public API makes.
+//! `dst[.., dst_start.., ..]`: [`copy_block`] overwrites, [`fold_block`]
+//! writes the sum (or max) of several equally shaped inputs in one pass.
+//! Contiguous copies use `copy_buffer_to_buffer`; everything else dispatches.
+//! Only the crate uses these: writing into an existing tensor would break the
+//! "tensors are immutable" promise the public API makes.
 
 use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor, copy_region};
 use crate::error::{Error, Result};
 
 const SOURCE: &str = include_str!("../../shaders/collective.wgsl");
-const BINDINGS: &[Access] = &[Access::Read, Access::ReadWrite];
+const COPY_BINDINGS: &[Access] = &[Access::Read, Access::ReadWrite];
+const FOLD_BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+/// Inputs one fold pass reads (the shader's `in0..in3`); five storage
+/// bindings in all, as many as the gemm kernel already needs.
+pub(crate) const FOLD_INPUTS: usize = 4;
 const WORKGROUP: u64 = 256;
 
-/// How [`reduce_block`] combines `dst` with `src`.
+/// How [`fold_block`] combines its inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Combine {
     /// `dst + src` (i32 wraps).
@@ -110,15 +120,15 @@ struct Params {
 
 fn dispatch(
     op: &'static str,
-    entry: &'static str,
-    src: &LocalTensor,
-    dst: &LocalTensor,
+    spec: KernelSpec,
+    buffers: &[&LocalTensor],
     b: Block,
 ) -> Result<()> {
     let u = |v: usize| u32::try_from(v).map_err(|_| Error::invalid(op, "more than 2^32 elements"));
-    // Every index the shader computes is below src.len() or dst.len().
-    u(src.len())?;
-    u(dst.len())?;
+    // Every index the shader computes is below one of the bound tensors' lengths.
+    for t in buffers {
+        u(t.len())?;
+    }
     let params = Params {
         outer: u(b.outer)?,
         len: u(b.len)?,
@@ -129,19 +139,14 @@ fn dispatch(
         dst_dim: u(b.dst_dim)?,
         dst_start: u(b.dst_start)?,
     };
+    let gpu = buffers[buffers.len() - 1].gpu();
     Dispatch {
-        spec: &KernelSpec {
-            family: "collective",
-            source: SOURCE,
-            entry,
-            bindings: BINDINGS,
-            constants: Vec::new(),
-        },
+        spec: &spec,
         params: bytemuck::bytes_of(&params),
-        buffers: &[src, dst],
+        buffers,
         workgroups: (b.total() as u64).div_ceil(WORKGROUP),
     }
-    .record(dst.gpu())
+    .record(gpu)
 }
 
 /// Record `dst[block] = src[block]` (same device; any dtype, same in both).
@@ -152,50 +157,85 @@ pub(crate) fn copy_block(src: &LocalTensor, dst: &LocalTensor, b: Block) -> Resu
     }
     match b.contiguous() {
         Some((s, d)) => copy_region(src, s, dst, d, b.total()),
-        None => dispatch("copy_block", "copy_block", src, dst, b),
+        None => {
+            let spec = KernelSpec {
+                family: "collective",
+                source: SOURCE,
+                entry: "copy_block",
+                bindings: COPY_BINDINGS,
+                constants: Vec::new(),
+            };
+            dispatch("copy_block", spec, &[src, dst], b)
+        }
     }
 }
 
-/// Record `dst[block] = combine(dst[block], src[block])` in place (same device).
-pub(crate) fn reduce_block(
-    src: &LocalTensor,
+/// Record `dst[block] = srcs[0][block] ∘ srcs[1][block] ∘ ...` (∘ = `how`,
+/// folded left to right; `dst`'s old value first when `accumulate`): one
+/// pass that reads each input once. All of `srcs` share one shape; at most
+/// [`FOLD_INPUTS`] of them, at least one; all on `dst`'s device.
+pub(crate) fn fold_block(
+    srcs: &[&LocalTensor],
     dst: &LocalTensor,
     b: Block,
     how: Combine,
+    accumulate: bool,
 ) -> Result<()> {
-    b.check("reduce_block", src, dst)?;
+    const OP: &str = "fold_block";
+    if srcs.is_empty() || srcs.len() > FOLD_INPUTS {
+        return Err(Error::invalid(
+            OP,
+            format!("{} inputs (1 to {FOLD_INPUTS})", srcs.len()),
+        ));
+    }
+    for s in srcs {
+        b.check(OP, s, dst)?;
+        if s.shape() != srcs[0].shape() {
+            return Err(Error::invalid(OP, "inputs of different shapes"));
+        }
+    }
     if b.total() == 0 {
         return Ok(());
     }
-    // One contiguous run, four-word aligned: the vec4 entries (no index
+    let code = match (dst.dtype(), how) {
+        (DType::F32, Combine::Sum) => 0.0,
+        (DType::F32, Combine::Max) => 1.0,
+        (DType::I32, Combine::Sum) => 2.0,
+        (DType::I32, Combine::Max) => 3.0,
+    };
+    // Unused input slots repeat the first input (read-only, never read).
+    let mut buffers: Vec<&LocalTensor> = (0..FOLD_INPUTS)
+        .map(|i| *srcs.get(i).unwrap_or(&srcs[0]))
+        .collect();
+    buffers.push(dst);
+    let spec = |entry| KernelSpec {
+        family: "collective",
+        source: SOURCE,
+        entry,
+        bindings: FOLD_BINDINGS,
+        constants: vec![
+            ("OP", code),
+            ("COUNT", srcs.len() as f64),
+            ("ACCUMULATE", f64::from(u8::from(accumulate))),
+        ],
+    };
+    // One contiguous run, four-word aligned: the vec4 entry (no index
     // arithmetic, a quarter of the invocations).
     if let Some((s, d)) = b.contiguous()
         && s.is_multiple_of(4)
         && d.is_multiple_of(4)
         && b.total().is_multiple_of(4)
     {
-        let entry = match (dst.dtype(), how) {
-            (DType::F32, Combine::Sum) => "sum_f32_flat4",
-            (DType::F32, Combine::Max) => "max_f32_flat4",
-            (DType::I32, Combine::Sum) => "sum_i32_flat4",
-            (DType::I32, Combine::Max) => "max_i32_flat4",
-        };
         let flat = Block {
             outer: 1,
             len: b.total() / 4,
             inner: 1,
-            src_dim: src.len() / 4,
+            src_dim: srcs[0].len() / 4,
             src_start: s / 4,
             dst_dim: dst.len() / 4,
             dst_start: d / 4,
         };
-        return dispatch("reduce_block", entry, src, dst, flat);
+        return dispatch(OP, spec("fold_flat4"), &buffers, flat);
     }
-    let entry = match (dst.dtype(), how) {
-        (DType::F32, Combine::Sum) => "sum_f32",
-        (DType::F32, Combine::Max) => "max_f32",
-        (DType::I32, Combine::Sum) => "sum_i32",
-        (DType::I32, Combine::Max) => "max_i32",
-    };
-    dispatch("reduce_block", entry, src, dst, b)
+    dispatch(OP, spec("fold"), &buffers, b)
 }
