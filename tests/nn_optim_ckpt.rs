@@ -6,8 +6,9 @@
 //! reject bad files without touching the model.
 
 use crate::util::reference::widen;
-use crate::util::{Rng, assert_close, mesh};
+use crate::util::{Rng, assert_close, mesh, shared_mesh};
 use safetensors::{Dtype, tensor::TensorView};
+use wgpu_tp::kernels::optim::{SgdStep, sgd_step};
 use wgpu_tp::nn::{
     AdamW, ColumnParallelConfig, ColumnParallelLinear, EmbeddingConfig, Init, InitRng,
     MlpLanguageModel, MlpLmConfig, Module, Parameter, RowParallelConfig, RowParallelLinear, Sgd,
@@ -165,6 +166,103 @@ fn adamw_matches_f64_p1_3_4() {
                 assert_close(&format!("{what} b"), &model.b.master().unwrap(), &rb, TOL);
             }
         }
+    }
+}
+
+/// Every rank's shard of a replicated parameter, read back separately.
+fn replicas(p: &Parameter) -> Vec<Vec<f32>> {
+    p.value
+        .shards()
+        .iter()
+        .map(|s| s.to_vec().unwrap())
+        .collect()
+}
+
+#[test]
+fn replicated_parameters_over_one_shared_buffer_update_once_p2_3_4_8() {
+    // On a shared-device mesh an all-gather hands every rank the same buffer;
+    // a parameter built from it must still see each optimiser step once.
+    let mut rng = Rng::fresh("shared_replicated_param");
+    let (w0, b0) = (rng.vec(35), rng.vec(5));
+    let grads: Vec<(Vec<f32>, Vec<f32>)> = (0..2).map(|_| (rng.vec(35), rng.vec(5))).collect();
+    for &p in &[2, 3, 4, 8] {
+        let m = shared_mesh(p);
+        for adam in [false, true] {
+            let mut model = Pair::new(&m, &w0, &b0);
+            model.b.value = DTensor::from_host(&m, &B_SHAPE, &b0, Placement::Shard(0))
+                .unwrap()
+                .redistribute(Placement::Replicate)
+                .unwrap();
+            assert!(
+                model
+                    .b
+                    .value
+                    .shards()
+                    .iter()
+                    .all(|s| s.is_shared_across_ranks()),
+                "P={p}: an all-gather on a shared device should hand out one buffer"
+            );
+            let before = model.b.value.shards()[0].clone();
+            let (mut sgd, mut adamw) = (Sgd::new(0.1).with_momentum(0.9), AdamW::new(0.01));
+            let hp = (
+                adamw.beta1 as f64,
+                adamw.beta2 as f64,
+                adamw.eps as f64,
+                0.01,
+            );
+            let (mut rb, mut buf, mut mb, mut vb) =
+                (widen(&b0), vec![], vec![0.0; 5], vec![0.0; 5]);
+            for (step, (gw, gb)) in grads.iter().enumerate() {
+                model.backward(gw, gb);
+                if adam {
+                    adamw.step(&mut model).unwrap();
+                    adamw_ref(&mut rb, &mut mb, &mut vb, gb, step as i32 + 1, 0.01, hp);
+                } else {
+                    sgd.step(&mut model).unwrap();
+                    sgd_ref(&mut rb, &mut buf, gb, 0.1, 0.9, 0.0);
+                }
+                model.zero_grad();
+                for (r, v) in replicas(&model.b).iter().enumerate() {
+                    let what = format!("adam={adam} P={p} step {step} rank {r}");
+                    assert_close(&what, v, &rb, TOL);
+                }
+            }
+            assert!(
+                model
+                    .b
+                    .value
+                    .shards()
+                    .iter()
+                    .all(|s| !s.is_shared_across_ranks())
+            );
+            // The all-gather's own result is untouched.
+            assert_eq!(before.to_vec().unwrap(), b0, "adam={adam} P={p}");
+        }
+        // The raw kernel refuses a shared buffer instead of updating every rank.
+        let shared = DTensor::from_host(&m, &B_SHAPE, &b0, Placement::Shard(0))
+            .unwrap()
+            .redistribute(Placement::Replicate)
+            .unwrap();
+        let w = &shared.shards()[1];
+        let g = w.rank().upload(&B_SHAPE, &grads[0].1).unwrap();
+        let spare = w.rank().zeros(&[1], wgpu_tp::DType::F32).unwrap();
+        let step = SgdStep {
+            lr: 0.1,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            first_step: true,
+        };
+        let err = sgd_step(w, &g, None, [&spare, &spare], step).unwrap_err();
+        assert!(err.to_string().contains("deep_copy"), "{err}");
+        assert_eq!(
+            w.to_vec().unwrap(),
+            b0,
+            "P={p}: refused update must not write"
+        );
+        let own = w.deep_copy().unwrap();
+        assert!(!own.is_shared_across_ranks());
+        sgd_step(&own, &g, None, [&spare, &spare], step).unwrap();
+        assert_eq!(shared.shards()[0].to_vec().unwrap(), b0, "P={p}");
     }
 }
 

@@ -23,8 +23,9 @@
 //! Transports: [`Transport::HostStaged`] (each rank its own device) downloads
 //! every input with one wait per device, combines on the host and uploads;
 //! [`Transport::SharedDevice`] (all ranks on one device) never touches the
-//! host: on-device copies plus a small reduce kernel
-//! (`shaders/collective.wgsl`), computed once and copied to every rank.
+//! host: on-device copies plus a fused reduce kernel
+//! (`shaders/collective.wgsl`); a result that is the same on every rank is
+//! computed once and every rank's tensor uses that one buffer.
 //!
 //! Point-to-point: [`ring_shift`] / [`RingShift`] move each participant's
 //! tensor to the next one in a ring (one [`Collective::SendRecv`] per step),

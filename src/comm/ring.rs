@@ -20,16 +20,15 @@
 //!   GEMMs recorded in between execute. On CPU adapters (lavapipe, llvmpipe)
 //!   the "devices" are the same CPU cores that do the host copies, and each
 //!   step still costs a device round-trip, so nothing is gained there.
-//! - [`Transport::SharedDevice`] (all ranks on one device): the step is an
-//!   on-device `copy_buffer_to_buffer` per participant, recorded into the one
-//!   queue in order with the compute; wgpu has a single queue per device, so
-//!   copies and GEMMs serialise and nothing overlaps.
+//! - [`Transport::SharedDevice`] (all ranks on one device): nothing moves;
+//!   the next rank gets a tensor over the same (immutable) buffer, so the
+//!   step costs nothing and there is nothing to overlap.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{bytes_of, check_group};
-use crate::device::{Collective, DType, Gpu, LocalTensor, Mesh, Rank, Transport, copy_region};
+use crate::device::{Collective, DType, Gpu, LocalTensor, Mesh, Rank, Transport};
 use crate::error::{Error, Result};
 
 /// A ring shift in flight: created by [`RingShift::start`], completed by
@@ -89,13 +88,10 @@ impl RingShift {
         } else {
             match mesh.transport() {
                 Transport::SharedDevice => {
+                    // Same device, immutable tensors: the next rank gets the
+                    // same buffer (see `LocalTensor::alias_on`).
                     let out = (0..n)
-                        .map(|i| {
-                            let src = &shards[i];
-                            let dst = ranks[(i + 1) % n].alloc(OP, src.shape(), src.dtype())?;
-                            copy_region(src, 0, &dst, 0, src.len())?;
-                            Ok(dst)
-                        })
+                        .map(|i| shards[i].alias_on(&ranks[(i + 1) % n]))
                         .collect::<Result<Vec<_>>>()?;
                     Pending::Done(received_order(out))
                 }

@@ -21,18 +21,11 @@ fn combine(op: ReduceOp) -> Combine {
     }
 }
 
-/// A fresh tensor on `rank` holding a copy of `src` (same shape and dtype).
-fn copy_to(rank: &Rank, src: &LocalTensor) -> Result<LocalTensor> {
-    let out = rank.alloc("collective", src.shape(), src.dtype())?;
-    copy_block(src, &out, Block::whole(src.len()))?;
-    Ok(out)
-}
-
-/// `first` followed by copies of it on the remaining ranks.
+/// `first` on its own rank followed by the same bytes on the remaining ranks.
 fn replicate(first: LocalTensor, rest: &[Rank]) -> Result<Vec<LocalTensor>> {
     let mut out = Vec::with_capacity(rest.len() + 1);
     for r in rest {
-        out.push(copy_to(r, &first)?);
+        out.push(first.alias_on(r)?);
     }
     out.insert(0, first);
     Ok(out)
@@ -140,7 +133,7 @@ pub(super) fn broadcast(
             if i == root {
                 Ok(src.clone())
             } else {
-                copy_to(r, src)
+                src.alias_on(r)
             }
         })
         .collect()

@@ -3,8 +3,15 @@
 //! A tensor remembers its rank and device; every kernel checks that its
 //! operands share both, so even ranks that share one wgpu device (shared-device
 //! meshes) cannot read each other's data except through a collective.
+//!
+//! On a shared-device mesh a collective whose result is the same bytes on
+//! every rank (all-gather, all-reduce, broadcast, a ring step) hands each rank
+//! a tensor over one buffer instead of P copies: tensors are immutable, so no
+//! rank can observe the sharing. The one exception, in-place optimiser
+//! updates, refuses such buffers ([`LocalTensor::is_shared_across_ranks`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gpu::{Gpu, KernelSpec};
 use crate::error::{Error, Result};
@@ -156,6 +163,7 @@ impl Rank {
                 buffer: Some(buffer),
                 size,
                 gpu: self.gpu.clone(),
+                shared_across_ranks: AtomicBool::new(false),
             }),
             shape: shape.to_vec(),
             dtype,
@@ -169,6 +177,8 @@ struct Storage {
     buffer: Option<wgpu::Buffer>,
     size: u64,
     gpu: Arc<Gpu>,
+    /// Set once a tensor of another rank uses this buffer too (never cleared).
+    shared_across_ranks: AtomicBool,
 }
 
 impl Drop for Storage {
@@ -305,6 +315,37 @@ impl LocalTensor {
         Ok(bytemuck::pod_collect_to_vec(
             &download_many(&[self])?.remove(0),
         ))
+    }
+
+    /// Whether this tensor's buffer also backs a tensor of another rank: a
+    /// replicated collective result on a shared-device mesh. Reading it is
+    /// like reading any tensor; in-place updates (the optimiser kernels)
+    /// refuse it, and [`LocalTensor::deep_copy`] gives a buffer of its own.
+    pub fn is_shared_across_ranks(&self) -> bool {
+        self.storage.shared_across_ranks.load(Ordering::Relaxed)
+    }
+
+    /// The same bytes as a tensor of `rank`, without a copy; `rank` must be on
+    /// this tensor's wgpu device (a shared-device mesh).
+    pub(crate) fn alias_on(&self, rank: &Rank) -> Result<LocalTensor> {
+        if rank.gpu.id() != self.gpu().id() {
+            return Err(Error::RankMismatch {
+                op: "alias",
+                a: self.rank,
+                b: rank.index,
+            });
+        }
+        if rank.index != self.rank {
+            self.storage
+                .shared_across_ranks
+                .store(true, Ordering::Relaxed);
+        }
+        Ok(LocalTensor {
+            storage: self.storage.clone(),
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            rank: rank.index,
+        })
     }
 
     /// A copy in a fresh buffer on the same rank.

@@ -45,7 +45,9 @@ pub type CommStats = BTreeMap<Collective, CommCount>;
 pub enum Transport {
     /// Each rank is its own wgpu device; bytes go device -> host -> device.
     HostStaged,
-    /// All ranks share one wgpu device; bytes move with on-device copies.
+    /// All ranks share one wgpu device; bytes move with on-device copies, and
+    /// replicated results share one buffer
+    /// ([`LocalTensor::is_shared_across_ranks`](crate::LocalTensor::is_shared_across_ranks)).
     SharedDevice,
 }
 

@@ -118,12 +118,7 @@ struct Params {
     dst_start: u32,
 }
 
-fn dispatch(
-    op: &'static str,
-    spec: KernelSpec,
-    buffers: &[&LocalTensor],
-    b: Block,
-) -> Result<()> {
+fn dispatch(op: &'static str, spec: KernelSpec, buffers: &[&LocalTensor], b: Block) -> Result<()> {
     let u = |v: usize| u32::try_from(v).map_err(|_| Error::invalid(op, "more than 2^32 elements"));
     // Every index the shader computes is below one of the bound tensors' lengths.
     for t in buffers {

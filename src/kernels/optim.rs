@@ -51,6 +51,23 @@ fn check(op: &'static str, param: &LocalTensor, others: &[&LocalTensor]) -> Resu
     u32::try_from(param.len()).map_err(|_| Error::invalid(op, "more than 2^32 elements"))
 }
 
+/// Tensors these kernels write in place must not share their buffer with
+/// another rank's tensor (replicated collective results on a shared-device
+/// mesh do): the update would land on every rank at once.
+fn check_writable(op: &'static str, written: &[&LocalTensor]) -> Result<()> {
+    match written.iter().find(|t| t.is_shared_across_ranks()) {
+        Some(t) => Err(Error::invalid(
+            op,
+            format!(
+                "rank {}'s tensor shares its buffer with other ranks (a replicated collective \
+                 result on a shared-device mesh); update a `deep_copy()` of it instead",
+                t.rank_index()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// SGD settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SgdStep {
@@ -83,6 +100,8 @@ pub fn sgd_step(
     if let Some(b) = momentum_buf {
         check(OP, param, &[b])?;
     }
+    check_writable(OP, &[param])?;
+    check_writable(OP, &momentum_buf.into_iter().collect::<Vec<_>>())?;
     for t in spare {
         t.expect_dtype(OP, DType::F32)?;
         param.same_rank(OP, t)?;
@@ -131,6 +150,7 @@ pub fn adamw_step(
 ) -> Result<()> {
     const OP: &str = "adamw_step";
     let n = check(OP, param, &[grad, m, v])?;
+    check_writable(OP, &[param, m, v])?;
     if s.step == 0 {
         return Err(Error::invalid(OP, "step counts from 1"));
     }

@@ -148,6 +148,37 @@ impl Parameter {
         Ok(())
     }
 
+    /// Give the value a buffer per rank before an in-place update: a value
+    /// that came from a replicated collective on a shared-device mesh shares
+    /// one buffer between ranks, and updating it would update every rank at
+    /// once. Copies only such shards; on error nothing changes.
+    pub(crate) fn own_buffers(&mut self) -> Result<()> {
+        if !self
+            .value
+            .shards()
+            .iter()
+            .any(|s| s.is_shared_across_ranks())
+        {
+            return Ok(());
+        }
+        let shards = self
+            .value
+            .shards()
+            .iter()
+            .map(|s| {
+                if s.is_shared_across_ranks() {
+                    s.deep_copy()
+                } else {
+                    Ok(s.clone())
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.value =
+            self.value
+                .with_shards(shards, self.value.shape().to_vec(), self.value.placement());
+        Ok(())
+    }
+
     /// Add a gradient (same placement and shape) into `grad`.
     pub fn accumulate_grad(&mut self, g: DTensor) -> Result<()> {
         self.grad = Some(match self.grad.take() {
