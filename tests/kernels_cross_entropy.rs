@@ -482,36 +482,3 @@ fn cross_entropy_errors_leave_mesh_usable() {
         1e-6,
     );
 }
-
-/// Timing probe for the per-row kernels (T=512, Vr=4096):
-/// `cargo test --test tests ce_timing -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn ce_timing() {
-    let m = mesh(1);
-    let r = &m.ranks()[0];
-    let mut rng = Rng::seeded(1);
-    let (t_rows, v) = (512, 4096);
-    let tz = up(r, &[t_rows, v], &rng.vec(t_rows * v));
-    let targets: Vec<i32> = (0..t_rows).map(|_| rng.below(v) as i32).collect();
-    let tt = r.upload_i32(&[t_rows], &targets).unwrap();
-    let ts = up(r, &[t_rows], &vec![1.0; t_rows]);
-    let o = CrossEntropyOptions {
-        ignore_index: None,
-        label_smoothing: 0.1,
-    };
-    for _ in 0..8 {
-        m.synchronize().unwrap();
-        let t0 = std::time::Instant::now();
-        let out = kernels::cross_entropy(&tz, &tt, &o).unwrap();
-        m.synchronize().unwrap();
-        let t1 = std::time::Instant::now();
-        let _g = kernels::cross_entropy_backward(&tz, &tt, &out, &ts, &o).unwrap();
-        m.synchronize().unwrap();
-        eprintln!(
-            "cross_entropy {:.2} ms, backward {:.2} ms",
-            (t1 - t0).as_secs_f64() * 1e3,
-            t1.elapsed().as_secs_f64() * 1e3
-        );
-    }
-}
