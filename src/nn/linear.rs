@@ -47,8 +47,9 @@ use crate::{LocalTensor, ReduceOp};
 /// device → host → device copies then run while the GEMMs execute. On CPU
 /// adapters (lavapipe, llvmpipe) the devices are the host's own cores, and
 /// each ring step costs a device round-trip, so the ring is slower than one
-/// collective; on a shared-device mesh wgpu's single queue serialises copies
-/// and compute, so nothing overlaps either. `benches/overlap.rs` measures it.
+/// collective; on a shared-device mesh a ring step moves no bytes (the next
+/// rank gets the same buffer), so there is nothing to overlap and the ring
+/// only costs its extra, smaller dispatches. `benches/overlap.rs` measures it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Overlap {
     /// One collective per gather / reduce-scatter (the default).
