@@ -178,11 +178,11 @@ fn main() {
         "the ring helps where its ratio is below 1: its transfers ran while GEMMs executed"
     } else if cpu {
         "the ring does not help here: on a CPU adapter the devices are the host's own cores, \
-         each ring step is a device round-trip, and a shared device's single queue serialises \
-         copies and compute, so there is nothing to overlap; use Overlap::None"
+         each host-staged ring step is a device round-trip, and on a shared device a ring step \
+         moves no bytes, so there is nothing to overlap; use Overlap::None"
     } else {
-        "the ring does not help here: one wgpu queue per device serialises copies and compute \
-         on a shared device, and host-staged steps pay a round-trip each; it can only pay off \
+        "the ring does not help here: a shared device's ring steps move no bytes, so there is \
+         nothing to hide, and host-staged steps pay a round-trip each; it can only pay off \
          with separate GPUs whose staging copies run beside large GEMMs"
     };
     println!("verdict: {} — {verdict}", summary.join(", "));
