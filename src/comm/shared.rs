@@ -1,11 +1,14 @@
 //! Shared-device transport (all ranks on one wgpu device): nothing touches the
-//! host. Gathers, scatters and broadcasts are on-device copies
+//! host. Gathers, scatters and all-to-all are on-device copies
 //! ([`copy_block`]: `copy_buffer_to_buffer` for contiguous blocks, a strided
 //! copy kernel otherwise); reductions fold every participant's block into a
 //! fresh output in participant order with [`fold_block`] (one pass per
-//! [`FOLD_INPUTS`] participants, each input read once), then copy the result
-//! to every other rank, so all ranks hold bit-identical bytes. Everything is recorded into the device's
-//! pending encoder; nothing waits.
+//! [`FOLD_INPUTS`] participants, each input read once). A result that is the
+//! same on every rank (all-gather, all-reduce, broadcast) is built once and
+//! handed to every rank over the same buffer ([`LocalTensor::alias_on`]):
+//! tensors are immutable, so P copies would only cost time and memory, and
+//! every rank reads bit-identical bytes. Everything is recorded into the
+//! device's pending encoder; nothing waits.
 
 use super::layout::with_dim;
 use super::{AllToAll, ReduceOp, around};
