@@ -97,11 +97,11 @@ pub fn sgd_step(
         return Err(Error::invalid(OP, "momentum needs a momentum buffer"));
     }
     let n = check(OP, param, &[grad])?;
+    check_writable(OP, &[param])?;
     if let Some(b) = momentum_buf {
         check(OP, param, &[b])?;
+        check_writable(OP, &[b])?;
     }
-    check_writable(OP, &[param])?;
-    check_writable(OP, &momentum_buf.into_iter().collect::<Vec<_>>())?;
     for t in spare {
         t.expect_dtype(OP, DType::F32)?;
         param.same_rank(OP, t)?;

@@ -62,11 +62,10 @@ impl Sgd {
     }
 
     fn step_one(&mut self, name: &str, p: &mut Parameter) -> Result<()> {
-        if p.grad.is_none() {
+        let Some(grad) = p.grad.clone() else {
             return Ok(());
-        }
+        };
         p.own_buffers()?;
-        let Some(grad) = &p.grad else { return Ok(()) };
         if let Some(b) = self.buffers.get(name) {
             check_state("Sgd::step", name, b, p)?;
         }
@@ -155,11 +154,8 @@ impl AdamW {
     /// Update every parameter that has a gradient.
     pub fn step(&mut self, model: &mut dyn Module) -> Result<()> {
         for (name, p) in model.named_parameters_mut() {
-            if p.grad.is_none() {
-                continue;
-            }
+            let Some(grad) = p.grad.clone() else { continue };
             p.own_buffers()?;
-            let Some(grad) = &p.grad else { continue };
             if !self.state.contains_key(&name) {
                 let zeros = |_: ()| {
                     p.value
