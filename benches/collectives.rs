@@ -72,8 +72,8 @@ fn budget_for(bytes: usize) -> Duration {
 /// wgpu allocates, and a reused MAP_WRITE staging buffer plus a copy), so the
 /// baseline is the fastest plain round trip this machine offers.
 fn raw_dhd(mesh: &Mesh, bytes: usize) -> f64 {
-    let (g0, g1) = (mesh.ranks()[0].gpu(), mesh.ranks()[1].gpu());
-    let (d0, d1) = (g0.device(), g1.device());
+    let (g0, g1) = (mesh.ranks()[0].device(), mesh.ranks()[1].device());
+    let (d0, d1) = (g0.wgpu_device(), g1.wgpu_device());
     let size = bytes as u64;
     let buffer = |d: &wgpu::Device, label, usage| {
         d.create_buffer(&wgpu::BufferDescriptor {
@@ -103,7 +103,7 @@ fn raw_dhd(mesh: &Mesh, bytes: usize) -> f64 {
     let round_trip = |mapped_upload: bool| {
         let mut enc = d0.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(&src, 0, &down, 0, Some(size));
-        g0.queue().submit([enc.finish()]);
+        g0.wgpu_queue().submit([enc.finish()]);
         down.slice(..)
             .map_async(wgpu::MapMode::Read, |r| r.unwrap());
         if mapped_upload {
@@ -120,7 +120,7 @@ fn raw_dhd(mesh: &Mesh, bytes: usize) -> f64 {
                     .slice(..)
                     .copy_from_slice(&view);
             } else {
-                g1.queue().write_buffer(&dst, 0, &view);
+                g1.wgpu_queue().write_buffer(&dst, 0, &view);
             }
         }
         down.unmap();
@@ -128,9 +128,9 @@ fn raw_dhd(mesh: &Mesh, bytes: usize) -> f64 {
             up.unmap();
             let mut enc = d1.create_command_encoder(&Default::default());
             enc.copy_buffer_to_buffer(&up, 0, &dst, 0, Some(size));
-            g1.queue().submit([enc.finish()]);
+            g1.wgpu_queue().submit([enc.finish()]);
         } else {
-            g1.queue().submit([]);
+            g1.wgpu_queue().submit([]);
         }
         wait(d1);
     };
@@ -203,7 +203,7 @@ fn time_collective(mesh: &Mesh, op: Op, bytes: usize) -> Duration {
         drop(out);
     });
     drop(shards);
-    for g in mesh.gpus() {
+    for g in mesh.devices() {
         g.trim_pool();
     }
     t

@@ -124,7 +124,7 @@ fn main() {
         }
         let mesh = b.build().expect("a wgpu adapter");
         adapter = mesh.adapter_summary();
-        cpu = mesh.gpus().iter().all(|g| g.is_cpu());
+        cpu = mesh.devices().iter().all(|g| g.is_cpu());
         let mut ms = [f64::NAN; 2];
         let mut group = c.benchmark_group(format!("overlap/{transport}"));
         for (i, overlap) in [Overlap::None, Overlap::Ring].into_iter().enumerate() {

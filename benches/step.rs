@@ -66,7 +66,7 @@ fn step(mesh: &Mesh, model: &mut MlpLanguageModel, opt: &mut Sgd, ids: &[i32], t
 }
 
 fn allocations(mesh: &Mesh) -> u64 {
-    mesh.gpus().iter().map(|g| g.buffers_allocated()).sum()
+    mesh.devices().iter().map(|g| g.buffers_allocated()).sum()
 }
 
 fn time_case(mesh: &Mesh, steps: usize) -> Timing {

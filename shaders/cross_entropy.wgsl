@@ -6,7 +6,7 @@
 // valid_cols. Row pieces run one invocation per row looping over columns in
 // order (deterministic, and barrier-free, which CPU adapters need); the
 // gradient runs one invocation per element.
-// Grid: workgroups folded into x/y (fold_workgroups in src/device/local.rs).
+// Grid: workgroups folded into x/y (fold_workgroups in src/device/dispatch.rs).
 
 struct Params {
     rows: u32,
@@ -133,10 +133,10 @@ fn loss(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 
 // out[r, j] = scale[r] (exp(z - m)/S - (1-a) onehot(t - start) - a/K) on valid
 // columns; 0 on padding columns and on ignored rows.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn grad(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let idx = (wg.y * nwg.x + wg.x) * 256u + li;
+    let idx = linear_id(wg, nwg, li);
     if (idx >= p.rows * p.cols) { return; }
     let r = idx / p.cols;
     let j = idx - r * p.cols;

@@ -1,6 +1,5 @@
 // Element-wise kernels: out = alpha*a + beta*b, activations and their backward.
-// Grid: 256 invocations per workgroup, workgroups folded into x/y (see
-// fold_workgroups in src/device/local.rs); linear id = wg.y * nwg.x + wg.x.
+// Grid: one invocation per element (linear_id, WG: see grid.wgsl).
 
 struct Params {
     n: u32,
@@ -15,12 +14,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-fn linear_id(wg: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
-    return (wg.y * nwg.x + wg.x) * 256u + li;
-}
-
 // out = alpha * a + beta * b (add: 1,1; scale: alpha,0 with b = a; axpy: alpha,1).
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn axpby(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);
@@ -29,7 +24,7 @@ fn axpby(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
 }
 
 // out[i, j] = a[i, j] + b[j]  (bias broadcast over rows; b has `cols` entries)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn add_row(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);
@@ -49,7 +44,7 @@ fn tanh_safe(x: f32) -> f32 {
 }
 
 // out = gelu(a)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn gelu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);
@@ -60,7 +55,7 @@ fn gelu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 }
 
 // out = b * gelu'(a)   (a = pre-activation input, b = upstream gradient)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn gelu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);
@@ -73,7 +68,7 @@ fn gelu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
 }
 
 // out = max(a, 0)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn relu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);
@@ -82,7 +77,7 @@ fn relu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 }
 
 // out = b where a > 0, else 0
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn relu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);

@@ -1,7 +1,7 @@
 // Vocab-parallel embedding, one rank's piece. The table holds global rows
 // [start, start + rows); an id outside that range (negative included) is not
 // owned: lookup gives a zero row, backward skips it.
-// Grid: workgroups folded into x/y (fold_workgroups in src/device/local.rs);
+// Grid: workgroups folded into x/y (fold_workgroups in src/device/dispatch.rs);
 // linear id = (wg.y * nwg.x + wg.x) * workgroup size + local index.
 
 struct Params {
@@ -20,10 +20,6 @@ struct Params {
 @group(0) @binding(2) var<storage, read> src: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-fn linear_id(wg: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
-    return (wg.y * nwg.x + wg.x) * 256u + li;
-}
-
 // Local row of `id`, or -1 when this shard does not own it. Compare before
 // subtracting so a very negative id cannot wrap into range.
 fn local_row(id: i32) -> i32 {
@@ -34,7 +30,7 @@ fn local_row(id: i32) -> i32 {
 }
 
 // out[i, c] = src[id_i - start, c] if owned, else 0.   (src = table)
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn lookup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) li: u32) {
     let idx = linear_id(wg, nwg, li);

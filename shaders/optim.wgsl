@@ -24,11 +24,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> state1: array<f32>;
 @group(0) @binding(4) var<storage, read_write> state2: array<f32>;
 
-fn linear_id(wg: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
-    return (wg.y * nwg.x + wg.x) * 256u + li;
-}
-
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn sgd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
        @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);
@@ -45,7 +41,7 @@ fn sgd(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     param[i] = param[i] - p.lr * g;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn adamw(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::element::DType;
+
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -101,9 +103,9 @@ pub enum Error {
         /// Operation name.
         op: &'static str,
         /// Expected dtype.
-        expected: crate::DType,
+        expected: DType,
         /// Given dtype.
-        got: crate::DType,
+        got: DType,
     },
     /// Host data does not have as many elements as the shape says.
     #[error("{op}: shape {shape} needs {expected} elements, but {got} were given")]

@@ -8,7 +8,7 @@
 //! cross ranks (inside collectives) or reach you.
 //!
 //! The crate is layered, each layer using only the ones below it:
-//! 1. devices: [`Mesh`], [`MeshBuilder`], [`Rank`], [`LocalTensor`];
+//! 1. devices: [`Mesh`], [`MeshBuilder`], [`Rank`], [`Device`], [`LocalTensor`];
 //! 2. [`kernels`]: typed wrappers around the WGSL shaders in `shaders/`;
 //! 3. [`comm`]: all-reduce, all-gather, reduce-scatter, broadcast, scatter, all-to-all;
 //! 4. [`tensor`]: [`DTensor`] with its [`Placement`] and the conjugate [`Mapping`]s;
@@ -45,17 +45,21 @@
 
 pub mod comm;
 mod device;
+mod element;
 mod error;
 pub mod kernels;
 pub mod nn;
 pub mod shard;
 pub mod tensor;
 
-pub use comm::ReduceOp;
+pub use comm::{Collective, CommCount, CommStats, Transport};
+#[allow(deprecated)]
+pub use device::Gpu;
 pub use device::{
-    AdapterReport, Collective, CommCount, CommStats, DType, DeviceLayout, Gpu, LocalTensor, Mesh,
-    MeshBuilder, Rank, Transport, adapters, download_many, parse_backends,
+    AdapterReport, Device, DeviceLayout, LocalTensor, Mesh, MeshBuilder, Rank, adapters,
+    download_many, parse_backends,
 };
+pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};
 pub use tensor::{DTensor, Mapping, Placement};
 

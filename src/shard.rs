@@ -1,4 +1,5 @@
-//! Pure index maths for splitting a dimension over ranks (no GPU involved).
+//! Pure index maths for splitting a dimension over ranks, and the host-side
+//! slicing and joining of row-major data that follows it (no GPU involved).
 //!
 //! A dimension of size `n` over `p` ranks: rank `r` gets `n / p + (r < n % p)`
 //! elements, starting after the ranks before it ("first ranks take one more").
@@ -33,6 +34,46 @@ pub fn normalize_dim(dim: isize, ndim: usize) -> Option<usize> {
     (0..ndim as isize).contains(&d).then_some(d as usize)
 }
 
+/// `shape` with dimension `dim` replaced by `size`.
+pub fn with_dim(shape: &[usize], dim: usize, size: usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    s[dim] = size;
+    s
+}
+
+/// Entries `range` along `dim` of row-major host data of `shape` (how host
+/// master weights are cut into shards, and how the host-staged transport
+/// cuts a collective's pieces).
+pub fn host_narrow<T: Copy>(
+    data: &[T],
+    shape: &[usize],
+    dim: usize,
+    range: Range<usize>,
+) -> Vec<T> {
+    let (outer, n, inner) = outer_dim_inner(shape, dim);
+    let run = range.len() * inner;
+    let mut out = Vec::with_capacity(outer * run);
+    for o in 0..outer {
+        let start = (o * n + range.start) * inner;
+        out.extend_from_slice(&data[start..start + run]);
+    }
+    out
+}
+
+/// Join parts along a dimension: each part is `(data, size along the
+/// dimension)`, all sharing `outer` and `inner` (the inverse of [`host_narrow`]).
+pub fn host_concat<T: Copy>(parts: &[(&[T], usize)], outer: usize, inner: usize) -> Vec<T> {
+    let total: usize = parts.iter().map(|p| p.1).sum();
+    let mut out = Vec::with_capacity(outer * total * inner);
+    for o in 0..outer {
+        for (data, n) in parts {
+            let run = n * inner;
+            out.extend_from_slice(&data[o * run..(o + 1) * run]);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +91,16 @@ mod tests {
                 assert_eq!(split_range(n, p, p - 1).end, n);
             }
         }
+    }
+
+    #[test]
+    fn narrow_then_concat_round_trips() {
+        let shape = [2, 5, 3];
+        let x: Vec<u32> = (0..30).collect();
+        let a = host_narrow(&x, &shape, 1, 0..2);
+        let b = host_narrow(&x, &shape, 1, 2..5);
+        assert_eq!(a[..6], [0, 1, 2, 3, 4, 5]);
+        assert_eq!(host_concat(&[(&a, 2), (&b, 3)], 2, 3), x);
+        assert!(host_narrow(&x, &shape, 1, 3..3).is_empty());
     }
 }

@@ -62,7 +62,7 @@ fn software_adapters_are_listed_and_usable() {
         .unwrap();
     assert_eq!(m.size(), 2);
     for r in m.ranks() {
-        assert!(r.gpu().is_cpu(), "{:?}", r.gpu().adapter_info());
+        assert!(r.device().is_cpu(), "{:?}", r.device().adapter_info());
     }
     eprintln!("[device] force_software picked {}", m.adapter_summary());
     let t = m.ranks()[1].upload(&[3], &[1.0, 2.0, 3.0]).unwrap();
@@ -74,7 +74,7 @@ fn software_adapters_are_listed_and_usable() {
 fn tensors_over_the_binding_limit_are_errors_naming_the_limit() {
     let m = crate::util::mesh(1);
     let r = &m.ranks()[0];
-    let limit = r.gpu().limits().max_storage_buffer_binding_size;
+    let limit = r.device().limits().max_storage_buffer_binding_size;
     let n = (limit / 4 + 1) as usize;
     let err = r.zeros(&[n], wgpu_tp::DType::F32).unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err:?}");
@@ -94,12 +94,12 @@ fn tensors_over_the_binding_limit_are_errors_naming_the_limit() {
 
 #[test]
 fn wgpu_validation_errors_come_back_as_results() {
-    // A raw wgpu misuse through the escape hatch (`Gpu::device`) must surface
+    // A raw wgpu misuse through the escape hatch (`Device::wgpu_device`) must surface
     // as an Err at the next sync point, not as a panic from wgpu's default handler.
     crate::util::mesh_env();
     let m = wgpu_tp::Mesh::simulated(1).unwrap();
-    let gpu = m.ranks()[0].gpu().clone();
-    let _bad = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+    let gpu = m.ranks()[0].device().clone();
+    let _bad = gpu.wgpu_device().create_buffer(&wgpu::BufferDescriptor {
         label: Some("invalid on purpose"),
         size: 16,
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE,

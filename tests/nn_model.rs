@@ -489,14 +489,14 @@ fn training_steps_reach_a_steady_state_p2() {
     };
     let mut rng = Rng::fresh("steady_state");
     let counters = |m: &Mesh| {
-        m.gpus().iter().fold((0, 0), |(p, b), g| {
+        m.devices().iter().fold((0, 0), |(p, b), g| {
             (p + g.pipelines_built(), b + g.buffers_allocated())
         })
     };
     for adamw in [false, true] {
         // Start from empty pools so the first run's buffers do not hide anything.
         m.synchronize().unwrap();
-        m.gpus().iter().for_each(|g| g.trim_pool());
+        m.devices().iter().for_each(|g| g.trim_pool());
         let mut model = MlpLanguageModel::new(&m, cfg, 5).unwrap();
         let mut sgd = Sgd::new(0.1).with_momentum(0.9);
         let mut adam = AdamW::new(0.01);

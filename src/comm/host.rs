@@ -20,11 +20,11 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use super::layout::{concat_words, slice_words, with_dim};
-use super::{AllToAll, ReduceOp, around};
-use crate::device::{DType, Exchange, LocalTensor, Mapped, OutView, Rank};
+use super::plan::{AllToAll, Split, gathered_shape};
+use crate::device::{Exchange, LocalTensor, Mapped, OutView, Rank};
+use crate::element::{DType, ReduceOp};
 use crate::error::Result;
-use crate::shard::split_range;
+use crate::shard::{host_concat, host_narrow, outer_dim_inner, with_dim};
 
 /// Words reduced at a time (16 KiB on the stack).
 const CHUNK: usize = 4096;
@@ -102,20 +102,20 @@ fn put(view: &mut OutView, at: usize, data: &[u32]) {
 
 /// `acc = op(acc, x)` element-wise on words holding `dtype` values.
 fn combine(acc: &mut [u32], x: &[u32], dtype: DType, op: ReduceOp) {
-    fn zip(acc: &mut [u32], x: &[u32], f: impl Fn(u32, u32) -> u32) {
+    // One monomorphic loop per (dtype, op), so the match stays out of the
+    // inner loop and it vectorises.
+    fn zip<const F32: bool, const SUM: bool>(acc: &mut [u32], x: &[u32]) {
+        let dtype = if F32 { DType::F32 } else { DType::I32 };
+        let op = if SUM { ReduceOp::Sum } else { ReduceOp::Max };
         for (a, b) in acc.iter_mut().zip(x) {
-            *a = f(*a, *b);
+            *a = op.combine_words(dtype, *a, *b);
         }
     }
     match (dtype, op) {
-        (DType::F32, ReduceOp::Sum) => zip(acc, x, |a, b| {
-            (f32::from_bits(a) + f32::from_bits(b)).to_bits()
-        }),
-        (DType::F32, ReduceOp::Max) => zip(acc, x, |a, b| {
-            f32::from_bits(a).max(f32::from_bits(b)).to_bits()
-        }),
-        (DType::I32, ReduceOp::Sum) => zip(acc, x, |a, b| (a as i32).wrapping_add(b as i32) as u32),
-        (DType::I32, ReduceOp::Max) => zip(acc, x, |a, b| (a as i32).max(b as i32) as u32),
+        (DType::F32, ReduceOp::Sum) => zip::<true, true>(acc, x),
+        (DType::F32, ReduceOp::Max) => zip::<true, false>(acc, x),
+        (DType::I32, ReduceOp::Sum) => zip::<false, true>(acc, x),
+        (DType::I32, ReduceOp::Max) => zip::<false, false>(acc, x),
     }
 }
 
@@ -220,15 +220,14 @@ pub(super) fn all_gather(
     ranks: &[Rank],
     dim: usize,
 ) -> Result<Vec<LocalTensor>> {
-    let total: usize = shards.iter().map(|s| s.shape()[dim]).sum();
-    let shape = with_dim(shards[0].shape(), dim, total);
-    let dtype = shards[0].dtype();
+    let shape = gathered_shape(shards, dim);
+    let (total, dtype) = (shape[dim], shards[0].dtype());
     let refs: Vec<&LocalTensor> = shards.iter().collect();
     let outs: Vec<(&Rank, &[usize])> = ranks.iter().map(|r| (r, &shape[..])).collect();
     let m = exchange(&refs, &outs, dtype)?;
     {
         let ins = inputs(&m, shards.len());
-        let (outer, _, inner) = around(&shape, dim);
+        let (outer, _, inner) = outer_dim_inner(&shape, dim);
         let bytes = shape.iter().product::<usize>() * 4 * ranks.len();
         run(output_jobs(&m, bytes)?, |(_, mut vs)| {
             for o in 0..outer {
@@ -251,22 +250,13 @@ pub(super) fn reduce_scatter(
     op: ReduceOp,
 ) -> Result<Vec<LocalTensor>> {
     let (shape, dtype) = (shards[0].shape(), shards[0].dtype());
-    let p = ranks.len();
-    let ranges: Vec<Range<usize>> = (0..p).map(|i| split_range(shape[dim], p, i)).collect();
-    let part_shapes: Vec<Vec<usize>> = ranges
-        .iter()
-        .map(|r| with_dim(shape, dim, r.len()))
-        .collect();
+    let split = Split::new(shape, dim, ranks.len());
     let refs: Vec<&LocalTensor> = shards.iter().collect();
-    let outs: Vec<(&Rank, &[usize])> = ranks
-        .iter()
-        .zip(&part_shapes)
-        .map(|(r, s)| (r, &s[..]))
-        .collect();
-    let m = exchange(&refs, &outs, dtype)?;
+    let m = exchange(&refs, &split.outputs(ranks), dtype)?;
+    let ranges = &split.ranges;
     {
         let ins = inputs(&m, shards.len());
-        let (outer, n, inner) = around(shape, dim);
+        let (outer, n, inner) = outer_dim_inner(shape, dim);
         run(output_jobs(&m, shards[0].len() * 4)?, |(group, mut vs)| {
             for (j, v) in group.zip(vs.iter_mut()) {
                 let len = ranges[j].len() * inner;
@@ -306,21 +296,12 @@ pub(super) fn broadcast(
 
 pub(super) fn scatter(src: &LocalTensor, ranks: &[Rank], dim: usize) -> Result<Vec<LocalTensor>> {
     let shape = src.shape();
-    let p = ranks.len();
-    let ranges: Vec<Range<usize>> = (0..p).map(|i| split_range(shape[dim], p, i)).collect();
-    let part_shapes: Vec<Vec<usize>> = ranges
-        .iter()
-        .map(|r| with_dim(shape, dim, r.len()))
-        .collect();
-    let outs: Vec<(&Rank, &[usize])> = ranks
-        .iter()
-        .zip(&part_shapes)
-        .map(|(r, s)| (r, &s[..]))
-        .collect();
-    let m = exchange(&[src], &outs, src.dtype())?;
+    let split = Split::new(shape, dim, ranks.len());
+    let m = exchange(&[src], &split.outputs(ranks), src.dtype())?;
+    let ranges = &split.ranges;
     {
         let ins = inputs(&m, 1);
-        let (outer, n, inner) = around(shape, dim);
+        let (outer, n, inner) = outer_dim_inner(shape, dim);
         run(output_jobs(&m, src.len() * 4)?, |(group, mut vs)| {
             for (j, v) in group.zip(vs.iter_mut()) {
                 let len = ranges[j].len() * inner;
@@ -359,15 +340,15 @@ pub(super) fn all_to_all(
                 .map(|(i, s)| {
                     let range = plan.pieces[i][j].clone();
                     let shape = with_dim(s.shape(), split, range.len());
-                    let w = slice_words(&ins[i], s.shape(), split, range);
+                    let w = host_narrow(&ins[i], s.shape(), split, range);
                     (w, shape[concat])
                 })
                 .collect();
             let shape = &plan.out_shapes[j];
-            let (outer, _, inner) = around(shape, concat);
+            let (outer, _, inner) = outer_dim_inner(shape, concat);
             let parts: Vec<(&[u32], usize)> = pieces.iter().map(|(w, n)| (&w[..], *n)).collect();
             let mut v = m.view(j, 0..m.output_len(j))?;
-            put(&mut v, 0, &concat_words(&parts, outer, inner));
+            put(&mut v, 0, &host_concat(&parts, outer, inner));
         }
     }
     m.finish()

@@ -13,9 +13,11 @@
 //!
 //! What overlaps on one controller, honestly:
 //! - [`Transport::HostStaged`] (each rank its own device): `start` records the
-//!   device → staging copies and submits them at once, ahead of whatever the
-//!   caller records next; `finish` submits that work too, waits only for the
-//!   staging copies' submission, then uploads each tensor to the next rank.
+//!   device → staging copies through the one staging path
+//!   ([`Exchange`](crate::device::Exchange)) and submits them at once, ahead
+//!   of whatever the caller records next; `finish` submits that work too,
+//!   waits only for the staging copies' submission, then writes each tensor
+//!   into the next rank's upload staging.
 //!   On separate real GPUs the host copies and uploads then run while the
 //!   GEMMs recorded in between execute. On CPU adapters (lavapipe, llvmpipe)
 //!   the "devices" are the same CPU cores that do the host copies, and each
@@ -24,12 +26,11 @@
 //!   the next rank gets a tensor over the same (immutable) buffer, so the
 //!   step costs nothing and there is nothing to overlap.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use super::{bytes_of, check_group};
-use crate::device::{Collective, DType, Gpu, LocalTensor, Mesh, Rank, Transport};
-use crate::error::{Error, Result};
+use super::group::{bytes_of, check_group};
+use super::stats::Collective;
+use super::transport::Transport;
+use crate::device::{Exchange, InFlight, LocalTensor, Mesh};
+use crate::error::Result;
 
 /// A ring shift in flight: created by [`RingShift::start`], completed by
 /// [`RingShift::finish`]. Dropping it unfinished abandons the transfer
@@ -43,7 +44,7 @@ impl std::fmt::Debug for RingShift {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.pending {
             Pending::Done(_) => "shared-device",
-            Pending::Host { .. } => "host-staged",
+            Pending::Host(_) => "host-staged",
         };
         f.debug_struct("RingShift")
             .field("transport", &kind)
@@ -52,26 +53,11 @@ impl std::fmt::Debug for RingShift {
 }
 
 enum Pending {
-    /// Shared device (or a group of one): the copies are already recorded.
+    /// Shared device (or a group of one): nothing left to move.
     Done(Vec<LocalTensor>),
-    /// Host-staged: staging buffers mapping, the submissions to wait for.
-    Host {
-        /// Per participant: its staging buffer, byte count, shape, dtype and
-        /// the rank its tensor goes to.
-        items: Vec<Staged>,
-        /// Per distinct device: the submission holding the staging copies.
-        waits: Vec<(Arc<Gpu>, wgpu::SubmissionIndex)>,
-        failed: Arc<AtomicBool>,
-    },
-}
-
-struct Staged {
-    staging: wgpu::Buffer,
-    gpu: Arc<Gpu>,
-    bytes: usize,
-    shape: Vec<usize>,
-    dtype: DType,
-    dest: Rank,
+    /// Host-staged: input i is being read back; output i, on participant
+    /// i + 1, waits for its bytes.
+    Host(InFlight),
 }
 
 impl RingShift {
@@ -95,7 +81,15 @@ impl RingShift {
                         .collect::<Result<Vec<_>>>()?;
                     Pending::Done(received_order(out))
                 }
-                Transport::HostStaged => start_host(shards, &ranks)?,
+                Transport::HostStaged => {
+                    let mut x = Exchange::with_capacity(n, n);
+                    for (i, t) in shards.iter().enumerate() {
+                        x.read(t)?;
+                        x.write(&ranks[(i + 1) % n], t.shape(), t.dtype())?;
+                    }
+                    // Submitted now, ahead of whatever the caller records next.
+                    Pending::Host(x.submit())
+                }
             }
         };
         mesh.record_comm(Collective::SendRecv, bytes_of(shards));
@@ -109,11 +103,17 @@ impl RingShift {
     pub fn finish(self) -> Result<Vec<LocalTensor>> {
         match self.pending {
             Pending::Done(out) => Ok(out),
-            Pending::Host {
-                items,
-                waits,
-                failed,
-            } => finish_host(items, waits, failed),
+            Pending::Host(in_flight) => {
+                let mapped = in_flight.wait()?;
+                for i in 0..mapped.outputs() {
+                    let bytes = mapped.input(i);
+                    if !bytes.is_empty() {
+                        let mut view = mapped.view(i, 0..0)?;
+                        view.slice(..).copy_from_slice(bytes);
+                    }
+                }
+                Ok(received_order(mapped.finish()?))
+            }
         }
     }
 }
@@ -122,112 +122,6 @@ impl RingShift {
 /// what each received: [`RingShift::start`] then [`RingShift::finish`].
 pub fn ring_shift(mesh: &Mesh, shards: &[LocalTensor]) -> Result<Vec<LocalTensor>> {
     RingShift::start(mesh, shards)?.finish()
-}
-
-fn start_host(shards: &[LocalTensor], ranks: &[Rank]) -> Result<Pending> {
-    let n = shards.len();
-    let mut items = Vec::with_capacity(n);
-    for (i, t) in shards.iter().enumerate() {
-        t.gpu().check()?;
-        let bytes = t.byte_len();
-        let staging = t.gpu().take_staging(bytes.max(4));
-        if bytes > 0 {
-            let (src, dst) = (t.buffer().clone(), staging.clone());
-            t.gpu()
-                .record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
-        }
-        items.push(Staged {
-            staging,
-            gpu: t.gpu().clone(),
-            bytes: bytes as usize,
-            shape: t.shape().to_vec(),
-            dtype: t.dtype(),
-            dest: ranks[(i + 1) % n].clone(),
-        });
-    }
-    // Submit the staging copies now, ahead of whatever the caller records next.
-    let mut waits: Vec<(Arc<Gpu>, wgpu::SubmissionIndex)> = Vec::new();
-    for t in shards {
-        if waits.iter().any(|(g, _)| g.id() == t.gpu().id()) {
-            continue;
-        }
-        let g = t.gpu().clone();
-        let index = match g.flush() {
-            Some(i) => i,
-            None => g.queue.submit(std::iter::empty()),
-        };
-        waits.push((g, index));
-    }
-    let failed = Arc::new(AtomicBool::new(false));
-    for it in &items {
-        let failed = failed.clone();
-        it.staging
-            .slice(..)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                if r.is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-            });
-    }
-    Ok(Pending::Host {
-        items,
-        waits,
-        failed,
-    })
-}
-
-fn finish_host(
-    items: Vec<Staged>,
-    waits: Vec<(Arc<Gpu>, wgpu::SubmissionIndex)>,
-    failed: Arc<AtomicBool>,
-) -> Result<Vec<LocalTensor>> {
-    // Let the work recorded since start run while we wait for the copies.
-    for (g, _) in &waits {
-        g.flush();
-    }
-    for (g, index) in waits {
-        g.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: Some(index),
-                timeout: None,
-            })
-            .map_err(|e| Error::Wgpu {
-                rank: 0,
-                message: format!("ring_shift: {e}"),
-            })?;
-        g.check()?;
-    }
-    if failed.load(Ordering::Relaxed) {
-        return Err(Error::Wgpu {
-            rank: 0,
-            message: "ring_shift: mapping a staging buffer failed".into(),
-        });
-    }
-    let mut out = Vec::with_capacity(items.len());
-    for it in items {
-        let data = {
-            let view = it
-                .staging
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| Error::Wgpu {
-                    rank: it.dest.index(),
-                    message: format!("ring_shift readback: {e}"),
-                })?;
-            view[..it.bytes].to_vec()
-        };
-        it.staging.unmap();
-        it.gpu.return_staging(it.staging);
-        out.push(match it.dtype {
-            DType::F32 => it
-                .dest
-                .upload(&it.shape, &bytemuck::pod_collect_to_vec::<u8, f32>(&data))?,
-            DType::I32 => it
-                .dest
-                .upload_i32(&it.shape, &bytemuck::pod_collect_to_vec::<u8, i32>(&data))?,
-        });
-    }
-    Ok(received_order(out))
 }
 
 /// Sender order (element i went to participant i + 1) → receiver order.

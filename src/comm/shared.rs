@@ -10,19 +10,12 @@
 //! every rank reads bit-identical bytes. Everything is recorded into the
 //! device's pending encoder; nothing waits.
 
-use super::layout::with_dim;
-use super::{AllToAll, ReduceOp, around};
+use super::plan::{AllToAll, Split, gathered_shape};
 use crate::device::{LocalTensor, Rank};
+use crate::element::ReduceOp;
 use crate::error::Result;
-use crate::kernels::collective::{Block, Combine, FOLD_INPUTS, copy_block, fold_block};
-use crate::shard::split_range;
-
-fn combine(op: ReduceOp) -> Combine {
-    match op {
-        ReduceOp::Sum => Combine::Sum,
-        ReduceOp::Max => Combine::Max,
-    }
-}
+use crate::kernels::block::{Block, FOLD_INPUTS, copy_block, fold_block};
+use crate::shard::{outer_dim_inner, with_dim};
 
 /// `first` on its own rank followed by the same bytes on the remaining ranks.
 fn replicate(first: LocalTensor, rest: &[Rank]) -> Result<Vec<LocalTensor>> {
@@ -37,7 +30,7 @@ fn replicate(first: LocalTensor, rest: &[Rank]) -> Result<Vec<LocalTensor>> {
 /// A block of `range` along `dim` of a tensor of `shape`, written to the whole
 /// of a tensor holding just that slice.
 fn slice_block(shape: &[usize], dim: usize, range: std::ops::Range<usize>) -> Block {
-    let (outer, n, inner) = around(shape, dim);
+    let (outer, n, inner) = outer_dim_inner(shape, dim);
     Block {
         outer,
         len: range.len(),
@@ -52,7 +45,7 @@ fn slice_block(shape: &[usize], dim: usize, range: std::ops::Range<usize>) -> Bl
 /// The whole of a tensor of `shape` written at `offset` along `dim` of a
 /// tensor whose `dim` has size `dst_dim`.
 fn place_block(shape: &[usize], dim: usize, dst_dim: usize, offset: usize) -> Block {
-    let (outer, n, inner) = around(shape, dim);
+    let (outer, n, inner) = outer_dim_inner(shape, dim);
     Block {
         outer,
         len: n,
@@ -69,7 +62,7 @@ fn place_block(shape: &[usize], dim: usize, dst_dim: usize, offset: usize) -> Bl
 fn fold_all(shards: &[LocalTensor], out: &LocalTensor, block: Block, op: ReduceOp) -> Result<()> {
     for (i, group) in shards.chunks(FOLD_INPUTS).enumerate() {
         let group: Vec<&LocalTensor> = group.iter().collect();
-        fold_block(&group, out, block, combine(op), i > 0)?;
+        fold_block(&group, out, block, op, i > 0)?;
     }
     Ok(())
 }
@@ -89,8 +82,8 @@ pub(super) fn all_gather(
     ranks: &[Rank],
     dim: usize,
 ) -> Result<Vec<LocalTensor>> {
-    let total: usize = shards.iter().map(|s| s.shape()[dim]).sum();
-    let shape = with_dim(shards[0].shape(), dim, total);
+    let shape = gathered_shape(shards, dim);
+    let total = shape[dim];
     let first = ranks[0].alloc("all_gather", &shape, shards[0].dtype())?;
     let mut at = 0;
     for s in shards {
@@ -107,18 +100,12 @@ pub(super) fn reduce_scatter(
     op: ReduceOp,
 ) -> Result<Vec<LocalTensor>> {
     let shape = shards[0].shape();
-    let p = ranks.len();
-    ranks
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let range = split_range(shape[dim], p, i);
-            let out = r.alloc(
-                "reduce_scatter",
-                &with_dim(shape, dim, range.len()),
-                shards[0].dtype(),
-            )?;
-            fold_all(shards, &out, slice_block(shape, dim, range), op)?;
+    let split = Split::new(shape, dim, ranks.len());
+    let pieces = split.ranges.iter().zip(split.outputs(ranks));
+    pieces
+        .map(|(range, (r, piece))| {
+            let out = r.alloc("reduce_scatter", piece, shards[0].dtype())?;
+            fold_all(shards, &out, slice_block(shape, dim, range.clone()), op)?;
             Ok(out)
         })
         .collect()
@@ -144,14 +131,12 @@ pub(super) fn broadcast(
 
 pub(super) fn scatter(src: &LocalTensor, ranks: &[Rank], dim: usize) -> Result<Vec<LocalTensor>> {
     let shape = src.shape();
-    let p = ranks.len();
-    ranks
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let range = split_range(shape[dim], p, i);
-            let out = r.alloc("scatter", &with_dim(shape, dim, range.len()), src.dtype())?;
-            copy_block(src, &out, slice_block(shape, dim, range))?;
+    let split = Split::new(shape, dim, ranks.len());
+    let pieces = split.ranges.iter().zip(split.outputs(ranks));
+    pieces
+        .map(|(range, (r, piece))| {
+            let out = r.alloc("scatter", piece, src.dtype())?;
+            copy_block(src, &out, slice_block(shape, dim, range.clone()))?;
             Ok(out)
         })
         .collect()
@@ -175,7 +160,7 @@ pub(super) fn all_to_all(
                 let offset = plan.offsets[i][j];
                 if split == concat {
                     // One window along one dim: straight from shard to output.
-                    let (outer, n, inner) = around(s.shape(), split);
+                    let (outer, n, inner) = outer_dim_inner(s.shape(), split);
                     let block = Block {
                         outer,
                         len: range.len(),

@@ -1,18 +1,42 @@
 //! Layer 1, devices: adapter choice, one wgpu `Device` + `Queue` per rank
 //! (or one shared by all ranks), the pipeline cache, the buffer pool, uploads
-//! and downloads, and wgpu errors turned into [`Result`](crate::Result).
+//! and downloads, and wgpu errors turned into [`Result`](crate::error::Result).
+//!
+//! Rooms, each importing only the ones listed before it:
+//! - `pool.rs`: buffer pools (storage, read staging, write staging);
+//! - `pipeline.rs`: [`KernelSpec`] and the per-device pipeline cache;
+//! - `context.rs`: [`Device`], one wgpu device + queue with its pending
+//!   encoder, error capture, pool and pipelines;
+//! - `tensor.rs`: [`LocalTensor`], a buffer on one rank;
+//! - `rank.rs`: [`Rank`] and tensor allocation;
+//! - `dispatch.rs`: recording a kernel dispatch;
+//! - `staging.rs`: the device → host → device path ([`download_many`]);
+//! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
+//! - `select.rs`: adapter choice and [`MeshBuilder`].
 
-mod gpu;
-mod local;
+mod context;
+mod dispatch;
 mod mesh;
+mod pipeline;
+mod pool;
+mod rank;
 mod select;
 mod staging;
+mod tensor;
 
-pub use gpu::Gpu;
-pub(crate) use gpu::{Access, KernelSpec};
-pub use local::{DType, LocalTensor, Rank, download_many};
-#[allow(unused_imports)]
-pub(crate) use local::{Dispatch, copy_region};
-pub use mesh::{Collective, CommCount, CommStats, Mesh, Transport};
-pub use select::{AdapterReport, DeviceLayout, MeshBuilder, adapters, parse_backends};
-pub(crate) use staging::{Exchange, Mapped, OutView};
+pub use context::Device;
+pub use mesh::{DeviceLayout, Mesh};
+pub use rank::Rank;
+pub use select::{AdapterReport, MeshBuilder, adapters, parse_backends};
+pub use staging::download_many;
+pub use tensor::LocalTensor;
+
+pub(crate) use dispatch::Dispatch;
+pub(crate) use pipeline::{Access, KernelSpec};
+pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
+pub(crate) use tensor::copy_region;
+
+/// Old name of [`Device`], kept so existing code compiles.
+#[doc(hidden)]
+#[deprecated(note = "renamed to Device")]
+pub type Gpu = Device;

@@ -6,21 +6,12 @@
 //! `WGPU_ADAPTER_NAME` (case-insensitive substring) narrow the choice the way
 //! wgpu's own tools do, but a mismatch is an [`Error`], never a panic.
 
-use super::gpu::Gpu;
-use super::local::Rank;
-use super::mesh::{Mesh, Transport};
-use crate::error::{Error, Result};
+use std::sync::Arc;
 
-/// How ranks are laid onto adapters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeviceLayout {
-    /// `n` logical ranks on one adapter, each its own wgpu device.
-    Simulated,
-    /// `n` logical ranks sharing one wgpu device; collectives are on-device copies.
-    SharedDevice,
-    /// One rank per matching physical adapter.
-    PerAdapter,
-}
+use super::context::Device;
+use super::mesh::{DeviceLayout, Mesh};
+use super::rank::Rank;
+use crate::error::{Error, Result};
 
 /// Builder for a [`Mesh`]: backend, adapter, power preference and placement.
 #[derive(Clone, Debug)]
@@ -94,6 +85,14 @@ fn backend_rank(b: wgpu::Backend) -> u32 {
         wgpu::Backend::Dx12 => 2,
         wgpu::Backend::Gl => 3,
         _ => 4,
+    }
+}
+
+impl Mesh {
+    /// `n` simulated ranks on the default adapter, each its own wgpu device.
+    /// See [`MeshBuilder`] for other choices.
+    pub fn simulated(n: usize) -> Result<Mesh> {
+        MeshBuilder::new().ranks(n).build()
     }
 }
 
@@ -266,21 +265,21 @@ impl MeshBuilder {
                     .map(|r| {
                         Ok(Rank {
                             index: r,
-                            gpu: open(adapter, r)?,
+                            device: open(adapter, r)?,
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
-                Ok(Mesh::from_parts(instance, ranks, Transport::HostStaged))
+                Ok(Mesh::from_parts(instance, ranks, self.layout))
             }
             DeviceLayout::SharedDevice => {
-                let gpu = open(&list[0], 0)?;
+                let device = open(&list[0], 0)?;
                 let ranks = (0..self.ranks)
                     .map(|r| Rank {
                         index: r,
-                        gpu: gpu.clone(),
+                        device: device.clone(),
                     })
                     .collect();
-                Ok(Mesh::from_parts(instance, ranks, Transport::SharedDevice))
+                Ok(Mesh::from_parts(instance, ranks, self.layout))
             }
             DeviceLayout::PerAdapter => {
                 // The same chip shows up under several backends (llvmpipe on
@@ -297,17 +296,17 @@ impl MeshBuilder {
                     let r = ranks.len();
                     ranks.push(Rank {
                         index: r,
-                        gpu: open(a, r)?,
+                        device: open(a, r)?,
                     });
                 }
-                Ok(Mesh::from_parts(instance, ranks, Transport::HostStaged))
+                Ok(Mesh::from_parts(instance, ranks, self.layout))
             }
         }
     }
 }
 
 /// Open a device with the adapter's own limits and the optional features it has.
-fn open(adapter: &wgpu::Adapter, rank: usize) -> Result<std::sync::Arc<Gpu>> {
+fn open(adapter: &wgpu::Adapter, rank: usize) -> Result<Arc<Device>> {
     let info = adapter.get_info();
     let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
     let desc = wgpu::DeviceDescriptor {
@@ -323,5 +322,5 @@ fn open(adapter: &wgpu::Adapter, rank: usize) -> Result<std::sync::Arc<Gpu>> {
             adapter: info.name.clone(),
             message: e.to_string(),
         })?;
-    Ok(Gpu::new(device, queue, info, rank))
+    Ok(Device::new(device, queue, info, rank))
 }

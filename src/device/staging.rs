@@ -1,11 +1,14 @@
-//! Host-staged exchange: the device → host → device round trip behind
-//! [`download_many`](super::download_many) and the host-staged collectives.
+//! Host-staged exchange: the one device → host → device path, behind
+//! [`download_many`], [`LocalTensor::to_vec`], the host-staged collectives
+//! and the host-staged ring steps.
 //!
 //! One [`Exchange`] stages every input and every output of a collective at
 //! once: each input is copied into a pooled MAP_READ staging buffer, each
 //! output gets a pooled tensor and a pooled MAP_WRITE staging buffer; then
 //! [`Exchange::map`] submits every device, maps everything and waits **once
-//! per device**. The caller reads the inputs straight from the mapped views
+//! per device**. A caller that wants to record more work before waiting (a
+//! ring step overlapped with GEMMs) splits that into [`Exchange::submit`]
+//! and [`InFlight::wait`]. The caller reads the inputs straight from the mapped views
 //! and writes the results straight into the mapped output views (no host
 //! `Vec` in between); [`Mapped::finish`] unmaps, records one
 //! `copy_buffer_to_buffer` per output and submits (no wait). Staging buffers
@@ -15,19 +18,21 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::gpu::Gpu;
-use super::local::{DType, LocalTensor, Rank};
+use super::context::{Device, distinct_devices};
+use super::rank::Rank;
+use super::tensor::LocalTensor;
+use crate::element::DType;
 use crate::error::{Error, Result};
 
 struct Down {
-    gpu: Arc<Gpu>,
+    device: Arc<Device>,
     staging: wgpu::Buffer,
     bytes: usize,
     rank: usize,
 }
 
 struct Up {
-    gpu: Arc<Gpu>,
+    device: Arc<Device>,
     /// `None` for a small output, written through `queue.write_buffer_with`.
     staging: Option<wgpu::Buffer>,
     mapped: bool,
@@ -68,16 +73,6 @@ pub(crate) struct Exchange {
     ups: Vec<Up>,
 }
 
-fn distinct_gpus<'a>(all: impl Iterator<Item = &'a Arc<Gpu>>) -> Vec<Arc<Gpu>> {
-    let mut gpus: Vec<Arc<Gpu>> = Vec::new();
-    for g in all {
-        if !gpus.iter().any(|h| h.id() == g.id()) {
-            gpus.push(g.clone());
-        }
-    }
-    gpus
-}
-
 impl Exchange {
     /// Room for `inputs` reads and `outputs` writes.
     pub(crate) fn with_capacity(inputs: usize, outputs: usize) -> Self {
@@ -89,16 +84,16 @@ impl Exchange {
 
     /// Record a copy of `t` into a staging buffer (read back by [`Exchange::map`]).
     pub(crate) fn read(&mut self, t: &LocalTensor) -> Result<()> {
-        t.gpu().check()?;
+        let device = t.device();
+        device.check()?;
         let bytes = t.byte_len();
-        let staging = t.gpu().take_staging(bytes.max(4));
+        let staging = device.pool.take_read_staging(bytes.max(4));
         if bytes > 0 {
             let (src, dst) = (t.buffer().clone(), staging.clone());
-            t.gpu()
-                .record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
+            device.record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
         }
         self.downs.push(Down {
-            gpu: t.gpu().clone(),
+            device: device.clone(),
             staging,
             bytes: bytes as usize,
             rank: t.rank_index(),
@@ -108,15 +103,15 @@ impl Exchange {
 
     /// A fresh output tensor on `rank`, filled from its mapped view.
     pub(crate) fn write(&mut self, rank: &Rank, shape: &[usize], dtype: DType) -> Result<()> {
-        let out = rank.alloc("collective", shape, dtype)?;
+        let out = rank.alloc("exchange", shape, dtype)?;
         let (staging, mapped) = if out.byte_len() >= POOLED_UPLOAD_MIN_BYTES {
-            let (b, mapped) = rank.gpu.take_upload_staging(out.byte_len());
+            let (b, mapped) = rank.device.pool.take_write_staging(out.byte_len());
             (Some(b), mapped)
         } else {
             (None, false)
         };
         self.ups.push(Up {
-            gpu: rank.gpu.clone(),
+            device: rank.device.clone(),
             staging,
             mapped,
             out,
@@ -125,17 +120,27 @@ impl Exchange {
     }
 
     /// Submit every device, map every staging buffer, wait once per device.
-    pub(crate) fn map(mut self) -> Result<Mapped> {
-        let gpus = distinct_gpus(
+    pub(crate) fn map(self) -> Result<Mapped> {
+        self.submit().wait()
+    }
+
+    /// Submit every device (so ranks copy together) and start mapping every
+    /// staging buffer, without waiting: work recorded before
+    /// [`InFlight::wait`] runs meanwhile.
+    pub(crate) fn submit(mut self) -> InFlight {
+        let devices = distinct_devices(
             self.downs
                 .iter()
-                .map(|d| &d.gpu)
-                .chain(self.ups.iter().map(|u| &u.gpu)),
+                .map(|d| &d.device)
+                .chain(self.ups.iter().map(|u| &u.device)),
         );
-        // Submit every device before waiting on any, so ranks copy together.
-        for g in &gpus {
-            g.flush();
-        }
+        let waits = devices
+            .into_iter()
+            .map(|d| {
+                let index = d.flush_index();
+                (d, index)
+            })
+            .collect();
         let failed = Arc::new(AtomicBool::new(false));
         let on_map = |failed: &Arc<AtomicBool>| {
             let failed = failed.clone();
@@ -157,15 +162,42 @@ impl Exchange {
                 b.slice(..).map_async(wgpu::MapMode::Write, on_map(&failed));
             }
         }
-        let mut mapped = Mapped {
-            downs: std::mem::take(&mut self.downs),
-            ups: std::mem::take(&mut self.ups),
-            inputs: Vec::new(),
-            downs_mapped: false,
-        };
-        for g in &gpus {
-            g.wait()?;
-            g.check()?;
+        InFlight {
+            mapped: Mapped {
+                downs: std::mem::take(&mut self.downs),
+                ups: std::mem::take(&mut self.ups),
+                inputs: Vec::new(),
+                downs_mapped: false,
+            },
+            waits,
+            failed,
+        }
+    }
+}
+
+/// A submitted [`Exchange`] whose staging buffers are being mapped.
+pub(crate) struct InFlight {
+    mapped: Mapped,
+    /// Per device: the submission that holds the staging copies.
+    waits: Vec<(Arc<Device>, wgpu::SubmissionIndex)>,
+    failed: Arc<AtomicBool>,
+}
+
+impl InFlight {
+    /// Submit what was recorded since [`Exchange::submit`] (so it runs
+    /// meanwhile), wait for the staging copies only, and hand out the views.
+    pub(crate) fn wait(self) -> Result<Mapped> {
+        let InFlight {
+            mut mapped,
+            waits,
+            failed,
+        } = self;
+        for (d, _) in &waits {
+            d.flush();
+        }
+        for (d, index) in waits {
+            d.wait_for(index)?;
+            d.check()?;
         }
         let rank = mapped
             .downs
@@ -183,12 +215,15 @@ impl Exchange {
         for u in &mut mapped.ups {
             u.mapped = u.staging.is_some();
         }
-        let err = |e: wgpu::MapRangeError| Error::Wgpu {
-            rank,
-            message: format!("staging: {e}"),
-        };
         for d in &mapped.downs {
-            let view = d.staging.slice(..).get_mapped_range().map_err(err)?;
+            let view = d
+                .staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| Error::Wgpu {
+                    rank: d.rank,
+                    message: format!("staging: {e}"),
+                })?;
             mapped.inputs.push(view);
         }
         Ok(mapped)
@@ -200,13 +235,13 @@ impl Drop for Exchange {
         // Only reached on an error before `map`: nothing is mapped but fresh
         // upload stagings (created mapped), which must not go back mapped.
         for d in self.downs.drain(..) {
-            d.gpu.return_staging(d.staging);
+            d.device.pool.return_read_staging(d.staging);
         }
         for u in self.ups.drain(..) {
             if let Some(b) = u.staging
                 && !u.mapped
             {
-                u.gpu.return_upload_staging(b);
+                u.device.pool.return_write_staging(b);
             }
         }
     }
@@ -270,7 +305,7 @@ impl Mapped {
                 // buffer of >= 256 bytes); the caller writes nothing to it.
                 let (buf, start) = (u.out.buffer(), bytes.start as u64);
                 let v = u
-                    .gpu
+                    .device
                     .queue
                     .write_buffer_with(buf, start, size)
                     .ok_or_else(|| err("write_buffer_with refused the upload".into()))?;
@@ -291,19 +326,19 @@ impl Mapped {
             let bytes = u.out.byte_len();
             if bytes > 0 {
                 let (src, dst) = (b.clone(), u.out.buffer().clone());
-                u.gpu
+                u.device
                     .record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
             }
         }
         // The stagings go back to the pool below; submit first so a later
         // `map_async` on one cannot precede the copy that reads it.
-        for g in distinct_gpus(
+        for d in distinct_devices(
             self.ups
                 .iter()
                 .filter(|u| u.staging.is_some())
-                .map(|u| &u.gpu),
+                .map(|u| &u.device),
         ) {
-            g.flush();
+            d.flush();
         }
         let outs = self.ups.iter().map(|u| u.out.clone()).collect();
         Ok(outs)
@@ -316,17 +351,51 @@ impl Drop for Mapped {
         for d in self.downs.drain(..) {
             if self.downs_mapped {
                 d.staging.unmap();
-                d.gpu.return_staging(d.staging);
+                d.device.pool.return_read_staging(d.staging);
             }
         }
         for u in self.ups.drain(..) {
-            // A still-mapped one means an error before `finish`: drop it
-            // rather than pool a buffer in an unknown state.
+            // A still-mapped one means an error before `finish`, and one of a
+            // never-waited exchange may still have a mapping pending: drop
+            // those rather than pool a buffer in an unknown state.
             if let Some(b) = u.staging
                 && !u.mapped
+                && self.downs_mapped
             {
-                u.gpu.return_upload_staging(b);
+                u.device.pool.return_write_staging(b);
             }
         }
+    }
+}
+
+/// Read several tensors (on any ranks and devices) back to the host with one
+/// wait per device: copy each into a MAP_READ staging buffer, submit every
+/// device, map all, then poll each device once.
+pub fn download_many(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
+    let mut x = Exchange::with_capacity(tensors.len(), 0);
+    for t in tensors {
+        x.read(t)?;
+    }
+    let mapped = x.map()?;
+    Ok((0..tensors.len())
+        .map(|i| mapped.input(i).to_vec())
+        .collect())
+}
+
+impl LocalTensor {
+    /// Read back as f32 (waits for the device).
+    pub fn to_vec(&self) -> Result<Vec<f32>> {
+        self.expect_dtype("to_vec", DType::F32)?;
+        Ok(bytemuck::pod_collect_to_vec(
+            &download_many(&[self])?.remove(0),
+        ))
+    }
+
+    /// Read back as i32 (waits for the device).
+    pub fn to_vec_i32(&self) -> Result<Vec<i32>> {
+        self.expect_dtype("to_vec_i32", DType::I32)?;
+        Ok(bytemuck::pod_collect_to_vec(
+            &download_many(&[self])?.remove(0),
+        ))
     }
 }

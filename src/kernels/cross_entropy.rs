@@ -18,10 +18,12 @@
 //! Targets outside the global vocab (other than `ignore_index`) are the
 //! layer's check; these kernels treat them as not owned.
 
-use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use super::grid::{GRID_WORKGROUP, grid_source};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = include_str!("../../shaders/cross_entropy.wgsl");
+const SOURCE: &str = grid_source!("cross_entropy.wgsl");
 /// z, max, sum-exp, aux, sum-logits, targets, out: one layout for every entry.
 const BINDINGS: &[Access] = &[
     Access::Read,
@@ -34,9 +36,6 @@ const BINDINGS: &[Access] = &[
 ];
 /// Per-row kernels: one invocation per row (see the shader).
 const ROW_WORKGROUP: u64 = 64;
-/// Gradient: one invocation per element.
-const ELEM_WORKGROUP: u64 = 256;
-
 /// Which global vocab columns a logits shard holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VocabShard {
@@ -67,13 +66,7 @@ pub struct CrossEntropyOptions {
 }
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec {
-        family: "cross_entropy",
-        source: SOURCE,
-        entry,
-        bindings: BINDINGS,
-        constants: Vec::new(),
-    }
+    KernelSpec::new("cross_entropy", SOURCE, BINDINGS, entry)
 }
 
 #[repr(C)]
@@ -191,7 +184,7 @@ fn run(
         buffers: &[b[0], b[1], b[2], b[3], b[4], b[5], &out],
         workgroups: elements.div_ceil(workgroup),
     }
-    .record(any.gpu())?;
+    .record(any.device())?;
     Ok(out)
 }
 
@@ -314,7 +307,7 @@ pub fn ce_grad(
         None,
         Some(targets),
     ];
-    run("grad", OP, &p, ins, &[t, v], (t * v) as u64, ELEM_WORKGROUP)
+    run("grad", OP, &p, ins, &[t, v], (t * v) as u64, GRID_WORKGROUP)
 }
 
 /// What [`cross_entropy`] returns: the per-row loss and the row statistics its

@@ -2,12 +2,13 @@
 //! (add, scale, axpy) and the activations GELU (tanh form) and ReLU with their
 //! backward `dy · act'(x)`.
 
-use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use super::grid::{GRID_WORKGROUP, grid_source};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = include_str!("../../shaders/elementwise.wgsl");
+const SOURCE: &str = grid_source!("elementwise.wgsl");
 const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::ReadWrite];
-const WORKGROUP: u64 = 256;
 
 /// An activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,13 +20,7 @@ pub enum Activation {
 }
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec {
-        family: "elementwise",
-        source: SOURCE,
-        entry,
-        bindings: BINDINGS,
-        constants: Vec::new(),
-    }
+    KernelSpec::new("elementwise", SOURCE, BINDINGS, entry)
 }
 
 #[repr(C)]
@@ -63,9 +58,9 @@ fn run(
         spec: &spec(entry),
         params: bytemuck::bytes_of(&params),
         buffers: &[a, b, &out],
-        workgroups: (n as u64).div_ceil(WORKGROUP),
+        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
     }
-    .record(a.gpu())?;
+    .record(a.device())?;
     Ok(out)
 }
 
@@ -128,8 +123,8 @@ pub fn add_row(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
         spec: &spec("add_row"),
         params: bytemuck::bytes_of(&params),
         buffers: &[a, b, &out],
-        workgroups: (n as u64).div_ceil(WORKGROUP),
+        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
     }
-    .record(a.gpu())?;
+    .record(a.device())?;
     Ok(out)
 }

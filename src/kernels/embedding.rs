@@ -11,20 +11,16 @@
 //! Rejecting ids outside the *global* vocab is the layer's job; here they are
 //! simply not owned.
 
-use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor, copy_region};
+use super::grid::{GRID_WORKGROUP, grid_source};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = include_str!("../../shaders/embedding.wgsl");
+const SOURCE: &str = grid_source!("embedding.wgsl");
 const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::ReadWrite];
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec {
-        family: "embedding",
-        source: SOURCE,
-        entry,
-        bindings: BINDINGS,
-        constants: Vec::new(),
-    }
+    KernelSpec::new("embedding", SOURCE, BINDINGS, entry)
 }
 
 #[repr(C)]
@@ -81,9 +77,9 @@ pub fn embedding_lookup(table: &LocalTensor, ids: &LocalTensor, start: i64) -> R
         spec: &spec("lookup"),
         params: bytemuck::bytes_of(&params),
         buffers: &[ids, table, &out],
-        workgroups: (total as u64).div_ceil(256),
+        workgroups: (total as u64).div_ceil(GRID_WORKGROUP),
     }
-    .record(table.gpu())?;
+    .record(table.device())?;
     Ok(out)
 }
 
@@ -148,6 +144,6 @@ pub fn embedding_backward(
         buffers: &[ids, dout, &out],
         workgroups: (dim as u64).div_ceil(64),
     }
-    .record(ids.gpu())?;
+    .record(ids.device())?;
     Ok(out)
 }

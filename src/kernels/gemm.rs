@@ -14,7 +14,8 @@
 //! `WGPU_TP_GEMM_VARIANT=cpu|tiled|generic` forces one for [`gemm`] (read
 //! once per process); [`gemm_with`] picks one per call.
 
-use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
 /// Rows and columns of C per invocation (`TM`, `TN` in the shader).
@@ -231,7 +232,7 @@ pub fn gemm_with(
         && (if opts.trans_b { k % 4 == 0 } else { true });
     let variant = match variant {
         GemmVariant::Auto => match GemmVariant::from_env() {
-            GemmVariant::Auto if a.gpu().is_cpu() => GemmVariant::Cpu,
+            GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Cpu,
             GemmVariant::Auto => GemmVariant::Tiled,
             v => v,
         },
@@ -298,7 +299,7 @@ pub fn gemm_with(
         ],
         workgroups: groups,
     }
-    .record(a.gpu())?;
+    .record(a.device())?;
     Ok(out)
 }
 

@@ -3,14 +3,19 @@
 //! output on the operands' rank, and records one or more dispatches into that
 //! device's pending encoder without waiting.
 
-pub(crate) mod collective;
+pub(crate) mod block;
 pub mod cross_entropy;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
-pub mod layout;
+mod grid;
 pub mod optim;
 pub mod reduce;
+pub mod slicing;
+
+/// Old name of [`slicing`], kept so existing paths compile.
+#[doc(hidden)]
+pub use slicing as layout;
 
 pub use cross_entropy::{
     CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,
@@ -19,23 +24,16 @@ pub use cross_entropy::{
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use embedding::{embedding_backward, embedding_lookup};
 pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_with, matmul};
-pub use layout::{concat, narrow};
 pub use reduce::sum_rows;
+pub use slicing::{concat, narrow};
 
 /// Every shader family's WGSL source by name, for validation and translation tests.
 pub const SHADERS: &[(&str, &str)] = &[
-    (
-        "elementwise",
-        include_str!("../../shaders/elementwise.wgsl"),
-    ),
-    ("layout", include_str!("../../shaders/layout.wgsl")),
-    ("optim", include_str!("../../shaders/optim.wgsl")),
-    ("embedding", include_str!("../../shaders/embedding.wgsl")),
-    (
-        "cross_entropy",
-        include_str!("../../shaders/cross_entropy.wgsl"),
-    ),
-    ("collective", include_str!("../../shaders/collective.wgsl")),
+    ("elementwise", grid::grid_source!("elementwise.wgsl")),
+    ("optim", grid::grid_source!("optim.wgsl")),
+    ("embedding", grid::grid_source!("embedding.wgsl")),
+    ("cross_entropy", grid::grid_source!("cross_entropy.wgsl")),
+    ("block", grid::grid_source!("block.wgsl")),
     // gemm.wgsl is completed by a tail that declares b (two variants); the
     // CPU-adapter and workgroup-memory kernels are complete files.
     ("gemm", gemm::SOURCES[0].1),

@@ -3,10 +3,12 @@
 //! update the parameter and its state buffers in place, so a step allocates
 //! nothing.
 
-use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use super::grid::{GRID_WORKGROUP, grid_source};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = include_str!("../../shaders/optim.wgsl");
+const SOURCE: &str = grid_source!("optim.wgsl");
 const BINDINGS: &[Access] = &[
     Access::Read,
     Access::ReadWrite,
@@ -30,13 +32,7 @@ struct Params {
 }
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec {
-        family: "optim",
-        source: SOURCE,
-        entry,
-        bindings: BINDINGS,
-        constants: Vec::new(),
-    }
+    KernelSpec::new("optim", SOURCE, BINDINGS, entry)
 }
 
 fn check(op: &'static str, param: &LocalTensor, others: &[&LocalTensor]) -> Result<u32> {
@@ -118,9 +114,9 @@ pub fn sgd_step(
         spec: &spec("sgd"),
         params: bytemuck::bytes_of(&params),
         buffers: &[grad, param, momentum_buf.unwrap_or(spare[0]), spare[1]],
-        workgroups: (n as u64).div_ceil(256),
+        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
     }
-    .record(param.gpu())
+    .record(param.device())
 }
 
 /// AdamW settings.
@@ -169,7 +165,7 @@ pub fn adamw_step(
         spec: &spec("adamw"),
         params: bytemuck::bytes_of(&params),
         buffers: &[grad, param, m, v],
-        workgroups: (n as u64).div_ceil(256),
+        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
     }
-    .record(param.gpu())
+    .record(param.device())
 }

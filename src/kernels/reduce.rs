@@ -3,7 +3,8 @@
 //! chunks, in order, then the chunk sums likewise, so equal inputs of one
 //! shape give bit-equal results on every run.
 
-use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
 const SOURCE: &str = include_str!("../../shaders/reduce.wgsl");
@@ -38,18 +39,12 @@ fn chunk_sums(x: &LocalTensor, rows: usize, n: usize) -> Result<LocalTensor> {
         chunks: chunks as u32,
     };
     Dispatch {
-        spec: &KernelSpec {
-            family: "reduce",
-            source: SOURCE,
-            entry: "sum_rows_chunk",
-            bindings: BINDINGS,
-            constants: Vec::new(),
-        },
+        spec: &KernelSpec::new("reduce", SOURCE, BINDINGS, "sum_rows_chunk"),
         params: bytemuck::bytes_of(&params),
         buffers: &[x, &out],
         workgroups: lanes.div_ceil(WORKGROUP),
     }
-    .record(x.gpu())?;
+    .record(x.device())?;
     Ok(out)
 }
 

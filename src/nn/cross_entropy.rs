@@ -14,8 +14,8 @@
 //! Columns at or past `valid_vocab` (vocab padded to a multiple of P) are
 //! masked out, so padding never changes the loss.
 
-use crate::comm::ReduceOp;
 use crate::device::LocalTensor;
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, CrossEntropyOptions, VocabShard};
 use crate::shard::split_range;
@@ -285,7 +285,7 @@ impl VocabParallelCrossEntropy {
                 d.shards()
                     .iter()
                     .map(|g| {
-                        let z = g.rank().zeros(&[t, 1], crate::DType::F32)?;
+                        let z = g.rank().zeros(&[t, 1], DType::F32)?;
                         let b = kernels::add_row(&z, g)?;
                         kernels::scale(&b.reshape(&[t])?, per_row)
                     })

@@ -13,8 +13,8 @@
 
 use super::init::{Init, InitRng};
 use super::parameter::{Module, Parameter};
-use crate::comm::ReduceOp;
 use crate::device::{LocalTensor, Mesh};
+use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::shard::split_range;

@@ -1,10 +1,9 @@
 //! Layer 5, neural-network pieces: parallel layers with explicit forward and
 //! backward, the vocab-parallel loss, initialisers, optimisers and
-//! checkpoints. Layers compose the [`Mapping`](crate::Mapping)s of the tensor
-//! layer rather than calling collectives; the exceptions are the ring-overlap
-//! path of the linear layers (point-to-point steps interleaved with GEMMs) and
-//! the loss's row-statistic all-reduces. A serial layer is the same code on a
-//! mesh of one rank.
+//! checkpoints. Layers compose the [`Mapping`](crate::tensor::Mapping)s and
+//! redistributions of the tensor layer (the ring-overlapped ones included)
+//! and never import `comm`. A serial layer is the same code on a mesh of one
+//! rank.
 
 mod checkpoint;
 mod cross_entropy;

@@ -15,7 +15,7 @@ use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
-use crate::device::Mesh;
+use crate::device::{LocalTensor, Mesh};
 use crate::error::{Error, Result};
 use crate::kernels::{self, Activation};
 use crate::tensor::DTensor;
@@ -46,10 +46,7 @@ pub struct MlpLanguageModel {
     saved_pre_act: Option<DTensor>,
 }
 
-fn map_local(
-    x: &DTensor,
-    f: impl Fn(&crate::LocalTensor) -> Result<crate::LocalTensor>,
-) -> Result<DTensor> {
+fn map_local(x: &DTensor, f: impl Fn(&LocalTensor) -> Result<LocalTensor>) -> Result<DTensor> {
     let shards = x.shards().iter().map(f).collect::<Result<Vec<_>>>()?;
     DTensor::from_shards(x.mesh(), shards, x.shape(), x.placement())
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use super::parameter::{Module, Parameter};
 use crate::device::LocalTensor;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::optim::{AdamWStep, SgdStep, adamw_step, sgd_step};
 
 /// Stochastic gradient descent with optional momentum and L2 weight decay
@@ -202,7 +202,7 @@ fn check_state(op: &'static str, name: &str, state: &[LocalTensor], p: &Paramete
     if same {
         return Ok(());
     }
-    Err(crate::Error::invalid(
+    Err(Error::invalid(
         op,
         format!(
             "optimiser state for {name:?} does not match the parameter {:?}; use one optimiser per model (state is kept by parameter name)",

@@ -11,11 +11,12 @@
 //! | Shard(d) -> Shard(e) | all-to-all |
 //! | Replicate -> Partial(Sum) | rank 0 keeps the value, the others hold zeros |
 
-use crate::comm::{self, ReduceOp};
-use crate::device::{DType, LocalTensor, Mesh};
+use crate::comm;
+use crate::device::{LocalTensor, Mesh, Rank, download_many};
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::shard::{outer_dim_inner, split_range, split_sizes};
+use crate::shard::{host_narrow, outer_dim_inner, split_range, split_sizes};
 
 /// How the shards of a [`DTensor`] make up its logical value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,23 +45,6 @@ pub fn local_shape(shape: &[usize], placement: Placement, p: usize, r: usize) ->
         s[d] = split_range(shape[d], p, r).len();
     }
     s
-}
-
-/// Slice host data `data` (row-major, `shape`) along `dim`: entries `range`
-/// (how host master weights are cut into shards).
-pub fn host_narrow<T: Copy>(
-    data: &[T],
-    shape: &[usize],
-    dim: usize,
-    range: std::ops::Range<usize>,
-) -> Vec<T> {
-    let (outer, d, inner) = outer_dim_inner(shape, dim);
-    let mut out = Vec::with_capacity(outer * range.len() * inner);
-    for o in 0..outer {
-        let base = o * d * inner;
-        out.extend_from_slice(&data[base + range.start * inner..base + range.end * inner]);
-    }
-    out
 }
 
 impl DTensor {
@@ -120,7 +104,7 @@ impl DTensor {
         }
         Self::check_placement(OP, shape, placement)?;
         let p = mesh.size();
-        let upload = |r: &crate::Rank, s: &[usize], d: &[f32]| -> Result<LocalTensor> {
+        let upload = |r: &Rank, s: &[usize], d: &[f32]| -> Result<LocalTensor> {
             match dtype {
                 DType::F32 => r.upload(s, d),
                 DType::I32 => {
@@ -176,7 +160,7 @@ impl DTensor {
         let dtype = shards[0].dtype();
         for (r, s) in shards.iter().enumerate() {
             let rank = mesh.rank(r)?;
-            if s.rank_index() != r || s.gpu().id() != rank.gpu().id() {
+            if s.rank_index() != r || s.device().id() != rank.device().id() {
                 return Err(Error::RankMismatch {
                     op: OP,
                     a: r,
@@ -267,7 +251,7 @@ impl DTensor {
             Placement::Replicate => vec![&self.shards[0]],
             _ => self.shards.iter().collect(),
         };
-        let raw = crate::download_many(&refs)?;
+        let raw = download_many(&refs)?;
         let words: Vec<Vec<u32>> = raw
             .iter()
             .map(|b| bytemuck::pod_collect_to_vec(b))
@@ -279,7 +263,7 @@ impl DTensor {
                 let mut acc = words[0].clone();
                 for w in &words[1..] {
                     for (a, b) in acc.iter_mut().zip(w) {
-                        *a = combine(dtype, op, *a, *b);
+                        *a = op.combine_words(dtype, *a, *b);
                     }
                 }
                 acc
@@ -352,14 +336,5 @@ impl DTensor {
             }
         };
         Ok(self.with_shards(shards, self.shape.clone(), to))
-    }
-}
-
-fn combine(dtype: DType, op: ReduceOp, a: u32, b: u32) -> u32 {
-    match (dtype, op) {
-        (DType::F32, ReduceOp::Sum) => (f32::from_bits(a) + f32::from_bits(b)).to_bits(),
-        (DType::F32, ReduceOp::Max) => f32::from_bits(a).max(f32::from_bits(b)).to_bits(),
-        (DType::I32, ReduceOp::Sum) => (a as i32).wrapping_add(b as i32) as u32,
-        (DType::I32, ReduceOp::Max) => (a as i32).max(b as i32) as u32,
     }
 }

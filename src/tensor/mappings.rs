@@ -14,7 +14,7 @@
 //! multiplies gradients by P.
 
 use super::dtensor::{DTensor, Placement};
-use crate::comm::ReduceOp;
+use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 
 /// One of the conjugate forward/backward pairs.

@@ -1,9 +1,18 @@
 //! Layer 4, tensors: the distributed tensor [`DTensor`] with its
 //! [`Placement`] (Replicate / Shard(d) / Partial), redistribution through the
-//! collectives, and the conjugate autograd [`Mapping`]s layers compose.
+//! collectives, and the conjugate autograd [`Mapping`]s layers compose,
+//! including the ring-overlapped forms of the sequence-parallel pair
+//! (`ring.rs`). Layers above talk to communication only through these.
 
 mod dtensor;
 mod mappings;
+mod ring;
 
-pub use dtensor::{DTensor, Placement, host_narrow, local_shape};
+pub use dtensor::{DTensor, Placement, local_shape};
 pub use mappings::Mapping;
+pub use ring::{
+    concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
+};
+
+/// Re-exported from where it lives, [`crate::shard`], for existing paths.
+pub use crate::shard::host_narrow;

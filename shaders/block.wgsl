@@ -1,4 +1,5 @@
-// Collective kernels for shared-device meshes (all ranks on one wgpu device).
+// Block kernels: the on-device copies and reductions of the shared-device
+// collectives (all ranks on one wgpu device), and narrow / concat on one rank.
 //
 // Both tensors are viewed as [outer, dim, inner] around one dimension; a block
 // of `len` indices along that dimension is moved from src (dimension size
@@ -11,8 +12,7 @@
 // i32; the fold entries bitcast. i32 sums wrap (WGSL integer semantics),
 // matching the host path's wrapping_add. Folding in participant order keeps
 // the result bit-identical to the host-staged transport.
-// Grid: 256 invocations per workgroup, workgroups folded into x/y (see
-// fold_workgroups in src/device/local.rs); linear id = wg.y * nwg.x + wg.x.
+// Grid: one invocation per element (linear_id, WG: see grid.wgsl).
 
 struct Params {
     outer: u32,
@@ -29,10 +29,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<u32>;
 
-fn linear_id(wg: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 {
-    return (wg.y * nwg.x + wg.x) * 256u + li;
-}
-
 // (src index, dst index) of the block's t-th element; t < p.total, so inner
 // and len are non-zero here.
 fn indices(t: u32) -> vec2<u32> {
@@ -45,7 +41,7 @@ fn indices(t: u32) -> vec2<u32> {
     return vec2<u32>(s, d);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn copy_block(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) li: u32) {
     let t = linear_id(wg, nwg, li);
@@ -77,7 +73,7 @@ fn op1(x: u32, y: u32) -> u32 {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn fold(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let t = linear_id(wg, nwg, li);
@@ -112,7 +108,7 @@ fn op4(x: vec4<u32>, y: vec4<u32>) -> vec4<u32> {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn fold_flat4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) li: u32) {
     let t = linear_id(wg, nwg, li);

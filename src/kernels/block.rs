@@ -1,5 +1,6 @@
-//! Block copy and in-place reduce (`shaders/collective.wgsl`), the on-device
-//! building blocks of the shared-device collectives in [`crate::comm`].
+//! Block copy and fold (`shaders/block.wgsl`): the on-device building blocks
+//! of the shared-device collectives in [`crate::comm`] and of slicing
+//! (`narrow` / `concat`).
 //!
 //! Both tensors are viewed as `[outer, dim, inner]` around one dimension, and
 //! a window of `len` indices along it moves from `src[.., src_start.., ..]` to
@@ -9,10 +10,12 @@
 //! Only the crate uses these: writing into an existing tensor would break the
 //! "tensors are immutable" promise the public API makes.
 
-use crate::device::{Access, DType, Dispatch, KernelSpec, LocalTensor, copy_region};
+use super::grid::{GRID_WORKGROUP, grid_source};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 
-const SOURCE: &str = include_str!("../../shaders/collective.wgsl");
+const SOURCE: &str = grid_source!("block.wgsl");
 const COPY_BINDINGS: &[Access] = &[Access::Read, Access::ReadWrite];
 const FOLD_BINDINGS: &[Access] = &[
     Access::Read,
@@ -24,16 +27,6 @@ const FOLD_BINDINGS: &[Access] = &[
 /// Inputs one fold pass reads (the shader's `in0..in3`); five storage
 /// bindings in all, as many as the gemm kernel already needs.
 pub(crate) const FOLD_INPUTS: usize = 4;
-const WORKGROUP: u64 = 256;
-
-/// How [`fold_block`] combines its inputs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Combine {
-    /// `dst + src` (i32 wraps).
-    Sum,
-    /// `max(dst, src)`.
-    Max,
-}
 
 /// A window along one dimension of two tensors viewed as `[outer, dim, inner]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,14 +127,14 @@ fn dispatch(op: &'static str, spec: KernelSpec, buffers: &[&LocalTensor], b: Blo
         dst_dim: u(b.dst_dim)?,
         dst_start: u(b.dst_start)?,
     };
-    let gpu = buffers[buffers.len() - 1].gpu();
+    let device = buffers[buffers.len() - 1].device();
     Dispatch {
         spec: &spec,
         params: bytemuck::bytes_of(&params),
         buffers,
-        workgroups: (b.total() as u64).div_ceil(WORKGROUP),
+        workgroups: (b.total() as u64).div_ceil(GRID_WORKGROUP),
     }
-    .record(gpu)
+    .record(device)
 }
 
 /// Record `dst[block] = src[block]` (same device; any dtype, same in both).
@@ -153,13 +146,7 @@ pub(crate) fn copy_block(src: &LocalTensor, dst: &LocalTensor, b: Block) -> Resu
     match b.contiguous() {
         Some((s, d)) => copy_region(src, s, dst, d, b.total()),
         None => {
-            let spec = KernelSpec {
-                family: "collective",
-                source: SOURCE,
-                entry: "copy_block",
-                bindings: COPY_BINDINGS,
-                constants: Vec::new(),
-            };
+            let spec = KernelSpec::new("block", SOURCE, COPY_BINDINGS, "copy_block");
             dispatch("copy_block", spec, &[src, dst], b)
         }
     }
@@ -173,7 +160,7 @@ pub(crate) fn fold_block(
     srcs: &[&LocalTensor],
     dst: &LocalTensor,
     b: Block,
-    how: Combine,
+    how: ReduceOp,
     accumulate: bool,
 ) -> Result<()> {
     const OP: &str = "fold_block";
@@ -193,26 +180,22 @@ pub(crate) fn fold_block(
         return Ok(());
     }
     let code = match (dst.dtype(), how) {
-        (DType::F32, Combine::Sum) => 0.0,
-        (DType::F32, Combine::Max) => 1.0,
-        (DType::I32, Combine::Sum) => 2.0,
-        (DType::I32, Combine::Max) => 3.0,
+        (DType::F32, ReduceOp::Sum) => 0.0,
+        (DType::F32, ReduceOp::Max) => 1.0,
+        (DType::I32, ReduceOp::Sum) => 2.0,
+        (DType::I32, ReduceOp::Max) => 3.0,
     };
     // Unused input slots repeat the first input (read-only, never read).
     let mut buffers: Vec<&LocalTensor> = (0..FOLD_INPUTS)
         .map(|i| *srcs.get(i).unwrap_or(&srcs[0]))
         .collect();
     buffers.push(dst);
-    let spec = |entry| KernelSpec {
-        family: "collective",
-        source: SOURCE,
-        entry,
-        bindings: FOLD_BINDINGS,
-        constants: vec![
+    let spec = |entry| {
+        KernelSpec::new("block", SOURCE, FOLD_BINDINGS, entry).with_constants(vec![
             ("OP", code),
             ("COUNT", srcs.len() as f64),
             ("ACCUMULATE", f64::from(u8::from(accumulate))),
-        ],
+        ])
     };
     // One contiguous run, four-word aligned: the vec4 entry (no index
     // arithmetic, a quarter of the invocations).

@@ -1,0 +1,142 @@
+//! The collectives: check the group, run the mesh's transport, count the call.
+//! A group of one returns its input (no copy) and still counts.
+
+use super::group::{
+    bytes_of, check_dim, check_group, check_rooted, check_same_except, check_same_shapes,
+};
+use super::plan::AllToAll;
+use super::stats::Collective;
+use super::transport::Transport;
+use super::{host, shared};
+use crate::device::{LocalTensor, Mesh, Rank};
+use crate::element::ReduceOp;
+use crate::error::Result;
+
+/// Every rank ends with the element-wise reduction of all shards (same shapes).
+pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<Vec<LocalTensor>> {
+    const OP: &str = "all_reduce";
+    let ranks = check_group(OP, mesh, shards)?;
+    check_same_shapes(OP, shards)?;
+    let out = if shards.len() == 1 {
+        shards.to_vec()
+    } else {
+        match mesh.transport() {
+            Transport::HostStaged => host::all_reduce(shards, &ranks, op)?,
+            Transport::SharedDevice => shared::all_reduce(shards, &ranks, op)?,
+        }
+    };
+    mesh.record_comm(Collective::AllReduce, bytes_of(shards));
+    Ok(out)
+}
+
+/// Every rank ends with the concatenation of all shards along `dim` (shards may
+/// differ in size along `dim`, including 0; other dims must match).
+pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec<LocalTensor>> {
+    const OP: &str = "all_gather";
+    let ranks = check_group(OP, mesh, shards)?;
+    check_dim(OP, "dim", dim, shards[0].shape().len())?;
+    check_same_except(OP, shards, dim)?;
+    let out = if shards.len() == 1 {
+        shards.to_vec()
+    } else {
+        match mesh.transport() {
+            Transport::HostStaged => host::all_gather(shards, &ranks, dim)?,
+            Transport::SharedDevice => shared::all_gather(shards, &ranks, dim)?,
+        }
+    };
+    mesh.record_comm(Collective::AllGather, bytes_of(shards));
+    Ok(out)
+}
+
+/// Reduce full-shape shards, then rank i keeps its [`crate::shard::split_range`]
+/// slice along `dim`.
+pub fn reduce_scatter(
+    mesh: &Mesh,
+    shards: &[LocalTensor],
+    dim: usize,
+    op: ReduceOp,
+) -> Result<Vec<LocalTensor>> {
+    const OP: &str = "reduce_scatter";
+    let ranks = check_group(OP, mesh, shards)?;
+    check_dim(OP, "dim", dim, shards[0].shape().len())?;
+    check_same_shapes(OP, shards)?;
+    let out = if shards.len() == 1 {
+        shards.to_vec()
+    } else {
+        match mesh.transport() {
+            Transport::HostStaged => host::reduce_scatter(shards, &ranks, dim, op)?,
+            Transport::SharedDevice => shared::reduce_scatter(shards, &ranks, dim, op)?,
+        }
+    };
+    mesh.record_comm(Collective::ReduceScatter, bytes_of(shards));
+    Ok(out)
+}
+
+/// Copies of `src` (which lives on one of `ranks`, the root) on every rank of `ranks`, in order.
+pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<LocalTensor>> {
+    const OP: &str = "broadcast";
+    let (ranks, root) = check_rooted(OP, mesh, src, ranks)?;
+    let out = if ranks.len() == 1 {
+        vec![src.clone()]
+    } else {
+        match mesh.transport() {
+            Transport::HostStaged => host::broadcast(src, &ranks, root)?,
+            Transport::SharedDevice => shared::broadcast(src, &ranks, root)?,
+        }
+    };
+    mesh.record_comm(Collective::Broadcast, src.byte_len());
+    Ok(out)
+}
+
+/// Slice `src` (on the root) along `dim` with the uneven-split rule and send
+/// slice i to `ranks[i]`.
+pub fn scatter(
+    mesh: &Mesh,
+    src: &LocalTensor,
+    ranks: &[Rank],
+    dim: usize,
+) -> Result<Vec<LocalTensor>> {
+    const OP: &str = "scatter";
+    check_dim(OP, "dim", dim, src.shape().len())?;
+    let (ranks, _root) = check_rooted(OP, mesh, src, ranks)?;
+    let out = if ranks.len() == 1 {
+        vec![src.clone()]
+    } else {
+        match mesh.transport() {
+            Transport::HostStaged => host::scatter(src, &ranks, dim)?,
+            Transport::SharedDevice => shared::scatter(src, &ranks, dim)?,
+        }
+    };
+    mesh.record_comm(Collective::Scatter, src.byte_len());
+    Ok(out)
+}
+
+/// Re-shard: each rank splits its shard along `split_dim` (uneven-split rule),
+/// sends piece j to participant j, and concatenates what it receives along
+/// `concat_dim` in participant order. With shards that are the slices of a
+/// logical tensor along `concat_dim`, this turns `Shard(concat_dim)` into
+/// `Shard(split_dim)`. Shards must match in every dim but `concat_dim`.
+pub fn all_to_all(
+    mesh: &Mesh,
+    shards: &[LocalTensor],
+    split_dim: usize,
+    concat_dim: usize,
+) -> Result<Vec<LocalTensor>> {
+    const OP: &str = "all_to_all";
+    let ranks = check_group(OP, mesh, shards)?;
+    let ndim = shards[0].shape().len();
+    check_dim(OP, "split_dim", split_dim, ndim)?;
+    check_dim(OP, "concat_dim", concat_dim, ndim)?;
+    check_same_except(OP, shards, concat_dim)?;
+    let out = if shards.len() == 1 {
+        shards.to_vec()
+    } else {
+        let plan = AllToAll::new(shards, split_dim, concat_dim);
+        match mesh.transport() {
+            Transport::HostStaged => host::all_to_all(shards, &ranks, &plan)?,
+            Transport::SharedDevice => shared::all_to_all(shards, &ranks, &plan)?,
+        }
+    };
+    mesh.record_comm(Collective::AllToAll, bytes_of(shards));
+    Ok(out)
+}

@@ -1,0 +1,25 @@
+//! How a mesh's collectives move bytes, which follows from how its ranks sit
+//! on wgpu devices.
+
+use crate::device::{DeviceLayout, Mesh};
+
+/// How collectives move bytes between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Each rank is its own wgpu device; bytes go device -> host -> device.
+    HostStaged,
+    /// All ranks share one wgpu device; bytes move with on-device copies, and
+    /// replicated results share one buffer
+    /// ([`LocalTensor::is_shared_across_ranks`](crate::device::LocalTensor::is_shared_across_ranks)).
+    SharedDevice,
+}
+
+impl Mesh {
+    /// How collectives move bytes.
+    pub fn transport(&self) -> Transport {
+        match self.layout() {
+            DeviceLayout::SharedDevice => Transport::SharedDevice,
+            DeviceLayout::Simulated | DeviceLayout::PerAdapter => Transport::HostStaged,
+        }
+    }
+}

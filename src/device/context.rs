@@ -1,0 +1,326 @@
+//! [`Device`]: one wgpu device and queue, shared by the ranks placed on it,
+//! with the pending command encoder (many kernels per submit) and wgpu's
+//! errors turned into [`Error`] values instead of panics. It owns the buffer
+//! pool (`pool.rs`) and the pipeline cache (`pipeline.rs`).
+//!
+//! Ordering contract: `queue.write_buffer` lands at the start of the *next*
+//! submit, before the commands recorded in it. So a pooled buffer is only handed
+//! out again after the submit that last used it (dropped buffers are "retired"
+//! until [`Device::flush`]); then a write into a freshly taken buffer can never
+//! overtake a command that still reads its old contents.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
+use super::pool::BufferPool;
+use crate::error::{Error, Result};
+
+/// Flush the pending encoder after this many recorded dispatches, so one
+/// command buffer never grows without bound.
+const MAX_RECORDED: usize = 512;
+
+static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The pending encoder. Its lock is held across a submit and the release of
+/// the buffers that submit used, so the two are atomic.
+#[derive(Default)]
+struct Recording {
+    encoder: Option<wgpu::CommandEncoder>,
+    recorded: usize,
+}
+
+/// One wgpu device and queue, shared by the ranks placed on it. On a
+/// software adapter (lavapipe, llvmpipe, WARP) it is the CPU.
+pub struct Device {
+    pub(crate) raw: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    id: u64,
+    pipelines: PipelineCache,
+    pub(crate) pool: BufferPool,
+    recording: Mutex<Recording>,
+    error: Arc<Mutex<Option<String>>>,
+    lost: Arc<Mutex<Option<String>>>,
+    poison: AtomicBool,
+    /// The first rank placed on this device, for error messages.
+    first_rank: usize,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("adapter", &self.info.name)
+            .field("backend", &self.info.backend)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+/// Lock, surviving a poisoned mutex: a panic while holding one of our locks
+/// cannot leave state half-written in a way that matters more than losing
+/// the whole mesh, so keep going.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Device {
+    /// Wrap a device that was just requested; installs the error handlers.
+    pub(crate) fn new(
+        raw: wgpu::Device,
+        queue: wgpu::Queue,
+        info: wgpu::AdapterInfo,
+        first_rank: usize,
+    ) -> Arc<Self> {
+        let error = Arc::new(Mutex::new(None::<String>));
+        let lost = Arc::new(Mutex::new(None::<String>));
+        {
+            // wgpu's default handler panics; keep the first error for the next sync point.
+            let error = error.clone();
+            raw.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                let mut slot = lock(&error);
+                if slot.is_none() {
+                    *slot = Some(e.to_string());
+                }
+            }));
+            let lost = lost.clone();
+            raw.set_device_lost_callback(move |reason, msg| {
+                if reason != wgpu::DeviceLostReason::Destroyed {
+                    *lock(&lost) = Some(format!("{reason:?}: {msg}"));
+                }
+            });
+        }
+        let limits = raw.limits();
+        Arc::new(Device {
+            pool: BufferPool::new(raw.clone()),
+            raw,
+            queue,
+            info,
+            limits,
+            id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+            pipelines: PipelineCache::default(),
+            recording: Mutex::new(Recording::default()),
+            error,
+            lost,
+            poison: AtomicBool::new(false),
+            first_rank,
+        })
+    }
+
+    /// The adapter this device was opened on.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// The limits the device was opened with (the adapter's own).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// The features the device was opened with.
+    pub fn features(&self) -> wgpu::Features {
+        self.raw.features()
+    }
+
+    /// The raw wgpu device, for users who want to add their own kernels.
+    pub fn wgpu_device(&self) -> &wgpu::Device {
+        &self.raw
+    }
+
+    /// The raw wgpu queue.
+    pub fn wgpu_queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// Old name of [`Device::wgpu_device`].
+    #[doc(hidden)]
+    #[deprecated(note = "renamed to wgpu_device()")]
+    pub fn device(&self) -> &wgpu::Device {
+        &self.raw
+    }
+
+    /// Old name of [`Device::wgpu_queue`].
+    #[doc(hidden)]
+    #[deprecated(note = "renamed to wgpu_queue()")]
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    /// A process-unique id, used to tell devices apart.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether this is a software (CPU) adapter such as lavapipe, llvmpipe or WARP.
+    pub fn is_cpu(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
+    /// When on, every kernel output buffer is filled with `0xFFFFFFFF` (NaN as
+    /// f32) before the kernel runs, so elements a kernel forgot to write show.
+    pub fn set_poison(&self, on: bool) {
+        self.poison.store(on, Ordering::Relaxed);
+    }
+
+    /// Number of pipelines compiled on this device so far.
+    pub fn pipelines_built(&self) -> u64 {
+        self.pipelines.count()
+    }
+
+    /// Wall time spent compiling this device's pipelines so far.
+    pub fn pipeline_build_time(&self) -> std::time::Duration {
+        self.pipelines.build_time()
+    }
+
+    /// Number of buffers created so far (pool misses).
+    pub fn buffers_allocated(&self) -> u64 {
+        self.pool.allocations()
+    }
+
+    /// Drop every pooled buffer that nothing uses (frees device memory).
+    pub fn trim_pool(&self) {
+        self.pool.trim();
+    }
+
+    /// Find or build the pipeline for `spec` (built once per device).
+    pub(crate) fn pipeline(&self, spec: &KernelSpec) -> Result<Arc<Pipeline>> {
+        self.pipelines.get_or_build(&self.raw, spec)
+    }
+
+    /// Hand a tensor's buffer back to the pool; reusable after the next submit.
+    pub(crate) fn retire_buffer(&self, size: u64, buffer: wgpu::Buffer) {
+        let rec = lock(&self.recording);
+        self.pool.retire(size, buffer, rec.encoder.is_some());
+    }
+
+    /// Fill a fresh output buffer with NaN bits when poisoning is on.
+    pub(crate) fn maybe_poison(&self, buffer: &wgpu::Buffer, bytes: u64) {
+        if bytes > 0 && self.poison.load(Ordering::Relaxed) {
+            let fill = vec![0xFFu8; bytes.div_ceil(4) as usize * 4];
+            self.queue.write_buffer(buffer, 0, &fill);
+        }
+    }
+
+    /// Return the first error wgpu reported since the last check, or device loss.
+    pub(crate) fn check(&self) -> Result<()> {
+        if let Some(msg) = lock(&self.lost).clone() {
+            return Err(Error::DeviceLost {
+                rank: self.first_rank,
+                message: msg,
+            });
+        }
+        if let Some(msg) = lock(&self.error).take() {
+            return Err(Error::Wgpu {
+                rank: self.first_rank,
+                message: msg,
+            });
+        }
+        Ok(())
+    }
+
+    /// Check a byte size against the storage-binding and buffer-size limits.
+    pub(crate) fn check_binding(&self, op: &'static str, bytes: u64) -> Result<()> {
+        let limits = [
+            (
+                self.limits.max_storage_buffer_binding_size,
+                "max_storage_buffer_binding_size",
+            ),
+            (self.limits.max_buffer_size, "max_buffer_size"),
+        ];
+        for (limit, limit_name) in limits {
+            if bytes > limit {
+                return Err(Error::TooLarge {
+                    op,
+                    what: "a tensor",
+                    needed: bytes,
+                    limit,
+                    limit_name,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Run `f` with the pending command encoder (created on demand).
+    pub(crate) fn record<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
+        let mut st = lock(&self.recording);
+        let enc = st.encoder.get_or_insert_with(|| {
+            self.raw
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("wgpu-tp"),
+                })
+        });
+        let r = f(enc);
+        st.recorded += 1;
+        let full = st.recorded >= MAX_RECORDED;
+        drop(st);
+        if full {
+            self.flush();
+        }
+        r
+    }
+
+    /// Submit everything recorded so far (no wait). Retired buffers become reusable.
+    pub fn flush(&self) -> Option<wgpu::SubmissionIndex> {
+        // Submit while holding the state lock: a retired buffer must not be
+        // handed out (and written with `write_buffer`, which lands at the start
+        // of the next submit) before the encoder that still uses it is submitted,
+        // or the write would overtake those commands.
+        let mut st = lock(&self.recording);
+        let enc = st.encoder.take();
+        st.recorded = 0;
+        let index = enc.map(|e| self.queue.submit([e.finish()]));
+        self.pool.release_retired();
+        drop(st);
+        index
+    }
+
+    /// [`Device::flush`], or an empty submit when nothing was recorded: an
+    /// index that covers everything submitted so far.
+    pub(crate) fn flush_index(&self) -> wgpu::SubmissionIndex {
+        match self.flush() {
+            Some(i) => i,
+            None => self.queue.submit(std::iter::empty()),
+        }
+    }
+
+    /// Submit pending work and block until the device is idle.
+    pub fn synchronize(&self) -> Result<()> {
+        self.flush();
+        self.wait()?;
+        self.check()
+    }
+
+    /// Block until all submitted work is done.
+    pub(crate) fn wait(&self) -> Result<()> {
+        self.poll(wgpu::PollType::wait_indefinitely())
+    }
+
+    /// Block until submission `index` (and everything before it) is done.
+    pub(crate) fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<()> {
+        self.poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        })
+    }
+
+    fn poll(&self, how: wgpu::PollType) -> Result<()> {
+        self.raw.poll(how).map(|_| ()).map_err(|e| Error::Wgpu {
+            rank: self.first_rank,
+            message: e.to_string(),
+        })
+    }
+}
+
+/// Each device once, in first-seen order (ranks of a shared-device mesh, or
+/// the tensors of one collective, name the same device many times).
+pub(crate) fn distinct_devices<'a>(all: impl Iterator<Item = &'a Arc<Device>>) -> Vec<Arc<Device>> {
+    let mut devices: Vec<Arc<Device>> = Vec::new();
+    for d in all {
+        if !devices.iter().any(|e| e.id() == d.id()) {
+            devices.push(d.clone());
+        }
+    }
+    devices
+}

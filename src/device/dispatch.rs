@@ -1,0 +1,96 @@
+//! Recording a compute dispatch: kernel, uniform parameters, buffers and grid,
+//! with the grid folded into two dimensions past the per-dimension limit.
+
+use std::sync::Arc;
+
+use super::context::Device;
+use super::pipeline::KernelSpec;
+use super::tensor::LocalTensor;
+use crate::error::{Error, Result};
+
+/// A compute dispatch: kernel, uniform parameters, buffers and grid.
+pub(crate) struct Dispatch<'a> {
+    pub spec: &'a KernelSpec,
+    /// Bytes of the uniform at binding 0 (padded to 16 here).
+    pub params: &'a [u8],
+    /// Storage buffers in binding order (1, 2, ...).
+    pub buffers: &'a [&'a LocalTensor],
+    /// Number of workgroups (linear); folded into x/y past the per-dimension limit.
+    pub workgroups: u64,
+}
+
+/// Split `n` workgroups into an (x, y) grid within the per-dimension limit.
+/// Shaders recover the linear id as `wg.y * num_workgroups.x + wg.x` and skip
+/// ids past their work.
+pub(crate) fn fold_workgroups(n: u64, max_dim: u32) -> Result<(u32, u32)> {
+    let max = max_dim as u64;
+    if n <= max {
+        return Ok((n as u32, 1));
+    }
+    let y = n.div_ceil(max);
+    if y > max {
+        return Err(Error::TooLarge {
+            op: "dispatch",
+            what: "a kernel grid",
+            needed: n,
+            limit: max * max,
+            limit_name: "max_compute_workgroups_per_dimension squared",
+        });
+    }
+    Ok((max as u32, y as u32))
+}
+
+fn binding(binding: u32, buffer: &wgpu::Buffer, bytes: u64) -> wgpu::BindGroupEntry<'_> {
+    wgpu::BindGroupEntry {
+        binding,
+        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer,
+            offset: 0,
+            size: std::num::NonZeroU64::new(bytes),
+        }),
+    }
+}
+
+impl Dispatch<'_> {
+    /// Record the dispatch into the device's pending encoder.
+    pub(crate) fn record(&self, device: &Arc<Device>) -> Result<()> {
+        if self.workgroups == 0 {
+            return Ok(());
+        }
+        device.check()?;
+        debug_assert_eq!(self.buffers.len(), self.spec.bindings.len());
+        for b in self.buffers {
+            device.check_binding(self.spec.entry, b.byte_len())?;
+        }
+        let (x, y) = fold_workgroups(
+            self.workgroups,
+            device.limits().max_compute_workgroups_per_dimension,
+        )?;
+        let pipeline = device.pipeline(self.spec)?;
+        // Uniform parameters: a pooled buffer written before the next submit.
+        let mut params = self.params.to_vec();
+        params.resize(params.len().max(16).div_ceil(16) * 16, 0);
+        let (params_size, params_buffer) = device.pool.take(params.len() as u64);
+        device.queue.write_buffer(&params_buffer, 0, &params);
+        let mut entries = vec![binding(0, &params_buffer, params.len() as u64)];
+        for (i, b) in self.buffers.iter().enumerate() {
+            entries.push(binding(i as u32 + 1, b.buffer(), b.byte_len().max(4)));
+        }
+        let bind_group = device.raw.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(self.spec.entry),
+            layout: &pipeline.bind_group_layout,
+            entries: &entries,
+        });
+        device.record(|enc| {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(self.spec.entry),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&pipeline.pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(x, y, 1);
+        });
+        device.retire_buffer(params_size, params_buffer);
+        Ok(())
+    }
+}

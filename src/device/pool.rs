@@ -1,0 +1,179 @@
+//! Buffer pools of one wgpu device: storage buffers for tensors (bucketed by
+//! size, reused step after step), MAP_READ staging for downloads and
+//! MAP_WRITE staging for uploads. A steady training loop allocates nothing.
+//!
+//! A dropped tensor's buffer is "retired" while a recorded but unsubmitted
+//! encoder may still use it, and only becomes free after that submit (the
+//! device calls [`BufferPool::release_retired`] under its encoder lock).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+#[derive(Default)]
+struct Lists {
+    /// Storage buffers ready for reuse, by byte size.
+    free: HashMap<u64, Vec<wgpu::Buffer>>,
+    /// Dropped while the pending encoder may still use them.
+    retired: Vec<(u64, wgpu::Buffer)>,
+    /// MAP_READ staging buffers ready for reuse, by byte size.
+    read_staging: HashMap<u64, Vec<wgpu::Buffer>>,
+    /// MAP_WRITE upload staging buffers ready for reuse (unmapped), by byte size.
+    write_staging: HashMap<u64, Vec<wgpu::Buffer>>,
+    /// Buffers created since the device was opened (pool misses).
+    allocations: u64,
+}
+
+/// The pools of one device.
+pub(crate) struct BufferPool {
+    device: wgpu::Device,
+    lists: Mutex<Lists>,
+}
+
+fn pop(map: &mut HashMap<u64, Vec<wgpu::Buffer>>, size: u64) -> Option<wgpu::Buffer> {
+    map.get_mut(&size).and_then(Vec::pop)
+}
+
+/// Pool buckets: exact sizes rounded up to 256 bytes, so the same shapes reuse
+/// the same buffers step after step.
+fn bucket(bytes: u64) -> u64 {
+    bytes.max(4).div_ceil(256) * 256
+}
+
+impl BufferPool {
+    pub(super) fn new(device: wgpu::Device) -> Self {
+        BufferPool {
+            device,
+            lists: Mutex::default(),
+        }
+    }
+
+    fn lists(&self) -> MutexGuard<'_, Lists> {
+        // Pool lists stay consistent even if a holder panicked.
+        self.lists.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Buffers created so far (pool misses).
+    pub(super) fn allocations(&self) -> u64 {
+        self.lists().allocations
+    }
+
+    /// Drop every pooled buffer that nothing uses.
+    pub(super) fn trim(&self) {
+        let mut l = self.lists();
+        l.free.clear();
+        l.read_staging.clear();
+        l.write_staging.clear();
+    }
+
+    /// A storage buffer of at least `bytes` from the pool (or a new one), and its size.
+    pub(crate) fn take(&self, bytes: u64) -> (u64, wgpu::Buffer) {
+        let size = bucket(bytes);
+        if let Some(b) = pop(&mut self.lists().free, size) {
+            return (size, b);
+        }
+        self.create(bytes)
+    }
+
+    /// A new storage buffer of at least `bytes`, bypassing the free list; it
+    /// joins the pool when dropped. For long-lived state created mid-training
+    /// (optimiser moments): taking free pooled buffers for it would leave the
+    /// next step short of the temporaries the previous one used, so that step
+    /// would allocate again.
+    pub(crate) fn create(&self, bytes: u64) -> (u64, wgpu::Buffer) {
+        let size = bucket(bytes);
+        self.lists().allocations += 1;
+        let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgpu-tp pooled"),
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::UNIFORM
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        (size, b)
+    }
+
+    /// Take back a storage buffer; while an encoder is `pending` it waits in
+    /// the retired list for [`BufferPool::release_retired`].
+    pub(super) fn retire(&self, size: u64, buffer: wgpu::Buffer, pending: bool) {
+        let mut l = self.lists();
+        if pending {
+            l.retired.push((size, buffer));
+        } else {
+            l.free.entry(size).or_default().push(buffer);
+        }
+    }
+
+    /// After a submit: every retired buffer is safe to hand out again.
+    pub(super) fn release_retired(&self) {
+        let mut l = self.lists();
+        let retired = std::mem::take(&mut l.retired);
+        for (size, b) in retired {
+            l.free.entry(size).or_default().push(b);
+        }
+    }
+
+    /// A MAP_READ staging buffer of `size` bytes (a multiple of 4).
+    pub(crate) fn take_read_staging(&self, size: u64) -> wgpu::Buffer {
+        let size = size.max(4);
+        let mut l = self.lists();
+        if let Some(b) = pop(&mut l.read_staging, size) {
+            return b;
+        }
+        l.allocations += 1;
+        drop(l);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgpu-tp staging"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Give a read staging buffer (unmapped) back.
+    pub(crate) fn return_read_staging(&self, buffer: wgpu::Buffer) {
+        let size = buffer.size();
+        self.lists()
+            .read_staging
+            .entry(size)
+            .or_default()
+            .push(buffer);
+    }
+
+    /// A MAP_WRITE | COPY_SRC upload staging buffer of `size` bytes (a
+    /// multiple of 4) and whether it is mapped already: a fresh one is created
+    /// mapped; a pooled one must be mapped with `map_async(Write)` first.
+    ///
+    /// Host-staged collectives write their results straight into these and
+    /// copy them into the output on the device, instead of `write_buffer`,
+    /// which allocates a fresh staging buffer inside wgpu on every call.
+    pub(crate) fn take_write_staging(&self, size: u64) -> (wgpu::Buffer, bool) {
+        let size = size.max(4);
+        let mut l = self.lists();
+        if let Some(b) = pop(&mut l.write_staging, size) {
+            return (b, false);
+        }
+        l.allocations += 1;
+        drop(l);
+        let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("wgpu-tp upload staging"),
+            size,
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        (b, true)
+    }
+
+    /// Give an upload staging buffer back. It must be unmapped and every
+    /// command that uses it already submitted (mapping it again then waits
+    /// for those commands, which wgpu tracks).
+    pub(crate) fn return_write_staging(&self, buffer: wgpu::Buffer) {
+        let size = buffer.size();
+        self.lists()
+            .write_staging
+            .entry(size)
+            .or_default()
+            .push(buffer);
+    }
+}

@@ -1,0 +1,191 @@
+//! [`Rank`]: one logical device of a mesh, where its tensors come from
+//! (uploads, fills, the fresh outputs kernels write), and how a tensor names
+//! or changes its rank.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::context::Device;
+use super::tensor::{LocalTensor, Storage, copy_region};
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+/// One rank: a logical device with its own index in the mesh.
+#[derive(Clone, Debug)]
+pub struct Rank {
+    pub(crate) index: usize,
+    pub(crate) device: Arc<Device>,
+}
+
+impl Rank {
+    /// This rank's index in its mesh.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The wgpu device this rank runs on (shared with other ranks in a
+    /// shared-device mesh).
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Old name of [`Rank::device`].
+    #[doc(hidden)]
+    #[deprecated(note = "renamed to device()")]
+    pub fn gpu(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Upload f32 data as a tensor of `shape` on this rank.
+    pub fn upload(&self, shape: &[usize], data: &[f32]) -> Result<LocalTensor> {
+        self.upload_bytes("upload", shape, DType::F32, bytemuck::cast_slice(data))
+    }
+
+    /// Upload i32 data (ids, targets) as a tensor of `shape` on this rank.
+    pub fn upload_i32(&self, shape: &[usize], data: &[i32]) -> Result<LocalTensor> {
+        self.upload_bytes("upload_i32", shape, DType::I32, bytemuck::cast_slice(data))
+    }
+
+    fn upload_bytes(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        dtype: DType,
+        bytes: &[u8],
+    ) -> Result<LocalTensor> {
+        let n: usize = shape.iter().product();
+        if bytes.len() != n * 4 {
+            return Err(Error::DataLength {
+                op,
+                shape: shape.into(),
+                expected: n,
+                got: bytes.len() / 4,
+            });
+        }
+        self.device.check()?;
+        let t = self.alloc_raw(op, shape, dtype)?;
+        if !bytes.is_empty() {
+            // Lands before the next submit's commands (see context.rs).
+            self.device.queue.write_buffer(t.buffer(), 0, bytes);
+        }
+        Ok(t)
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(&self, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
+        self.filled(shape, dtype, 0)
+    }
+
+    /// A tensor whose every element has the bit pattern `bits` (e.g. `1.0f32.to_bits()`).
+    pub fn filled(&self, shape: &[usize], dtype: DType, bits: u32) -> Result<LocalTensor> {
+        let t = self.alloc_raw("filled", shape, dtype)?;
+        self.fill(t, bits)
+    }
+
+    /// Zeros in a buffer created for it rather than taken from the pool's free
+    /// list, for state that lives across steps (see `Device::new_buffer`).
+    pub(crate) fn zeros_persistent(&self, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
+        let t = self.alloc_with("zeros_persistent", shape, dtype, true)?;
+        self.fill(t, 0)
+    }
+
+    fn fill(&self, t: LocalTensor, bits: u32) -> Result<LocalTensor> {
+        let n = t.len();
+        if n > 0 {
+            if bits == 0 {
+                let buf = t.buffer().clone();
+                self.device
+                    .record(|enc| enc.clear_buffer(&buf, 0, Some(n as u64 * 4)));
+            } else {
+                let data = vec![bits; n];
+                self.device
+                    .queue
+                    .write_buffer(t.buffer(), 0, bytemuck::cast_slice(&data));
+            }
+        }
+        Ok(t)
+    }
+
+    /// An uninitialised tensor for a kernel to write (poisoned when the
+    /// device's poison mode is on).
+    pub(crate) fn alloc(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<LocalTensor> {
+        let t = self.alloc_raw(op, shape, dtype)?;
+        self.device.maybe_poison(t.buffer(), t.byte_len());
+        Ok(t)
+    }
+
+    fn alloc_raw(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
+        self.alloc_with(op, shape, dtype, false)
+    }
+
+    fn alloc_with(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        dtype: DType,
+        fresh: bool,
+    ) -> Result<LocalTensor> {
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows usize")))?;
+        let bytes = (n as u64).saturating_mul(4);
+        self.device.check_binding(op, bytes)?;
+        let (size, buffer) = if fresh {
+            self.device.pool.create(bytes)
+        } else {
+            self.device.pool.take(bytes)
+        };
+        let storage = Arc::new(Storage {
+            buffer: Some(buffer),
+            size,
+            device: self.device.clone(),
+            shared_across_ranks: AtomicBool::new(false),
+        });
+        Ok(LocalTensor::new(storage, shape.to_vec(), dtype, self.index))
+    }
+}
+
+impl LocalTensor {
+    /// The owning rank.
+    pub fn rank(&self) -> Rank {
+        Rank {
+            index: self.rank_index(),
+            device: self.device().clone(),
+        }
+    }
+
+    /// The same bytes as a tensor of `rank`, without a copy; `rank` must be on
+    /// this tensor's wgpu device (a shared-device mesh).
+    pub(crate) fn alias_on(&self, rank: &Rank) -> Result<LocalTensor> {
+        if rank.device.id() != self.device().id() {
+            return Err(Error::RankMismatch {
+                op: "alias",
+                a: self.rank_index(),
+                b: rank.index,
+            });
+        }
+        let storage = self.storage();
+        if rank.index != self.rank_index() {
+            storage.shared_across_ranks.store(true, Ordering::Relaxed);
+        }
+        Ok(LocalTensor::new(
+            storage.clone(),
+            self.shape().to_vec(),
+            self.dtype(),
+            rank.index,
+        ))
+    }
+
+    /// A copy in a fresh buffer on the same rank.
+    pub fn deep_copy(&self) -> Result<LocalTensor> {
+        let out = self.rank().alloc("copy", self.shape(), self.dtype())?;
+        copy_region(self, 0, &out, 0, self.len())?;
+        Ok(out)
+    }
+}

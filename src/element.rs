@@ -1,0 +1,44 @@
+//! What tensors hold and how their elements combine: [`DType`] and
+//! [`ReduceOp`]. Pure values, no GPU, so every layer (and the error type) can
+//! name them.
+
+/// Element type of a tensor. Every type is 4 bytes wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 32-bit signed integer (token ids, targets).
+    I32,
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+        })
+    }
+}
+
+/// How a reduction combines values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Element-wise sum (i32 sums wrap around).
+    Sum,
+    /// Element-wise maximum.
+    Max,
+}
+
+impl ReduceOp {
+    /// `op(a, b)` on two 32-bit words holding `dtype` values: the host-side
+    /// twin of the reduce kernels, so host-staged results match them bit for bit.
+    #[inline]
+    pub(crate) fn combine_words(self, dtype: DType, a: u32, b: u32) -> u32 {
+        match (dtype, self) {
+            (DType::F32, ReduceOp::Sum) => (f32::from_bits(a) + f32::from_bits(b)).to_bits(),
+            (DType::F32, ReduceOp::Max) => f32::from_bits(a).max(f32::from_bits(b)).to_bits(),
+            (DType::I32, ReduceOp::Sum) => (a as i32).wrapping_add(b as i32) as u32,
+            (DType::I32, ReduceOp::Max) => (a as i32).max(b as i32) as u32,
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! What the column and row layers share: [`Overlap`], checking and sharding
+//! master weights, per-rank GEMMs and bias sums, gradient accumulation, and
+//! (as a macro, since both layers have them field for field) `new`, the
+//! master accessors and the parameter list.
+
+use crate::device::{LocalTensor, Mesh};
+use crate::error::{Error, Result};
+use crate::kernels::{self, GemmOptions};
+use crate::nn::parameter::Parameter;
+use crate::tensor::{DTensor, Placement};
+
+/// How a sequence-parallel layer runs its token all-gather / reduce-scatter.
+///
+/// Only meaningful with `sequence_parallel`; a layer built with
+/// [`Overlap::Ring`] but without it is a construction error.
+///
+/// Honest expectations: on one controller "overlap" means the layer starts
+/// step s's transfer, records every rank's GEMM for step s, then completes
+/// the transfer. With separate real GPUs and the host-staged transport the
+/// device → host → device copies then run while the GEMMs execute. On CPU
+/// adapters (lavapipe, llvmpipe) the devices are the host's own cores, and
+/// each ring step costs a device round-trip, so the ring is slower than one
+/// collective; on a shared-device mesh a ring step moves no bytes (the next
+/// rank gets the same buffer), so there is nothing to overlap and the ring
+/// only costs its extra, smaller dispatches. `benches/overlap.rs` measures it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overlap {
+    /// One collective per gather / reduce-scatter (the default).
+    #[default]
+    None,
+    /// `P − 1` ring steps ([`Collective::SendRecv`](crate::comm::Collective::SendRecv)), each overlapped
+    /// with the GEMM on the chunk already present; no all-gather or
+    /// reduce-scatter collective is issued.
+    Ring,
+}
+
+pub(super) fn check_input(op: &'static str, x: &DTensor, features: usize) -> Result<()> {
+    if x.shape().len() != 2 || x.shape()[1] != features {
+        return Err(Error::shape(op, format!("[tokens, {features}]"), x.shape()));
+    }
+    Ok(())
+}
+
+fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(Error::invalid(
+            op,
+            format!("{what} has {got} values, expected {want}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Check a master weight `[out, in]` and optional bias `[out]` and shard them:
+/// the weight with `stride`, a sharded bias likewise, a replicated bias whole.
+pub(super) fn shard_master(
+    op: &'static str,
+    mesh: &Mesh,
+    [out, inp]: [usize; 2],
+    (weight, bias, want_bias): (&[f32], Option<&[f32]>, bool),
+    (weight_placement, bias_placement): (Placement, Placement),
+    stride: usize,
+) -> Result<(Parameter, Option<Parameter>)> {
+    check_master(op, "weight", weight.len(), out * inp)?;
+    if bias.is_some() != want_bias {
+        return Err(Error::invalid(
+            op,
+            "give a bias exactly when config.bias is true",
+        ));
+    }
+    if let Some(b) = bias {
+        check_master(op, "bias", b.len(), out)?;
+    }
+    let weight = Parameter::from_master(mesh, &[out, inp], weight, weight_placement, stride)?;
+    let bias_stride = if bias_placement == Placement::Replicate {
+        1
+    } else {
+        stride
+    };
+    let bias = bias
+        .map(|b| Parameter::from_master(mesh, &[out], b, bias_placement, bias_stride))
+        .transpose()?;
+    Ok((weight, bias))
+}
+
+/// Per rank: `op(a_r)·op(b_r)`.
+pub(super) fn gemm_each(
+    a: &DTensor,
+    b: &DTensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Vec<LocalTensor>> {
+    a.shards()
+        .iter()
+        .zip(b.shards())
+        .map(|(x, y)| {
+            kernels::gemm(
+                x,
+                y,
+                GemmOptions {
+                    trans_a,
+                    trans_b,
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
+
+/// Per rank: the column sums of `dy_r` (a bias gradient).
+pub(super) fn sum_rows_each(dy: &DTensor) -> Result<Vec<LocalTensor>> {
+    dy.shards().iter().map(kernels::sum_rows).collect()
+}
+
+/// Add per-rank `dW` (and `db`) to the parameters' gradients, placed like them.
+pub(super) fn accumulate_grads(
+    weight: &mut Parameter,
+    bias: Option<&mut Parameter>,
+    dw: Vec<LocalTensor>,
+    db: Option<Vec<LocalTensor>>,
+) -> Result<()> {
+    let w = &weight.value;
+    weight.accumulate_grad(w.with_shards(dw, w.shape().to_vec(), w.placement()))?;
+    if let (Some(b), Some(db)) = (bias, db) {
+        let v = &b.value;
+        let g = v.with_shards(db, v.shape().to_vec(), v.placement());
+        b.accumulate_grad(g)?;
+    }
+    Ok(())
+}
+
+/// `Overlap::Ring` only makes sense on the sequence-parallel gather / reduce-scatter.
+pub(super) fn check_overlap(
+    op: &'static str,
+    sequence_parallel: bool,
+    overlap: Overlap,
+) -> Result<()> {
+    if overlap == Overlap::Ring && !sequence_parallel {
+        return Err(Error::invalid(
+            op,
+            "overlap: Overlap::Ring needs sequence_parallel = true (the ring runs the \
+             sequence-parallel gather / reduce-scatter)",
+        ));
+    }
+    Ok(())
+}
+
+/// What both linear layers share: `new`, master accessors and their parameter list.
+macro_rules! linear_common {
+    ($ty:ident, $cfg:ident) => {
+        impl $ty {
+            /// A layer initialised from `rng` (master drawn on the host, then
+            /// sliced; the bias starts at zero).
+            pub fn new(mesh: &Mesh, config: $cfg, rng: &mut InitRng) -> Result<Self> {
+                let w = config
+                    .init
+                    .sample(rng, config.out_features, config.in_features);
+                let b = config.bias.then(|| vec![0.0; config.out_features]);
+                Self::from_master(mesh, config, &w, b.as_deref())
+            }
+
+            /// The full weight `[out, in]` on the host.
+            pub fn master_weight(&self) -> Result<Vec<f32>> {
+                self.weight.master()
+            }
+
+            /// The full bias `[out]` on the host.
+            pub fn master_bias(&self) -> Result<Option<Vec<f32>>> {
+                self.bias.as_ref().map(Parameter::master).transpose()
+            }
+        }
+
+        impl Module for $ty {
+            fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+                let mut v = vec![("weight".to_string(), &self.weight)];
+                v.extend(self.bias.iter().map(|b| ("bias".to_string(), b)));
+                v
+            }
+
+            fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+                let mut v = vec![("weight".to_string(), &mut self.weight)];
+                v.extend(self.bias.iter_mut().map(|b| ("bias".to_string(), b)));
+                v
+            }
+        }
+    };
+}
+pub(super) use linear_common;

@@ -1,0 +1,126 @@
+//! The sequence-parallel gather and reduce-scatter along tokens (dim 0) as
+//! `P − 1` point-to-point ring steps, each fused with per-chunk work so a
+//! step's transfer is in flight while that work is recorded (xlstm-jax's
+//! `TPAsyncDense`, `async_gather` / `async_scatter`). They are the ring forms
+//! of [`Mapping::AllGatherToParallel(0)`](super::Mapping::AllGatherToParallel)
+//! and [`Mapping::ReduceScatterToParallel(0)`](super::Mapping::ReduceScatterToParallel),
+//! and each is the other's backward: a layer that gathers with
+//! [`ring_all_gather_fused`] in forward reduce-scatters with
+//! [`ring_reduce_scatter_fused`] in backward, and the other way round.
+//!
+//! Token chunk `c` is rows [`split_range`]`(tokens, P, c)` (the uneven-split
+//! rule), so chunk `r` is what rank `r` holds under `Shard(0)`. No
+//! all-gather or reduce-scatter collective is issued: each step counts one
+//! [`Collective::SendRecv`](crate::comm::Collective::SendRecv).
+
+use super::dtensor::{DTensor, Placement};
+use crate::comm::RingShift;
+use crate::device::{LocalTensor, Mesh};
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::shard::split_range;
+
+/// Ring all-gather of a `Shard(0)` tensor fused with `visit`: rank r starts
+/// with chunk r; at step s it holds chunk `(r − s) mod P`, and
+/// `visit(r, chunk_index, chunk)` records that step's work after the step's
+/// transfer has started. Returns what `visit` produced as `[rank][chunk]`,
+/// chunks in chunk order. `P − 1` ring steps in all.
+pub fn ring_all_gather_fused<T>(
+    x: &DTensor,
+    mut visit: impl FnMut(usize, usize, &LocalTensor) -> Result<T>,
+) -> Result<Vec<Vec<T>>> {
+    expect_tokens_split("ring_all_gather_fused", x)?;
+    let (mesh, p) = (x.mesh(), x.mesh().size());
+    let mut produced: Vec<Vec<Option<T>>> =
+        (0..p).map(|_| (0..p).map(|_| None).collect()).collect();
+    let mut held = x.shards().to_vec();
+    for s in 0..p {
+        let shift = if s + 1 < p {
+            Some(RingShift::start(mesh, &held)?)
+        } else {
+            None
+        };
+        for (r, chunk) in held.iter().enumerate() {
+            let c = (r + p - s) % p;
+            produced[r][c] = Some(visit(r, c, chunk)?);
+        }
+        if let Some(shift) = shift {
+            held = shift.finish()?;
+        }
+    }
+    Ok(produced
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|t| t.expect("the ring visits every chunk on every rank"))
+                .collect()
+        })
+        .collect())
+}
+
+/// Ring reduce-scatter of per-chunk partial products: `partial(r, c)`
+/// records rank r's partial `[rows of chunk c, ..]`. At step s rank r
+/// computes the partial for chunk `(r − 1 − s) mod P` while the running sum
+/// from step s − 1 travels one hop, then adds it; after `P − 1` ring steps
+/// rank r holds the full sum of chunk r. The result is `shape` (dim 0 the
+/// tokens), `Shard(0)`.
+pub fn ring_reduce_scatter_fused(
+    mesh: &Mesh,
+    shape: &[usize],
+    mut partial: impl FnMut(usize, usize) -> Result<LocalTensor>,
+) -> Result<DTensor> {
+    let p = mesh.size();
+    let mut acc = (0..p)
+        .map(|r| partial(r, (r + p - 1) % p))
+        .collect::<Result<Vec<_>>>()?;
+    for s in 1..p {
+        let shift = RingShift::start(mesh, &acc)?;
+        let parts = (0..p)
+            .map(|r| partial(r, (r + 2 * p - 1 - s) % p))
+            .collect::<Result<Vec<_>>>()?;
+        let incoming = shift.finish()?;
+        acc = parts
+            .iter()
+            .zip(&incoming)
+            .map(|(a, b)| kernels::add(a, b))
+            .collect::<Result<Vec<_>>>()?;
+    }
+    DTensor::from_shards(mesh, acc, shape, Placement::Shard(0))
+}
+
+/// Rows of token chunk `c` (of `p`) of a local tensor holding all `tokens`
+/// rows (the tensor itself when that is all of it).
+pub fn token_chunk(t: &LocalTensor, p: usize, c: usize) -> Result<LocalTensor> {
+    let tokens = t.shape().first().copied().unwrap_or(0);
+    let range = split_range(tokens, p, c);
+    if range.len() == tokens {
+        return Ok(t.clone());
+    }
+    kernels::narrow(t, 0, range.start, range.len())
+}
+
+/// Per rank, its chunks (in chunk order) joined along rows: the gathered
+/// tensor from what [`ring_all_gather_fused`] produced.
+pub fn concat_token_chunks(chunks: &[Vec<LocalTensor>]) -> Result<Vec<LocalTensor>> {
+    chunks
+        .iter()
+        .map(|row| match row.as_slice() {
+            [one] => Ok(one.clone()),
+            parts => kernels::concat(&parts.iter().collect::<Vec<_>>(), 0),
+        })
+        .collect()
+}
+
+/// A ring path's activation must be split along tokens.
+pub(crate) fn expect_tokens_split(op: &'static str, x: &DTensor) -> Result<()> {
+    if x.mesh().size() > 1 && x.placement() != Placement::Shard(0) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "with sequence_parallel the tensor must be placed Shard(0) (tokens split), got {:?}",
+                x.placement()
+            ),
+        ));
+    }
+    Ok(())
+}
