@@ -20,6 +20,16 @@ pub fn split_range(n: usize, p: usize, r: usize) -> Range<usize> {
     start..start + len
 }
 
+/// The range of `0..n` that rank `r` of `p` owns when `n` is split in whole
+/// units of `unit` elements (attention heads of `head_dim` columns, say):
+/// the first `(n / unit) % p` ranks take one more unit, and a rank may hold
+/// none. `unit` 1 is [`split_range`]; `n` must be a multiple of `unit`.
+pub fn split_range_in_units(n: usize, p: usize, r: usize, unit: usize) -> Range<usize> {
+    let unit = unit.max(1);
+    let units = split_range(n / unit, p, r);
+    units.start * unit..units.end * unit
+}
+
 /// Row-major strides helper: (outer, dim, inner) sizes of `shape` around `dim`,
 /// so a tensor is `outer × shape[dim] × inner` as three nested loops.
 pub fn outer_dim_inner(shape: &[usize], dim: usize) -> (usize, usize, usize) {
@@ -84,6 +94,10 @@ mod tests {
         assert_eq!(split_sizes(2, 4), vec![1, 1, 0, 0]);
         assert_eq!(split_range(7, 3, 1), 3..5);
         assert_eq!(split_range(2, 4, 3), 2..2);
+        // 3 heads of 4 columns on 4 ranks: whole heads, the last rank none.
+        let heads: Vec<_> = (0..4).map(|r| split_range_in_units(12, 4, r, 4)).collect();
+        assert_eq!(heads, vec![0..4, 4..8, 8..12, 12..12]);
+        assert_eq!(split_range_in_units(7, 3, 1, 1), split_range(7, 3, 1));
         for n in 0..40 {
             for p in 1..9 {
                 let total: usize = split_sizes(n, p).iter().sum();

@@ -36,5 +36,6 @@ mod nn_linear;
 mod nn_model;
 mod nn_optim_ckpt;
 mod nn_sequence_parallel;
+mod nn_shard_units;
 mod shaders;
 mod tensor;

@@ -1,11 +1,12 @@
 //! [`Parameter`]: a trainable distributed tensor, its gradient, and how its
 //! master (full, serial) value maps onto shards, including `stride` for fused
-//! weights. The [`Module`] trait lists a layer's parameters by name.
+//! weights and a shard `unit` for keeping whole attention heads on a rank.
+//! The [`Module`] trait lists a layer's parameters by name.
 
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::shard::{outer_dim_inner, split_range};
+use crate::shard::{outer_dim_inner, split_range_in_units};
 use crate::tensor::{DTensor, Placement};
 
 /// A trainable tensor sharded like its layer says, with its gradient.
@@ -18,16 +19,20 @@ pub struct Parameter {
     /// Fused-weight stride: the master is cut into `stride` blocks along the
     /// shard dim and each block is split over the ranks (Megatron's `stride`).
     stride: usize,
+    /// Each block is split in whole units of this many entries (1, or
+    /// `head_dim` so a rank holds whole heads).
+    unit: usize,
 }
 
 /// Row order of a strided split: entry i of the rank-contiguous layout is
 /// entry `order[i]` of the master along the shard dim. Rank r holds, for each
-/// of the `stride` blocks, its uneven-split slice of that block.
-fn strided_order(n: usize, stride: usize, p: usize) -> Vec<usize> {
+/// of the `stride` blocks, its uneven-split slice (in whole units of `unit`)
+/// of that block.
+fn strided_order(n: usize, stride: usize, unit: usize, p: usize) -> Vec<usize> {
     let block = n / stride;
     let mut order = Vec::with_capacity(n);
     for r in 0..p {
-        let range = split_range(block, p, r);
+        let range = split_range_in_units(block, p, r, unit);
         for k in 0..stride {
             order.extend(range.clone().map(|j| k * block + j));
         }
@@ -57,20 +62,15 @@ fn strided(
     data: &[f32],
     shape: &[usize],
     dim: usize,
-    stride: usize,
+    (stride, unit): (usize, usize),
     p: usize,
     inverse: bool,
 ) -> Vec<f32> {
     if stride == 1 {
         return data.to_vec();
     }
-    reorder(
-        data,
-        shape,
-        dim,
-        &strided_order(shape[dim], stride, p),
-        inverse,
-    )
+    let order = strided_order(shape[dim], stride, unit, p);
+    reorder(data, shape, dim, &order, inverse)
 }
 
 impl Parameter {
@@ -83,30 +83,47 @@ impl Parameter {
         placement: Placement,
         stride: usize,
     ) -> Result<Parameter> {
+        Self::from_master_in_units(mesh, shape, master, placement, stride, 1)
+    }
+
+    /// [`Parameter::from_master`] where each of the `stride` blocks is split
+    /// in whole units of `unit` entries (e.g. `head_dim`, so every rank holds
+    /// whole heads; the first ranks take one more, and a rank may hold none).
+    /// The sharded dim must be a multiple of `stride × unit`.
+    pub fn from_master_in_units(
+        mesh: &Mesh,
+        shape: &[usize],
+        master: &[f32],
+        placement: Placement,
+        stride: usize,
+        unit: usize,
+    ) -> Result<Parameter> {
         const OP: &str = "Parameter::from_master";
-        if stride == 0 {
-            return Err(Error::invalid(OP, "stride must be at least 1"));
+        if stride == 0 || unit == 0 {
+            return Err(Error::invalid(OP, "stride and unit must be at least 1"));
         }
         let data = match placement {
-            Placement::Shard(d) if stride > 1 => {
+            Placement::Shard(d) => {
                 let n = shape.get(d).copied().unwrap_or(0);
-                if n % (stride * mesh.size()) != 0 {
+                if !n.is_multiple_of(stride * unit) {
                     return Err(Error::invalid(
                         OP,
                         format!(
-                            "a strided ({stride}) split needs dim {d} of size {n} to be divisible by stride × ranks = {}",
-                            stride * mesh.size()
+                            "dim {d} of size {n} must be a multiple of stride ({stride}) × unit ({unit})"
                         ),
                     ));
                 }
-                strided(master, shape, d, stride, mesh.size(), false)
+                strided(master, shape, d, (stride, unit), mesh.size(), false)
             }
             _ => master.to_vec(),
         };
+        // Rank r's blocks are contiguous now: `stride` slices of whole units.
+        let value = DTensor::from_host_in_units(mesh, shape, &data, placement, stride * unit)?;
         Ok(Parameter {
-            value: DTensor::from_host(mesh, shape, &data, placement)?,
+            value,
             grad: None,
             stride,
+            unit,
         })
     }
 
@@ -129,7 +146,10 @@ impl Parameter {
     fn to_master(&self, t: &DTensor) -> Result<Vec<f32>> {
         let v = t.to_host()?;
         Ok(match t.placement() {
-            Placement::Shard(d) => strided(&v, self.shape(), d, self.stride, t.mesh().size(), true),
+            Placement::Shard(d) => {
+                let split = (self.stride, self.unit);
+                strided(&v, self.shape(), d, split, t.mesh().size(), true)
+            }
             _ => v,
         })
     }
@@ -137,12 +157,13 @@ impl Parameter {
     /// Overwrite the value from a host master (checkpoint loading). On error
     /// nothing changes.
     pub fn load_master(&mut self, master: &[f32]) -> Result<()> {
-        let fresh = Parameter::from_master(
+        let fresh = Parameter::from_master_in_units(
             self.value.mesh(),
             self.shape(),
             master,
             self.value.placement(),
             self.stride,
+            self.unit,
         )?;
         self.value = fresh.value;
         Ok(())

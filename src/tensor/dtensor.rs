@@ -16,7 +16,7 @@ use crate::device::{LocalTensor, Mesh, Rank, download_many};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::shard::{host_narrow, outer_dim_inner, split_range, split_sizes};
+use crate::shard::{host_narrow, outer_dim_inner, split_range_in_units};
 
 /// How the shards of a [`DTensor`] make up its logical value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,30 +36,71 @@ pub struct DTensor {
     shards: Vec<LocalTensor>,
     shape: Vec<usize>,
     placement: Placement,
+    /// Under `Shard(d)`: dim d is split in whole units of this many (1 unless
+    /// a layer keeps whole attention heads per rank); 1 for other placements.
+    unit: usize,
 }
 
 /// The shape rank `r` of `p` holds for a tensor of `shape` placed `placement`.
 pub fn local_shape(shape: &[usize], placement: Placement, p: usize, r: usize) -> Vec<usize> {
+    local_shape_in_units(shape, placement, p, r, 1)
+}
+
+/// [`local_shape`] when a `Shard(d)` dim is split in whole units of `unit`.
+pub fn local_shape_in_units(
+    shape: &[usize],
+    placement: Placement,
+    p: usize,
+    r: usize,
+    unit: usize,
+) -> Vec<usize> {
     let mut s = shape.to_vec();
     if let Placement::Shard(d) = placement {
-        s[d] = split_range(shape[d], p, r).len();
+        s[d] = split_range_in_units(shape[d], p, r, unit).len();
     }
     s
 }
 
 impl DTensor {
     fn check_placement(op: &'static str, shape: &[usize], placement: Placement) -> Result<()> {
-        if let Placement::Shard(d) = placement
-            && d >= shape.len()
-        {
-            return Err(Error::OutOfRange {
-                op,
-                what: "shard dim",
-                value: d as i64,
-                bound: shape.len(),
-            });
+        Self::check_units(op, shape, placement, 1)
+    }
+
+    fn check_units(
+        op: &'static str,
+        shape: &[usize],
+        placement: Placement,
+        unit: usize,
+    ) -> Result<()> {
+        if unit == 0 {
+            return Err(Error::invalid(op, "a shard unit must be at least 1"));
+        }
+        if let Placement::Shard(d) = placement {
+            if d >= shape.len() {
+                return Err(Error::OutOfRange {
+                    op,
+                    what: "shard dim",
+                    value: d as i64,
+                    bound: shape.len(),
+                });
+            }
+            if !shape[d].is_multiple_of(unit) {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "dim {d} of size {} is not a whole number of units of {unit}",
+                        shape[d]
+                    ),
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// The unit the sharded dim is split in (1 unless a layer keeps whole
+    /// heads per rank, or for placements other than `Shard`).
+    pub fn shard_unit(&self) -> usize {
+        self.unit
     }
 
     /// Build from host f32 data of the logical `shape`: `Replicate` uploads it to
@@ -71,7 +112,19 @@ impl DTensor {
         data: &[f32],
         placement: Placement,
     ) -> Result<DTensor> {
-        Self::from_host_any(mesh, shape, data, placement, DType::F32)
+        Self::from_host_any(mesh, shape, data, (placement, 1), DType::F32)
+    }
+
+    /// Like [`DTensor::from_host`], with a `Shard(d)` dim split in whole
+    /// units of `unit` elements (the first ranks take one more unit).
+    pub fn from_host_in_units(
+        mesh: &Mesh,
+        shape: &[usize],
+        data: &[f32],
+        placement: Placement,
+        unit: usize,
+    ) -> Result<DTensor> {
+        Self::from_host_any(mesh, shape, data, (placement, unit), DType::F32)
     }
 
     /// Like [`DTensor::from_host`] for i32 data (token ids, targets).
@@ -82,14 +135,14 @@ impl DTensor {
         placement: Placement,
     ) -> Result<DTensor> {
         let bits: Vec<f32> = data.iter().map(|v| f32::from_bits(*v as u32)).collect();
-        Self::from_host_any(mesh, shape, &bits, placement, DType::I32)
+        Self::from_host_any(mesh, shape, &bits, (placement, 1), DType::I32)
     }
 
     fn from_host_any(
         mesh: &Mesh,
         shape: &[usize],
         data: &[f32],
-        placement: Placement,
+        (placement, unit): (Placement, usize),
         dtype: DType,
     ) -> Result<DTensor> {
         const OP: &str = "DTensor::from_host";
@@ -102,7 +155,7 @@ impl DTensor {
                 got: data.len(),
             });
         }
-        Self::check_placement(OP, shape, placement)?;
+        Self::check_units(OP, shape, placement, unit)?;
         let p = mesh.size();
         let upload = |r: &Rank, s: &[usize], d: &[f32]| -> Result<LocalTensor> {
             match dtype {
@@ -126,18 +179,14 @@ impl DTensor {
                     }
                 }
                 Placement::Shard(d) => {
-                    let range = split_range(shape[d], p, r.index());
+                    let range = split_range_in_units(shape[d], p, r.index(), unit);
                     let part = host_narrow(data, shape, d, range);
-                    upload(r, &local_shape(shape, placement, p, r.index()), &part)
+                    let local = local_shape_in_units(shape, placement, p, r.index(), unit);
+                    upload(r, &local, &part)
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(DTensor {
-            mesh: mesh.clone(),
-            shards,
-            shape: shape.to_vec(),
-            placement,
-        })
+        Ok(DTensor::new(mesh, shards, shape.to_vec(), placement, unit))
     }
 
     /// Wrap existing shards (one per mesh rank, in rank order) after checking
@@ -148,8 +197,20 @@ impl DTensor {
         shape: &[usize],
         placement: Placement,
     ) -> Result<DTensor> {
+        Self::from_shards_in_units(mesh, shards, shape, placement, 1)
+    }
+
+    /// Like [`DTensor::from_shards`], with a `Shard(d)` dim split in whole
+    /// units of `unit` elements (the first ranks take one more unit).
+    pub fn from_shards_in_units(
+        mesh: &Mesh,
+        shards: Vec<LocalTensor>,
+        shape: &[usize],
+        placement: Placement,
+        unit: usize,
+    ) -> Result<DTensor> {
         const OP: &str = "DTensor::from_shards";
-        Self::check_placement(OP, shape, placement)?;
+        Self::check_units(OP, shape, placement, unit)?;
         let p = mesh.size();
         if shards.len() != p {
             return Err(Error::invalid(
@@ -168,32 +229,62 @@ impl DTensor {
                 });
             }
             s.expect_dtype(OP, dtype)?;
-            let want = local_shape(shape, placement, p, r);
+            let want = local_shape_in_units(shape, placement, p, r, unit);
             if s.shape() != want.as_slice() {
                 return Err(Error::shape(OP, want, s.shape()));
             }
         }
-        Ok(DTensor {
-            mesh: mesh.clone(),
-            shards,
-            shape: shape.to_vec(),
-            placement,
-        })
+        Ok(DTensor::new(mesh, shards, shape.to_vec(), placement, unit))
     }
 
-    /// Same mesh and placement, new shards (used by per-rank ops; unchecked).
+    fn new(
+        mesh: &Mesh,
+        shards: Vec<LocalTensor>,
+        shape: Vec<usize>,
+        placement: Placement,
+        unit: usize,
+    ) -> DTensor {
+        let unit = if matches!(placement, Placement::Shard(_)) {
+            unit
+        } else {
+            1
+        };
+        DTensor {
+            mesh: mesh.clone(),
+            shards,
+            shape,
+            placement,
+            unit,
+        }
+    }
+
+    /// Same mesh, new shards (used by per-rank ops; unchecked). The shard
+    /// unit carries over when the placement does; a new `Shard` placement
+    /// splits in units of 1 (see [`DTensor::with_shards_in_units`]).
     pub(crate) fn with_shards(
         &self,
         shards: Vec<LocalTensor>,
         shape: Vec<usize>,
         placement: Placement,
     ) -> DTensor {
-        DTensor {
-            mesh: self.mesh.clone(),
-            shards,
-            shape,
-            placement,
-        }
+        let unit = if placement == self.placement {
+            self.unit
+        } else {
+            1
+        };
+        DTensor::new(&self.mesh, shards, shape, placement, unit)
+    }
+
+    /// [`DTensor::with_shards`] with an explicit shard unit (a column layer's
+    /// output is split like its weight's rows).
+    pub(crate) fn with_shards_in_units(
+        &self,
+        shards: Vec<LocalTensor>,
+        shape: Vec<usize>,
+        placement: Placement,
+        unit: usize,
+    ) -> DTensor {
+        DTensor::new(&self.mesh, shards, shape, placement, unit)
     }
 
     /// The mesh.
@@ -270,7 +361,9 @@ impl DTensor {
             }
             Placement::Shard(d) => {
                 let (outer, total, inner) = outer_dim_inner(&self.shape, d);
-                let sizes = split_sizes(total, p);
+                let sizes: Vec<usize> = (0..p)
+                    .map(|r| split_range_in_units(total, p, r, self.unit).len())
+                    .collect();
                 let mut out = Vec::with_capacity(self.shape.iter().product());
                 for o in 0..outer {
                     for (r, w) in words.iter().enumerate() {
@@ -303,7 +396,7 @@ impl DTensor {
                     .iter()
                     .enumerate()
                     .map(|(r, s)| {
-                        let range = split_range(self.shape[d], p, r);
+                        let range = split_range_in_units(self.shape[d], p, r, 1);
                         kernels::narrow(s, d, range.start, range.len())
                     })
                     .collect::<Result<Vec<_>>>()?

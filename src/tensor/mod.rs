@@ -8,7 +8,7 @@ mod dtensor;
 mod mappings;
 mod ring;
 
-pub use dtensor::{DTensor, Placement, local_shape};
+pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};
 pub use mappings::Mapping;
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,

@@ -8,7 +8,7 @@
 
 use super::shared::{
     Overlap, accumulate_grads, check_input, check_overlap, gemm_each, linear_common, shard_master,
-    sum_rows_each,
+    split_is_plain, sum_rows_each,
 };
 use crate::device::{LocalTensor, Mesh};
 use crate::element::ReduceOp;
@@ -39,6 +39,10 @@ pub struct ColumnParallelConfig {
     pub init: Init,
     /// Fused-weight stride (e.g. 3 for QKV).
     pub stride: usize,
+    /// Outputs are split over ranks in whole units of this many (e.g.
+    /// `head_dim`, so each rank holds whole attention heads; the first ranks
+    /// take one more unit and a rank may hold none). Default 1.
+    pub shard_unit: usize,
     /// Sequence parallelism: the input `[tokens, in]` is `Shard(0)` (tokens
     /// split); forward all-gathers it, backward reduce-scatters dx (returned
     /// `Shard(0)`) instead of all-reducing it.
@@ -60,6 +64,7 @@ impl ColumnParallelConfig {
             skip_bias_add: false,
             init: Init::default(),
             stride: 1,
+            shard_unit: 1,
             sequence_parallel: false,
             overlap: Overlap::None,
         }
@@ -108,13 +113,21 @@ impl ColumnParallelLinear {
     ) -> Result<Self> {
         const OP: &str = "ColumnParallelLinear::from_master";
         check_overlap(OP, config.sequence_parallel, config.overlap)?;
+        let (n, stride, unit) = (config.out_features, config.stride, config.shard_unit);
+        if config.gather_output && !split_is_plain(mesh, n, stride, unit) {
+            return Err(Error::invalid(
+                OP,
+                "gather_output needs the outputs split plainly over ranks: shard_unit 1, and \
+                 out_features a multiple of stride × ranks when stride > 1",
+            ));
+        }
         let (weight, bias) = shard_master(
             OP,
             mesh,
             [config.out_features, config.in_features],
             (weight, bias, config.bias),
             (Placement::Shard(0), Placement::Shard(0)),
-            config.stride,
+            (config.stride, config.shard_unit),
         )?;
         Ok(ColumnParallelLinear {
             weight,
@@ -174,7 +187,8 @@ impl ColumnParallelLinear {
                 .collect::<Result<Vec<_>>>()?;
             (y, SavedInput::Whole(x))
         };
-        let y = w.with_shards(y, shape, Placement::Shard(1));
+        // The outputs are split like the weight's rows (whole units).
+        let y = w.with_shards_in_units(y, shape, Placement::Shard(1), w.shard_unit());
         self.saved_input = Some(saved);
         if self.config.gather_output {
             Mapping::GatherFromParallel(1).forward(&y)

@@ -8,7 +8,7 @@
 
 use super::shared::{
     Overlap, accumulate_grads, check_input, check_overlap, gemm_each, linear_common, shard_master,
-    sum_rows_each,
+    split_is_plain, sum_rows_each,
 };
 use crate::device::{LocalTensor, Mesh};
 use crate::element::ReduceOp;
@@ -37,6 +37,9 @@ pub struct RowParallelConfig {
     pub init: Init,
     /// Fused-weight stride along `in`.
     pub stride: usize,
+    /// Inputs are split over ranks in whole units of this many (e.g.
+    /// `head_dim`, matching the column layer before it). Default 1.
+    pub shard_unit: usize,
     /// Sequence parallelism: the output is reduce-scattered along tokens
     /// (`Shard(0)`, the bias added to each rank's rows) instead of
     /// all-reduced; backward all-gathers dy. Needs `input_is_parallel`.
@@ -57,6 +60,7 @@ impl RowParallelConfig {
             input_is_parallel: true,
             init: Init::default(),
             stride: 1,
+            shard_unit: 1,
             sequence_parallel: false,
             overlap: Overlap::None,
         }
@@ -84,6 +88,14 @@ impl RowParallelLinear {
     ) -> Result<Self> {
         const OP: &str = "RowParallelLinear::from_master";
         check_overlap(OP, config.sequence_parallel, config.overlap)?;
+        let (n, stride, unit) = (config.in_features, config.stride, config.shard_unit);
+        if !config.input_is_parallel && !split_is_plain(mesh, n, stride, unit) {
+            return Err(Error::invalid(
+                OP,
+                "input_is_parallel = false needs the inputs split plainly over ranks: \
+                 shard_unit 1, and in_features a multiple of stride × ranks when stride > 1",
+            ));
+        }
         if config.sequence_parallel && !config.input_is_parallel {
             return Err(Error::invalid(
                 OP,
@@ -96,7 +108,7 @@ impl RowParallelLinear {
             [config.out_features, config.in_features],
             (weight, bias, config.bias),
             (Placement::Shard(1), Placement::Replicate),
-            config.stride,
+            (config.stride, config.shard_unit),
         )?;
         Ok(RowParallelLinear {
             weight,
@@ -133,6 +145,19 @@ impl RowParallelLinear {
             ));
         }
         let w = &self.weight.value;
+        let widths = |t: &DTensor| t.shards().iter().map(|s| s.shape()[1]).collect::<Vec<_>>();
+        if widths(&x) != widths(w) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "the input's per-rank widths {:?} differ from the weight's {:?}: split the \
+                     input like the layer (shard_unit {})",
+                    widths(&x),
+                    widths(w),
+                    self.config.shard_unit
+                ),
+            ));
+        }
         let shape = [x.shape()[0], self.config.out_features];
         let y = if self.ring() {
             // Each chunk's partial product is computed while the running sum travels.

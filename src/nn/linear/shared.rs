@@ -7,6 +7,7 @@ use crate::device::{LocalTensor, Mesh};
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
 use crate::nn::parameter::Parameter;
+use crate::shard::{split_range, split_range_in_units};
 use crate::tensor::{DTensor, Placement};
 
 /// How a sequence-parallel layer runs its token all-gather / reduce-scatter.
@@ -52,14 +53,15 @@ fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result
 }
 
 /// Check a master weight `[out, in]` and optional bias `[out]` and shard them:
-/// the weight with `stride`, a sharded bias likewise, a replicated bias whole.
+/// the weight with `stride` and shard `unit`, a sharded bias likewise, a
+/// replicated bias whole.
 pub(super) fn shard_master(
     op: &'static str,
     mesh: &Mesh,
     [out, inp]: [usize; 2],
     (weight, bias, want_bias): (&[f32], Option<&[f32]>, bool),
     (weight_placement, bias_placement): (Placement, Placement),
-    stride: usize,
+    (stride, unit): (usize, usize),
 ) -> Result<(Parameter, Option<Parameter>)> {
     check_master(op, "weight", weight.len(), out * inp)?;
     if bias.is_some() != want_bias {
@@ -71,16 +73,27 @@ pub(super) fn shard_master(
     if let Some(b) = bias {
         check_master(op, "bias", b.len(), out)?;
     }
-    let weight = Parameter::from_master(mesh, &[out, inp], weight, weight_placement, stride)?;
-    let bias_stride = if bias_placement == Placement::Replicate {
-        1
+    let weight =
+        Parameter::from_master_in_units(mesh, &[out, inp], weight, weight_placement, stride, unit)?;
+    let (bias_stride, bias_unit) = if bias_placement == Placement::Replicate {
+        (1, 1)
     } else {
-        stride
+        (stride, unit)
     };
     let bias = bias
-        .map(|b| Parameter::from_master(mesh, &[out], b, bias_placement, bias_stride))
+        .map(|b| {
+            Parameter::from_master_in_units(mesh, &[out], b, bias_placement, bias_stride, bias_unit)
+        })
         .transpose()?;
     Ok((weight, bias))
+}
+
+/// Whether splitting `n` in units of `stride × unit` gives every rank what
+/// the plain uneven split does: the mappings that slice a replicated tensor
+/// (`gather_output`'s backward, a row layer's scatter) only know the plain one.
+pub(super) fn split_is_plain(mesh: &Mesh, n: usize, stride: usize, unit: usize) -> bool {
+    let p = mesh.size();
+    (0..p).all(|r| split_range_in_units(n, p, r, stride * unit) == split_range(n, p, r))
 }
 
 /// Per rank: `op(a_r)·op(b_r)`.
