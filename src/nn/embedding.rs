@@ -1,4 +1,4 @@
-//! Embedding tables `E` `[vocab, dim]` split over ranks.
+//! Embedding tables `E` `[vocab, dim]`, split over ranks or replicated.
 //!
 //! - [`VocabParallelEmbedding`]: rank r holds rows `[start_r, end_r)`;
 //!   `out_r = E_r[id − start_r]` for owned ids, zero rows otherwise, then
@@ -6,6 +6,8 @@
 //!   rows (deterministic order), no communication.
 //! - [`ParallelEmbedding`]: rank r holds columns of `E`; local lookup, then
 //!   all-gather along the last dim. Backward keeps its slice of `dout`.
+//! - [`Embedding`]: every rank holds all of `E` (GPT-2's position table);
+//!   local lookup, no communication either way.
 //!
 //! Ids come from the host (`&[i32]`): they are checked there (an id outside
 //! `0..vocab` is an error, not a zero row) and uploaded once per call.
@@ -113,6 +115,8 @@ enum Split {
     Vocab,
     /// Columns (embedding dim) split: lookups give column slices, all-gathered.
     Dim,
+    /// Not split (GPT-2's position table): every rank looks up the same rows.
+    Replicated,
 }
 
 impl Split {
@@ -120,17 +124,20 @@ impl Split {
         match self {
             Split::Vocab => Placement::Shard(0),
             Split::Dim => Placement::Shard(1),
+            Split::Replicated => Placement::Replicate,
         }
     }
 
-    /// The mapping from the per-rank lookups to the replicated output.
-    fn mapping(self) -> (Placement, Mapping) {
+    /// The mapping from the per-rank lookups to the replicated output (none
+    /// when they are replicated already).
+    fn mapping(self) -> (Placement, Option<Mapping>) {
         match self {
             Split::Vocab => (
                 Placement::Partial(ReduceOp::Sum),
-                Mapping::ReduceFromParallel,
+                Some(Mapping::ReduceFromParallel),
             ),
-            Split::Dim => (Placement::Shard(1), Mapping::GatherFromParallel(1)),
+            Split::Dim => (Placement::Shard(1), Some(Mapping::GatherFromParallel(1))),
+            Split::Replicated => (Placement::Replicate, None),
         }
     }
 }
@@ -179,7 +186,7 @@ impl Table {
                 );
                 (range.len(), range.start as i64)
             }
-            Split::Dim => (self.config.num_embeddings, 0),
+            Split::Dim | Split::Replicated => (self.config.num_embeddings, 0),
         }
     }
 
@@ -195,7 +202,10 @@ impl Table {
             .collect::<Result<Vec<_>>>()?;
         let (placement, mapping) = self.split.mapping();
         let local = table.with_shards(parts, vec![ids.len(), self.config.embedding_dim], placement);
-        let out = mapping.forward(&local)?;
+        let out = match mapping {
+            Some(m) => m.forward(&local)?,
+            None => local,
+        };
         // The padding row gets no gradient: its ids become -1 (owned by no rank).
         self.saved_ids = Some(if self.config.padding_idx.is_some() {
             upload_ids(mesh, &grad_ids)?
@@ -215,7 +225,10 @@ impl Table {
             self.saved_ids = Some(ids);
             return Err(Error::shape(op, want, dout.shape()));
         }
-        let dout = self.split.mapping().1.backward(dout)?;
+        let dout = match self.split.mapping().1 {
+            Some(m) => m.backward(dout)?,
+            None => dout.clone(),
+        };
         let table = &self.weight.value;
         let grads = (0..table.mesh().size())
             .map(|r| {
@@ -237,6 +250,11 @@ pub struct VocabParallelEmbedding(Table);
 /// `ParallelEmbedding`): table `Shard(1)`, one all-gather forward, none backward.
 #[derive(Debug)]
 pub struct ParallelEmbedding(Table);
+
+/// Embedding replicated on every rank (GPT-2's position table `wpe`): no
+/// communication; every rank's gradient is the same, so replicas stay equal.
+#[derive(Debug)]
+pub struct Embedding(Table);
 
 macro_rules! embedding_api {
     ($ty:ident, $split:expr, $name:literal) => {
@@ -273,6 +291,11 @@ macro_rules! embedding_api {
                 &self.0.weight
             }
 
+            /// The table, mutable: a tied output head accumulates its gradient here.
+            pub fn weight_mut(&mut self) -> &mut Parameter {
+                &mut self.0.weight
+            }
+
             /// Ids (any flat list of tokens, checked on the host) → `[ids.len(), dim]`, `Replicate`.
             pub fn forward(&mut self, ids: &[i32]) -> Result<DTensor> {
                 self.0.forward(concat!($name, "::forward"), ids)
@@ -307,6 +330,7 @@ embedding_api!(
     "VocabParallelEmbedding"
 );
 embedding_api!(ParallelEmbedding, Split::Dim, "ParallelEmbedding");
+embedding_api!(Embedding, Split::Replicated, "Embedding");
 
 impl VocabParallelEmbedding {
     /// The vocab rows `[start, end)` rank `r` holds.

@@ -18,7 +18,7 @@ pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
 };
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
-pub use embedding::{EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
+pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use init::{Init, InitRng};
 pub use linear::{
     ColumnParallelConfig, ColumnParallelLinear, Overlap, RowParallelConfig, RowParallelLinear,
