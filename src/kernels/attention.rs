@@ -22,29 +22,24 @@
 //! positions `past..past + T` against a key/value cache `[2, B, H, past + T,
 //! D]` (keys, then values) that holds only this rank's heads.
 //!
-//! Five entry points: `softmax_rows` (scores and softmax, one invocation per
-//! row), `apply_probs` (`P v`, one per output element), `grad_scores` (`dS`,
-//! one per row), `grad_qkv` (one per element of the fused gradient) and
-//! `append_kv` (the grown cache). Every sum runs in a fixed order, so equal
-//! inputs give bit-equal results.
+//! Five entry points: `masked_dots` (`S = q kᵀ/√D` or `dP = dO vᵀ`, masked),
+//! `softmax_rows` and `grad_softmax_rows` (in place, one invocation per row),
+//! `mix` (`P v`, `dS k`, `dSᵀ q`, `Pᵀ dO` into any view) and `append_kv` (the
+//! grown cache). The products give each invocation a 4 × 4 tile, because CPU
+//! adapters pay far more for a load than for an FMA. Every sum runs in a
+//! fixed order, so equal inputs give bit-equal results.
 
-use super::grid::{GRID_WORKGROUP, grid_source};
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = grid_source!("attention.wgsl");
-/// q source, k/v source, probs, d_out, d_scores, out: one layout for every entry.
-const BINDINGS: &[Access] = &[
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::ReadWrite,
-];
-/// Per-row kernels: one invocation per row (see the shader).
-const ROW_WORKGROUP: u64 = 64;
+const SOURCE: &str = include_str!("../../shaders/attention.wgsl");
+/// a source, b source, score-shaped matrix, out: one layout for every entry.
+const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::Read, Access::ReadWrite];
+/// Invocations per workgroup of every entry (see the shader).
+const WORKGROUP: u64 = 64;
+/// Side of the square output tile of `masked_dots` and `mix`.
+const TILE: usize = 4;
 
 /// The sizes of one rank's attention problem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,8 +149,25 @@ impl View {
             st: d,
         }
     }
+
+    /// The output layout `[B·T, H·D]` (also `dO`'s).
+    fn heads(s: &AttentionShape) -> View {
+        let (hd, d) = ((s.heads * s.head_dim) as u64, s.head_dim as u64);
+        View {
+            base: 0,
+            sb: s.seq as u64 * hd,
+            sh: d,
+            st: hd,
+        }
+    }
+
+    fn words(&self) -> [u32; 4] {
+        [self.base, self.sb, self.sh, self.st].map(|x| x as u32)
+    }
 }
 
+/// The shader's `Params`. Every index the kernels form is below the length of
+/// a tensor [`check_size`] accepted, so the `u32` casts cannot truncate.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
@@ -164,43 +176,137 @@ struct Params {
     tq: u32,
     tk: u32,
     d: u32,
-    hd: u32,
     past: u32,
     scale: f32,
-    q: [u32; 4],
-    k: [u32; 4],
-    v: [u32; 4],
+    trans: u32,
+    a: [u32; 4],
+    b: [u32; 4],
+    o: [u32; 4],
     n: u32,
     _pad: [u32; 3],
 }
 
-impl Params {
-    /// Queries of `s` (`s.seq` per sequence) after `past` positions, keys and
-    /// values at positions `< past + s.seq`. Every index the kernels form is
-    /// below the length of a checked tensor, so the casts cannot truncate
-    /// (see [`check_size`]).
-    fn new(s: &AttentionShape, past: usize, q: View, k: View, v: View) -> Params {
-        let view = |x: View| [x.base as u32, x.sb as u32, x.sh as u32, x.st as u32];
+/// One rank's problem: `s.seq` queries per sequence after `past` cached
+/// positions, so `past + s.seq` keys.
+#[derive(Clone, Copy)]
+struct Problem {
+    s: AttentionShape,
+    past: usize,
+}
+
+impl Problem {
+    fn keys(&self) -> usize {
+        self.past + self.s.seq
+    }
+
+    fn params(&self, scale: f32, trans: bool, a: View, b: View, o: View) -> Params {
+        let s = &self.s;
         Params {
             batch: s.batch as u32,
             heads: s.heads as u32,
             tq: s.seq as u32,
-            tk: (past + s.seq) as u32,
+            tk: self.keys() as u32,
             d: s.head_dim as u32,
-            hd: (s.heads * s.head_dim) as u32,
-            past: past as u32,
-            scale: 1.0 / (s.head_dim.max(1) as f32).sqrt(),
-            q: view(q),
-            k: view(k),
-            v: view(v),
+            past: self.past as u32,
+            scale,
+            trans: trans as u32,
+            a: a.words(),
+            b: b.words(),
+            o: o.words(),
             n: 0,
             _pad: [0; 3],
         }
     }
 
-    fn with_n(mut self, n: u64) -> Params {
-        self.n = n as u32;
-        self
+    /// `1/√D`.
+    fn inv_sqrt_d(&self) -> f32 {
+        1.0 / (self.s.head_dim.max(1) as f32).sqrt()
+    }
+
+    /// Record `entry` with `params` over `n` invocations: `inputs` fill
+    /// bindings 1..=3 (None → `any`, unused; never `out`, which wgpu would
+    /// refuse as both read and written), `out` binding 4.
+    fn run(
+        &self,
+        entry: &'static str,
+        mut params: Params,
+        n: u64,
+        inputs: [Option<&LocalTensor>; 3],
+        any: &LocalTensor,
+        out: &LocalTensor,
+    ) -> Result<()> {
+        params.n = n as u32;
+        let [a, b, m] = inputs.map(|x| x.unwrap_or(any));
+        Dispatch {
+            spec: &spec(entry),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[a, b, m, out],
+            workgroups: n.div_ceil(WORKGROUP),
+        }
+        .record(any.device())
+    }
+
+    /// Score-shaped `out` `[B, H, Tq, Tk]` = `scale · a bᵀ`, masked to 0.
+    fn masked_dots(
+        &self,
+        scale: f32,
+        (a_src, a): (&LocalTensor, View),
+        (b_src, b): (&LocalTensor, View),
+        out: &LocalTensor,
+    ) -> Result<()> {
+        let s = &self.s;
+        let tiles = elements(&[
+            s.batch,
+            s.heads,
+            s.seq.div_ceil(TILE),
+            self.keys().div_ceil(TILE),
+        ]);
+        let params = self.params(scale, false, a, b, a);
+        self.run(
+            "masked_dots",
+            params,
+            tiles,
+            [Some(a_src), Some(b_src), None],
+            a_src,
+            out,
+        )
+    }
+
+    /// `out` view `o` = `scale · M X` (or `Mᵀ X` when `trans`), `M` score-shaped.
+    fn mix(
+        &self,
+        scale: f32,
+        trans: bool,
+        m: &LocalTensor,
+        (x_src, x): (&LocalTensor, View),
+        (out, o): (&LocalTensor, View),
+    ) -> Result<()> {
+        let s = &self.s;
+        let rows = if trans { self.keys() } else { s.seq };
+        let tiles = elements(&[
+            s.batch,
+            s.heads,
+            rows.div_ceil(TILE),
+            s.head_dim.div_ceil(TILE),
+        ]);
+        let params = self.params(scale, trans, x, x, o);
+        self.run("mix", params, tiles, [Some(x_src), None, Some(m)], m, out)
+    }
+
+    /// A row kernel (`softmax_rows`, `grad_softmax_rows`) in place on `out`
+    /// (`any`: another tensor of the rank for the unused bindings).
+    fn rows(
+        &self,
+        entry: &'static str,
+        mat: Option<&LocalTensor>,
+        any: &LocalTensor,
+        out: &LocalTensor,
+    ) -> Result<()> {
+        let s = &self.s;
+        let v = View::heads(s);
+        let params = self.params(1.0, false, v, v, v);
+        let rows = elements(&[s.batch, s.heads, s.seq]);
+        self.run(entry, params, rows, [None, None, mat], any, out)
     }
 }
 
@@ -289,58 +395,20 @@ fn check_operand(
     Ok(())
 }
 
-/// Record `entry` over `n` rows or elements; `inputs` fill bindings 1..=5
-/// (None → `qkv`, unused).
-fn run(
-    entry: &'static str,
-    params: Params,
-    inputs: [Option<&LocalTensor>; 5],
-    qkv: &LocalTensor,
-    out: &LocalTensor,
-    n: u64,
-    workgroup: u64,
-) -> Result<()> {
-    let b = inputs.map(|x| x.unwrap_or(qkv));
-    let params = params.with_n(n);
-    Dispatch {
-        spec: &spec(entry),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b[0], b[1], b[2], b[3], b[4], out],
-        workgroups: n.div_ceil(workgroup),
-    }
-    .record(qkv.device())
-}
-
-/// Softmax rows into `probs`, then `P v` into `out`: the forward pass of
-/// queries in `q_src` against keys and values in `kv_src`.
+/// The forward pass of `pr`: probabilities into `probs`, output into `out`
+/// (`[B·T, H·D]`), queries from the fused `qkv` and keys and values from the
+/// views `k`, `v` of `kv`.
 fn forward_into(
-    params: Params,
-    s: &AttentionShape,
-    q_src: &LocalTensor,
-    kv_src: &LocalTensor,
+    pr: &Problem,
+    qkv: &LocalTensor,
+    (kv, k, v): (&LocalTensor, View, View),
     probs: &LocalTensor,
     out: &LocalTensor,
 ) -> Result<()> {
-    let rows = elements(&[s.batch, s.heads, s.seq]);
-    let kv = Some(kv_src);
-    run(
-        "softmax_rows",
-        params,
-        [None, kv, None, None, None],
-        q_src,
-        probs,
-        rows,
-        ROW_WORKGROUP,
-    )?;
-    run(
-        "apply_probs",
-        params,
-        [None, kv, Some(probs), None, None],
-        q_src,
-        out,
-        out.len() as u64,
-        GRID_WORKGROUP,
-    )
+    let q = View::fused(&pr.s, pr.s.seq, 0);
+    pr.masked_dots(pr.inv_sqrt_d(), (qkv, q), (kv, k), probs)?;
+    pr.rows("softmax_rows", None, qkv, probs)?;
+    pr.mix(1.0, false, probs, (kv, v), (out, View::heads(&pr.s)))
 }
 
 /// Causal softmax attention of one rank's heads: `qkv` `[B·T, 3·H·D]` (F32,
@@ -364,15 +432,12 @@ pub fn attention_forward(qkv: &LocalTensor, shape: AttentionShape) -> Result<Att
     let out = qkv.rank().alloc(OP, &shape.out_shape(), DType::F32)?;
     let probs = qkv.rank().alloc(OP, &probs_shape, DType::F32)?;
     if !shape.is_empty() {
-        let t = shape.seq;
-        let params = Params::new(
-            &shape,
-            0,
-            View::fused(&shape, t, 0),
-            View::fused(&shape, t, 1),
-            View::fused(&shape, t, 2),
+        let pr = Problem { s: shape, past: 0 };
+        let (k, v) = (
+            View::fused(&shape, shape.seq, 1),
+            View::fused(&shape, shape.seq, 2),
         );
-        forward_into(params, &shape, qkv, qkv, &probs, &out)?;
+        forward_into(&pr, qkv, (qkv, k, v), &probs, &out)?;
     }
     Ok(Attention { out, probs })
 }
@@ -410,34 +475,19 @@ pub fn attention_backward(
     if shape.is_empty() {
         return Ok(d_qkv);
     }
-    let d_scores = qkv.rank().alloc(OP, &shape.probs_shape(), DType::F32)?;
+    let pr = Problem { s: shape, past: 0 };
     let t = shape.seq;
-    let params = Params::new(
-        &shape,
-        0,
-        View::fused(&shape, t, 0),
-        View::fused(&shape, t, 1),
-        View::fused(&shape, t, 2),
-    );
-    let rows = elements(&[shape.batch, shape.heads, t]);
-    run(
-        "grad_scores",
-        params,
-        [None, None, Some(probs), Some(d_out), None],
-        qkv,
-        &d_scores,
-        rows,
-        ROW_WORKGROUP,
-    )?;
-    run(
-        "grad_qkv",
-        params,
-        [None, None, Some(probs), Some(d_out), Some(&d_scores)],
-        qkv,
-        &d_qkv,
-        d_qkv.len() as u64,
-        GRID_WORKGROUP,
-    )?;
+    let [q, k, v] = [0, 1, 2].map(|blk| View::fused(&shape, t, blk));
+    let go = View::heads(&shape);
+    let scale = pr.inv_sqrt_d();
+    // dP = dO vᵀ, then dS = P ⊙ (dP − rowsum(P ⊙ dP)) in place.
+    let d_scores = qkv.rank().alloc(OP, &shape.probs_shape(), DType::F32)?;
+    pr.masked_dots(1.0, (d_out, go), (qkv, v), &d_scores)?;
+    pr.rows("grad_softmax_rows", Some(probs), qkv, &d_scores)?;
+    // The three column blocks of d_qkv, each written whole.
+    pr.mix(scale, false, &d_scores, (qkv, k), (&d_qkv, q))?;
+    pr.mix(scale, true, &d_scores, (qkv, q), (&d_qkv, k))?;
+    pr.mix(1.0, true, probs, (d_out, go), (&d_qkv, v))?;
     Ok(d_qkv)
 }
 
@@ -496,25 +546,20 @@ pub fn attention_decode(
     )?;
     let new_cache = qkv.rank().alloc(OP, &cache_shape, DType::F32)?;
     let out = qkv.rank().alloc(OP, &shape.out_shape(), DType::F32)?;
-    let params = Params::new(
-        &shape,
-        past,
-        View::fused(&shape, shape.seq, 0),
-        View::cache(&shape, total, 0),
-        View::cache(&shape, total, 1),
-    );
-    run(
+    let pr = Problem { s: shape, past };
+    let none = View::heads(&shape);
+    pr.run(
         "append_kv",
-        params,
-        [None, cache, None, None, None],
+        pr.params(1.0, false, none, none, none),
+        new_cache.len() as u64,
+        [Some(qkv), cache, None],
         qkv,
         &new_cache,
-        new_cache.len() as u64,
-        GRID_WORKGROUP,
     )?;
     if !shape.is_empty() {
         let probs = qkv.rank().alloc(OP, &probs_shape, DType::F32)?;
-        forward_into(params, &shape, qkv, &new_cache, &probs, &out)?;
+        let (k, v) = (View::cache(&shape, total, 0), View::cache(&shape, total, 1));
+        forward_into(&pr, qkv, (&new_cache, k, v), &probs, &out)?;
     }
     Ok(Decoded {
         out,
