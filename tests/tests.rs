@@ -27,6 +27,7 @@ mod util;
 
 mod comm;
 mod device;
+mod kernels_attention;
 mod kernels_cross_entropy;
 mod kernels_elementwise;
 mod kernels_embedding;

@@ -3,6 +3,7 @@
 //! output on the operands' rank, and records one or more dispatches into that
 //! device's pending encoder without waiting.
 
+pub mod attention;
 pub(crate) mod block;
 pub mod cross_entropy;
 pub mod elementwise;
@@ -17,6 +18,9 @@ pub mod slicing;
 #[doc(hidden)]
 pub use slicing as layout;
 
+pub use attention::{
+    Attention, AttentionShape, Decoded, attention_backward, attention_decode, attention_forward,
+};
 pub use cross_entropy::{
     CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,
     cross_entropy_backward, row_max, row_sum, row_sum_exp, target_logit,
@@ -34,6 +38,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("embedding", grid::grid_source!("embedding.wgsl")),
     ("cross_entropy", grid::grid_source!("cross_entropy.wgsl")),
     ("block", grid::grid_source!("block.wgsl")),
+    ("attention", grid::grid_source!("attention.wgsl")),
     // gemm.wgsl is completed by a tail that declares b (two variants); the
     // CPU-adapter and workgroup-memory kernels are complete files.
     ("gemm", gemm::SOURCES[0].1),

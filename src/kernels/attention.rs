@@ -1,0 +1,568 @@
+//! Causal softmax attention over one rank's heads (`shaders/attention.wgsl`).
+//!
+//! The input is the fused QKV activation of one rank as the column-parallel
+//! QKV projection produces it: `qkv` `[B·T, 3·H·D]`, row `b·T + t` for token
+//! `t` of sequence `b`, columns `[q | k | v]`, each `H·D` wide with head `h` at
+//! columns `h·D..(h+1)·D` (H = this rank's heads, possibly 0). Per sequence
+//! `b` and head `h`:
+//!
+//! `S = q kᵀ / √D` masked to `j ≤ i`, `P = softmax_row(S)` (row max
+//! subtracted; masked entries exactly 0), `O = P v`,
+//!
+//! with `O` returned as `[B·T, H·D]` in the same head-contiguous column layout,
+//! ready for the row-parallel output projection. The backward pass, from the
+//! saved `P` and the output gradient `dO`:
+//!
+//! `dV = Pᵀ dO`, `dP = dO vᵀ`, `dS = P ⊙ (dP − rowsum(dP ⊙ P))`,
+//! `dQ = dS k / √D`, `dK = dSᵀ q / √D`,
+//!
+//! returned as one `[B·T, 3·H·D]` gradient in the fused layout.
+//!
+//! Cached decoding ([`attention_decode`]) runs the same kernels on queries at
+//! positions `past..past + T` against a key/value cache `[2, B, H, past + T,
+//! D]` (keys, then values) that holds only this rank's heads.
+//!
+//! Five entry points: `masked_dots` (`S = q kᵀ/√D` or `dP = dO vᵀ`, masked),
+//! `softmax_rows` and `grad_softmax_rows` (in place, one invocation per row),
+//! `mix` (`P v`, `dS k`, `dSᵀ q`, `Pᵀ dO` into any view) and `append_kv` (the
+//! grown cache). The products give each invocation a 4 × 4 tile, because CPU
+//! adapters pay far more for a load than for an FMA. Every sum runs in a
+//! fixed order, so equal inputs give bit-equal results.
+
+use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+const SOURCE: &str = include_str!("../../shaders/attention.wgsl");
+/// a source, b source, score-shaped matrix, out: one layout for every entry.
+const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::Read, Access::ReadWrite];
+/// Invocations per workgroup of every entry (see the shader).
+const WORKGROUP: u64 = 64;
+/// Side of the square output tile of `masked_dots` and `mix`.
+const TILE: usize = 4;
+
+/// The sizes of one rank's attention problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// Sequences in the batch (B).
+    pub batch: usize,
+    /// Tokens per sequence (T); in [`attention_decode`], the new tokens.
+    pub seq: usize,
+    /// This rank's heads (H, may be 0).
+    pub heads: usize,
+    /// Width of one head (D, at least 1 when `heads > 0`).
+    pub head_dim: usize,
+}
+
+impl AttentionShape {
+    /// `batch` sequences of `seq` tokens over `heads` heads of `head_dim`.
+    pub fn new(batch: usize, seq: usize, heads: usize, head_dim: usize) -> Self {
+        AttentionShape {
+            batch,
+            seq,
+            heads,
+            head_dim,
+        }
+    }
+
+    /// `[B·T, 3·H·D]`: the fused QKV input (and its gradient).
+    pub fn qkv_shape(&self) -> [usize; 2] {
+        [self.batch * self.seq, 3 * self.heads * self.head_dim]
+    }
+
+    /// `[B·T, H·D]`: the attention output (and its gradient).
+    pub fn out_shape(&self) -> [usize; 2] {
+        [self.batch * self.seq, self.heads * self.head_dim]
+    }
+
+    /// `[B, H, T, T]`: the probabilities [`attention_forward`] saves.
+    pub fn probs_shape(&self) -> [usize; 4] {
+        [self.batch, self.heads, self.seq, self.seq]
+    }
+
+    /// `[2, B, H, len, D]`: a key/value cache of `len` positions.
+    pub fn cache_shape(&self, len: usize) -> [usize; 5] {
+        [2, self.batch, self.heads, len, self.head_dim]
+    }
+
+    /// Whether there is no work: no heads or no tokens.
+    fn is_empty(&self) -> bool {
+        self.heads == 0 || self.batch == 0 || self.seq == 0
+    }
+}
+
+/// What [`attention_forward`] returns.
+#[derive(Clone, Debug)]
+pub struct Attention {
+    /// `[B·T, H·D]`: the attention output, heads contiguous in the columns.
+    pub out: LocalTensor,
+    /// `[B, H, T, T]`: the softmax probabilities (0 above the diagonal),
+    /// saved for [`attention_backward`].
+    pub probs: LocalTensor,
+}
+
+/// What [`attention_decode`] returns.
+#[derive(Clone, Debug)]
+pub struct Decoded {
+    /// `[B·T_new, H·D]`: the attention output of the new tokens.
+    pub out: LocalTensor,
+    /// `[2, B, H, past + T_new, D]`: the cache grown by the new keys and
+    /// values; pass it to the next step.
+    pub cache: LocalTensor,
+}
+
+fn spec(entry: &'static str) -> KernelSpec {
+    KernelSpec::new("attention", SOURCE, BINDINGS, entry)
+}
+
+/// Where element `e` of head `h` at position `t` of sequence `b` lives:
+/// `base + b·sb + h·sh + t·st + e`.
+#[derive(Clone, Copy)]
+struct View {
+    base: u64,
+    sb: u64,
+    sh: u64,
+    st: u64,
+}
+
+impl View {
+    /// Block `block` (0 = q, 1 = k, 2 = v) of the fused QKV layout with `seq`
+    /// rows per sequence.
+    fn fused(s: &AttentionShape, seq: usize, block: usize) -> View {
+        let (hd, d) = ((s.heads * s.head_dim) as u64, s.head_dim as u64);
+        View {
+            base: block as u64 * hd,
+            sb: seq as u64 * 3 * hd,
+            sh: d,
+            st: 3 * hd,
+        }
+    }
+
+    /// Keys (`block` 0) or values (1) of a cache `[2, B, H, len, D]`.
+    fn cache(s: &AttentionShape, len: usize, block: usize) -> View {
+        let (b, h, d) = (s.batch as u64, s.heads as u64, s.head_dim as u64);
+        let len = len as u64;
+        View {
+            base: block as u64 * b * h * len * d,
+            sb: h * len * d,
+            sh: len * d,
+            st: d,
+        }
+    }
+
+    /// The output layout `[B·T, H·D]` (also `dO`'s).
+    fn heads(s: &AttentionShape) -> View {
+        let (hd, d) = ((s.heads * s.head_dim) as u64, s.head_dim as u64);
+        View {
+            base: 0,
+            sb: s.seq as u64 * hd,
+            sh: d,
+            st: hd,
+        }
+    }
+
+    fn words(&self) -> [u32; 4] {
+        [self.base, self.sb, self.sh, self.st].map(|x| x as u32)
+    }
+}
+
+/// The shader's `Params`. Every index the kernels form is below the length of
+/// a tensor [`check_size`] accepted, so the `u32` casts cannot truncate.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    batch: u32,
+    heads: u32,
+    tq: u32,
+    tk: u32,
+    d: u32,
+    past: u32,
+    scale: f32,
+    trans: u32,
+    a: [u32; 4],
+    b: [u32; 4],
+    o: [u32; 4],
+    n: u32,
+    _pad: [u32; 3],
+}
+
+/// One rank's problem: `s.seq` queries per sequence after `past` cached
+/// positions, so `past + s.seq` keys.
+#[derive(Clone, Copy)]
+struct Problem {
+    s: AttentionShape,
+    past: usize,
+}
+
+impl Problem {
+    fn keys(&self) -> usize {
+        self.past + self.s.seq
+    }
+
+    fn params(&self, scale: f32, trans: bool, a: View, b: View, o: View) -> Params {
+        let s = &self.s;
+        Params {
+            batch: s.batch as u32,
+            heads: s.heads as u32,
+            tq: s.seq as u32,
+            tk: self.keys() as u32,
+            d: s.head_dim as u32,
+            past: self.past as u32,
+            scale,
+            trans: trans as u32,
+            a: a.words(),
+            b: b.words(),
+            o: o.words(),
+            n: 0,
+            _pad: [0; 3],
+        }
+    }
+
+    /// `1/√D`.
+    fn inv_sqrt_d(&self) -> f32 {
+        1.0 / (self.s.head_dim.max(1) as f32).sqrt()
+    }
+
+    /// Record `entry` with `params` over `n` invocations: `inputs` fill
+    /// bindings 1..=3 (None → `any`, unused; never `out`, which wgpu would
+    /// refuse as both read and written), `out` binding 4.
+    fn run(
+        &self,
+        entry: &'static str,
+        mut params: Params,
+        n: u64,
+        inputs: [Option<&LocalTensor>; 3],
+        any: &LocalTensor,
+        out: &LocalTensor,
+    ) -> Result<()> {
+        params.n = n as u32;
+        let [a, b, m] = inputs.map(|x| x.unwrap_or(any));
+        Dispatch {
+            spec: &spec(entry),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[a, b, m, out],
+            workgroups: n.div_ceil(WORKGROUP),
+        }
+        .record(any.device())
+    }
+
+    /// Score-shaped `out` `[B, H, Tq, Tk]` = `scale · a bᵀ`, masked to 0.
+    fn masked_dots(
+        &self,
+        scale: f32,
+        (a_src, a): (&LocalTensor, View),
+        (b_src, b): (&LocalTensor, View),
+        out: &LocalTensor,
+    ) -> Result<()> {
+        let s = &self.s;
+        let tiles = elements(&[
+            s.batch,
+            s.heads,
+            s.seq.div_ceil(TILE),
+            self.keys().div_ceil(TILE),
+        ]);
+        let params = self.params(scale, false, a, b, a);
+        self.run(
+            "masked_dots",
+            params,
+            tiles,
+            [Some(a_src), Some(b_src), None],
+            a_src,
+            out,
+        )
+    }
+
+    /// `out` view `o` = `scale · M X` (or `Mᵀ X` when `trans`), `M` score-shaped.
+    fn mix(
+        &self,
+        scale: f32,
+        trans: bool,
+        m: &LocalTensor,
+        (x_src, x): (&LocalTensor, View),
+        (out, o): (&LocalTensor, View),
+    ) -> Result<()> {
+        let s = &self.s;
+        let rows = if trans { self.keys() } else { s.seq };
+        let tiles = elements(&[
+            s.batch,
+            s.heads,
+            rows.div_ceil(TILE),
+            s.head_dim.div_ceil(TILE),
+        ]);
+        let params = self.params(scale, trans, x, x, o);
+        self.run("mix", params, tiles, [Some(x_src), None, Some(m)], m, out)
+    }
+
+    /// A row kernel (`softmax_rows`, `grad_softmax_rows`) in place on `out`
+    /// (`any`: another tensor of the rank for the unused bindings).
+    fn rows(
+        &self,
+        entry: &'static str,
+        mat: Option<&LocalTensor>,
+        any: &LocalTensor,
+        out: &LocalTensor,
+    ) -> Result<()> {
+        let s = &self.s;
+        let v = View::heads(s);
+        let params = self.params(1.0, false, v, v, v);
+        let rows = elements(&[s.batch, s.heads, s.seq]);
+        self.run(entry, params, rows, [None, None, mat], any, out)
+    }
+}
+
+/// Elements of a tensor of `dims`, saturating (an overflow is too large anyway).
+fn elements(dims: &[usize]) -> u64 {
+    dims.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
+}
+
+/// A tensor of `dims` must fit one binding and 32-bit shader indices.
+fn check_size(op: &'static str, what: &'static str, dims: &[usize], dev: &Device) -> Result<()> {
+    let needed = elements(dims).saturating_mul(4);
+    let l = dev.limits();
+    let limits = [
+        (
+            l.max_storage_buffer_binding_size,
+            "max_storage_buffer_binding_size",
+        ),
+        (l.max_buffer_size, "max_buffer_size"),
+        (
+            4 * u32::MAX as u64,
+            "2^32 elements, the shaders' 32-bit indices",
+        ),
+    ];
+    for (limit, limit_name) in limits {
+        if needed > limit {
+            return Err(Error::TooLarge {
+                op,
+                what,
+                needed,
+                limit,
+                limit_name,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Check `s` itself and that `qkv` is its fused F32 input.
+fn check_qkv(op: &'static str, qkv: &LocalTensor, s: &AttentionShape) -> Result<()> {
+    qkv.expect_dtype(op, DType::F32)?;
+    if s.heads > 0 && s.head_dim == 0 {
+        return Err(Error::invalid(
+            op,
+            format!("{} heads of head_dim 0: give head_dim ≥ 1", s.heads),
+        ));
+    }
+    let fits = |dims: &[usize]| {
+        dims.iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .is_some()
+    };
+    if !fits(&[s.batch, s.seq]) || !fits(&[3, s.heads, s.head_dim]) {
+        return Err(Error::invalid(op, format!("{s:?} overflows usize")));
+    }
+    let want = s.qkv_shape();
+    if qkv.shape() != want {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: format!(
+                "fused QKV [batch·seq, 3·heads·head_dim] = {want:?} for batch {}, seq {}, heads {}, head_dim {}",
+                s.batch, s.seq, s.heads, s.head_dim
+            ),
+            got: format!("{:?}", qkv.shape()),
+        });
+    }
+    check_size(op, "the fused QKV activation", &want, qkv.device())
+}
+
+/// Check that `x` is an F32 tensor of `want` on `anchor`'s rank.
+fn check_operand(
+    op: &'static str,
+    name: &str,
+    anchor: &LocalTensor,
+    x: &LocalTensor,
+    want: &[usize],
+) -> Result<()> {
+    x.expect_dtype(op, DType::F32)?;
+    anchor.same_rank(op, x)?;
+    if x.shape() != want {
+        return Err(Error::ShapeMismatch {
+            op,
+            expected: format!("{name} {want:?}"),
+            got: format!("{:?}", x.shape()),
+        });
+    }
+    Ok(())
+}
+
+/// The forward pass of `pr`: probabilities into `probs`, output into `out`
+/// (`[B·T, H·D]`), queries from the fused `qkv` and keys and values from the
+/// views `k`, `v` of `kv`.
+fn forward_into(
+    pr: &Problem,
+    qkv: &LocalTensor,
+    (kv, k, v): (&LocalTensor, View, View),
+    probs: &LocalTensor,
+    out: &LocalTensor,
+) -> Result<()> {
+    let q = View::fused(&pr.s, pr.s.seq, 0);
+    pr.masked_dots(pr.inv_sqrt_d(), (qkv, q), (kv, k), probs)?;
+    pr.rows("softmax_rows", None, qkv, probs)?;
+    pr.mix(1.0, false, probs, (kv, v), (out, View::heads(&pr.s)))
+}
+
+/// Causal softmax attention of one rank's heads: `qkv` `[B·T, 3·H·D]` (F32,
+/// fused layout, see the module docs) → the output `[B·T, H·D]` and the
+/// probabilities `[B, H, T, T]` that [`attention_backward`] needs.
+///
+/// With no heads (or no tokens) it returns empty tensors and records nothing.
+/// Errors: a `qkv` of another shape or dtype, `head_dim` 0 with heads, or
+/// probabilities larger than one storage binding ([`Error::TooLarge`]: use a
+/// smaller batch or shorter sequences, or fewer heads per rank).
+pub fn attention_forward(qkv: &LocalTensor, shape: AttentionShape) -> Result<Attention> {
+    const OP: &str = "attention_forward";
+    check_qkv(OP, qkv, &shape)?;
+    let probs_shape = shape.probs_shape();
+    check_size(
+        OP,
+        "the attention probabilities [B, H, T, T]",
+        &probs_shape,
+        qkv.device(),
+    )?;
+    let out = qkv.rank().alloc(OP, &shape.out_shape(), DType::F32)?;
+    let probs = qkv.rank().alloc(OP, &probs_shape, DType::F32)?;
+    if !shape.is_empty() {
+        let pr = Problem { s: shape, past: 0 };
+        let (k, v) = (
+            View::fused(&shape, shape.seq, 1),
+            View::fused(&shape, shape.seq, 2),
+        );
+        forward_into(&pr, qkv, (qkv, k, v), &probs, &out)?;
+    }
+    Ok(Attention { out, probs })
+}
+
+/// Gradient of [`attention_forward`] w.r.t. its input: from `qkv` `[B·T,
+/// 3·H·D]`, the saved `probs` `[B, H, T, T]` and the output gradient `d_out`
+/// `[B·T, H·D]` (all F32 on one rank), the fused `[B·T, 3·H·D]` gradient
+/// `[dQ | dK | dV]`.
+///
+/// With no heads (or no tokens) it returns an empty or zero-width tensor and
+/// records nothing. Errors: operands of other shapes, dtypes or ranks.
+pub fn attention_backward(
+    qkv: &LocalTensor,
+    probs: &LocalTensor,
+    d_out: &LocalTensor,
+    shape: AttentionShape,
+) -> Result<LocalTensor> {
+    const OP: &str = "attention_backward";
+    check_qkv(OP, qkv, &shape)?;
+    check_operand(
+        OP,
+        "probabilities [B, H, T, T]",
+        qkv,
+        probs,
+        &shape.probs_shape(),
+    )?;
+    check_operand(
+        OP,
+        "output gradient [B·T, H·D]",
+        qkv,
+        d_out,
+        &shape.out_shape(),
+    )?;
+    let d_qkv = qkv.rank().alloc(OP, &shape.qkv_shape(), DType::F32)?;
+    if shape.is_empty() {
+        return Ok(d_qkv);
+    }
+    let pr = Problem { s: shape, past: 0 };
+    let t = shape.seq;
+    let [q, k, v] = [0, 1, 2].map(|blk| View::fused(&shape, t, blk));
+    let go = View::heads(&shape);
+    let scale = pr.inv_sqrt_d();
+    // dP = dO vᵀ, then dS = P ⊙ (dP − rowsum(P ⊙ dP)) in place.
+    let d_scores = qkv.rank().alloc(OP, &shape.probs_shape(), DType::F32)?;
+    pr.masked_dots(1.0, (d_out, go), (qkv, v), &d_scores)?;
+    pr.rows("grad_softmax_rows", Some(probs), qkv, &d_scores)?;
+    // The three column blocks of d_qkv, each written whole.
+    pr.mix(scale, false, &d_scores, (qkv, k), (&d_qkv, q))?;
+    pr.mix(scale, true, &d_scores, (qkv, q), (&d_qkv, k))?;
+    pr.mix(1.0, true, probs, (d_out, go), (&d_qkv, v))?;
+    Ok(d_qkv)
+}
+
+/// One step of cached decoding: `qkv` `[B·T_new, 3·H·D]` holds the new tokens
+/// (`shape.seq` = T_new per sequence, at positions `past..past + T_new`),
+/// `cache` `[2, B, H, past, D]` the keys (index 0) and values (index 1) of
+/// the earlier positions of this rank's heads (`None`: nothing cached, past
+/// = 0). Returns the new tokens' attention output `[B·T_new, H·D]`, which
+/// equals the matching rows of [`attention_forward`] over all `past + T_new`
+/// tokens, and the grown cache `[2, B, H, past + T_new, D]`.
+///
+/// Each step copies the cache into a new tensor (tensors are immutable), so a
+/// step costs O(cache) besides the attention itself. Errors: operands of other
+/// shapes, dtypes or ranks, or a cache or probability block larger than one
+/// storage binding.
+pub fn attention_decode(
+    qkv: &LocalTensor,
+    cache: Option<&LocalTensor>,
+    shape: AttentionShape,
+) -> Result<Decoded> {
+    const OP: &str = "attention_decode";
+    check_qkv(OP, qkv, &shape)?;
+    let past = match cache {
+        Some(c) => {
+            let past = match *c.shape() {
+                [_, _, _, len, _] => len,
+                _ => 0,
+            };
+            check_operand(
+                OP,
+                "key/value cache [2, B, H, past, D]",
+                qkv,
+                c,
+                &shape.cache_shape(past),
+            )?;
+            past
+        }
+        None => 0,
+    };
+    let total = past
+        .checked_add(shape.seq)
+        .ok_or_else(|| Error::invalid(OP, "past + seq overflows usize"))?;
+    let cache_shape = shape.cache_shape(total);
+    check_size(
+        OP,
+        "the key/value cache [2, B, H, T, D]",
+        &cache_shape,
+        qkv.device(),
+    )?;
+    let probs_shape = [shape.batch, shape.heads, shape.seq, total];
+    check_size(
+        OP,
+        "the attention probabilities [B, H, T_new, T]",
+        &probs_shape,
+        qkv.device(),
+    )?;
+    let new_cache = qkv.rank().alloc(OP, &cache_shape, DType::F32)?;
+    let out = qkv.rank().alloc(OP, &shape.out_shape(), DType::F32)?;
+    let pr = Problem { s: shape, past };
+    let none = View::heads(&shape);
+    pr.run(
+        "append_kv",
+        pr.params(1.0, false, none, none, none),
+        new_cache.len() as u64,
+        [Some(qkv), cache, None],
+        qkv,
+        &new_cache,
+    )?;
+    if !shape.is_empty() {
+        let probs = qkv.rank().alloc(OP, &probs_shape, DType::F32)?;
+        let (k, v) = (View::cache(&shape, total, 0), View::cache(&shape, total, 1));
+        forward_into(&pr, qkv, (&new_cache, k, v), &probs, &out)?;
+    }
+    Ok(Decoded {
+        out,
+        cache: new_cache,
+    })
+}
