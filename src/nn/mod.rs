@@ -1,16 +1,18 @@
 //! Layer 5, neural-network pieces: parallel layers with explicit forward and
-//! backward, the vocab-parallel loss, initialisers, optimisers and
-//! checkpoints. Layers compose the [`Mapping`](crate::tensor::Mapping)s and
-//! redistributions of the tensor layer (the ring-overlapped ones included)
-//! and never import `comm`. A serial layer is the same code on a mesh of one
-//! rank.
+//! backward, norms (LayerNorm, RMSNorm) and dropout, the vocab-parallel loss,
+//! initialisers, optimisers and checkpoints. Layers compose the
+//! [`Mapping`](crate::tensor::Mapping)s and redistributions of the tensor
+//! layer (the ring-overlapped ones included) and never import `comm`. A
+//! serial layer is the same code on a mesh of one rank.
 
 mod checkpoint;
 mod cross_entropy;
+mod dropout;
 mod embedding;
 mod init;
 mod linear;
 mod model;
+mod norm;
 mod optim;
 mod parameter;
 
@@ -18,11 +20,13 @@ pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
 };
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
+pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use init::{Init, InitRng};
 pub use linear::{
     ColumnParallelConfig, ColumnParallelLinear, Overlap, RowParallelConfig, RowParallelLinear,
 };
 pub use model::{MlpLanguageModel, MlpLmConfig};
+pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{Module, Parameter, prefixed, prefixed_mut};
