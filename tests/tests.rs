@@ -38,3 +38,4 @@ mod nn_optim_ckpt;
 mod nn_sequence_parallel;
 mod shaders;
 mod tensor;
+mod tensor_elementwise;
