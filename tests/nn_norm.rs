@@ -347,3 +347,34 @@ fn bad_inputs_are_errors_and_leave_the_layer_usable() {
         assert_close(&format!("{kind:?} dγ after errors"), &dg, &want[2], TOL);
     }
 }
+
+/// On one rank every placement holds the same bytes: the norms accept any,
+/// as the linear layers and mappings do, and communicate nothing.
+#[test]
+fn one_rank_accepts_any_placement() {
+    let m = mesh(1);
+    let (t, h) = (7, 13);
+    let mut rng = Rng::fresh("norm_one_rank");
+    let [x, g, b, dy] = data(&mut rng, t, h);
+    let want = reference(Kind::Layer { bias: true }, &x, &g, &b, &dy, h);
+    let sum = Placement::Partial(ReduceOp::Sum);
+    for (xp, dyp) in [
+        (Placement::Shard(1), Placement::Replicate),
+        (sum, Placement::Shard(0)),
+    ] {
+        let mut norm = Norm::new(&m, Kind::Layer { bias: true }, &g, &b);
+        let y = norm
+            .forward(&DTensor::from_host(&m, &[t, h], &x, xp).unwrap())
+            .unwrap();
+        assert_close(&format!("{xp:?} y"), &y.to_host().unwrap(), &want[0], TOL);
+        let dyd = DTensor::from_host(&m, &[t, h], &dy, dyp).unwrap();
+        let dx = norm.backward(&dyd).unwrap();
+        assert_close(&format!("{xp:?} dx"), &dx.to_host().unwrap(), &want[1], TOL);
+        let dg = norm.module().named_parameters()[0]
+            .1
+            .master_grad()
+            .unwrap()
+            .unwrap();
+        assert_close(&format!("{xp:?} dγ"), &dg, &want[2], TOL);
+    }
+}

@@ -204,8 +204,8 @@ impl Dropout {
         Ok(y)
     }
 
-    /// `dy` (f32, placed and shaped like the forward's output) → `dy·m/(1 − p)`
-    /// with the forward's mask.
+    /// `dy` (f32, placed and shaped like the forward's output; any placement
+    /// on one rank) → `dy·m/(1 − p)` with the forward's mask.
     pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
         const OP: &str = "Dropout::backward";
         let saved = self
@@ -218,7 +218,7 @@ impl Dropout {
             shape, placement, ..
         }) = &saved;
         if dy.shape() != shape.as_slice()
-            || dy.placement() != *placement
+            || (dy.placement() != *placement && dy.mesh().size() > 1)
             || dy.dtype() != DType::F32
         {
             let err = Error::invalid(

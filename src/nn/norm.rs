@@ -12,7 +12,8 @@
 //! bias) redistributed to `Replicate` through
 //! [`Mapping::ReduceFromParallel`]: **one all-reduce per backward call**,
 //! before anything can reach the optimiser (Megatron's rule), so the replicas
-//! stay bit-identical. With one rank nothing is communicated.
+//! stay bit-identical. With one rank nothing is communicated, and any
+//! placement is accepted (all hold the same bytes there).
 
 use super::parameter::{Module, Parameter};
 use crate::device::{LocalTensor, Mesh};
@@ -114,7 +115,8 @@ fn parameters(
     Ok((replicated(weight)?, bias))
 }
 
-/// `x` must be f32 `[tokens, dim]`, `Replicate` or `Shard(0)`.
+/// `x` must be f32 `[tokens, dim]`, `Replicate` or `Shard(0)` (any placement
+/// on one rank, where they all hold the same bytes, as for the linear layers).
 fn check_input(op: &'static str, x: &DTensor, dim: usize) -> Result<()> {
     if x.shape().len() != 2 || x.shape()[1] != dim {
         return Err(Error::shape(op, format!("[tokens, {dim}]"), x.shape()));
@@ -127,6 +129,7 @@ fn check_input(op: &'static str, x: &DTensor, dim: usize) -> Result<()> {
         });
     }
     match x.placement() {
+        _ if x.mesh().size() == 1 => Ok(()),
         Placement::Replicate | Placement::Shard(0) => Ok(()),
         other => Err(Error::invalid(
             op,
@@ -174,7 +177,8 @@ fn backward(
     let Some(s) = saved.take() else {
         return Err(Error::invalid(op, "call forward before backward"));
     };
-    if dy.shape() != s.x.shape() || dy.placement() != s.x.placement() || dy.dtype() != DType::F32 {
+    let placed = dy.placement() == s.x.placement() || dy.mesh().size() == 1;
+    if dy.shape() != s.x.shape() || !placed || dy.dtype() != DType::F32 {
         let err = Error::invalid(
             op,
             format!(
