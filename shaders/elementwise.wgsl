@@ -84,3 +84,29 @@ fn relu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p.n) { return; }
     out[i] = select(0.0, b[i], a[i] > 0.0);
 }
+
+// Logistic sigmoid; exp(-x) overflows to +inf for x < -88, giving 1/inf = 0.
+fn sigmoid(x: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-clamp(x, -80.0, 80.0)));
+}
+
+// out = silu(a) = a * sigmoid(a)
+@compute @workgroup_size(WG)
+fn silu(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    let x = a[i];
+    out[i] = x * sigmoid(x);
+}
+
+// out = b * silu'(a) = b * s * (1 + a * (1 - s)),  s = sigmoid(a)
+@compute @workgroup_size(WG)
+fn silu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (i >= p.n) { return; }
+    let x = a[i];
+    let s = sigmoid(x);
+    out[i] = b[i] * s * (1.0 + x * (1.0 - s));
+}

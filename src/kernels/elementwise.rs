@@ -1,6 +1,6 @@
 //! Element-wise kernels (`shaders/elementwise.wgsl`): `alpha·a + beta·b`
-//! (add, scale, axpy) and the activations GELU (tanh form) and ReLU with their
-//! backward `dy · act'(x)`.
+//! (add, scale, axpy) and the activations GELU (tanh form), ReLU and SiLU with
+//! their backward `dy · act'(x)`.
 
 use super::grid::{GRID_WORKGROUP, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
@@ -17,6 +17,10 @@ pub enum Activation {
     Gelu,
     /// max(x, 0).
     Relu,
+    /// SiLU (swish): `x·σ(x)`, `σ(x) = 1/(1 + e^{−x})`; backward
+    /// `σ(x)·(1 + x·(1 − σ(x)))`. The kernel clamps the exponent's argument to
+    /// ±80, so no intermediate overflows.
+    Silu,
 }
 
 fn spec(entry: &'static str) -> KernelSpec {
@@ -84,6 +88,7 @@ pub fn activation(x: &LocalTensor, act: Activation) -> Result<LocalTensor> {
     let entry = match act {
         Activation::Gelu => "gelu",
         Activation::Relu => "relu",
+        Activation::Silu => "silu",
     };
     run(entry, "activation", x, x, 0.0, 0.0)
 }
@@ -97,6 +102,7 @@ pub fn activation_backward(
     let entry = match act {
         Activation::Gelu => "gelu_backward",
         Activation::Relu => "relu_backward",
+        Activation::Silu => "silu_backward",
     };
     run(entry, "activation_backward", x, dy, 0.0, 0.0)
 }

@@ -6,10 +6,12 @@
 pub mod attention;
 pub(crate) mod block;
 pub mod cross_entropy;
+pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
 mod grid;
+pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod slicing;
@@ -25,9 +27,11 @@ pub use cross_entropy::{
     CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,
     cross_entropy_backward, row_max, row_sum, row_sum_exp, target_logit,
 };
+pub use dropout::{PhiloxKey, ShardWindow, dropout};
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use embedding::{embedding_backward, embedding_lookup};
 pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_with, matmul};
+pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
 pub use slicing::{concat, narrow};
 
@@ -38,7 +42,9 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("embedding", grid::grid_source!("embedding.wgsl")),
     ("cross_entropy", grid::grid_source!("cross_entropy.wgsl")),
     ("block", grid::grid_source!("block.wgsl")),
-    ("attention", grid::grid_source!("attention.wgsl")),
+    ("norm", grid::grid_source!("norm.wgsl")),
+    ("dropout", grid::grid_source!("dropout.wgsl")),
+    ("attention", include_str!("../../shaders/attention.wgsl")),
     // gemm.wgsl is completed by a tail that declares b (two variants); the
     // CPU-adapter and workgroup-memory kernels are complete files.
     ("gemm", gemm::SOURCES[0].1),

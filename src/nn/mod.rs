@@ -1,28 +1,44 @@
 //! Layer 5, neural-network pieces: parallel layers with explicit forward and
-//! backward, the vocab-parallel loss, initialisers, optimisers and
-//! checkpoints. Layers compose the [`Mapping`](crate::tensor::Mapping)s and
-//! redistributions of the tensor layer (the ring-overlapped ones included)
-//! and never import `comm`. A serial layer is the same code on a mesh of one
-//! rank.
+//! backward, norms (LayerNorm, RMSNorm) and dropout, attention with heads
+//! split over ranks, the MLP, the transformer block and a GPT that trains
+//! and generates, the vocab-parallel loss,
+//! initialisers, optimisers and checkpoints. Layers compose the
+//! [`Mapping`](crate::tensor::Mapping)s and redistributions of the tensor
+//! layer (the ring-overlapped ones included) and never import `comm`. A
+//! serial layer is the same code on a mesh of one rank.
 
+mod attention;
+mod block;
 mod checkpoint;
 mod cross_entropy;
+mod dropout;
 mod embedding;
+mod generate;
+mod gpt;
 mod init;
 mod linear;
+mod mlp;
 mod model;
+mod norm;
 mod optim;
 mod parameter;
 
+pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
+pub use block::{BlockConfig, TransformerBlock};
 pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
 };
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
+pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
+pub use generate::Sampling;
+pub use gpt::{Gpt, GptConfig};
 pub use init::{Init, InitRng};
 pub use linear::{
     ColumnParallelConfig, ColumnParallelLinear, Overlap, RowParallelConfig, RowParallelLinear,
 };
+pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};
+pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{Module, Parameter, prefixed, prefixed_mut};

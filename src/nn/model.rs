@@ -15,9 +15,9 @@ use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
-use crate::device::{LocalTensor, Mesh};
+use crate::device::Mesh;
 use crate::error::{Error, Result};
-use crate::kernels::{self, Activation};
+use crate::kernels::Activation;
 use crate::tensor::DTensor;
 
 /// Sizes of a [`MlpLanguageModel`].
@@ -44,11 +44,6 @@ pub struct MlpLanguageModel {
     pub head: ColumnParallelLinear,
     loss: VocabParallelCrossEntropy,
     saved_pre_act: Option<DTensor>,
-}
-
-fn map_local(x: &DTensor, f: impl Fn(&LocalTensor) -> Result<LocalTensor>) -> Result<DTensor> {
-    let shards = x.shards().iter().map(f).collect::<Result<Vec<_>>>()?;
-    DTensor::from_shards(x.mesh(), shards, x.shape(), x.placement())
 }
 
 impl MlpLanguageModel {
@@ -95,7 +90,7 @@ impl MlpLanguageModel {
         }
         let h = self.embed.forward(ids)?;
         let pre = self.fc1.forward(&h)?;
-        let act = map_local(&pre, |t| kernels::activation(t, Activation::Gelu))?;
+        let act = pre.activation(Activation::Gelu)?;
         self.saved_pre_act = Some(pre);
         let h2 = self.fc2.forward(&act)?;
         let logits = self.head.forward(&h2)?;
@@ -110,16 +105,7 @@ impl MlpLanguageModel {
         let dlogits = self.loss.backward(None)?;
         let dh2 = self.head.backward(&dlogits)?;
         let dact = self.fc2.backward(&dh2)?;
-        let dpre = DTensor::from_shards(
-            pre.mesh(),
-            pre.shards()
-                .iter()
-                .zip(dact.shards())
-                .map(|(x, dy)| kernels::activation_backward(x, dy, Activation::Gelu))
-                .collect::<Result<Vec<_>>>()?,
-            pre.shape(),
-            pre.placement(),
-        )?;
+        let dpre = pre.activation_backward(&dact, Activation::Gelu)?;
         let dh = self.fc1.backward(&dpre)?;
         self.embed.backward(&dh)
     }

@@ -2,9 +2,12 @@
 //! [`Placement`] (Replicate / Shard(d) / Partial), redistribution through the
 //! collectives, and the conjugate autograd [`Mapping`]s layers compose,
 //! including the ring-overlapped forms of the sequence-parallel pair
-//! (`ring.rs`). Layers above talk to communication only through these.
+//! (`ring.rs`), and element-wise operations that keep the placement
+//! (`elementwise.rs`: `add`, `scale`, activations). Layers above talk to
+//! communication only through these.
 
 mod dtensor;
+mod elementwise;
 mod mappings;
 mod ring;
 

@@ -1,0 +1,131 @@
+//! Element-wise operations on a [`DTensor`]: [`DTensor::add`] (residuals),
+//! [`DTensor::scale`], [`DTensor::activation`] and
+//! [`DTensor::activation_backward`]. Each acts shard by shard with the
+//! kernels of [`crate::kernels::elementwise`] and communicates nothing; the
+//! result keeps the operands' placement. Which placements each accepts
+//! follows from what "shard by shard" means for the logical value:
+//!
+//! | operation | placements | why |
+//! |---|---|---|
+//! | `add` | both operands alike: `Replicate`, `Shard(d)` or `Partial(Sum)` | `Σa + Σb = Σ(a + b)`; a sum of maxima is not the maximum of sums |
+//! | `scale(α)` | any; `Partial(Max)` needs `α ≥ 0` | `α·Σx = Σ αx`, `α·max x = max αx` only for `α ≥ 0` |
+//! | activations | `Replicate`, `Shard(d)` | `act(Σx) ≠ Σ act(x)` |
+
+use super::dtensor::{DTensor, Placement};
+use crate::device::LocalTensor;
+use crate::element::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::kernels::{self, Activation};
+
+fn expect_f32(op: &'static str, x: &DTensor) -> Result<()> {
+    if x.dtype() != DType::F32 {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got: x.dtype(),
+        });
+    }
+    Ok(())
+}
+
+/// Both operands on one mesh, of one shape and one placement.
+fn expect_alike(op: &'static str, a: &DTensor, b: &DTensor) -> Result<()> {
+    if !a.mesh().same_as(b.mesh()) {
+        return Err(Error::invalid(op, "the operands live on different meshes"));
+    }
+    if a.shape() != b.shape() {
+        return Err(Error::shape(op, a.shape(), b.shape()));
+    }
+    if a.placement() != b.placement() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the operands must be placed alike, got {:?} and {:?}",
+                a.placement(),
+                b.placement()
+            ),
+        ));
+    }
+    expect_f32(op, a)?;
+    expect_f32(op, b)
+}
+
+/// Activations are only exact on tensors whose shards hold logical elements.
+fn expect_not_partial(op: &'static str, x: &DTensor) -> Result<()> {
+    if let Placement::Partial(_) = x.placement() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "a non-linear function of a {:?} tensor is not the function of its value; \
+                 redistribute to Replicate or Shard first",
+                x.placement()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl DTensor {
+    /// Apply `f` to every rank's shard (same shape and placement).
+    fn map_shards(&self, f: impl Fn(usize) -> Result<LocalTensor>) -> Result<DTensor> {
+        let shards = (0..self.shards().len())
+            .map(f)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.with_shards(shards, self.shape().to_vec(), self.placement()))
+    }
+
+    /// `self + other`, element-wise (a residual connection). Both must be f32
+    /// on the same mesh with the same shape and placement; `Partial(Sum)`
+    /// operands add their partial sums, `Partial(Max)` ones are refused.
+    /// Communicates nothing.
+    pub fn add(&self, other: &DTensor) -> Result<DTensor> {
+        const OP: &str = "DTensor::add";
+        expect_alike(OP, self, other)?;
+        if self.placement() == Placement::Partial(ReduceOp::Max) {
+            return Err(Error::invalid(
+                OP,
+                "a sum of two Partial(Max) tensors is not the maximum of sums; \
+                 redistribute to Replicate first",
+            ));
+        }
+        self.map_shards(|r| kernels::add(&self.shards()[r], &other.shards()[r]))
+    }
+
+    /// `alpha · self`, element-wise, on any placement (`alpha ≥ 0` for
+    /// `Partial(Max)`; `alpha` must not be NaN). Communicates nothing.
+    pub fn scale(&self, alpha: f32) -> Result<DTensor> {
+        const OP: &str = "DTensor::scale";
+        expect_f32(OP, self)?;
+        if alpha.is_nan() {
+            return Err(Error::invalid(OP, "alpha is NaN"));
+        }
+        if self.placement() == Placement::Partial(ReduceOp::Max) && alpha < 0.0 {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "scaling a Partial(Max) tensor by {alpha} < 0 would turn maxima into minima"
+                ),
+            ));
+        }
+        self.map_shards(|r| kernels::scale(&self.shards()[r], alpha))
+    }
+
+    /// `act(self)`, element-wise, for a `Replicate` or `Shard(d)` f32 tensor.
+    /// Communicates nothing.
+    pub fn activation(&self, act: Activation) -> Result<DTensor> {
+        const OP: &str = "DTensor::activation";
+        expect_f32(OP, self)?;
+        expect_not_partial(OP, self)?;
+        self.map_shards(|r| kernels::activation(&self.shards()[r], act))
+    }
+
+    /// `dy · act'(self)`, where `self` is the activation's input and `dy` the
+    /// gradient of its output: both f32, `Replicate` or `Shard(d)`, placed and
+    /// shaped alike. Communicates nothing.
+    pub fn activation_backward(&self, dy: &DTensor, act: Activation) -> Result<DTensor> {
+        const OP: &str = "DTensor::activation_backward";
+        expect_alike(OP, self, dy)?;
+        expect_not_partial(OP, self)?;
+        self.map_shards(|r| kernels::activation_backward(&self.shards()[r], &dy.shards()[r], act))
+    }
+}
