@@ -34,6 +34,7 @@ mod kernels_embedding;
 mod kernels_gemm;
 mod nn_dropout;
 mod nn_embedding_ce;
+mod nn_gpt;
 mod nn_linear;
 mod nn_model;
 mod nn_norm;

@@ -8,6 +8,8 @@ use std::sync::{Mutex, OnceLock};
 
 use wgpu_tp::Mesh;
 
+pub mod transformer;
+
 /// World sizes every parallel test covers.
 pub const WORLD_SIZES: &[usize] = &[1, 2, 3, 4, 8];
 

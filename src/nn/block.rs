@@ -1,0 +1,137 @@
+//! [`TransformerBlock`]: GPT-2's pre-LN block,
+//! `h = x + attn(ln_1(x))`, then `y = h + mlp(ln_2(h))`.
+//!
+//! Plain: `x` and `y` are `Replicate`; two all-reduces forward (in
+//! `attn.c_proj` and `mlp.c_proj`) and two backward (in `attn.c_attn` and
+//! `mlp.c_fc`). Sequence-parallel: `x`, `y`, the norms and the residuals are
+//! `Shard(0)` along tokens; the column layers all-gather the tokens and the
+//! row layers reduce-scatter them (two pairs each way), and the norms'
+//! parameter gradients are all-reduced before an optimiser uses them.
+
+use super::attention::{AttentionConfig, KvCache, ParallelSelfAttention};
+use super::init::{Init, InitRng};
+use super::mlp::{MlpConfig, ParallelMlp};
+use super::norm::{LayerNorm, NormConfig};
+use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
+use crate::device::Mesh;
+use crate::error::Result;
+use crate::kernels::Activation;
+use crate::tensor::DTensor;
+
+/// Settings of a [`TransformerBlock`].
+#[derive(Clone, Copy, Debug)]
+pub struct BlockConfig {
+    /// Model width.
+    pub hidden: usize,
+    /// Attention heads (need not divide by the world size).
+    pub heads: usize,
+    /// Feed-forward width (GPT-2: 4 × hidden).
+    pub ffn: usize,
+    /// The feed-forward activation.
+    pub activation: Activation,
+    /// LayerNorm epsilon.
+    pub eps: f32,
+    /// Weight initialiser.
+    pub init: Init,
+    /// Initialiser of both output projections (GPT-2: std 0.02/√(2·layers)).
+    pub proj_init: Init,
+    /// Sequence parallelism (see the module docs).
+    pub sequence_parallel: bool,
+}
+
+impl BlockConfig {
+    /// GPT-2 defaults: ffn 4·hidden, GELU, eps 1e-5, N(0, 0.02²).
+    pub fn new(hidden: usize, heads: usize) -> Self {
+        BlockConfig {
+            hidden,
+            heads,
+            ffn: 4 * hidden,
+            activation: Activation::Gelu,
+            eps: 1e-5,
+            init: Init::default(),
+            proj_init: Init::default(),
+            sequence_parallel: false,
+        }
+    }
+}
+
+/// Pre-LN attention + MLP with residuals.
+#[derive(Debug)]
+pub struct TransformerBlock {
+    /// Norm before attention.
+    pub ln_1: LayerNorm,
+    /// Self-attention, heads split over ranks.
+    pub attn: ParallelSelfAttention,
+    /// Norm before the MLP.
+    pub ln_2: LayerNorm,
+    /// Feed-forward pair.
+    pub mlp: ParallelMlp,
+    config: BlockConfig,
+}
+
+impl TransformerBlock {
+    /// A block initialised from `rng` (attention, then MLP).
+    pub fn new(mesh: &Mesh, config: BlockConfig, rng: &mut InitRng) -> Result<Self> {
+        let sp = config.sequence_parallel;
+        let mut norm = NormConfig::new(config.hidden);
+        norm.eps = config.eps;
+        let mut attn = AttentionConfig::new(config.hidden, config.heads);
+        (attn.init, attn.proj_init, attn.sequence_parallel) = (config.init, config.proj_init, sp);
+        let mut mlp = MlpConfig::new(config.hidden, config.ffn);
+        (mlp.init, mlp.proj_init, mlp.sequence_parallel) = (config.init, config.proj_init, sp);
+        mlp.activation = config.activation;
+        Ok(TransformerBlock {
+            ln_1: LayerNorm::new(mesh, norm)?,
+            attn: ParallelSelfAttention::new(mesh, attn, rng)?,
+            ln_2: LayerNorm::new(mesh, norm)?,
+            mlp: ParallelMlp::new(mesh, mlp, rng)?,
+            config,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &BlockConfig {
+        &self.config
+    }
+
+    /// `x` `[batch·seq, hidden]` → the same shape and placement.
+    pub fn forward(&mut self, x: &DTensor, seq: usize) -> Result<DTensor> {
+        let a = self.attn.forward(&self.ln_1.forward(x)?, seq)?;
+        let h = x.add(&a)?;
+        let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
+        h.add(&m)
+    }
+
+    /// One step of cached decoding of one sequence: `x` `[new, hidden]`
+    /// holds the new tokens (see [`ParallelSelfAttention::decode`]).
+    pub fn decode(&mut self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
+        let a = self.attn.decode(&self.ln_1.forward(x)?, cache)?;
+        let h = x.add(&a)?;
+        let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
+        h.add(&m)
+    }
+
+    /// Gradient of the output → gradient of the input.
+    pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
+        let d_h = dy.add(&self.ln_2.backward(&self.mlp.backward(dy)?)?)?;
+        d_h.add(&self.ln_1.backward(&self.attn.backward(&d_h)?)?)
+    }
+}
+
+impl Module for TransformerBlock {
+    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+        let mut v = prefixed("ln_1", self.ln_1.named_parameters());
+        v.extend(prefixed("attn", self.attn.named_parameters()));
+        v.extend(prefixed("ln_2", self.ln_2.named_parameters()));
+        v.extend(prefixed("mlp", self.mlp.named_parameters()));
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+        let mut v = prefixed_mut("ln_1", self.ln_1.named_parameters_mut());
+        v.extend(prefixed_mut("attn", self.attn.named_parameters_mut()));
+        v.extend(prefixed_mut("ln_2", self.ln_2.named_parameters_mut()));
+        v.extend(prefixed_mut("mlp", self.mlp.named_parameters_mut()));
+        v
+    }
+}

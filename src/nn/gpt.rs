@@ -1,0 +1,285 @@
+//! [`Gpt`]: GPT-2's structure and naming on P ranks.
+//!
+//! `wte` (vocab-parallel) + `wpe` (replicated) → `h.{i}` ([`TransformerBlock`])
+//! → `ln_f` → an output head **tied** to `wte` (each rank multiplies by its
+//! own vocab rows, giving vocab-sharded logits; the head's and the
+//! embedding's gradients accumulate into the one `wte.weight` gradient) →
+//! [`VocabParallelCrossEntropy`]. Weights are `[out, in]` (PyTorch
+//! `nn.Linear`), `c_attn` rows `[q; k; v]` with heads contiguous inside, so a
+//! serial safetensors checkpoint in this naming loads at any P.
+//!
+//! Tokens are batch-major, `[batch·seq]`, positions `0..seq` per sequence.
+//! Per step: forward `2·layers + 4` all-reduces (embedding, two per block,
+//! three in the loss), backward `2·layers + 1` (two per block, the head).
+//! With sequence parallelism the embedding output is split along tokens
+//! (no communication; its backward all-gathers), each block's all-reduces
+//! become all-gather / reduce-scatter pairs, and the head gathers the tokens
+//! (its backward reduce-scatters).
+
+use super::block::{BlockConfig, TransformerBlock};
+use super::cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
+use super::embedding::{Embedding, EmbeddingConfig, VocabParallelEmbedding};
+use super::init::{Init, InitRng};
+use super::norm::{LayerNorm, NormConfig};
+use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
+use crate::device::Mesh;
+use crate::element::ReduceOp;
+use crate::error::{Error, Result};
+use crate::kernels::{self, Activation, GemmOptions};
+use crate::tensor::{DTensor, Mapping, Placement};
+
+/// Sizes and settings of a [`Gpt`].
+#[derive(Clone, Copy, Debug)]
+pub struct GptConfig {
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Longest sequence (rows of `wpe`).
+    pub n_ctx: usize,
+    /// Model width.
+    pub hidden: usize,
+    /// Attention heads (need not divide by the world size).
+    pub heads: usize,
+    /// Number of blocks.
+    pub layers: usize,
+    /// Feed-forward width.
+    pub ffn: usize,
+    /// Feed-forward activation.
+    pub activation: Activation,
+    /// LayerNorm epsilon.
+    pub eps: f32,
+    /// Sequence parallelism: between the embedding and the head, activations
+    /// are split along tokens (`Shard(0)`); see [`TransformerBlock`].
+    pub sequence_parallel: bool,
+}
+
+impl GptConfig {
+    /// GPT-2 defaults for the given sizes: ffn 4·hidden, GELU, eps 1e-5.
+    pub fn new(vocab: usize, n_ctx: usize, hidden: usize, heads: usize, layers: usize) -> Self {
+        GptConfig {
+            vocab,
+            n_ctx,
+            hidden,
+            heads,
+            layers,
+            ffn: 4 * hidden,
+            activation: Activation::Gelu,
+            eps: 1e-5,
+            sequence_parallel: false,
+        }
+    }
+}
+
+/// What forward keeps for the head's backward.
+#[derive(Debug)]
+struct Saved {
+    /// `ln_f`'s output, `Replicate`.
+    h: DTensor,
+}
+
+/// A GPT-2-style language model with tensor-parallel blocks.
+#[derive(Debug)]
+pub struct Gpt {
+    /// Token embedding, vocab-parallel; also the output head.
+    pub wte: VocabParallelEmbedding,
+    /// Position embedding, replicated.
+    pub wpe: Embedding,
+    /// The blocks.
+    pub h: Vec<TransformerBlock>,
+    /// Final norm.
+    pub ln_f: LayerNorm,
+    loss: VocabParallelCrossEntropy,
+    config: GptConfig,
+    saved: Option<Saved>,
+}
+
+impl Gpt {
+    /// A model whose master weights are drawn from `seed` (the same for every
+    /// world size): N(0, 0.02²) everywhere, the residual projections
+    /// N(0, (0.02/√(2·layers))²), as GPT-2.
+    pub fn new(mesh: &Mesh, config: GptConfig, seed: u64) -> Result<Self> {
+        const OP: &str = "Gpt::new";
+        if config.layers == 0 || config.n_ctx == 0 || config.vocab == 0 {
+            return Err(Error::invalid(
+                OP,
+                "vocab, n_ctx and layers must be at least 1",
+            ));
+        }
+        let mut rng = InitRng::new(seed);
+        let wte = VocabParallelEmbedding::new(
+            mesh,
+            EmbeddingConfig::new(config.vocab, config.hidden),
+            &mut rng,
+        )?;
+        let wpe = Embedding::new(
+            mesh,
+            EmbeddingConfig::new(config.n_ctx, config.hidden),
+            &mut rng,
+        )?;
+        let mut block = BlockConfig::new(config.hidden, config.heads);
+        (block.ffn, block.activation, block.eps) = (config.ffn, config.activation, config.eps);
+        block.sequence_parallel = config.sequence_parallel;
+        let std = 0.02 / (2.0 * config.layers as f32).sqrt();
+        block.proj_init = Init::Normal { mean: 0.0, std };
+        let h = (0..config.layers)
+            .map(|_| TransformerBlock::new(mesh, block, &mut rng))
+            .collect::<Result<Vec<_>>>()?;
+        let mut norm = NormConfig::new(config.hidden);
+        norm.eps = config.eps;
+        let loss = VocabParallelCrossEntropy::new(CrossEntropyConfig {
+            reduction: Reduction::Mean,
+            ..Default::default()
+        })?;
+        Ok(Gpt {
+            wte,
+            wpe,
+            h,
+            ln_f: LayerNorm::new(mesh, norm)?,
+            loss,
+            config,
+            saved: None,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &GptConfig {
+        &self.config
+    }
+
+    /// Forget what the last forward saved (generation runs forward only).
+    pub(super) fn clear_saved(&mut self) {
+        self.saved = None;
+    }
+
+    /// Token ids `[batch·seq]` → logits `[batch·seq, vocab]`, `Shard(1)`
+    /// (each rank its vocab rows). Saves what [`Gpt::backward`] needs.
+    pub fn logits(&mut self, ids: &[i32], seq: usize) -> Result<DTensor> {
+        const OP: &str = "Gpt::logits";
+        if seq == 0 || seq > self.config.n_ctx || !ids.len().is_multiple_of(seq) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "{} ids are not whole sequences of {seq} (1 ≤ seq ≤ n_ctx = {})",
+                    ids.len(),
+                    self.config.n_ctx
+                ),
+            ));
+        }
+        let positions: Vec<i32> = (0..ids.len()).map(|i| (i % seq) as i32).collect();
+        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        if self.config.sequence_parallel {
+            x = Mapping::ScatterToParallel(0).forward(&x)?;
+        }
+        for block in &mut self.h {
+            x = block.forward(&x, seq)?;
+        }
+        let x = self.ln_f.forward(&x)?;
+        let (h, logits) = self.head(&x)?;
+        self.saved = Some(Saved { h });
+        Ok(logits)
+    }
+
+    /// How the head's input reaches every rank: as is, or gathered along
+    /// tokens with sequence parallelism (backward: reduce-scatter).
+    fn head_input(&self) -> Mapping {
+        if self.config.sequence_parallel {
+            Mapping::AllGatherToParallel(0)
+        } else {
+            Mapping::CopyToParallel
+        }
+    }
+
+    /// The tied output head: `x` `[tokens, hidden]` (`Replicate`) times each
+    /// rank's `wte` rows → (`x` as the head saw it, logits `Shard(1)`).
+    pub(super) fn head(&self, x: &DTensor) -> Result<(DTensor, DTensor)> {
+        let h = self.head_input().forward(x)?;
+        let table = &self.wte.weight().value;
+        let opts = GemmOptions {
+            trans_b: true,
+            ..Default::default()
+        };
+        let logits = h
+            .shards()
+            .iter()
+            .zip(table.shards())
+            .map(|(h, e)| kernels::gemm(h, e, opts))
+            .collect::<Result<Vec<_>>>()?;
+        let shape = vec![x.shape()[0], self.config.vocab];
+        let logits = table.with_shards(logits, shape, Placement::Shard(1));
+        Ok((h, logits))
+    }
+
+    /// Forward to the mean next-token loss (`[1]`, replicated) of `ids`
+    /// against `targets` (both `[batch·seq]`).
+    pub fn forward(&mut self, ids: &[i32], targets: &[i32], seq: usize) -> Result<DTensor> {
+        if ids.len() != targets.len() {
+            return Err(Error::shape("Gpt::forward", [ids.len()], [targets.len()]));
+        }
+        let logits = self.logits(ids, seq)?;
+        self.loss.forward(&logits, targets)
+    }
+
+    /// Backward from the loss; accumulates every parameter's gradient.
+    pub fn backward(&mut self) -> Result<()> {
+        const OP: &str = "Gpt::backward";
+        let saved = self
+            .saved
+            .take()
+            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
+        let dlogits = self.loss.backward(None)?;
+        let table = self.wte.weight().value.clone();
+        let mut d_wte = Vec::with_capacity(table.shards().len());
+        let mut d_h = Vec::with_capacity(table.shards().len());
+        for ((dl, e), h) in dlogits
+            .shards()
+            .iter()
+            .zip(table.shards())
+            .zip(saved.h.shards())
+        {
+            let grad = GemmOptions {
+                trans_a: true,
+                ..Default::default()
+            };
+            d_wte.push(kernels::gemm(dl, h, grad)?);
+            d_h.push(kernels::gemm(dl, e, GemmOptions::default())?);
+        }
+        // The tied head's gradient joins the embedding's in `wte.weight`.
+        let d_wte = table.with_shards(d_wte, table.shape().to_vec(), table.placement());
+        self.wte.weight_mut().accumulate_grad(d_wte)?;
+        let d_h = saved.h.with_shards(
+            d_h,
+            saved.h.shape().to_vec(),
+            Placement::Partial(ReduceOp::Sum),
+        );
+        let mut dx = self.ln_f.backward(&self.head_input().backward(&d_h)?)?;
+        for block in self.h.iter_mut().rev() {
+            dx = block.backward(&dx)?;
+        }
+        if self.config.sequence_parallel {
+            dx = Mapping::ScatterToParallel(0).backward(&dx)?;
+        }
+        self.wpe.backward(&dx)?;
+        self.wte.backward(&dx)
+    }
+}
+
+impl Module for Gpt {
+    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+        let mut v = prefixed("wte", self.wte.named_parameters());
+        v.extend(prefixed("wpe", self.wpe.named_parameters()));
+        for (i, b) in self.h.iter().enumerate() {
+            v.extend(prefixed(&format!("h.{i}"), b.named_parameters()));
+        }
+        v.extend(prefixed("ln_f", self.ln_f.named_parameters()));
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+        let mut v = prefixed_mut("wte", self.wte.named_parameters_mut());
+        v.extend(prefixed_mut("wpe", self.wpe.named_parameters_mut()));
+        for (i, b) in self.h.iter_mut().enumerate() {
+            v.extend(prefixed_mut(&format!("h.{i}"), b.named_parameters_mut()));
+        }
+        v.extend(prefixed_mut("ln_f", self.ln_f.named_parameters_mut()));
+        v
+    }
+}

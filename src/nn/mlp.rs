@@ -1,0 +1,126 @@
+//! [`ParallelMlp`]: the transformer's feed-forward pair, `c_fc`
+//! (column-parallel, `hidden → ffn`, no gather) → activation on each rank's
+//! slice → `c_proj` (row-parallel, `ffn → hidden`). One all-reduce forward
+//! (in `c_proj`), one backward (in `c_fc`); with sequence parallelism the
+//! all-gather / reduce-scatter pair instead.
+
+use super::init::{Init, InitRng};
+use super::linear::{
+    ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
+};
+use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
+use crate::device::Mesh;
+use crate::error::{Error, Result};
+use crate::kernels::Activation;
+use crate::tensor::DTensor;
+
+/// Settings of a [`ParallelMlp`].
+#[derive(Clone, Copy, Debug)]
+pub struct MlpConfig {
+    /// Model width.
+    pub hidden: usize,
+    /// Inner width (split over ranks; need not divide).
+    pub ffn: usize,
+    /// The activation between the two layers.
+    pub activation: Activation,
+    /// Whether both layers have biases.
+    pub bias: bool,
+    /// Initialiser of `c_fc`'s weight.
+    pub init: Init,
+    /// Initialiser of `c_proj`'s weight (GPT-2 scales it by 1/√(2·layers)).
+    pub proj_init: Init,
+    /// Sequence parallelism: input and output `Shard(0)` (tokens).
+    pub sequence_parallel: bool,
+}
+
+impl MlpConfig {
+    /// GELU, biases on, N(0, 0.02²) weights, no sequence parallelism.
+    pub fn new(hidden: usize, ffn: usize) -> Self {
+        MlpConfig {
+            hidden,
+            ffn,
+            activation: Activation::Gelu,
+            bias: true,
+            init: Init::default(),
+            proj_init: Init::default(),
+            sequence_parallel: false,
+        }
+    }
+}
+
+/// Column → activation → row.
+#[derive(Debug)]
+pub struct ParallelMlp {
+    /// Up projection, column-parallel.
+    pub c_fc: ColumnParallelLinear,
+    /// Down projection, row-parallel.
+    pub c_proj: RowParallelLinear,
+    config: MlpConfig,
+    saved_pre_act: Option<DTensor>,
+}
+
+impl ParallelMlp {
+    /// A layer initialised from `rng` (c_fc first, then c_proj).
+    pub fn new(mesh: &Mesh, config: MlpConfig, rng: &mut InitRng) -> Result<Self> {
+        let mut c_fc = ColumnParallelConfig::new(config.hidden, config.ffn);
+        (c_fc.bias, c_fc.init) = (config.bias, config.init);
+        c_fc.sequence_parallel = config.sequence_parallel;
+        let mut c_proj = RowParallelConfig::new(config.ffn, config.hidden);
+        (c_proj.bias, c_proj.init) = (config.bias, config.proj_init);
+        c_proj.sequence_parallel = config.sequence_parallel;
+        Ok(ParallelMlp {
+            c_fc: ColumnParallelLinear::new(mesh, c_fc, rng)?,
+            c_proj: RowParallelLinear::new(mesh, c_proj, rng)?,
+            config,
+            saved_pre_act: None,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &MlpConfig {
+        &self.config
+    }
+
+    /// `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)` with sequence
+    /// parallelism) → the same shape and placement.
+    pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
+        let pre = self.c_fc.forward(x)?;
+        let act = pre.activation(self.config.activation)?;
+        let y = self.c_proj.forward(&act)?;
+        self.saved_pre_act = Some(pre);
+        Ok(y)
+    }
+
+    /// Gradient of the output → gradient of the input; accumulates every
+    /// parameter's gradient.
+    pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
+        const OP: &str = "ParallelMlp::backward";
+        let pre = self
+            .saved_pre_act
+            .take()
+            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
+        let d_act = match self.c_proj.backward(dy) {
+            Ok(g) => g,
+            Err(e) => {
+                self.saved_pre_act = Some(pre);
+                return Err(e);
+            }
+        };
+        let d_pre = pre.activation_backward(&d_act, self.config.activation)?;
+        self.c_fc.backward(&d_pre)
+    }
+}
+
+impl Module for ParallelMlp {
+    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
+        let mut v = prefixed("c_fc", self.c_fc.named_parameters());
+        v.extend(prefixed("c_proj", self.c_proj.named_parameters()));
+        v
+    }
+
+    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
+        let mut v = prefixed_mut("c_fc", self.c_fc.named_parameters_mut());
+        v.extend(prefixed_mut("c_proj", self.c_proj.named_parameters_mut()));
+        v
+    }
+}
