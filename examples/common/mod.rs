@@ -1,0 +1,69 @@
+//! Helpers the examples share: parity errors, a loss sparkline, byte sizes,
+//! and the environment set-up every example wants.
+
+#![allow(dead_code)]
+
+/// Norm-wise relative error of `got` against `want` (infinite on a length
+/// mismatch or a non-finite value).
+pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    if got.len() != want.len() || got.iter().any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        let d = *g as f64 - *w as f64;
+        num += d * d;
+        den += (*w as f64) * (*w as f64);
+    }
+    num.sqrt() / den.sqrt().max(1e-30)
+}
+
+/// A one-line chart of `values`.
+pub fn sparkline(values: &[f32]) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let lo = values.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    values
+        .iter()
+        .map(|&v| {
+            let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.0 };
+            BARS[((t * 7.0).round() as usize).min(7)]
+        })
+        .collect()
+}
+
+/// `b` bytes as B / KiB / MiB.
+pub fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// Give Vulkan loaders the `XDG_RUNTIME_DIR` they warn without. Call first
+/// thing in `main`, before any thread starts.
+pub fn quiet_vulkan_loader() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let dir = std::env::temp_dir().join("wgpu-tp-xdg");
+        let _ = std::fs::create_dir_all(&dir);
+        // SAFETY: called before any other thread exists.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", dir) };
+    }
+}
+
+/// Print what each collective moved in `stats`.
+pub fn print_comm(stats: &wgpu_tp::CommStats) {
+    if stats.is_empty() {
+        println!("  none (one rank)");
+    }
+    for (kind, c) in stats {
+        println!(
+            "  {:<14} {:>3} calls  {:>10} total ({} per call)",
+            format!("{kind:?}"),
+            c.calls,
+            human_bytes(c.bytes),
+            human_bytes(c.bytes / c.calls.max(1))
+        );
+    }
+}
