@@ -318,3 +318,51 @@ fn gpt2_names_and_checkpoints_move_between_world_sizes() {
         );
     }
 }
+
+#[test]
+fn dropout_gives_the_same_numbers_at_any_world_size_p1_3_4() {
+    let mut rng = Rng::fresh("gpt_dropout");
+    let seed = rng.next_u64();
+    let ids: Vec<i32> = (0..8).map(|_| rng.below(11) as i32).collect();
+    let targets: Vec<i32> = (0..8).map(|_| rng.below(11) as i32).collect();
+    let mut cfg = config(false);
+    cfg.dropout = 0.25;
+    let mut serial: Option<(f32, BTreeMap<String, Vec<f32>>)> = None;
+    for p in [1, 3, 4] {
+        for sp in [false, true] {
+            let what = format!("dropout P={p} sp={sp}");
+            let m = crate::util::mesh(p);
+            let mut gpt = Gpt::new(
+                &m,
+                GptConfig {
+                    sequence_parallel: sp,
+                    ..cfg
+                },
+                seed,
+            )
+            .unwrap();
+            gpt.set_mode(true, 5);
+            let loss = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
+            gpt.backward().unwrap();
+            let grads = master_grads(&gpt);
+            // Another step draws other masks; evaluation mode draws none.
+            gpt.zero_grad();
+            gpt.set_mode(true, 6);
+            let other = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
+            gpt.set_mode(false, 5);
+            let eval = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
+            assert_ne!(loss, other, "{what}: step 6 vs step 5");
+            assert_ne!(loss, eval, "{what}: training vs evaluation");
+            match &serial {
+                None => serial = Some((loss, grads)),
+                Some((l1, g1)) => {
+                    assert_close(&format!("{what} loss vs P=1"), &[loss], &[*l1 as f64], TOL);
+                    for (name, g) in &grads {
+                        let w: Vec<f64> = g1[name].iter().map(|&v| v as f64).collect();
+                        assert_close(&format!("{what} d{name} vs P=1"), g, &w, TOL);
+                    }
+                }
+            }
+        }
+    }
+}

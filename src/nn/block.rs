@@ -7,8 +7,11 @@
 //! `Shard(0)` along tokens; the column layers all-gather the tokens and the
 //! row layers reduce-scatter them (two pairs each way), and the norms'
 //! parameter gradients are all-reduced before an optimiser uses them.
+//! Residual dropout (off by default) draws masks from the logical element
+//! index, so a block with dropout on gives the same numbers at any P.
 
 use super::attention::{AttentionConfig, KvCache, ParallelSelfAttention};
+use super::dropout::{Dropout, DropoutConfig};
 use super::init::{Init, InitRng};
 use super::mlp::{MlpConfig, ParallelMlp};
 use super::norm::{LayerNorm, NormConfig};
@@ -37,6 +40,13 @@ pub struct BlockConfig {
     pub proj_init: Init,
     /// Sequence parallelism (see the module docs).
     pub sequence_parallel: bool,
+    /// Residual dropout after attention and after the MLP (GPT-2's
+    /// `resid_pdrop`); 0 turns it off.
+    pub dropout: f32,
+    /// Seed of the dropout masks.
+    pub dropout_seed: u64,
+    /// Dropout layer id of the attention branch; the MLP branch uses the next.
+    pub dropout_layer: u32,
 }
 
 impl BlockConfig {
@@ -51,6 +61,9 @@ impl BlockConfig {
             init: Init::default(),
             proj_init: Init::default(),
             sequence_parallel: false,
+            dropout: 0.0,
+            dropout_seed: 0,
+            dropout_layer: 0,
         }
     }
 }
@@ -66,6 +79,10 @@ pub struct TransformerBlock {
     pub ln_2: LayerNorm,
     /// Feed-forward pair.
     pub mlp: ParallelMlp,
+    /// Dropout of the attention branch.
+    pub drop_attn: Dropout,
+    /// Dropout of the MLP branch.
+    pub drop_mlp: Dropout,
     config: BlockConfig,
 }
 
@@ -80,11 +97,20 @@ impl TransformerBlock {
         let mut mlp = MlpConfig::new(config.hidden, config.ffn);
         (mlp.init, mlp.proj_init, mlp.sequence_parallel) = (config.init, config.proj_init, sp);
         mlp.activation = config.activation;
+        let drop = |layer| {
+            Dropout::new(DropoutConfig {
+                p: config.dropout,
+                seed: config.dropout_seed,
+                layer,
+            })
+        };
         Ok(TransformerBlock {
             ln_1: LayerNorm::new(mesh, norm)?,
             attn: ParallelSelfAttention::new(mesh, attn, rng)?,
             ln_2: LayerNorm::new(mesh, norm)?,
             mlp: ParallelMlp::new(mesh, mlp, rng)?,
+            drop_attn: drop(config.dropout_layer)?,
+            drop_mlp: drop(config.dropout_layer + 1)?,
             config,
         })
     }
@@ -97,24 +123,39 @@ impl TransformerBlock {
     /// `x` `[batch·seq, hidden]` → the same shape and placement.
     pub fn forward(&mut self, x: &DTensor, seq: usize) -> Result<DTensor> {
         let a = self.attn.forward(&self.ln_1.forward(x)?, seq)?;
-        let h = x.add(&a)?;
+        let h = x.add(&self.drop_attn.forward(&a)?)?;
         let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
-        h.add(&m)
+        h.add(&self.drop_mlp.forward(&m)?)
+    }
+
+    /// Training mode (dropout on) or evaluation mode (off), and the step
+    /// that keys the dropout masks.
+    pub fn set_mode(&mut self, training: bool, step: u64) {
+        for d in [&mut self.drop_attn, &mut self.drop_mlp] {
+            if training {
+                d.train()
+            } else {
+                d.eval()
+            }
+            d.set_step(step);
+        }
     }
 
     /// One step of cached decoding of one sequence: `x` `[new, hidden]`
     /// holds the new tokens (see [`ParallelSelfAttention::decode`]).
     pub fn decode(&mut self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
         let a = self.attn.decode(&self.ln_1.forward(x)?, cache)?;
-        let h = x.add(&a)?;
+        let h = x.add(&self.drop_attn.forward(&a)?)?;
         let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
-        h.add(&m)
+        h.add(&self.drop_mlp.forward(&m)?)
     }
 
     /// Gradient of the output → gradient of the input.
     pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
-        let d_h = dy.add(&self.ln_2.backward(&self.mlp.backward(dy)?)?)?;
-        d_h.add(&self.ln_1.backward(&self.attn.backward(&d_h)?)?)
+        let dm = self.mlp.backward(&self.drop_mlp.backward(dy)?)?;
+        let d_h = dy.add(&self.ln_2.backward(&dm)?)?;
+        let da = self.attn.backward(&self.drop_attn.backward(&d_h)?)?;
+        d_h.add(&self.ln_1.backward(&da)?)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::device::LocalTensor;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, CrossEntropyOptions, VocabShard};
-use crate::shard::split_range;
+use crate::shard::split_range_in_units;
 use crate::tensor::{DTensor, Placement};
 
 /// How per-row losses are combined.
@@ -157,7 +157,7 @@ impl VocabParallelCrossEntropy {
             label_smoothing: self.config.label_smoothing,
         };
         let shard = |r: usize| VocabShard {
-            start: split_range(vocab, p, r).start,
+            start: split_range_in_units(vocab, p, r, logits.shard_unit()).start,
             valid_vocab,
         };
         let z = logits.shards();
@@ -305,7 +305,7 @@ impl VocabParallelCrossEntropy {
                     &s.targets[r],
                     &row_scale[r],
                     VocabShard {
-                        start: split_range(vocab, p, r).start,
+                        start: split_range_in_units(vocab, p, r, logits.shard_unit()).start,
                         valid_vocab: s.valid_vocab,
                     },
                     &opts,

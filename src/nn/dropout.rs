@@ -22,8 +22,8 @@ use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::dropout::{PhiloxKey, ShardWindow, dropout};
-use crate::shard::split_range;
-use crate::tensor::{DTensor, Placement, local_shape};
+use crate::shard::split_range_in_units;
+use crate::tensor::{DTensor, Placement, local_shape_in_units};
 
 /// Settings of a [`Dropout`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,7 +89,7 @@ fn masked(x: &DTensor, p: f32, key: PhiloxKey) -> Result<DTensor> {
             let window = match x.placement() {
                 Placement::Shard(d) => Some(ShardWindow {
                     dim: d,
-                    start: split_range(x.shape()[d], size, r).start,
+                    start: split_range_in_units(x.shape()[d], size, r, x.shard_unit()).start,
                     total: x.shape()[d],
                 }),
                 // Replicate and Partial shards are full-shape: the mask
@@ -110,12 +110,12 @@ fn zeros_like(x: &DTensor) -> Result<DTensor> {
         .iter()
         .map(|r| {
             r.zeros(
-                &local_shape(x.shape(), x.placement(), p, r.index()),
+                &local_shape_in_units(x.shape(), x.placement(), p, r.index(), x.shard_unit()),
                 x.dtype(),
             )
         })
         .collect::<Result<Vec<LocalTensor>>>()?;
-    DTensor::from_shards(x.mesh(), shards, x.shape(), x.placement())
+    DTensor::from_shards_in_units(x.mesh(), shards, x.shape(), x.placement(), x.shard_unit())
 }
 
 impl Dropout {

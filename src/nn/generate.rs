@@ -120,7 +120,8 @@ impl Gpt {
     fn decode_step(&mut self, ids: &[i32], caches: &mut [KvCache]) -> Result<Vec<f32>> {
         let past = caches.first().map_or(0, KvCache::len);
         let positions: Vec<i32> = (past..past + ids.len()).map(|p| p as i32).collect();
-        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let mut x = self.drop.forward(&x)?;
         for (block, cache) in self.h.iter_mut().zip(caches.iter_mut()) {
             x = block.decode(&x, cache)?;
         }

@@ -18,6 +18,7 @@
 
 use super::block::{BlockConfig, TransformerBlock};
 use super::cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
+use super::dropout::{Dropout, DropoutConfig};
 use super::embedding::{Embedding, EmbeddingConfig, VocabParallelEmbedding};
 use super::init::{Init, InitRng};
 use super::norm::{LayerNorm, NormConfig};
@@ -50,6 +51,10 @@ pub struct GptConfig {
     /// Sequence parallelism: between the embedding and the head, activations
     /// are split along tokens (`Shard(0)`); see [`TransformerBlock`].
     pub sequence_parallel: bool,
+    /// Dropout of the embeddings and of every residual branch (GPT-2's
+    /// `embd_pdrop` / `resid_pdrop`); 0 (the default) turns it off. Masks
+    /// follow the logical tensors, so P does not change the numbers.
+    pub dropout: f32,
 }
 
 impl GptConfig {
@@ -65,6 +70,7 @@ impl GptConfig {
             activation: Activation::Gelu,
             eps: 1e-5,
             sequence_parallel: false,
+            dropout: 0.0,
         }
     }
 }
@@ -87,6 +93,8 @@ pub struct Gpt {
     pub h: Vec<TransformerBlock>,
     /// Final norm.
     pub ln_f: LayerNorm,
+    /// Dropout of the summed embeddings.
+    pub drop: Dropout,
     loss: VocabParallelCrossEntropy,
     config: GptConfig,
     saved: Option<Saved>,
@@ -117,12 +125,25 @@ impl Gpt {
         )?;
         let mut block = BlockConfig::new(config.hidden, config.heads);
         (block.ffn, block.activation, block.eps) = (config.ffn, config.activation, config.eps);
-        block.sequence_parallel = config.sequence_parallel;
+        (block.sequence_parallel, block.dropout) = (config.sequence_parallel, config.dropout);
+        block.dropout_seed = seed;
         let std = 0.02 / (2.0 * config.layers as f32).sqrt();
         block.proj_init = Init::Normal { mean: 0.0, std };
         let h = (0..config.layers)
-            .map(|_| TransformerBlock::new(mesh, block, &mut rng))
+            .map(|i| {
+                // Layer 0 is the embeddings' dropout; block i uses 2i + 1, 2i + 2.
+                let block = BlockConfig {
+                    dropout_layer: 2 * i as u32 + 1,
+                    ..block
+                };
+                TransformerBlock::new(mesh, block, &mut rng)
+            })
             .collect::<Result<Vec<_>>>()?;
+        let drop = Dropout::new(DropoutConfig {
+            p: config.dropout,
+            seed,
+            layer: 0,
+        })?;
         let mut norm = NormConfig::new(config.hidden);
         norm.eps = config.eps;
         let loss = VocabParallelCrossEntropy::new(CrossEntropyConfig {
@@ -134,6 +155,7 @@ impl Gpt {
             wpe,
             h,
             ln_f: LayerNorm::new(mesh, norm)?,
+            drop,
             loss,
             config,
             saved: None,
@@ -143,6 +165,20 @@ impl Gpt {
     /// The settings.
     pub fn config(&self) -> &GptConfig {
         &self.config
+    }
+
+    /// Training mode (dropout on, at `step`: masks differ between steps and
+    /// repeat for the same step) or evaluation mode (dropout off).
+    pub fn set_mode(&mut self, training: bool, step: u64) {
+        if training {
+            self.drop.train()
+        } else {
+            self.drop.eval()
+        }
+        self.drop.set_step(step);
+        for b in &mut self.h {
+            b.set_mode(training, step);
+        }
     }
 
     /// Forget what the last forward saved (generation runs forward only).
@@ -165,7 +201,8 @@ impl Gpt {
             ));
         }
         let positions: Vec<i32> = (0..ids.len()).map(|i| (i % seq) as i32).collect();
-        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let mut x = self.drop.forward(&x)?;
         if self.config.sequence_parallel {
             x = Mapping::ScatterToParallel(0).forward(&x)?;
         }
@@ -257,6 +294,7 @@ impl Gpt {
         if self.config.sequence_parallel {
             dx = Mapping::ScatterToParallel(0).backward(&dx)?;
         }
+        let dx = self.drop.backward(&dx)?;
         self.wpe.backward(&dx)?;
         self.wte.backward(&dx)
     }
