@@ -1,0 +1,3 @@
+//! Layer 3, `src/comm/`: collectives on both transports.
+
+mod collectives;
