@@ -5,6 +5,7 @@
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
 //!   the single-rank loss and gradient;
+//! - `slicing`: `narrow` and `concat`.
 //!
 //! The optimiser kernels are checked through `nn::optim`.
 
@@ -12,3 +13,4 @@ mod cross_entropy;
 mod elementwise;
 mod embedding;
 mod gemm;
+mod slicing;

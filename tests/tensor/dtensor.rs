@@ -1,24 +1,10 @@
-//! DTensor placements, redistribution and the conjugate mappings: every path
-//! of MATH.md's redistribution table on every world size and on both
-//! transports, with ragged sizes and ranks holding nothing; each mapping's
-//! forward and backward does exactly the communication its table says.
+//! DTensor placements and redistribution: every path of docs/MATH.md's
+//! redistribution table ("Placements and redistribution") on every world size
+//! and on both transports, with ragged sizes and ranks holding nothing; exact
+//! partial sums and maxima; `from_shards` / `from_host` validation.
 
-use crate::util::{
-    Rng, WORLD_SIZES, count_lock, counting_mesh, counting_shared_mesh, mesh, shared_mesh,
-};
-use wgpu_tp::kernels;
-use wgpu_tp::{Collective, DTensor, Mapping, Mesh, Placement, ReduceOp};
-
-fn meshes(p: usize) -> [Mesh; 2] {
-    [mesh(p), shared_mesh(p)]
-}
-
-/// Host-side logical value of `x` under each placement's contract.
-fn check_placement(x: &DTensor, want: &[f32]) {
-    let p = x.mesh().size();
-    let got = x.to_host().unwrap();
-    assert_eq!(got, want, "logical value of {:?} on P={p}", x.placement());
-}
+use crate::util::{Rng, WORLD_SIZES, check_placement, mesh, meshes};
+use wgpu_tp::{DTensor, Placement, ReduceOp};
 
 #[test]
 #[allow(clippy::needless_range_loop)] // d is a dimension index, not only a position
@@ -29,7 +15,7 @@ fn redistribute_every_path_p1_2_3_4_8() {
     // Integer-valued data so sums are exact in any order.
     let data: Vec<f32> = (0..n).map(|_| rng.below(17) as f32 - 8.0).collect();
     for &p in WORLD_SIZES {
-        for m in meshes(p) {
+        for (_, m) in meshes(p) {
             let rep = DTensor::from_host(&m, &shape, &data, Placement::Replicate).unwrap();
             for d in 0..3 {
                 let sh = rep.redistribute(Placement::Shard(d)).unwrap();
@@ -95,125 +81,4 @@ fn from_shards_and_from_host_validate() {
     );
     let ids = DTensor::from_host_i32(&m, &[5], &[1, -2, 3, 4, 5], Placement::Shard(0)).unwrap();
     assert_eq!(ids.to_host_i32().unwrap(), vec![1, -2, 3, 4, 5]);
-}
-
-#[test]
-fn mappings_forward_backward_and_comm() {
-    let mut rng = Rng::fresh("mappings");
-    let shape = [13usize, 11];
-    let n = 13 * 11;
-    let data: Vec<f32> = (0..n).map(|_| rng.below(9) as f32).collect();
-    let _counting = count_lock();
-    for &p in &[2usize, 3, 4, 8] {
-        for m in [counting_mesh(p), counting_shared_mesh(p)] {
-            let rep = DTensor::from_host(&m, &shape, &data, Placement::Replicate).unwrap();
-            let sum =
-                DTensor::from_host(&m, &shape, &data, Placement::Partial(ReduceOp::Sum)).unwrap();
-            let sh = DTensor::from_host(&m, &shape, &data, Placement::Shard(1)).unwrap();
-            let count = |f: &dyn Fn() -> DTensor, kind: Option<Collective>| {
-                m.reset_comm_stats();
-                let out = f();
-                let stats = m.comm_stats();
-                match kind {
-                    None => assert!(stats.is_empty(), "expected no communication, got {stats:?}"),
-                    Some(k) => {
-                        assert_eq!(stats.len(), 1, "{stats:?}");
-                        assert_eq!(stats[&k].calls, 1);
-                    }
-                }
-                out
-            };
-            // f: identity forward, all-reduce backward.
-            let y = count(&|| Mapping::CopyToParallel.forward(&rep).unwrap(), None);
-            check_placement(&y, &data);
-            let dx = count(
-                &|| Mapping::CopyToParallel.backward(&sum).unwrap(),
-                Some(Collective::AllReduce),
-            );
-            check_placement(&dx, &data);
-            // g: all-reduce forward, identity backward (not an all-reduce!).
-            let y = count(
-                &|| Mapping::ReduceFromParallel.forward(&sum).unwrap(),
-                Some(Collective::AllReduce),
-            );
-            check_placement(&y, &data);
-            let dx = count(
-                &|| Mapping::ReduceFromParallel.backward(&rep).unwrap(),
-                None,
-            );
-            assert_eq!(dx.placement(), Placement::Replicate);
-            // scatter / gather.
-            let y = count(
-                &|| Mapping::ScatterToParallel(1).forward(&rep).unwrap(),
-                None,
-            );
-            assert_eq!(y.placement(), Placement::Shard(1));
-            let dx = count(
-                &|| Mapping::ScatterToParallel(1).backward(&sh).unwrap(),
-                Some(Collective::AllGather),
-            );
-            check_placement(&dx, &data);
-            let y = count(
-                &|| Mapping::GatherFromParallel(1).forward(&sh).unwrap(),
-                Some(Collective::AllGather),
-            );
-            check_placement(&y, &data);
-            let dx = count(
-                &|| Mapping::GatherFromParallel(1).backward(&rep).unwrap(),
-                None,
-            );
-            assert_eq!(dx.placement(), Placement::Shard(1));
-            // Sequence parallel pair.
-            let y = count(
-                &|| Mapping::ReduceScatterToParallel(0).forward(&sum).unwrap(),
-                Some(Collective::ReduceScatter),
-            );
-            check_placement(&y, &data);
-            let sh0 = DTensor::from_host(&m, &shape, &data, Placement::Shard(0)).unwrap();
-            let dx = count(
-                &|| Mapping::ReduceScatterToParallel(0).backward(&sh0).unwrap(),
-                Some(Collective::AllGather),
-            );
-            check_placement(&dx, &data);
-            let y = count(
-                &|| Mapping::AllGatherToParallel(0).forward(&sh0).unwrap(),
-                Some(Collective::AllGather),
-            );
-            check_placement(&y, &data);
-            let dx = count(
-                &|| Mapping::AllGatherToParallel(0).backward(&sum).unwrap(),
-                Some(Collective::ReduceScatter),
-            );
-            check_placement(&dx, &data);
-            // Wrong input placement is an error, not a silent wrong answer.
-            assert!(Mapping::ReduceFromParallel.forward(&rep).is_err());
-            assert!(Mapping::CopyToParallel.backward(&rep).is_err());
-        }
-    }
-}
-
-#[test]
-fn layout_kernels_narrow_and_concat() {
-    let m = mesh(1);
-    let r = &m.ranks()[0];
-    let shape = [3usize, 5, 7];
-    let data: Vec<f32> = (0..105).map(|v| v as f32).collect();
-    let x = r.upload(&shape, &data).unwrap();
-    for dim in 0..3 {
-        let d = shape[dim];
-        let a = kernels::narrow(&x, dim, 0, 2).unwrap();
-        let b = kernels::narrow(&x, dim, 2, d - 2).unwrap();
-        let e = kernels::narrow(&x, dim, 1, 0).unwrap();
-        assert_eq!(a.shape()[dim], 2);
-        let whole = kernels::concat(&[&a, &e, &b], dim).unwrap();
-        assert_eq!(
-            whole.to_vec().unwrap(),
-            data,
-            "narrow+concat round trip on dim {dim}"
-        );
-        let want: Vec<f32> = wgpu_tp::tensor::host_narrow(&data, &shape, dim, 2..d);
-        assert_eq!(b.to_vec().unwrap(), want);
-    }
-    assert!(kernels::narrow(&x, 3, 0, 1).is_err());
-    assert!(kernels::narrow(&x, 1, 4, 2).is_err());
 }

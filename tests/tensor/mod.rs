@@ -1,3 +1,6 @@
-//! Layer 4, `src/tensor/`: DTensor placements and the conjugate mappings.
+//! Layer 4, `src/tensor/`: the distributed tensor and the conjugate mappings.
+//! - `dtensor`: placements, redistribution, construction checks;
+//! - `mappings`: each mapping's forward/backward value and communication.
 
 mod dtensor;
+mod mappings;
