@@ -55,6 +55,15 @@ fn software_adapters_are_listed_and_usable() {
             a.info.name, a.info.backend, a.info.device_type
         );
     }
+    let has_software = list
+        .iter()
+        .any(|a| a.info.device_type == wgpu::DeviceType::Cpu);
+    if !has_software && std::env::var_os("CI").is_none() {
+        // A GPU machine without Mesa's software drivers: nothing to check
+        // here (CI always installs them, and there this test must run).
+        eprintln!("[device] skipped: no software adapter on this machine");
+        return;
+    }
     let m = MeshBuilder::new()
         .ranks(2)
         .force_software(true)

@@ -1,6 +1,7 @@
 //! Softmax cross-entropy pieces (one vocab shard, padding columns included)
 //! and the single-rank chain with its gradient, against f64.
 
+use crate::util::reference::{self, widen};
 use crate::util::{Rng, assert_close, mesh};
 use wgpu_tp::kernels::{self, CrossEntropyOptions, VocabShard};
 use wgpu_tp::{Error, LocalTensor, Rank};
@@ -19,50 +20,17 @@ fn owned(shard: VocabShard, vr: usize, t: i32) -> Option<usize> {
         .then_some(j as usize)
 }
 
-/// f64 reference of the whole loss and gradient on one rank with `k` valid
-/// columns of `v` (the rest padding).
-struct Reference {
-    loss: Vec<f64>,
-    grad: Vec<f64>,
-}
-
-fn reference(
+/// The f64 reference loss and gradient with `k` valid columns of `v` (the
+/// rest padding), scaled per row by `scale`.
+fn f64_loss(
     z: &[f32],
-    v: usize,
-    k: usize,
+    (v, k): (usize, usize),
     targets: &[i32],
     scale: &[f32],
     opts: &CrossEntropyOptions,
-) -> Reference {
-    let t_rows = targets.len();
-    let a = opts.label_smoothing as f64;
-    let mut loss = vec![0.0; t_rows];
-    let mut grad = vec![0.0; t_rows * v];
-    for r in 0..t_rows {
-        let row = &z[r * v..r * v + k];
-        let t = targets[r];
-        if opts.ignore_index == Some(t) {
-            continue;
-        }
-        let m = row.iter().map(|&x| x as f64).fold(f64::MIN, f64::max);
-        let s: f64 = row.iter().map(|&x| (x as f64 - m).exp()).sum();
-        let lse = s.ln() + m;
-        let zt = if (0..k as i32).contains(&t) {
-            row[t as usize] as f64
-        } else {
-            0.0
-        };
-        let mean: f64 = row.iter().map(|&x| x as f64).sum::<f64>() / k as f64;
-        loss[r] = (1.0 - a) * (lse - zt) + a * (lse - mean);
-        for j in 0..k {
-            let mut g = (row[j] as f64 - m).exp() / s - a / k as f64;
-            if j as i32 == t {
-                g -= 1.0 - a;
-            }
-            grad[r * v + j] = scale[r] as f64 * g;
-        }
-    }
-    Reference { loss, grad }
+) -> reference::CrossEntropy {
+    let alpha = opts.label_smoothing as f64;
+    reference::cross_entropy(z, (v, k), targets, alpha, opts.ignore_index, &widen(scale))
 }
 
 fn up(r: &Rank, shape: &[usize], v: &[f32]) -> LocalTensor {
@@ -291,7 +259,7 @@ fn sharded_pieces_reduce_to_full_loss() {
     );
     let loss = kernels::ce_loss(&gmax, &gsum, &gtl, Some(&gzs), &tt, k, &opts).unwrap();
     let scale = vec![1.0f32 / 6.0; t_rows];
-    let want = reference(&z, v, k, &targets, &scale, &opts);
+    let want = f64_loss(&z, (v, k), &targets, &scale, &opts);
     assert_close("sharded loss", &loss.to_vec().unwrap(), &want.loss, 1e-5);
     let tscale = up(r, &[t_rows], &scale);
     for (sh, tz) in &shards {
@@ -322,7 +290,7 @@ fn check_full(
     let out = kernels::cross_entropy(&tz, &tt, opts).unwrap();
     let g =
         kernels::cross_entropy_backward(&tz, &tt, &out, &up(r, &[t_rows], scale), opts).unwrap();
-    let want = reference(z, v, v, targets, scale, opts);
+    let want = f64_loss(z, (v, v), targets, scale, opts);
     assert_close(what, &out.loss.to_vec().unwrap(), &want.loss, 1e-5);
     assert_close(what, &g.to_vec().unwrap(), &want.grad, 1e-5);
 }

@@ -1,46 +1,9 @@
 //! Embedding lookup and its deterministic scatter-add backward against f64,
 //! for one rank's shard of rows `[start, start + rows)`.
 
-use crate::util::{Rng, assert_close, mesh};
+use crate::util::reference::{embedding_backward, embedding_lookup};
+use crate::util::{Rng, assert_close, f32_bits, mesh};
 use wgpu_tp::{DType, Error, kernels};
-
-/// f64 lookup: owned ids give their row, others zeros.
-fn lookup_ref(table: &[f32], rows: usize, dim: usize, ids: &[i32], start: i64) -> Vec<f64> {
-    let mut out = vec![0.0; ids.len() * dim];
-    for (i, &id) in ids.iter().enumerate() {
-        let r = id as i64 - start;
-        if (0..rows as i64).contains(&r) {
-            for c in 0..dim {
-                out[i * dim + c] = table[r as usize * dim + c] as f64;
-            }
-        }
-    }
-    out
-}
-
-/// f64 scatter-add onto `acc`.
-fn backward_ref(
-    ids: &[i32],
-    dout: &[f32],
-    rows: usize,
-    dim: usize,
-    start: i64,
-    acc: Option<&[f32]>,
-) -> Vec<f64> {
-    let mut out: Vec<f64> = match acc {
-        Some(a) => a.iter().map(|&v| v as f64).collect(),
-        None => vec![0.0; rows * dim],
-    };
-    for (i, &id) in ids.iter().enumerate() {
-        let r = id as i64 - start;
-        if (0..rows as i64).contains(&r) {
-            for c in 0..dim {
-                out[r as usize * dim + c] += dout[i * dim + c] as f64;
-            }
-        }
-    }
-    out
-}
 
 /// Ids drawn from `[lo, hi)`, so some fall outside the shard (and below 0).
 fn random_ids(rng: &mut Rng, n: usize, lo: i32, hi: i32) -> Vec<i32> {
@@ -79,7 +42,7 @@ fn lookup_matches_f64_with_ids_outside_the_shard() {
         assert_close(
             "lookup",
             &got,
-            &lookup_ref(&table, rows, dim, &ids, start),
+            &embedding_lookup(&table, rows, dim, &ids, start),
             1e-6,
         );
     }
@@ -100,7 +63,7 @@ fn lookup_flattens_multi_dim_ids() {
     assert_close(
         "lookup 2-D ids",
         &out.to_vec().unwrap(),
-        &lookup_ref(&table, rows, dim, &ids, 0),
+        &embedding_lookup(&table, rows, dim, &ids, 0),
         1e-6,
     );
 }
@@ -130,21 +93,24 @@ fn backward_scatter_adds_repeated_ids_deterministically() {
         assert_close(
             "backward",
             &g1,
-            &backward_ref(&ids, &dout, rows, dim, start, None),
+            &embedding_backward(&ids, &dout, (rows, dim), start, None, None),
             1e-5,
         );
         let g2 = kernels::embedding_backward(&ti, &td, rows, start, None)
             .unwrap()
             .to_vec()
             .unwrap();
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&g1), bits(&g2), "backward must be bit-identical");
+        assert_eq!(
+            f32_bits(&g1),
+            f32_bits(&g2),
+            "backward must be bit-identical"
+        );
 
         let ga = kernels::embedding_backward(&ti, &td, rows, start, Some(&ta)).unwrap();
         assert_close(
             "backward + accumulate",
             &ga.to_vec().unwrap(),
-            &backward_ref(&ids, &dout, rows, dim, start, Some(&acc)),
+            &embedding_backward(&ids, &dout, (rows, dim), start, Some(&acc), None),
             1e-5,
         );
         // The accumulator itself is left alone.
@@ -167,7 +133,7 @@ fn backward_accepts_dout_shaped_like_ids() {
     assert_close(
         "backward 3-D dout",
         &g.to_vec().unwrap(),
-        &backward_ref(&ids, &dout, rows, dim, 0, None),
+        &embedding_backward(&ids, &dout, (rows, dim), 0, None, None),
         1e-5,
     );
 }

@@ -4,31 +4,25 @@
 //! counts (13 tokens on 8 ranks: some hold 1; 3 tokens on 4 or 8 ranks: some
 //! hold none): outputs, input gradients and gathered parameter gradients equal
 //! an f64 reference and the non-sequence-parallel layers; communication counts
-//! are exact; `ring_shift` moves each tensor one hop on both transports.
+//! are exact; misconfigurations are clear errors. (The ring step itself:
+//! `comm::ring`.)
 
-use crate::util::reference::{gemm, linear, sum_rows, widen};
+use super::TOL;
+use crate::util::reference::{LinearGrads, gemm, linear, linear_grads, sum_rows, widen};
 use crate::util::{
-    Rng, WORLD_SIZES, assert_close, count_lock, counting_mesh, counting_shared_mesh, mesh,
-    shared_mesh,
+    Rng, WORLD_SIZES, assert_close, assert_linear_close, assert_only, count_lock, counting_meshes,
+    linear_results, master_grads, mesh, meshes,
 };
-use wgpu_tp::comm::{RingShift, ring_shift};
 use wgpu_tp::nn::{
     ColumnParallelConfig, ColumnParallelLinear, Overlap, RowParallelConfig, RowParallelLinear,
 };
-use wgpu_tp::{Collective, CommStats, DTensor, Mesh, Placement};
-
-const TOL: f64 = 1e-5;
+use wgpu_tp::{Collective, DTensor, Mesh, Placement};
 
 /// (tokens, in, out): ragged everywhere; 13 tokens leave ranks with 1 token
 /// at P = 8, 3 tokens leave ranks with none at P = 4 and 8.
 const SIZES: &[(usize, usize, usize)] = &[(13, 7, 10), (3, 5, 6)];
 
 const OVERLAPS: &[Overlap] = &[Overlap::None, Overlap::Ring];
-
-/// Both transports for world size `p`.
-fn meshes(p: usize) -> [(&'static str, Mesh); 2] {
-    [("host-staged", mesh(p)), ("shared-device", shared_mesh(p))]
-}
 
 fn column_cfg(inp: usize, out: usize, overlap: Overlap) -> ColumnParallelConfig {
     let mut c = ColumnParallelConfig::new(inp, out);
@@ -44,50 +38,7 @@ fn row_cfg(inp: usize, out: usize, overlap: Overlap) -> RowParallelConfig {
     c
 }
 
-/// f64 `y = x Wᵀ + b` for an f64 input.
-fn linear64(x: &[f64], w: &[f32], b: &[f32], t: usize, inp: usize, out: usize) -> Vec<f64> {
-    let mut y = vec![0.0; t * out];
-    for i in 0..t {
-        for j in 0..out {
-            let mut s = b[j] as f64;
-            for k in 0..inp {
-                s += x[i * inp + k] * w[j * inp + k] as f64;
-            }
-            y[i * out + j] = s;
-        }
-    }
-    y
-}
-
-/// f64 `dy W` (`dy [t, out]`, `W [out, in]`).
-fn back64(dy: &[f64], w: &[f32], t: usize, inp: usize, out: usize) -> Vec<f64> {
-    let mut dx = vec![0.0; t * inp];
-    for i in 0..t {
-        for k in 0..inp {
-            dx[i * inp + k] = (0..out)
-                .map(|j| dy[i * out + j] * w[j * inp + k] as f64)
-                .sum();
-        }
-    }
-    dx
-}
-
-/// f64 `dyᵀ x` (`dy [t, out]`, `x [t, in]`) → `[out, in]`.
-fn wgrad64(dy: &[f64], x: &[f64], t: usize, inp: usize, out: usize) -> Vec<f64> {
-    let mut dw = vec![0.0; out * inp];
-    for j in 0..out {
-        for k in 0..inp {
-            dw[j * inp + k] = (0..t).map(|i| dy[i * out + j] * x[i * inp + k]).sum();
-        }
-    }
-    dw
-}
-
-fn colsum64(x: &[f64], t: usize, n: usize) -> Vec<f64> {
-    (0..n).map(|j| (0..t).map(|i| x[i * n + j]).sum()).collect()
-}
-
-/// The non-sequence-parallel column layer's (y, dx, dW, db) on the same mesh.
+/// The non-sequence-parallel column layer's `[y, dx, dW, db]` on the same mesh.
 fn plain_column(
     m: &Mesh,
     (t, inp, out): (usize, usize, usize),
@@ -105,12 +56,7 @@ fn plain_column(
     let dx = l
         .backward(&DTensor::from_host(m, &[t, out], dy, Placement::Shard(1)).unwrap())
         .unwrap();
-    [
-        y.to_host().unwrap(),
-        dx.to_host().unwrap(),
-        l.weight.master_grad().unwrap().unwrap(),
-        l.bias.as_ref().unwrap().master_grad().unwrap().unwrap(),
-    ]
+    linear_results(&y, &dx, &l)
 }
 
 #[test]
@@ -123,13 +69,11 @@ fn column_sequence_parallel_matches_reference_on_every_world_size_and_transport(
             rng.vec(t * inp),
             rng.vec(t * out),
         );
-        let want_y = linear(&x, &w, Some(&b), t, inp, out);
-        let want_dx = gemm(&dy, &w, t, inp, out, false, false);
-        let want_dw = gemm(&dy, &x, out, inp, t, true, false);
-        let want_db = sum_rows(&dy, t, out);
+        let want = linear_grads(&x, &w, &b, &dy, (t, inp, out));
         for &p in WORLD_SIZES {
             for (kind, m) in meshes(p) {
-                let plain = plain_column(&m, (t, inp, out), &w, &b, &x, &dy);
+                let plain =
+                    LinearGrads::from_host(&plain_column(&m, (t, inp, out), &w, &b, &x, &dy));
                 for &overlap in OVERLAPS {
                     for gather in [false, true] {
                         let what = format!(
@@ -148,21 +92,12 @@ fn column_sequence_parallel_matches_reference_on_every_world_size_and_transport(
                             Placement::Shard(1)
                         };
                         assert_eq!(y.placement(), yp, "{what}");
-                        let yv = y.to_host().unwrap();
-                        assert_close(&format!("{what} y"), &yv, &want_y, TOL);
-                        assert_close(&format!("{what} y vs plain"), &yv, &widen(&plain[0]), TOL);
                         let dyd = DTensor::from_host(&m, &[t, out], &dy, yp).unwrap();
                         let dx = l.backward(&dyd).unwrap();
                         assert_eq!(dx.placement(), Placement::Shard(0), "{what}");
-                        let dxv = dx.to_host().unwrap();
-                        assert_close(&format!("{what} dx"), &dxv, &want_dx, TOL);
-                        assert_close(&format!("{what} dx vs plain"), &dxv, &widen(&plain[1]), TOL);
-                        let dw = l.weight.master_grad().unwrap().unwrap();
-                        assert_close(&format!("{what} dW"), &dw, &want_dw, TOL);
-                        assert_close(&format!("{what} dW vs plain"), &dw, &widen(&plain[2]), TOL);
-                        let db = l.bias.as_ref().unwrap().master_grad().unwrap().unwrap();
-                        assert_close(&format!("{what} db"), &db, &want_db, TOL);
-                        assert_close(&format!("{what} db vs plain"), &db, &widen(&plain[3]), TOL);
+                        let got = linear_results(&y, &dx, &l);
+                        assert_linear_close(&what, &got, &want, TOL);
+                        assert_linear_close(&format!("{what} vs plain"), &got, &plain, TOL);
                     }
                 }
             }
@@ -180,10 +115,7 @@ fn row_sequence_parallel_matches_reference_on_every_world_size_and_transport() {
             rng.vec(t * inp),
             rng.vec(t * out),
         );
-        let want_y = linear(&x, &w, Some(&b), t, inp, out);
-        let want_dx = gemm(&dy, &w, t, inp, out, false, false);
-        let want_dw = gemm(&dy, &x, out, inp, t, true, false);
-        let want_db = sum_rows(&dy, t, out);
+        let want = linear_grads(&x, &w, &b, &dy, (t, inp, out));
         for &p in WORLD_SIZES {
             for (kind, m) in meshes(p) {
                 // The plain row layer on the same mesh.
@@ -195,10 +127,10 @@ fn row_sequence_parallel_matches_reference_on_every_world_size_and_transport() {
                 )
                 .unwrap();
                 let xd = DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(1)).unwrap();
-                let plain_y = plain.forward(&xd).unwrap().to_host().unwrap();
+                let plain_y = plain.forward(&xd).unwrap();
                 let dyr = DTensor::from_host(&m, &[t, out], &dy, Placement::Replicate).unwrap();
-                let plain_dx = plain.backward(&dyr).unwrap().to_host().unwrap();
-                let plain_dw = plain.weight.master_grad().unwrap().unwrap();
+                let plain_dx = plain.backward(&dyr).unwrap();
+                let plain = LinearGrads::from_host(&linear_results(&plain_y, &plain_dx, &plain));
                 for &overlap in OVERLAPS {
                     let what = format!("row SP (P={p}, {kind}, {overlap:?}, {t}x{inp}x{out})");
                     let mut l = RowParallelLinear::from_master(
@@ -210,23 +142,14 @@ fn row_sequence_parallel_matches_reference_on_every_world_size_and_transport() {
                     .unwrap();
                     let y = l.forward(&xd).unwrap();
                     assert_eq!(y.placement(), Placement::Shard(0), "{what}");
-                    let yv = y.to_host().unwrap();
-                    assert_close(&format!("{what} y"), &yv, &want_y, TOL);
-                    assert_close(&format!("{what} y vs plain"), &yv, &widen(&plain_y), TOL);
                     let dyd = DTensor::from_host(&m, &[t, out], &dy, Placement::Shard(0)).unwrap();
                     let dx = l.backward(&dyd).unwrap();
                     assert_eq!(dx.placement(), Placement::Shard(1), "{what}");
-                    let dxv = dx.to_host().unwrap();
-                    assert_close(&format!("{what} dx"), &dxv, &want_dx, TOL);
-                    assert_close(&format!("{what} dx vs plain"), &dxv, &widen(&plain_dx), TOL);
-                    let dw = l.weight.master_grad().unwrap().unwrap();
-                    assert_close(&format!("{what} dW"), &dw, &want_dw, TOL);
-                    assert_close(&format!("{what} dW vs plain"), &dw, &widen(&plain_dw), TOL);
-                    let bias = l.bias.as_ref().unwrap();
-                    let db = bias.master_grad().unwrap().unwrap();
-                    assert_close(&format!("{what} db"), &db, &want_db, TOL);
+                    let got = linear_results(&y, &dx, &l);
+                    assert_linear_close(&what, &got, &want, TOL);
+                    assert_linear_close(&format!("{what} vs plain"), &got, &plain, TOL);
                     // The replicated bias gradient is bit-identical on every rank.
-                    let g = bias.grad.as_ref().unwrap();
+                    let g = l.bias.as_ref().unwrap().grad.as_ref().unwrap();
                     let r0 = g.local(0).unwrap().to_vec().unwrap();
                     for r in 1..p {
                         assert_eq!(
@@ -249,17 +172,15 @@ fn column_to_row_sequence_parallel_chain_matches_reference_and_plain_mlp() {
     for &(t, d, h) in SIZES {
         let (w1, b1, w2, b2) = (rng.vec(h * d), rng.vec(h), rng.vec(d * h), rng.vec(d));
         let (x, dy) = (rng.vec(t * d), rng.vec(t * d));
-        // f64 reference.
-        let x64 = widen(&x);
-        let dy64 = widen(&dy);
-        let hid = linear64(&x64, &w1, &b1, t, d, h);
-        let want_y = linear64(&hid, &w2, &b2, t, h, d);
-        let dh = back64(&dy64, &w2, t, h, d);
-        let want_dx = back64(&dh, &w1, t, d, h);
-        let want_dw2 = wgrad64(&dy64, &hid, t, h, d);
-        let want_dw1 = wgrad64(&dh, &x64, t, d, h);
-        let want_db2 = colsum64(&dy64, t, d);
-        let want_db1 = colsum64(&dh, t, h);
+        // f64 reference, the hidden activation and its gradient kept in f64.
+        let hid = linear(&x, &w1, Some(&b1), t, d, h);
+        let want_y = linear(&hid, &w2, Some(&b2), t, h, d);
+        let dh = gemm(&dy, &w2, t, h, d, false, false);
+        let want_dx = gemm(&dh, &w1, t, d, h, false, false);
+        let want_dw2 = gemm(&dy, &hid, d, h, t, true, false);
+        let want_dw1 = gemm(&dh, &x, h, d, t, true, false);
+        let want_db2 = sum_rows(&dy, t, d);
+        let want_db1 = sum_rows(&dh, t, h);
         for &p in WORLD_SIZES {
             for (kind, m) in meshes(p) {
                 // Plain Megatron MLP on the same mesh.
@@ -307,51 +228,25 @@ fn column_to_row_sequence_parallel_chain_matches_reference_and_plain_mlp() {
                     let dxv = dx.to_host().unwrap();
                     assert_close(&format!("{what} dx"), &dxv, &want_dx, TOL);
                     assert_close(&format!("{what} dx vs plain"), &dxv, &widen(&plain_dx), TOL);
-                    let grads = [
-                        (
-                            "dW1",
-                            fc1.weight.master_grad(),
-                            &want_dw1,
-                            f1.weight.master_grad(),
-                        ),
-                        (
-                            "db1",
-                            fc1.bias.as_ref().unwrap().master_grad(),
-                            &want_db1,
-                            f1.bias.as_ref().unwrap().master_grad(),
-                        ),
-                        (
-                            "dW2",
-                            fc2.weight.master_grad(),
-                            &want_dw2,
-                            f2.weight.master_grad(),
-                        ),
-                        (
-                            "db2",
-                            fc2.bias.as_ref().unwrap().master_grad(),
-                            &want_db2,
-                            f2.bias.as_ref().unwrap().master_grad(),
-                        ),
-                    ];
-                    for (name, got, want, plain) in grads {
-                        let got = got.unwrap().unwrap();
-                        assert_close(&format!("{what} {name}"), &got, want, TOL);
-                        let plain = widen(&plain.unwrap().unwrap());
-                        assert_close(&format!("{what} {name} vs plain"), &got, &plain, TOL);
+                    // Gathered parameter gradients, fc1's then fc2's (weight, bias).
+                    let got = [master_grads(&fc1), master_grads(&fc2)].concat();
+                    let plain = [master_grads(&f1), master_grads(&f2)].concat();
+                    let want = [&want_dw1, &want_db1, &want_dw2, &want_db2];
+                    let names = ["dW1", "db1", "dW2", "db2"];
+                    let order: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+                    assert_eq!(order, ["weight", "bias", "weight", "bias"], "{what}");
+                    assert_eq!(plain.len(), 4, "{what}");
+                    for (((name, (_, got)), (_, plain)), want) in
+                        names.iter().zip(&got).zip(&plain).zip(want)
+                    {
+                        assert_close(&format!("{what} {name}"), got, want, TOL);
+                        let plain = widen(plain);
+                        assert_close(&format!("{what} {name} vs plain"), got, &plain, TOL);
                     }
                 }
             }
         }
     }
-}
-
-fn only(stats: &CommStats, kind: Collective, calls: u64, what: &str) {
-    assert_eq!(
-        stats.len(),
-        1,
-        "{what}: expected only {calls} × {kind:?}, got {stats:?}"
-    );
-    assert_eq!(stats[&kind].calls, calls, "{what}: {stats:?}");
 }
 
 /// Column(SP): forward 1 all-gather, backward 1 reduce-scatter; Row(SP):
@@ -366,10 +261,7 @@ fn sequence_parallel_comm_counts_are_exact() {
     let (w1, w2) = (rng.vec(h * d), rng.vec(d * h));
     let (x, dy) = (rng.vec(t * d), rng.vec(t * d));
     for &p in WORLD_SIZES {
-        for (kind, m) in [
-            ("host-staged", counting_mesh(p)),
-            ("shared-device", counting_shared_mesh(p)),
-        ] {
+        for (kind, m) in counting_meshes(p) {
             for &overlap in OVERLAPS {
                 let what = format!("P={p}, {kind}, {overlap:?}");
                 let mut fc1 = ColumnParallelLinear::from_master(
@@ -407,14 +299,14 @@ fn sequence_parallel_comm_counts_are_exact() {
                 let steps = p as u64 - 1;
                 match overlap {
                     Overlap::None => {
-                        only(&s1, Collective::AllGather, 1, &l1);
-                        only(&s2, Collective::ReduceScatter, 1, &l2);
-                        only(&s3, Collective::AllGather, 1, &l3);
-                        only(&s4, Collective::ReduceScatter, 1, &l4);
+                        assert_only(&s1, Collective::AllGather, 1, &l1);
+                        assert_only(&s2, Collective::ReduceScatter, 1, &l2);
+                        assert_only(&s3, Collective::AllGather, 1, &l3);
+                        assert_only(&s4, Collective::ReduceScatter, 1, &l4);
                     }
                     Overlap::Ring => {
                         for (s, l) in [(&s1, &l1), (&s2, &l2), (&s3, &l3), (&s4, &l4)] {
-                            only(s, Collective::SendRecv, steps, l);
+                            assert_only(s, Collective::SendRecv, steps, l);
                         }
                         // Every step moves each token chunk (gathers of x and dy)
                         // or each running chunk sum (reduce-scatters of y and
@@ -428,66 +320,6 @@ fn sequence_parallel_comm_counts_are_exact() {
             }
         }
     }
-}
-
-#[test]
-fn ring_shift_moves_each_tensor_one_hop_on_both_transports() {
-    for p in [1, 2, 3, 4] {
-        for (kind, m) in meshes(p) {
-            // Ragged rows per rank, including an empty one.
-            let shards: Vec<_> = m
-                .ranks()
-                .iter()
-                .map(|r| {
-                    let rows = r.index() % 3;
-                    let v: Vec<f32> = (0..rows * 2)
-                        .map(|i| (100 * r.index() + i) as f32)
-                        .collect();
-                    r.upload(&[rows, 2], &v).unwrap()
-                })
-                .collect();
-            let before: Vec<Vec<f32>> = shards.iter().map(|s| s.to_vec().unwrap()).collect();
-            let out = ring_shift(&m, &shards).unwrap();
-            for (i, o) in out.iter().enumerate() {
-                let from = (i + p - 1) % p;
-                assert_eq!(o.rank_index(), i, "{kind} P={p}");
-                assert_eq!(o.shape(), shards[from].shape(), "{kind} P={p}");
-                assert_eq!(o.to_vec().unwrap(), before[from], "{kind} P={p}: rank {i}");
-            }
-            // i32, and the two-phase form with work recorded in between.
-            let ids: Vec<_> = m
-                .ranks()
-                .iter()
-                .map(|r| r.upload_i32(&[3], &[r.index() as i32; 3]).unwrap())
-                .collect();
-            let shift = RingShift::start(&m, &ids).unwrap();
-            let busy: Vec<_> = shards
-                .iter()
-                .map(|s| wgpu_tp::kernels::scale(s, 2.0).unwrap())
-                .collect();
-            let got = shift.finish().unwrap();
-            for (i, g) in got.iter().enumerate() {
-                assert_eq!(g.to_vec_i32().unwrap(), vec![((i + p - 1) % p) as i32; 3]);
-            }
-            drop(busy);
-        }
-    }
-}
-
-#[test]
-fn ring_shift_rejects_bad_groups() {
-    let m = mesh(2);
-    let other = shared_mesh(2);
-    assert!(ring_shift(&m, &[]).is_err(), "empty group");
-    let a = m.ranks()[0].upload(&[2], &[1.0, 2.0]).unwrap();
-    assert!(
-        ring_shift(&m, &[a.clone(), a.clone()]).is_err(),
-        "rank twice"
-    );
-    let b = other.ranks()[1].upload(&[2], &[1.0, 2.0]).unwrap();
-    assert!(ring_shift(&m, &[a.clone(), b]).is_err(), "foreign tensor");
-    let c = m.ranks()[1].upload_i32(&[2], &[1, 2]).unwrap();
-    assert!(ring_shift(&m, &[a, c]).is_err(), "mixed dtypes");
 }
 
 #[test]

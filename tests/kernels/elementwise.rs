@@ -1,19 +1,8 @@
 //! Element-wise kernels and activations against an f64 CPU reference.
 
+use crate::util::reference::{gelu, gelu_grad};
 use crate::util::{Rng, assert_close, mesh};
 use wgpu_tp::kernels::{self, Activation};
-
-fn gelu(x: f64) -> f64 {
-    let u = (2.0f64 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3));
-    0.5 * x * (1.0 + u.tanh())
-}
-
-fn gelu_grad(x: f64) -> f64 {
-    let c = (2.0f64 / std::f64::consts::PI).sqrt();
-    let u = c * (x + 0.044715 * x.powi(3));
-    let t = u.tanh();
-    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x)
-}
 
 #[test]
 fn axpby_add_scale_match_f64() {

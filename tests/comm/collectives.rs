@@ -2,98 +2,19 @@
 //! shared-device: all ranks on one device) for world sizes 1, 2, 3, 4, 8:
 //! exact integer-valued results, random data against an f64 host reference,
 //! uneven splits and empty ranks, 3-D tensors along every dim, subgroups,
-//! i32 tensors, exact communication counters, and bad inputs.
+//! i32 tensors, and bad inputs.
 
 // Rank loops index several per-rank arrays (outputs, downloads, ranges) at once.
 #![allow(clippy::needless_range_loop)]
 
-use crate::util::{Rng, WORLD_SIZES, assert_close, mesh, mesh_env, shared_mesh};
+use crate::util::reference::{all_to_all, slice, with_dim};
+use crate::util::{
+    Rng, WORLD_SIZES, all, assert_close, f32_bits, i32_bits, identical, mesh, meshes, shard_f32,
+    shared_mesh, words,
+};
 use wgpu_tp::comm::{self, ReduceOp};
-use wgpu_tp::shard::{outer_dim_inner, split_range, split_sizes};
-use wgpu_tp::{Collective, CommCount, DType, Error, LocalTensor, Mesh, MeshBuilder, Transport};
-
-/// Both transports for world size `n`.
-fn meshes(n: usize) -> [(&'static str, Mesh); 2] {
-    [("host-staged", mesh(n)), ("shared-device", shared_mesh(n))]
-}
-
-/// Raw words of every tensor (one download for all).
-fn words(ts: &[LocalTensor]) -> Vec<Vec<u32>> {
-    let refs: Vec<&LocalTensor> = ts.iter().collect();
-    wgpu_tp::download_many(&refs)
-        .unwrap()
-        .iter()
-        .map(|b| bytemuck::pod_collect_to_vec(b))
-        .collect()
-}
-
-fn f32_bits(x: &[f32]) -> Vec<u32> {
-    x.iter().map(|v| v.to_bits()).collect()
-}
-
-fn i32_bits(x: &[i32]) -> Vec<u32> {
-    x.iter().map(|&v| v as u32).collect()
-}
-
-/// Outputs sit on the expected ranks and hold identical bytes; returns them.
-#[track_caller]
-fn identical(what: &str, out: &[LocalTensor], ranks: &[usize]) -> Vec<u32> {
-    let got: Vec<usize> = out.iter().map(LocalTensor::rank_index).collect();
-    assert_eq!(got, ranks, "{what}: output ranks");
-    let w = words(out);
-    for (i, x) in w.iter().enumerate() {
-        assert_eq!(
-            x, &w[0],
-            "{what}: rank {} differs from rank {}",
-            ranks[i], ranks[0]
-        );
-    }
-    w[0].clone()
-}
-
-/// Host reference: elements `range` along `dim`.
-fn slice<T: Copy>(x: &[T], shape: &[usize], dim: usize, range: std::ops::Range<usize>) -> Vec<T> {
-    let (outer, n, inner) = outer_dim_inner(shape, dim);
-    let mut out = Vec::new();
-    for o in 0..outer {
-        for k in range.clone() {
-            out.extend_from_slice(&x[(o * n + k) * inner..(o * n + k + 1) * inner]);
-        }
-    }
-    out
-}
-
-fn with_dim(shape: &[usize], dim: usize, size: usize) -> Vec<usize> {
-    let mut s = shape.to_vec();
-    s[dim] = size;
-    s
-}
-
-/// Shard a full host tensor along `dim` over the given ranks of `m`.
-fn shard_f32(
-    m: &Mesh,
-    x: &[f32],
-    shape: &[usize],
-    dim: usize,
-    ranks: &[usize],
-) -> Vec<LocalTensor> {
-    let p = ranks.len();
-    ranks
-        .iter()
-        .enumerate()
-        .map(|(i, &r)| {
-            let range = split_range(shape[dim], p, i);
-            let part = with_dim(shape, dim, range.len());
-            m.ranks()[r]
-                .upload(&part, &slice(x, shape, dim, range))
-                .unwrap()
-        })
-        .collect()
-}
-
-fn all(n: usize) -> Vec<usize> {
-    (0..n).collect()
-}
+use wgpu_tp::shard::{split_range, split_sizes};
+use wgpu_tp::{DType, Error, LocalTensor};
 
 /// A 3-D shape with `size` along `dim` and small odd sizes elsewhere.
 fn shape3(dim: usize, size: usize) -> Vec<usize> {
@@ -349,44 +270,6 @@ fn broadcast_from_non_zero_root_and_scatter_p1_2_3_4_8() {
     }
 }
 
-/// Reference all-to-all: piece j of shard i along `split`, concatenated along `concat`.
-fn all_to_all_ref(
-    x: &[f32],
-    shape: &[usize],
-    d: usize,
-    e: usize,
-    p: usize,
-) -> Vec<(Vec<usize>, Vec<f32>)> {
-    let shards: Vec<(Vec<usize>, Vec<f32>)> = (0..p)
-        .map(|i| {
-            let r = split_range(shape[d], p, i);
-            (with_dim(shape, d, r.len()), slice(x, shape, d, r))
-        })
-        .collect();
-    (0..p)
-        .map(|j| {
-            let pieces: Vec<(Vec<usize>, Vec<f32>)> = shards
-                .iter()
-                .map(|(s, v)| {
-                    let r = split_range(s[e], p, j);
-                    (with_dim(s, e, r.len()), slice(v, s, e, r))
-                })
-                .collect();
-            let total: usize = pieces.iter().map(|(s, _)| s[d]).sum();
-            let out_shape = with_dim(&pieces[0].0, d, total);
-            let (outer, _, inner) = outer_dim_inner(&out_shape, d);
-            let mut out = Vec::new();
-            for o in 0..outer {
-                for (s, v) in &pieces {
-                    let run = s[d] * inner;
-                    out.extend_from_slice(&v[o * run..(o + 1) * run]);
-                }
-            }
-            (out_shape, out)
-        })
-        .collect()
-}
-
 #[test]
 fn all_to_all_turns_shard_d_into_shard_e_p1_2_3_4_8() {
     let mut rng = Rng::fresh("all_to_all");
@@ -398,7 +281,7 @@ fn all_to_all_turns_shard_d_into_shard_e_p1_2_3_4_8() {
                 let shards = shard_f32(&m, &x, &shape, d, &all(n));
                 let out = comm::all_to_all(&m, &shards, e, d).unwrap();
                 let w = words(&out);
-                let want = all_to_all_ref(&x, &shape, d, e, n);
+                let want = all_to_all(&x, &shape, d, e, n);
                 for j in 0..n {
                     let what = format!("all_to_all {name} P={n} Shard({d})->Shard({e}) rank {j}");
                     assert_eq!(out[j].rank_index(), j);
@@ -468,118 +351,6 @@ fn subgroups_use_only_their_ranks() {
         let out = comm::all_reduce(&m, &shards[..1], ReduceOp::Sum).unwrap();
         assert_eq!(identical("group of one", &out, &[3]), i32_bits(&[3]));
         eprintln!("[comm] subgroups [1,3] and [3,0,2] of 4 on {name}");
-    }
-}
-
-#[test]
-fn shared_device_hands_replicated_results_out_as_one_buffer_p2_3_4_8() {
-    // Same-on-every-rank results (all-gather, all-reduce, broadcast, a ring
-    // step) share one buffer on a shared device and never on host-staged
-    // meshes; per-rank results (reduce-scatter, scatter, all-to-all) never do.
-    // Inputs stay unchanged, and the outputs keep their ranks.
-    for &n in &WORLD_SIZES[1..] {
-        for (name, m) in meshes(n) {
-            let shared = m.transport() == wgpu_tp::Transport::SharedDevice;
-            let data: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32 + 0.5; 4 * n]).collect();
-            let shards: Vec<LocalTensor> = (0..n)
-                .map(|r| m.ranks()[r].upload(&[n, 4], &data[r]).unwrap())
-                .collect();
-            let flags = |out: &[LocalTensor]| -> Vec<bool> {
-                for (r, t) in out.iter().enumerate() {
-                    assert_eq!(t.rank_index(), r, "{name} P={n}");
-                }
-                out.iter().map(|t| t.is_shared_across_ranks()).collect()
-            };
-            let what = |op: &str| format!("{op} on {name} P={n}");
-            let ag = comm::all_gather(&m, &shards, 0).unwrap();
-            assert_eq!(flags(&ag), vec![shared; n], "{}", what("all_gather"));
-            let ar = comm::all_reduce(&m, &shards, ReduceOp::Sum).unwrap();
-            assert_eq!(flags(&ar), vec![shared; n], "{}", what("all_reduce"));
-            assert!(
-                shards.iter().all(|s| !s.is_shared_across_ranks()),
-                "{name} P={n}"
-            );
-            // A ring step hands each input itself to the next rank.
-            let ring = comm::ring_shift(&m, &shards).unwrap();
-            let moved: Vec<bool> = shards.iter().map(|s| s.is_shared_across_ranks()).collect();
-            assert_eq!(moved, vec![shared; n], "{}", what("ring_shift input"));
-            assert_eq!(flags(&ring), vec![shared; n], "{}", what("ring_shift"));
-            for (r, t) in ring.iter().enumerate() {
-                assert_eq!(
-                    t.to_vec().unwrap(),
-                    data[(r + n - 1) % n],
-                    "{}",
-                    what("ring")
-                );
-            }
-            let rs = comm::reduce_scatter(&m, &shards, 0, ReduceOp::Sum).unwrap();
-            assert_eq!(flags(&rs), vec![false; n], "{}", what("reduce_scatter"));
-            let a2a = comm::all_to_all(&m, &shards, 0, 1).unwrap();
-            assert_eq!(flags(&a2a), vec![false; n], "{}", what("all_to_all"));
-            let src = m.ranks()[n - 1].upload(&[3], &[1.0, 2.0, 3.0]).unwrap();
-            let bc = comm::broadcast(&m, &src, m.ranks()).unwrap();
-            assert_eq!(flags(&bc), vec![shared; n], "{}", what("broadcast"));
-            let sc = comm::scatter(&m, &src, m.ranks(), 0).unwrap();
-            assert_eq!(flags(&sc), vec![false; n], "{}", what("scatter"));
-            for (r, s) in shards.iter().enumerate() {
-                assert_eq!(s.to_vec().unwrap(), data[r], "{}", what("input"));
-            }
-            // A shared result read through any rank is the whole answer.
-            let sum: f32 = (0..n).map(|r| r as f32 + 0.5).sum();
-            for t in &ar {
-                assert_eq!(
-                    t.to_vec().unwrap(),
-                    vec![sum; 4 * n],
-                    "{}",
-                    what("all_reduce")
-                );
-            }
-        }
-    }
-}
-
-#[test]
-fn counters_count_calls_and_bytes_exactly() {
-    mesh_env();
-    // Private meshes: the shared ones are used by tests running in parallel.
-    let host = Mesh::simulated(3).unwrap();
-    let shared = MeshBuilder::new().ranks(3).shared_device().build().unwrap();
-    assert_eq!(shared.transport(), Transport::SharedDevice);
-    assert_eq!(host.transport(), Transport::HostStaged);
-    for m in [host, shared] {
-        let r = m.ranks();
-        let full: Vec<LocalTensor> = (0..3)
-            .map(|k| r[k].upload(&[5, 2], &[1.0; 10]).unwrap())
-            .collect();
-        let uneven: Vec<LocalTensor> = (0..3)
-            .map(|k| {
-                r[k].upload(&[2 - k.min(2), 4], &vec![0.0; (2 - k.min(2)) * 4])
-                    .unwrap()
-            })
-            .collect(); // 2, 1, 0 rows of 4: 32 + 16 + 0 bytes
-        comm::all_reduce(&m, &full, ReduceOp::Sum).unwrap();
-        comm::all_reduce(&m, &full[2..], ReduceOp::Max).unwrap(); // world size 1 counts
-        comm::all_gather(&m, &uneven, 0).unwrap();
-        comm::reduce_scatter(&m, &full, 1, ReduceOp::Sum).unwrap();
-        comm::broadcast(&m, &full[1], r).unwrap();
-        comm::scatter(&m, &full[0], &r[..2], 0).unwrap();
-        comm::all_to_all(&m, &full, 0, 1).unwrap();
-        // Errors count nothing.
-        assert!(comm::all_reduce(&m, &uneven, ReduceOp::Sum).is_err());
-        assert!(comm::all_gather(&m, &full, 3).is_err());
-        let stats = m.comm_stats();
-        let c = |calls, bytes| CommCount { calls, bytes };
-        assert_eq!(stats[&Collective::AllReduce], c(2, 3 * 40 + 40));
-        assert_eq!(stats[&Collective::AllGather], c(1, 48));
-        assert_eq!(stats[&Collective::ReduceScatter], c(1, 120));
-        assert_eq!(stats[&Collective::Broadcast], c(1, 40));
-        assert_eq!(stats[&Collective::Scatter], c(1, 40));
-        assert_eq!(stats[&Collective::AllToAll], c(1, 120));
-        assert_eq!(stats.len(), 6, "{stats:?}");
-        assert_eq!(m.comm_calls(Collective::AllReduce), 2);
-        m.reset_comm_stats();
-        assert!(m.comm_stats().is_empty());
-        eprintln!("[comm] counters exact on {:?}", m.transport());
     }
 }
 
@@ -732,54 +503,5 @@ fn bad_inputs_give_errors_and_the_mesh_keeps_working() {
         );
         assert_eq!(a_again.to_vec().unwrap(), vec![3.0; 6]);
         assert_eq!(from_other.to_vec().unwrap(), vec![1.0; 6]);
-    }
-}
-
-/// Tensors large enough for the host-staged transport's pooled MAP_WRITE
-/// staging (>= 1 MiB per output) and its multi-threaded host work (>= 1 MiB
-/// per call), on an odd length so thread ranges end mid-chunk; called twice so
-/// the second call reuses the pooled staging buffers.
-#[test]
-fn large_collectives_use_pooled_staging_and_stay_exact() {
-    let n = 4;
-    let len = 5 * 65_536 + 13; // ~1.25 MiB per rank
-    for (name, m) in meshes(n) {
-        for round in 0..2 {
-            let shards: Vec<LocalTensor> = (0..n)
-                .map(|r| {
-                    let x: Vec<f32> = (0..len)
-                        .map(|i| ((i * 3 + r + round) % 11) as f32)
-                        .collect();
-                    m.rank(r).unwrap().upload(&[len], &x).unwrap()
-                })
-                .collect();
-            let want: Vec<u32> = (0..len)
-                .map(|i| {
-                    (0..n)
-                        .map(|r| ((i * 3 + r + round) % 11) as f32)
-                        .sum::<f32>()
-                        .to_bits()
-                })
-                .collect();
-            let what = format!("{name} all_reduce round {round}");
-            let out = comm::all_reduce(&m, &shards, ReduceOp::Sum).unwrap();
-            assert_eq!(identical(&what, &out, &all(n)), want, "{what}");
-
-            let what = format!("{name} reduce_scatter round {round}");
-            let out = comm::reduce_scatter(&m, &shards, 0, ReduceOp::Sum).unwrap();
-            let got = words(&out);
-            for r in 0..n {
-                let range = split_range(len, n, r);
-                assert_eq!(got[r], want[range].to_vec(), "{what} rank {r}");
-            }
-
-            let what = format!("{name} all_gather round {round}");
-            let out = comm::all_gather(&m, &shards, 0).unwrap();
-            let mut cat = Vec::new();
-            for w in words(&shards) {
-                cat.extend(w);
-            }
-            assert_eq!(identical(&what, &out, &all(n)), cat, "{what}");
-        }
     }
 }

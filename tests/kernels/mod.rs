@@ -1,0 +1,18 @@
+//! Layer 2, `src/kernels/`: each kernel family on one rank against the f64
+//! references in `util::reference`, plus its error cases:
+//! - `gemm`: gemm (transposes, bias, accumulate, every variant) and `sum_rows`;
+//! - `elementwise`: add/scale/axpby and activations with their backward;
+//! - `embedding`: one shard's lookup and deterministic scatter-add backward;
+//! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
+//!   the single-rank loss and gradient;
+//! - `slicing`: `narrow` and `concat`;
+//! - `attention`: causal attention forward, backward and cached decoding.
+//!
+//! The optimiser kernels are checked through `nn::optim`.
+
+mod attention;
+mod cross_entropy;
+mod elementwise;
+mod embedding;
+mod gemm;
+mod slicing;

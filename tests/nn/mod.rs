@@ -1,0 +1,36 @@
+//! Layer 5, `src/nn/`: layers against the f64 references and the serial
+//! (P = 1) run, their exact communication, optimisers, initialisers,
+//! checkpoints and whole models:
+//! - `linear`: column- and row-parallel layers, the Megatron MLP pair;
+//! - `sequence_parallel`: the same layers with tokens split, plain and
+//!   ring-overlapped, on both transports;
+//! - `embedding`: vocab- and dim-split embeddings;
+//! - `cross_entropy`: the vocab-parallel cross-entropy;
+//! - `parameter`: gradient accumulation and `zero_grad`;
+//! - `optim`: SGD and AdamW;
+//! - `init`: initialisers;
+//! - `checkpoint`: safetensors save/load across world sizes;
+//! - `model`: a two-layer MLP and `MlpLanguageModel` training end to end;
+//! - `shard_units`: linear layers that keep whole attention heads per rank;
+//! - `norm`: LayerNorm and RMSNorm, replicated and sequence-parallel;
+//! - `dropout`: masks independent of the world size and placement;
+//! - `gpt`: the transformer block and the GPT against an f64 model, cached
+//!   decoding, GPT-2 names and checkpoints across world sizes.
+
+/// Relative tolerance of every layer-level f64 comparison (docs/MATH.md,
+/// "How it is tested: tolerances and coverage").
+const TOL: f64 = 1e-5;
+
+mod checkpoint;
+mod cross_entropy;
+mod dropout;
+mod embedding;
+mod gpt;
+mod init;
+mod linear;
+mod model;
+mod norm;
+mod optim;
+mod parameter;
+mod sequence_parallel;
+mod shard_units;

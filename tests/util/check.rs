@@ -1,0 +1,109 @@
+//! Asserts: norm-wise and element-wise tolerance against f64, bit-exact
+//! comparisons of rank-local results, exact communication counts.
+
+use wgpu_tp::{Collective, CommStats, DTensor, LocalTensor};
+
+use super::reference::LinearGrads;
+
+/// ‖got − want‖ / ‖want‖ (absolute when ‖want‖ is tiny), in f64.
+pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "length mismatch");
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            g.is_finite(),
+            "non-finite output {g} (an unwritten, poisoned element?)"
+        );
+        num += (*g as f64 - w) * (*g as f64 - w);
+        den += w * w;
+    }
+    num.sqrt()
+        / den
+            .sqrt()
+            .max(1e-30)
+            .max(if den == 0.0 { 1.0 } else { 0.0 })
+}
+
+/// Assert norm-wise relative error ≤ tol, and element-wise |g − w| ≤ tol_abs + 1e-3·|w|.
+#[track_caller]
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
+    let e = rel_err(got, want);
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.1e}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (*g as f64 - w).abs();
+        assert!(
+            d <= 1e-4 + 1e-3 * w.abs(),
+            "{what}: element {i}: got {g}, want {w} (diff {d:.3e})"
+        );
+    }
+}
+
+/// Raw words of every tensor (one download for all).
+pub fn words(ts: &[LocalTensor]) -> Vec<Vec<u32>> {
+    let refs: Vec<&LocalTensor> = ts.iter().collect();
+    wgpu_tp::download_many(&refs)
+        .unwrap()
+        .iter()
+        .map(|b| bytemuck::pod_collect_to_vec(b))
+        .collect()
+}
+
+/// The bit patterns of f32 values, for exact comparisons with [`words`].
+pub fn f32_bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+/// The bit patterns of i32 values, for exact comparisons with [`words`].
+pub fn i32_bits(x: &[i32]) -> Vec<u32> {
+    x.iter().map(|&v| v as u32).collect()
+}
+
+/// Outputs sit on the expected ranks and hold identical bytes; returns them.
+#[track_caller]
+pub fn identical(what: &str, out: &[LocalTensor], ranks: &[usize]) -> Vec<u32> {
+    let got: Vec<usize> = out.iter().map(LocalTensor::rank_index).collect();
+    assert_eq!(got, ranks, "{what}: output ranks");
+    let w = words(out);
+    for (i, x) in w.iter().enumerate() {
+        assert_eq!(
+            x, &w[0],
+            "{what}: rank {} differs from rank {}",
+            ranks[i], ranks[0]
+        );
+    }
+    w[0].clone()
+}
+
+/// `stats` holds `calls` calls of `kind` and no other collective.
+#[track_caller]
+pub fn assert_only(stats: &CommStats, kind: Collective, calls: u64, what: &str) {
+    assert_eq!(
+        stats.len(),
+        1,
+        "{what}: expected only {calls} × {kind:?}, got {stats:?}"
+    );
+    assert_eq!(
+        stats.get(&kind).map(|c| c.calls),
+        Some(calls),
+        "{what}: {stats:?}"
+    );
+}
+
+/// The logical (host) value of `x` under its placement's contract is `want`, exactly.
+#[track_caller]
+pub fn check_placement(x: &DTensor, want: &[f32]) {
+    let p = x.mesh().size();
+    let got = x.to_host().unwrap();
+    assert_eq!(got, want, "logical value of {:?} on P={p}", x.placement());
+}
+
+/// A linear layer's host results `[y, dx, dW, db]` (see `util::linear_results`)
+/// each within `tol` of `want`, by [`assert_close`].
+#[track_caller]
+pub fn assert_linear_close(what: &str, got: &[Vec<f32>; 4], want: &LinearGrads, tol: f64) {
+    let want = [&want.y, &want.dx, &want.dw, &want.db];
+    for ((name, got), want) in ["y", "dx", "dW", "db"].iter().zip(got).zip(want) {
+        assert_close(&format!("{what}: {name}"), got, want, tol);
+    }
+}
