@@ -25,13 +25,13 @@ pub enum Sampling {
 }
 
 /// Picks tokens according to a [`Sampling`], with its own random stream.
-pub(super) struct Sampler {
+struct Sampler {
     sampling: Sampling,
     state: u64,
 }
 
 impl Sampler {
-    pub(super) fn new(sampling: Sampling) -> Result<Sampler> {
+    fn new(sampling: Sampling) -> Result<Sampler> {
         const OP: &str = "Gpt::generate";
         let state = match sampling {
             Sampling::Greedy => 0,
@@ -64,7 +64,7 @@ impl Sampler {
     }
 
     /// The next token from one position's logits.
-    pub(super) fn pick(&mut self, logits: &[f32]) -> i32 {
+    fn pick(&mut self, logits: &[f32]) -> i32 {
         let mut order: Vec<usize> = (0..logits.len()).collect();
         // Most likely first; ties by id, so greedy is deterministic.
         order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
@@ -100,8 +100,7 @@ impl Gpt {
         max_new: usize,
         sampling: Sampling,
     ) -> Result<Vec<i32>> {
-        let mut sampler = Sampler::new(sampling)?;
-        self.check_prompt(prompt, max_new)?;
+        let mut sampler = self.start_generation(prompt, max_new, sampling)?;
         let mut caches = vec![KvCache::default(); self.h.len()];
         let mut out = Vec::with_capacity(max_new);
         let mut step = prompt.to_vec();
@@ -141,8 +140,7 @@ impl Gpt {
         max_new: usize,
         sampling: Sampling,
     ) -> Result<Vec<i32>> {
-        let mut sampler = Sampler::new(sampling)?;
-        self.check_prompt(prompt, max_new)?;
+        let mut sampler = self.start_generation(prompt, max_new, sampling)?;
         let mut seq = prompt.to_vec();
         let vocab = self.config().vocab;
         for _ in 0..max_new {
@@ -154,8 +152,14 @@ impl Gpt {
         Ok(seq[prompt.len()..].to_vec())
     }
 
-    /// A prompt of at least one known token that leaves room for `max_new` more.
-    pub(super) fn check_prompt(&self, prompt: &[i32], max_new: usize) -> Result<()> {
+    /// The sampler, once the prompt is checked: at least one known token,
+    /// with room for `max_new` more.
+    fn start_generation(
+        &self,
+        prompt: &[i32],
+        max_new: usize,
+        sampling: Sampling,
+    ) -> Result<Sampler> {
         const OP: &str = "Gpt::generate";
         let (vocab, n_ctx) = (self.config().vocab, self.config().n_ctx);
         if prompt.is_empty() {
@@ -178,6 +182,6 @@ impl Gpt {
                 bound: vocab,
             });
         }
-        Ok(())
+        Sampler::new(sampling)
     }
 }

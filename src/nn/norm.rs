@@ -15,7 +15,7 @@
 //! stay bit-identical. With one rank nothing is communicated, and any
 //! placement is accepted (all hold the same bytes there).
 
-use super::parameter::{Module, Parameter};
+use super::parameter::{Module, Parameter, check_master, weight_and_bias, weight_and_bias_mut};
 use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -75,16 +75,6 @@ impl NormConfig {
 struct Saved {
     x: DTensor,
     stats: Vec<LocalTensor>,
-}
-
-fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
-    if got != want {
-        return Err(Error::invalid(
-            op,
-            format!("{what} has {got} values, expected {want}"),
-        ));
-    }
-    Ok(())
 }
 
 /// Replicated `weight` and optional `bias` from host masters `[dim]`.
@@ -366,15 +356,11 @@ impl RMSNorm {
 
 impl Module for LayerNorm {
     fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = vec![("weight".to_string(), &self.weight)];
-        v.extend(self.bias.iter().map(|b| ("bias".to_string(), b)));
-        v
+        weight_and_bias(&self.weight, self.bias.as_ref())
     }
 
     fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = vec![("weight".to_string(), &mut self.weight)];
-        v.extend(self.bias.iter_mut().map(|b| ("bias".to_string(), b)));
-        v
+        weight_and_bias_mut(&mut self.weight, self.bias.as_mut())
     }
 }
 

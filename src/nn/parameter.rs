@@ -255,6 +255,37 @@ pub fn prefixed<'a>(
         .collect()
 }
 
+/// A master value of the wrong length is an error naming `what` it is.
+pub(crate) fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(Error::invalid(
+            op,
+            format!("{what} has {got} values, expected {want}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The parameter list of a layer with a `weight` and an optional `bias`.
+pub(crate) fn weight_and_bias<'a>(
+    weight: &'a Parameter,
+    bias: Option<&'a Parameter>,
+) -> Vec<(String, &'a Parameter)> {
+    let mut v = vec![("weight".to_string(), weight)];
+    v.extend(bias.map(|b| ("bias".to_string(), b)));
+    v
+}
+
+/// Mutable form of [`weight_and_bias`].
+pub(crate) fn weight_and_bias_mut<'a>(
+    weight: &'a mut Parameter,
+    bias: Option<&'a mut Parameter>,
+) -> Vec<(String, &'a mut Parameter)> {
+    let mut v = vec![("weight".to_string(), weight)];
+    v.extend(bias.map(|b| ("bias".to_string(), b)));
+    v
+}
+
 /// Mutable form of [`prefixed`].
 pub fn prefixed_mut<'a>(
     prefix: &str,

@@ -137,15 +137,6 @@ impl ColumnParallelLinear {
         })
     }
 
-    /// The settings.
-    pub fn config(&self) -> &ColumnParallelConfig {
-        &self.config
-    }
-
-    fn ring(&self) -> bool {
-        self.config.sequence_parallel && self.config.overlap == Overlap::Ring
-    }
-
     /// `x` `[tokens, in]` replicated (`Shard(0)` with `sequence_parallel`)
     /// → `[tokens, out]`, `Shard(1)` (or `Replicate` with `gather_output`).
     /// Saves the (gathered) input for [`Self::backward`].

@@ -118,15 +118,6 @@ impl RowParallelLinear {
         })
     }
 
-    /// The settings.
-    pub fn config(&self) -> &RowParallelConfig {
-        &self.config
-    }
-
-    fn ring(&self) -> bool {
-        self.config.sequence_parallel && self.config.overlap == Overlap::Ring
-    }
-
     /// `x` `[tokens, in]` (`Shard(1)` if `input_is_parallel`, else
     /// `Replicate`) → `[tokens, out]`, `Replicate` (`Shard(0)`, tokens split,
     /// with `sequence_parallel`).

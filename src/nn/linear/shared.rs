@@ -6,7 +6,7 @@
 use crate::device::{LocalTensor, Mesh};
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
-use crate::nn::parameter::Parameter;
+use crate::nn::parameter::{Parameter, check_master};
 use crate::shard::{split_range, split_range_in_units};
 use crate::tensor::{DTensor, Placement};
 
@@ -38,16 +38,6 @@ pub enum Overlap {
 pub(super) fn check_input(op: &'static str, x: &DTensor, features: usize) -> Result<()> {
     if x.shape().len() != 2 || x.shape()[1] != features {
         return Err(Error::shape(op, format!("[tokens, {features}]"), x.shape()));
-    }
-    Ok(())
-}
-
-fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
-    if got != want {
-        return Err(Error::invalid(
-            op,
-            format!("{what} has {got} values, expected {want}"),
-        ));
     }
     Ok(())
 }
@@ -158,10 +148,21 @@ pub(super) fn check_overlap(
     Ok(())
 }
 
-/// What both linear layers share: `new`, master accessors and their parameter list.
+/// What both linear layers share: `new`, the settings, master accessors
+/// and their parameter list.
 macro_rules! linear_common {
     ($ty:ident, $cfg:ident) => {
         impl $ty {
+            /// The settings.
+            pub fn config(&self) -> &$cfg {
+                &self.config
+            }
+
+            /// Whether the sequence-parallel gather / reduce-scatter run as ring steps.
+            fn ring(&self) -> bool {
+                self.config.sequence_parallel && self.config.overlap == Overlap::Ring
+            }
+
             /// A layer initialised from `rng` (master drawn on the host, then
             /// sliced; the bias starts at zero).
             pub fn new(mesh: &Mesh, config: $cfg, rng: &mut InitRng) -> Result<Self> {
@@ -185,15 +186,11 @@ macro_rules! linear_common {
 
         impl Module for $ty {
             fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-                let mut v = vec![("weight".to_string(), &self.weight)];
-                v.extend(self.bias.iter().map(|b| ("bias".to_string(), b)));
-                v
+                crate::nn::parameter::weight_and_bias(&self.weight, self.bias.as_ref())
             }
 
             fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-                let mut v = vec![("weight".to_string(), &mut self.weight)];
-                v.extend(self.bias.iter_mut().map(|b| ("bias".to_string(), b)));
-                v
+                crate::nn::parameter::weight_and_bias_mut(&mut self.weight, self.bias.as_mut())
             }
         }
     };
