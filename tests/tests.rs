@@ -22,6 +22,7 @@
 //! - `nn_sequence_parallel`: sequence-parallel column/row layers, plain and
 //!   ring-overlapped, on both transports vs f64 and the plain layers; exact
 //!   comm counts; `ring_shift`.
+//! - `trace`: per-kernel tracing (kernel slices, collective spans, Chrome JSON).
 
 mod util;
 
@@ -38,3 +39,4 @@ mod nn_optim_ckpt;
 mod nn_sequence_parallel;
 mod shaders;
 mod tensor;
+mod trace;

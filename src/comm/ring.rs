@@ -9,7 +9,8 @@
 //! [`RingShift::start`] begins the transfer, [`RingShift::finish`] returns the
 //! received tensors; [`ring_shift`] does both at once. Each started shift
 //! counts once as [`Collective::SendRecv`], with bytes = the sum of the
-//! participants' tensors.
+//! participants' tensors. On a traced mesh its span runs from `start` to the
+//! end of `finish`, so it covers the work recorded in between.
 //!
 //! What overlaps on one controller, honestly:
 //! - [`Transport::HostStaged`] (each rank its own device): `start` records the
@@ -28,8 +29,9 @@
 
 use super::group::{bytes_of, check_group};
 use super::stats::Collective;
+use super::trace::finish_span;
 use super::transport::Transport;
-use crate::device::{Exchange, InFlight, LocalTensor, Mesh};
+use crate::device::{Exchange, HostSpan, InFlight, LocalTensor, Mesh};
 use crate::error::Result;
 
 /// A ring shift in flight: created by [`RingShift::start`], completed by
@@ -38,6 +40,8 @@ use crate::error::Result;
 #[must_use = "call finish() to receive the shifted tensors"]
 pub struct RingShift {
     pending: Pending,
+    /// The mesh and the span begun at `start`, when the mesh traces.
+    traced: Option<(Mesh, HostSpan, Vec<(usize, u64)>)>,
 }
 
 impl std::fmt::Debug for RingShift {
@@ -68,6 +72,7 @@ impl RingShift {
     pub fn start(mesh: &Mesh, shards: &[LocalTensor]) -> Result<RingShift> {
         const OP: &str = "ring_shift";
         let ranks = check_group(OP, mesh, shards)?;
+        let span = mesh.host_span();
         let n = shards.len();
         let pending = if n == 1 {
             Pending::Done(shards.to_vec())
@@ -93,7 +98,11 @@ impl RingShift {
             }
         };
         mesh.record_comm(Collective::SendRecv, bytes_of(shards));
-        Ok(RingShift { pending })
+        let traced = span.map(|span| {
+            let parts = shards.iter().map(|s| (s.rank_index(), s.byte_len()));
+            (mesh.clone(), span, parts.collect())
+        });
+        Ok(RingShift { pending, traced })
     }
 
     /// Complete the shift: element i of the result is participant
@@ -101,8 +110,8 @@ impl RingShift {
     /// submits any work recorded since [`RingShift::start`] (so it runs
     /// meanwhile), waits for the staging copies only, then uploads.
     pub fn finish(self) -> Result<Vec<LocalTensor>> {
-        match self.pending {
-            Pending::Done(out) => Ok(out),
+        let out = match self.pending {
+            Pending::Done(out) => out,
             Pending::Host(in_flight) => {
                 let mapped = in_flight.wait()?;
                 for i in 0..mapped.outputs() {
@@ -112,9 +121,13 @@ impl RingShift {
                         view.slice(..).copy_from_slice(bytes);
                     }
                 }
-                Ok(received_order(mapped.finish()?))
+                received_order(mapped.finish()?)
             }
+        };
+        if let Some((mesh, span, parts)) = self.traced {
+            finish_span(&mesh, Some(span), Collective::SendRecv, parts.into_iter());
         }
+        Ok(out)
     }
 }
 
