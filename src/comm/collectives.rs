@@ -7,7 +7,7 @@ use super::group::{
 };
 use super::plan::AllToAll;
 use super::stats::Collective;
-use super::trace::finish_span;
+use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
 use super::{host, shared};
 use crate::device::{LocalTensor, Mesh, Rank};
@@ -19,7 +19,7 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
     const OP: &str = "all_reduce";
     let ranks = check_group(OP, mesh, shards)?;
     check_same_shapes(OP, shards)?;
-    let span = mesh.host_span();
+    let span = CommSpan::begin(mesh, Collective::AllReduce, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -29,7 +29,7 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
         }
     };
     mesh.record_comm(Collective::AllReduce, bytes_of(shards));
-    finish_span(mesh, span, Collective::AllReduce, contributions(shards));
+    finish_span(span);
     Ok(out)
 }
 
@@ -40,7 +40,7 @@ pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec
     let ranks = check_group(OP, mesh, shards)?;
     check_dim(OP, "dim", dim, shards[0].shape().len())?;
     check_same_except(OP, shards, dim)?;
-    let span = mesh.host_span();
+    let span = CommSpan::begin(mesh, Collective::AllGather, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -50,7 +50,7 @@ pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec
         }
     };
     mesh.record_comm(Collective::AllGather, bytes_of(shards));
-    finish_span(mesh, span, Collective::AllGather, contributions(shards));
+    finish_span(span);
     Ok(out)
 }
 
@@ -66,7 +66,7 @@ pub fn reduce_scatter(
     let ranks = check_group(OP, mesh, shards)?;
     check_dim(OP, "dim", dim, shards[0].shape().len())?;
     check_same_shapes(OP, shards)?;
-    let span = mesh.host_span();
+    let span = CommSpan::begin(mesh, Collective::ReduceScatter, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -76,7 +76,7 @@ pub fn reduce_scatter(
         }
     };
     mesh.record_comm(Collective::ReduceScatter, bytes_of(shards));
-    finish_span(mesh, span, Collective::ReduceScatter, contributions(shards));
+    finish_span(span);
     Ok(out)
 }
 
@@ -84,7 +84,7 @@ pub fn reduce_scatter(
 pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<LocalTensor>> {
     const OP: &str = "broadcast";
     let (ranks, root) = check_rooted(OP, mesh, src, ranks)?;
-    let span = mesh.host_span();
+    let span = CommSpan::begin(mesh, Collective::Broadcast, rooted(src, &ranks));
     let out = if ranks.len() == 1 {
         vec![src.clone()]
     } else {
@@ -94,7 +94,7 @@ pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<L
         }
     };
     mesh.record_comm(Collective::Broadcast, src.byte_len());
-    finish_span(mesh, span, Collective::Broadcast, rooted(src, &ranks));
+    finish_span(span);
     Ok(out)
 }
 
@@ -109,7 +109,7 @@ pub fn scatter(
     const OP: &str = "scatter";
     check_dim(OP, "dim", dim, src.shape().len())?;
     let (ranks, _root) = check_rooted(OP, mesh, src, ranks)?;
-    let span = mesh.host_span();
+    let span = CommSpan::begin(mesh, Collective::Scatter, rooted(src, &ranks));
     let out = if ranks.len() == 1 {
         vec![src.clone()]
     } else {
@@ -119,7 +119,7 @@ pub fn scatter(
         }
     };
     mesh.record_comm(Collective::Scatter, src.byte_len());
-    finish_span(mesh, span, Collective::Scatter, rooted(src, &ranks));
+    finish_span(span);
     Ok(out)
 }
 
@@ -140,7 +140,7 @@ pub fn all_to_all(
     check_dim(OP, "split_dim", split_dim, ndim)?;
     check_dim(OP, "concat_dim", concat_dim, ndim)?;
     check_same_except(OP, shards, concat_dim)?;
-    let span = mesh.host_span();
+    let span = CommSpan::begin(mesh, Collective::AllToAll, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -151,7 +151,7 @@ pub fn all_to_all(
         }
     };
     mesh.record_comm(Collective::AllToAll, bytes_of(shards));
-    finish_span(mesh, span, Collective::AllToAll, contributions(shards));
+    finish_span(span);
     Ok(out)
 }
 

@@ -29,9 +29,9 @@
 
 use super::group::{bytes_of, check_group};
 use super::stats::Collective;
-use super::trace::finish_span;
+use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
-use crate::device::{Exchange, HostSpan, InFlight, LocalTensor, Mesh};
+use crate::device::{Exchange, InFlight, LocalTensor, Mesh};
 use crate::error::Result;
 
 /// A ring shift in flight: created by [`RingShift::start`], completed by
@@ -40,8 +40,8 @@ use crate::error::Result;
 #[must_use = "call finish() to receive the shifted tensors"]
 pub struct RingShift {
     pending: Pending,
-    /// The mesh and the span begun at `start`, when the mesh traces.
-    traced: Option<(Mesh, HostSpan, Vec<(usize, u64)>)>,
+    /// The span begun at `start`, when the mesh traces.
+    span: Option<CommSpan>,
 }
 
 impl std::fmt::Debug for RingShift {
@@ -72,7 +72,8 @@ impl RingShift {
     pub fn start(mesh: &Mesh, shards: &[LocalTensor]) -> Result<RingShift> {
         const OP: &str = "ring_shift";
         let ranks = check_group(OP, mesh, shards)?;
-        let span = mesh.host_span();
+        let parts = shards.iter().map(|s| (s.rank_index(), s.byte_len()));
+        let span = CommSpan::begin(mesh, Collective::SendRecv, parts);
         let n = shards.len();
         let pending = if n == 1 {
             Pending::Done(shards.to_vec())
@@ -98,11 +99,7 @@ impl RingShift {
             }
         };
         mesh.record_comm(Collective::SendRecv, bytes_of(shards));
-        let traced = span.map(|span| {
-            let parts = shards.iter().map(|s| (s.rank_index(), s.byte_len()));
-            (mesh.clone(), span, parts.collect())
-        });
-        Ok(RingShift { pending, traced })
+        Ok(RingShift { pending, span })
     }
 
     /// Complete the shift: element i of the result is participant
@@ -124,9 +121,7 @@ impl RingShift {
                 received_order(mapped.finish()?)
             }
         };
-        if let Some((mesh, span, parts)) = self.traced {
-            finish_span(&mesh, Some(span), Collective::SendRecv, parts.into_iter());
-        }
+        finish_span(self.span);
         Ok(out)
     }
 }

@@ -4,26 +4,53 @@
 //! track of every participating rank, named by its [`Collective`] kind, with
 //! `bytes` (the whole payload, as [`Mesh::comm_stats`] counts it),
 //! `rank_bytes` (the part this rank contributed) and `participants`.
-//! Free when the mesh does not trace: the span never began.
+//! Free when the mesh does not trace: no span begins.
 
 use super::stats::Collective;
 use crate::device::{HostSpan, Mesh};
 
-/// End `span` (begun with [`Mesh::host_span`] when the mesh traced) as a
-/// `kind` span on each participant of `parts`, given as (rank, bytes it
-/// contributed).
-pub(super) fn finish_span(
-    mesh: &Mesh,
-    span: Option<HostSpan>,
+/// A collective being timed on a traced mesh.
+pub(super) struct CommSpan {
+    mesh: Mesh,
+    span: HostSpan,
     kind: Collective,
-    parts: impl Iterator<Item = (usize, u64)>,
-) {
-    let Some(span) = span else { return };
-    let parts: Vec<(usize, u64)> = parts.collect();
+    /// (rank, bytes it contributed) per participant.
+    parts: Vec<(usize, u64)>,
+}
+
+impl CommSpan {
+    /// Begin timing `kind` if `mesh` traces; `parts` (rank, bytes it
+    /// contributed) is only read then.
+    pub(super) fn begin(
+        mesh: &Mesh,
+        kind: Collective,
+        parts: impl Iterator<Item = (usize, u64)>,
+    ) -> Option<CommSpan> {
+        let span = mesh.host_span()?;
+        Some(CommSpan {
+            mesh: mesh.clone(),
+            span,
+            kind,
+            parts: parts.collect(),
+        })
+    }
+}
+
+/// End a span begun by [`CommSpan::begin`] (nothing when it did not begin).
+pub(super) fn finish_span(span: Option<CommSpan>) {
+    let Some(CommSpan {
+        mesh,
+        span,
+        kind,
+        parts,
+    }) = span
+    else {
+        return;
+    };
     let total: u64 = parts.iter().map(|&(_, b)| b).sum();
     let n = parts.len() as u64;
     span.finish(
-        mesh,
+        &mesh,
         &format!("{kind:?}"),
         "comm",
         parts.into_iter().map(|(rank, bytes)| {
