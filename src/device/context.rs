@@ -212,7 +212,8 @@ impl Device {
             }
             c => c,
         };
-        // Work recorded before the trace must not be stamped with its submit.
+        // Work recorded before the trace goes now, untraced, so the first
+        // traced submit holds traced work only.
         self.flush();
         let period_ns = self.queue.get_timestamp_period() as f64;
         self.tracer.start(epoch, clock, period_ns);
