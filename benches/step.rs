@@ -10,14 +10,16 @@
 //!
 //! Also prints, per configuration, the split of one step into forward /
 //! backward / optimiser (each followed by a synchronize, so these add up to
-//! more than the pipelined step) and the collectives per step.
+//! more than the pipelined step) and the collectives per step; then, per
+//! configuration, the top kernels by total time in one traced step (device
+//! timestamps where the adapter has them, see `Mesh::start_trace`).
 //!
 //! `cargo bench --bench step`; `WGPU_TP_BENCH_STEPS` sets N (default 6).
 
 use std::time::{Duration, Instant};
 
 use wgpu_tp::nn::{MlpLanguageModel, MlpLmConfig, Module, Sgd};
-use wgpu_tp::{Mesh, MeshBuilder};
+use wgpu_tp::{Mesh, MeshBuilder, Trace};
 
 const TOKENS: usize = 512;
 const CFG: MlpLmConfig = MlpLmConfig {
@@ -40,7 +42,12 @@ struct Timing {
     calls_per_step: u64,
     bytes_per_step: u64,
     allocs_per_step: f64,
+    /// One more step, traced.
+    trace: Trace,
 }
+
+/// Kernels printed per configuration.
+const TOP_KERNELS: usize = 8;
 
 fn data() -> (Vec<i32>, Vec<i32>) {
     // A fixed LCG so every configuration sees the same batch.
@@ -112,6 +119,9 @@ fn time_case(mesh: &Mesh, steps: usize) -> Timing {
         pieces[1] = pieces[1].min(b);
         pieces[2] = pieces[2].min(o);
     }
+    mesh.start_trace().unwrap();
+    step(mesh, &mut model, &mut opt, &ids, &tg);
+    let trace = mesh.stop_trace().unwrap();
     Timing {
         best: times[0],
         median: times[times.len() / 2],
@@ -121,6 +131,25 @@ fn time_case(mesh: &Mesh, steps: usize) -> Timing {
         calls_per_step: calls / steps as u64,
         bytes_per_step: bytes / steps as u64,
         allocs_per_step: allocs as f64 / steps as f64,
+        trace,
+    }
+}
+
+fn print_top_kernels(name: &str, trace: &Trace) {
+    println!(
+        "\n{name}: top kernels of one traced step ({:.1} ms; kernels {:.1} ms summed over {} ranks)",
+        ms(trace.span()),
+        ms(trace.kernel_time()),
+        trace.tracks().len()
+    );
+    for k in trace.top_kernels(TOP_KERNELS) {
+        println!(
+            "  {:<32} {:>5} calls {:>9.2} ms {:>6.1} %",
+            k.name,
+            k.calls,
+            ms(k.total),
+            k.share * 100.0
+        );
     }
 }
 
@@ -183,6 +212,7 @@ fn main() {
         "allocs"
     );
     let mut base = None;
+    let mut traces = Vec::new();
     for c in &cases {
         let t = time_case(&c.mesh, steps);
         let base_ms = *base.get_or_insert(ms(t.median));
@@ -199,7 +229,11 @@ fn main() {
             t.bytes_per_step as f64 / 1e6,
             t.allocs_per_step
         );
+        traces.push((c.name, t.trace));
     }
     println!("\nvs_P=1 = median(P) / median(P=1) (target for P=4: <= 1.2)");
+    for (name, trace) in &traces {
+        print_top_kernels(name, trace);
+    }
     println!("load at end: {}", load());
 }

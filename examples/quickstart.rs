@@ -7,12 +7,17 @@
 //! every parameter gradient of the parallel model equal the serial ones, then
 //! trains the parallel model on a synthetic next-token task
 //! (`target = (a·id + b) mod vocab` over a fixed random token stream) and
-//! prints the loss curve, the time per step and what each collective moved.
+//! prints the loss curve, the time per step, what each collective moved, and
+//! how many pipelines were built and how long that took (apart from training).
+//! With `--trace FILE` the last step is traced (after the warm-up steps) and
+//! written as Chrome trace-event JSON for <https://ui.perfetto.dev>, and its
+//! top kernels are printed.
 //!
 //! Run: `cargo run --release --example quickstart` (add `-- --help` for the
 //! flags; `WGPU_BACKEND=gl` picks GL, e.g. llvmpipe on a machine without a GPU).
 //! Exits non-zero if parity fails or the loss did not fall.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -68,6 +73,11 @@ struct Args {
     /// Put all ranks on one wgpu device (collectives become on-device copies).
     #[arg(long)]
     shared_device: bool,
+    /// Trace the last training step (every kernel and collective, per rank)
+    /// and write it to FILE as Chrome trace-event JSON (open it in
+    /// https://ui.perfetto.dev); that step is left out of the time per step.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 /// SplitMix64, for the synthetic token stream.
@@ -288,17 +298,26 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let mut timed = Duration::ZERO;
     let mut timed_steps = 0u32;
     let mut comm = None;
+    let mut trace = None;
+    let training = Instant::now();
     for step in 1..args.steps {
         let (ids, targets) = task.batch(step, args.tokens);
         if step == 1 {
             mesh.reset_comm_stats();
         }
+        let traced = args.trace.is_some() && step + 1 == args.steps;
+        if traced {
+            mesh.start_trace()?;
+        }
         let t0 = Instant::now();
         let loss = train_step(&mut model, &mut opt, &ids, &targets)?;
         let dt = t0.elapsed();
+        if traced {
+            trace = Some(mesh.stop_trace()?);
+        }
         if step == 1 {
             comm = Some(mesh.comm_stats());
-        } else {
+        } else if !traced {
             // Step 1 may still build pipelines (the optimiser's first update
             // after step 0 did too); time the steady state.
             timed += dt;
@@ -308,6 +327,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         bar.set_message(format!("{loss:.4}"));
         bar.inc(1);
     }
+    let training = training.elapsed();
     bar.finish_and_clear();
 
     println!("\nloss curve ({} steps):", losses.len());
@@ -336,10 +356,27 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         }
     );
 
+    println!(
+        "\ntraining: {} steps in {:.2} s",
+        args.steps - 1,
+        training.as_secs_f64()
+    );
     if timed_steps > 0 {
         println!(
-            "\ntime per step: {:.2} ms (mean of {timed_steps} steps: forward + backward + optimiser + loss readback)",
+            "time per step: {:.2} ms (mean of {timed_steps} steps: forward + backward + optimiser + loss readback)",
             timed.as_secs_f64() * 1e3 / timed_steps as f64
+        );
+    }
+    // Pipelines compile on first use (inside step 0 and step 1 above).
+    for (name, m) in [("parallel", &mesh), ("serial", &serial_mesh)] {
+        let devices = m.devices();
+        let built: u64 = devices.iter().map(|d| d.pipelines_built()).sum();
+        let time: Duration = devices.iter().map(|d| d.pipeline_build_time()).sum();
+        println!(
+            "pipelines ({name} mesh, {} device{}): {built} built in {:.2} s",
+            devices.len(),
+            if devices.len() == 1 { "" } else { "s" },
+            time.as_secs_f64()
         );
     }
     if let Some(stats) = comm {
@@ -354,6 +391,35 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
                 c.calls,
                 human_bytes(c.bytes),
                 human_bytes(c.bytes / c.calls.max(1))
+            );
+        }
+    }
+    if args.trace.is_some() && trace.is_none() {
+        println!("\nno step traced: --trace needs --steps of at least 2");
+    }
+    if let (Some(trace), Some(path)) = (&trace, &args.trace) {
+        trace.write_chrome_json(path)?;
+        let kernels = trace.kernels().count();
+        println!(
+            "\ntrace of step {} written to {} (open it in https://ui.perfetto.dev):",
+            args.steps - 1,
+            path.display()
+        );
+        println!(
+            "  {kernels} kernels and {} collective spans over {} ranks; step {:.2} ms, kernels {:.2} ms summed over ranks",
+            trace.host_spans().count(),
+            trace.tracks().len(),
+            trace.span().as_secs_f64() * 1e3,
+            trace.kernel_time().as_secs_f64() * 1e3
+        );
+        println!("  top kernels by total time:");
+        for k in trace.top_kernels(5) {
+            println!(
+                "  {:<32} {:>4} calls  {:>8.3} ms  {:>5.1} %",
+                k.name,
+                k.calls,
+                k.total.as_secs_f64() * 1e3,
+                k.share * 100.0
             );
         }
     }

@@ -8,7 +8,8 @@
 //! cross ranks (inside collectives) or reach you.
 //!
 //! The crate is layered, each layer using only the ones below it:
-//! 1. devices: [`Mesh`], [`MeshBuilder`], [`Rank`], [`Device`], [`LocalTensor`];
+//! 1. devices: [`Mesh`], [`MeshBuilder`], [`Rank`], [`Device`], [`LocalTensor`],
+//!    and per-kernel tracing ([`Trace`]);
 //! 2. [`kernels`]: typed wrappers around the WGSL shaders in `shaders/`;
 //! 3. [`comm`]: all-reduce, all-gather, reduce-scatter, broadcast, scatter, all-to-all;
 //! 4. [`tensor`]: [`DTensor`] with its [`Placement`] and the conjugate [`Mapping`]s;
@@ -56,8 +57,8 @@ pub use comm::{Collective, CommCount, CommStats, Transport};
 #[allow(deprecated)]
 pub use device::Gpu;
 pub use device::{
-    AdapterReport, Device, DeviceLayout, LocalTensor, Mesh, MeshBuilder, Rank, adapters,
-    download_many, parse_backends,
+    AdapterReport, Device, DeviceLayout, EventKind, KernelTotal, LocalTensor, Mesh, MeshBuilder,
+    Rank, Trace, TraceClock, TraceEvent, TraceTrack, adapters, download_many, parse_backends,
 };
 pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};

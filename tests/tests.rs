@@ -5,8 +5,8 @@
 //! - `util`: shared meshes (`mesh`), the f64 references every module checks
 //!   against (`reference`), tolerance and exactness asserts (`check`), the
 //!   seeded random generator.
-//! - `device`: adapter selection errors, software adapters, binding limits,
-//!   wgpu validation errors as results.
+//! - `device/`: adapter selection errors, software adapters, binding limits,
+//!   wgpu validation errors as results; `trace` (the per-kernel timeline).
 //! - `kernels/`: `gemm`, `elementwise`, `embedding`, `cross_entropy`,
 //!   `slicing`, `attention`: each kernel family on one rank against f64, and
 //!   its errors.

@@ -1,11 +1,13 @@
-//! The collectives: check the group, run the mesh's transport, count the call.
-//! A group of one returns its input (no copy) and still counts.
+//! The collectives: check the group, run the mesh's transport, count the call
+//! (and, on a traced mesh, time it: `trace.rs`). A group of one returns its
+//! input (no copy) and still counts.
 
 use super::group::{
     bytes_of, check_dim, check_group, check_rooted, check_same_except, check_same_shapes,
 };
 use super::plan::AllToAll;
 use super::stats::Collective;
+use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
 use super::{host, shared};
 use crate::device::{LocalTensor, Mesh, Rank};
@@ -17,6 +19,7 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
     const OP: &str = "all_reduce";
     let ranks = check_group(OP, mesh, shards)?;
     check_same_shapes(OP, shards)?;
+    let span = CommSpan::begin(mesh, Collective::AllReduce, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -26,6 +29,7 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
         }
     };
     mesh.record_comm(Collective::AllReduce, bytes_of(shards));
+    finish_span(span);
     Ok(out)
 }
 
@@ -36,6 +40,7 @@ pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec
     let ranks = check_group(OP, mesh, shards)?;
     check_dim(OP, "dim", dim, shards[0].shape().len())?;
     check_same_except(OP, shards, dim)?;
+    let span = CommSpan::begin(mesh, Collective::AllGather, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -45,6 +50,7 @@ pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec
         }
     };
     mesh.record_comm(Collective::AllGather, bytes_of(shards));
+    finish_span(span);
     Ok(out)
 }
 
@@ -60,6 +66,7 @@ pub fn reduce_scatter(
     let ranks = check_group(OP, mesh, shards)?;
     check_dim(OP, "dim", dim, shards[0].shape().len())?;
     check_same_shapes(OP, shards)?;
+    let span = CommSpan::begin(mesh, Collective::ReduceScatter, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -69,6 +76,7 @@ pub fn reduce_scatter(
         }
     };
     mesh.record_comm(Collective::ReduceScatter, bytes_of(shards));
+    finish_span(span);
     Ok(out)
 }
 
@@ -76,6 +84,7 @@ pub fn reduce_scatter(
 pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<LocalTensor>> {
     const OP: &str = "broadcast";
     let (ranks, root) = check_rooted(OP, mesh, src, ranks)?;
+    let span = CommSpan::begin(mesh, Collective::Broadcast, rooted(src, &ranks));
     let out = if ranks.len() == 1 {
         vec![src.clone()]
     } else {
@@ -85,6 +94,7 @@ pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<L
         }
     };
     mesh.record_comm(Collective::Broadcast, src.byte_len());
+    finish_span(span);
     Ok(out)
 }
 
@@ -99,6 +109,7 @@ pub fn scatter(
     const OP: &str = "scatter";
     check_dim(OP, "dim", dim, src.shape().len())?;
     let (ranks, _root) = check_rooted(OP, mesh, src, ranks)?;
+    let span = CommSpan::begin(mesh, Collective::Scatter, rooted(src, &ranks));
     let out = if ranks.len() == 1 {
         vec![src.clone()]
     } else {
@@ -108,6 +119,7 @@ pub fn scatter(
         }
     };
     mesh.record_comm(Collective::Scatter, src.byte_len());
+    finish_span(span);
     Ok(out)
 }
 
@@ -128,6 +140,7 @@ pub fn all_to_all(
     check_dim(OP, "split_dim", split_dim, ndim)?;
     check_dim(OP, "concat_dim", concat_dim, ndim)?;
     check_same_except(OP, shards, concat_dim)?;
+    let span = CommSpan::begin(mesh, Collective::AllToAll, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
@@ -138,5 +151,23 @@ pub fn all_to_all(
         }
     };
     mesh.record_comm(Collective::AllToAll, bytes_of(shards));
+    finish_span(span);
     Ok(out)
+}
+
+/// (rank, bytes) of each participant of a many-to-many collective.
+fn contributions(shards: &[LocalTensor]) -> impl Iterator<Item = (usize, u64)> + '_ {
+    shards.iter().map(|s| (s.rank_index(), s.byte_len()))
+}
+
+/// (rank, bytes) of each participant of a rooted collective: the root sends `src`.
+fn rooted<'a>(src: &'a LocalTensor, ranks: &'a [Rank]) -> impl Iterator<Item = (usize, u64)> + 'a {
+    ranks.iter().map(move |r| {
+        let bytes = if r.index() == src.rank_index() {
+            src.byte_len()
+        } else {
+            0
+        };
+        (r.index(), bytes)
+    })
 }

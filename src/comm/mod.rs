@@ -35,7 +35,8 @@
 //! Files: `collectives.rs` (the public functions), `group.rs` (participant
 //! checks), `plan.rs` (the all-to-all plan), `host.rs` and `shared.rs` (the
 //! two transports), `ring.rs` (point-to-point ring steps), `stats.rs` and
-//! `transport.rs` (what a mesh counts and how it moves bytes).
+//! `transport.rs` (what a mesh counts and how it moves bytes), `trace.rs`
+//! (each collective as a span on a traced mesh's timeline).
 
 mod collectives;
 mod group;
@@ -44,6 +45,7 @@ mod plan;
 mod ring;
 mod shared;
 mod stats;
+mod trace;
 mod transport;
 
 /// Re-exported from where it lives, [`crate::element`], for existing paths.

@@ -9,7 +9,8 @@
 //! [`RingShift::start`] begins the transfer, [`RingShift::finish`] returns the
 //! received tensors; [`ring_shift`] does both at once. Each started shift
 //! counts once as [`Collective::SendRecv`], with bytes = the sum of the
-//! participants' tensors.
+//! participants' tensors. On a traced mesh its span runs from `start` to the
+//! end of `finish`, so it covers the work recorded in between.
 //!
 //! What overlaps on one controller, honestly:
 //! - [`Transport::HostStaged`] (each rank its own device): `start` records the
@@ -28,6 +29,7 @@
 
 use super::group::{bytes_of, check_group};
 use super::stats::Collective;
+use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
 use crate::device::{Exchange, InFlight, LocalTensor, Mesh};
 use crate::error::Result;
@@ -38,6 +40,8 @@ use crate::error::Result;
 #[must_use = "call finish() to receive the shifted tensors"]
 pub struct RingShift {
     pending: Pending,
+    /// The span begun at `start`, when the mesh traces.
+    span: Option<CommSpan>,
 }
 
 impl std::fmt::Debug for RingShift {
@@ -68,6 +72,8 @@ impl RingShift {
     pub fn start(mesh: &Mesh, shards: &[LocalTensor]) -> Result<RingShift> {
         const OP: &str = "ring_shift";
         let ranks = check_group(OP, mesh, shards)?;
+        let parts = shards.iter().map(|s| (s.rank_index(), s.byte_len()));
+        let span = CommSpan::begin(mesh, Collective::SendRecv, parts);
         let n = shards.len();
         let pending = if n == 1 {
             Pending::Done(shards.to_vec())
@@ -93,7 +99,7 @@ impl RingShift {
             }
         };
         mesh.record_comm(Collective::SendRecv, bytes_of(shards));
-        Ok(RingShift { pending })
+        Ok(RingShift { pending, span })
     }
 
     /// Complete the shift: element i of the result is participant
@@ -101,8 +107,8 @@ impl RingShift {
     /// submits any work recorded since [`RingShift::start`] (so it runs
     /// meanwhile), waits for the staging copies only, then uploads.
     pub fn finish(self) -> Result<Vec<LocalTensor>> {
-        match self.pending {
-            Pending::Done(out) => Ok(out),
+        let out = match self.pending {
+            Pending::Done(out) => out,
             Pending::Host(in_flight) => {
                 let mapped = in_flight.wait()?;
                 for i in 0..mapped.outputs() {
@@ -112,9 +118,11 @@ impl RingShift {
                         view.slice(..).copy_from_slice(bytes);
                     }
                 }
-                Ok(received_order(mapped.finish()?))
+                received_order(mapped.finish()?)
             }
-        }
+        };
+        finish_span(self.span);
+        Ok(out)
     }
 }
 

@@ -1,7 +1,8 @@
 //! [`Device`]: one wgpu device and queue, shared by the ranks placed on it,
 //! with the pending command encoder (many kernels per submit) and wgpu's
 //! errors turned into [`Error`] values instead of panics. It owns the buffer
-//! pool (`pool.rs`) and the pipeline cache (`pipeline.rs`).
+//! pool (`pool.rs`), the pipeline cache (`pipeline.rs`) and the trace
+//! recorder (`trace.rs`).
 //!
 //! Ordering contract: `queue.write_buffer` lands at the start of the *next*
 //! submit, before the commands recorded in it. So a pooled buffer is only handed
@@ -11,9 +12,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
 use super::pool::BufferPool;
+use super::trace::{Stopped, TraceClock, Tracer};
 use crate::error::{Error, Result};
 
 /// Flush the pending encoder after this many recorded dispatches, so one
@@ -40,6 +43,7 @@ pub struct Device {
     id: u64,
     pipelines: PipelineCache,
     pub(crate) pool: BufferPool,
+    pub(crate) tracer: Tracer,
     recording: Mutex<Recording>,
     error: Arc<Mutex<Option<String>>>,
     lost: Arc<Mutex<Option<String>>>,
@@ -100,6 +104,7 @@ impl Device {
             limits,
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             pipelines: PipelineCache::default(),
+            tracer: Tracer::default(),
             recording: Mutex::new(Recording::default()),
             error,
             lost,
@@ -181,6 +186,50 @@ impl Device {
     /// Drop every pooled buffer that nothing uses (frees device memory).
     pub fn trim_pool(&self) {
         self.pool.trim();
+    }
+
+    /// Whether this device is recording a trace (one relaxed atomic load).
+    pub(crate) fn tracing(&self) -> bool {
+        self.tracer.is_on()
+    }
+
+    /// Begin recording a trace whose times count from `epoch` (dropping one
+    /// in progress); returns the clock that times its kernels.
+    pub(crate) fn start_trace(&self, epoch: Instant, clock: TraceClock) -> Result<TraceClock> {
+        let has_queries = self.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        let clock = match clock {
+            TraceClock::Auto if has_queries => TraceClock::Device,
+            TraceClock::Auto => TraceClock::Host,
+            TraceClock::Device if !has_queries => {
+                return Err(Error::invalid(
+                    "start_trace",
+                    format!(
+                        "adapter {:?} has no TIMESTAMP_QUERY, so the device cannot time kernels; \
+                         trace with TraceClock::Auto or TraceClock::Host",
+                        self.info.name
+                    ),
+                ));
+            }
+            c => c,
+        };
+        // Work recorded before the trace goes now, untraced, so the first
+        // traced submit holds traced work only.
+        self.flush();
+        let period_ns = self.queue.get_timestamp_period() as f64;
+        self.tracer.start(epoch, clock, period_ns);
+        Ok(clock)
+    }
+
+    /// Stop recording: submit what is pending, wait for the device, read the
+    /// kernels' timestamps back. `None` when no trace was on.
+    pub(crate) fn stop_trace(&self) -> Result<Option<Stopped>> {
+        if self.tracer.clock() == Some(TraceClock::Device) {
+            self.record(|enc| self.tracer.resolve_open(enc));
+        }
+        self.flush();
+        let stopped = self.tracer.stop(self.first_rank, || self.wait())?;
+        self.check()?;
+        Ok(stopped)
     }
 
     /// Find or build the pipeline for `spec` (built once per device).
@@ -270,6 +319,9 @@ impl Device {
         let mut st = lock(&self.recording);
         let enc = st.encoder.take();
         st.recorded = 0;
+        if enc.is_some() && self.tracer.is_on() {
+            self.tracer.submitting(Instant::now());
+        }
         let index = enc.map(|e| self.queue.submit([e.finish()]));
         self.pool.release_retired();
         drop(st);

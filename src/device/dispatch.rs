@@ -1,11 +1,16 @@
 //! Recording a compute dispatch: kernel, uniform parameters, buffers and grid,
 //! with the grid folded into two dimensions past the per-dimension limit.
+//! Each dispatch is its own compute pass; while the device traces
+//! (`trace.rs`), the pass writes its timestamps or the dispatch is timed on
+//! the host.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::context::Device;
-use super::pipeline::KernelSpec;
+use super::pipeline::{Access, KernelSpec};
 use super::tensor::LocalTensor;
+use super::trace::{EventKind, TraceClock, TraceEvent};
 use crate::error::{Error, Result};
 
 /// A compute dispatch: kernel, uniform parameters, buffers and grid.
@@ -52,11 +57,57 @@ fn binding(binding: u32, buffer: &wgpu::Buffer, bytes: u64) -> wgpu::BindGroupEn
 }
 
 impl Dispatch<'_> {
+    /// The trace slice for this dispatch, on the track of the rank that owns
+    /// the buffer it writes (the last read-write binding).
+    fn trace_event(&self) -> TraceEvent {
+        let written = self
+            .spec
+            .bindings
+            .iter()
+            .rposition(|a| *a == Access::ReadWrite)
+            .and_then(|i| self.buffers.get(i))
+            .or(self.buffers.last());
+        TraceEvent::new(
+            written.map_or(0, |t| t.rank_index()),
+            format!("{}::{}", self.spec.family, self.spec.entry),
+            EventKind::Kernel,
+            "kernel",
+            self.buffers.iter().map(|t| t.shape().to_vec()).collect(),
+            vec![("workgroups", self.workgroups)],
+        )
+    }
+
     /// Record the dispatch into the device's pending encoder.
     pub(crate) fn record(&self, device: &Arc<Device>) -> Result<()> {
         if self.workgroups == 0 {
             return Ok(());
         }
+        let clock = if device.tracing() {
+            device.tracer.clock()
+        } else {
+            None
+        };
+        if clock == Some(TraceClock::Host) {
+            // Host clock: an idle device before, a finished kernel after;
+            // the pipeline is built outside the timed part.
+            device.pipeline(self.spec)?;
+            device.flush();
+            device.wait()?;
+            let start = Instant::now();
+            self.record_pass(device, None)?;
+            device.flush();
+            device.wait()?;
+            device
+                .tracer
+                .push_host(self.trace_event(), start, Instant::now());
+            return Ok(());
+        }
+        let traced = clock == Some(TraceClock::Device);
+        self.record_pass(device, traced.then(|| self.trace_event()))
+    }
+
+    /// Record the pass; with `traced`, its timestamps go to the device's trace.
+    fn record_pass(&self, device: &Arc<Device>, traced: Option<TraceEvent>) -> Result<()> {
         device.check()?;
         debug_assert_eq!(self.buffers.len(), self.spec.bindings.len());
         for b in self.buffers {
@@ -82,13 +133,27 @@ impl Dispatch<'_> {
             entries: &entries,
         });
         device.record(|enc| {
+            // Under the encoder lock, so slots are taken in recording order.
+            let slots = traced.and_then(|e| device.tracer.begin_kernel(&device.raw, e));
+            let timestamp_writes =
+                slots
+                    .as_ref()
+                    .map(|(set, slot)| wgpu::ComputePassTimestampWrites {
+                        query_set: set,
+                        beginning_of_pass_write_index: Some(*slot),
+                        end_of_pass_write_index: Some(*slot + 1),
+                    });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(self.spec.entry),
-                timestamp_writes: None,
+                timestamp_writes,
             });
             pass.set_pipeline(&pipeline.pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(x, y, 1);
+            drop(pass);
+            if slots.is_some() {
+                device.tracer.end_kernel(enc);
+            }
         });
         device.retire_buffer(params_size, params_buffer);
         Ok(())

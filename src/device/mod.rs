@@ -5,13 +5,17 @@
 //! Rooms, each importing only the ones listed before it:
 //! - `pool.rs`: buffer pools (storage, read staging, write staging);
 //! - `pipeline.rs`: [`KernelSpec`] and the per-device pipeline cache;
+//! - `trace.rs`: a device's trace recorder ([`TraceEvent`], [`TraceClock`]):
+//!   kernels timed by timestamp queries or the host, host spans;
 //! - `context.rs`: [`Device`], one wgpu device + queue with its pending
-//!   encoder, error capture, pool and pipelines;
+//!   encoder, error capture, pool, pipelines and trace recorder;
 //! - `tensor.rs`: [`LocalTensor`], a buffer on one rank;
 //! - `rank.rs`: [`Rank`] and tensor allocation;
 //! - `dispatch.rs`: recording a kernel dispatch;
 //! - `staging.rs`: the device → host → device path ([`download_many`]);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
+//! - `timeline.rs`: a mesh's [`Trace`] (start, stop, Chrome JSON, top
+//!   kernels) and the host-span API upper layers report spans with;
 //! - `select.rs`: adapter choice and [`MeshBuilder`].
 
 mod context;
@@ -23,6 +27,8 @@ mod rank;
 mod select;
 mod staging;
 mod tensor;
+mod timeline;
+mod trace;
 
 pub use context::Device;
 pub use mesh::{DeviceLayout, Mesh};
@@ -30,11 +36,14 @@ pub use rank::Rank;
 pub use select::{AdapterReport, MeshBuilder, adapters, parse_backends};
 pub use staging::download_many;
 pub use tensor::LocalTensor;
+pub use timeline::{KernelTotal, Trace, TraceTrack};
+pub use trace::{EventKind, TraceClock, TraceEvent};
 
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::copy_region;
+pub(crate) use timeline::HostSpan;
 
 /// Old name of [`Device`], kept so existing code compiles.
 #[doc(hidden)]

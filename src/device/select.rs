@@ -5,7 +5,10 @@
 //! environment variables `WGPU_BACKEND` (e.g. `vulkan`, `gl`) and
 //! `WGPU_ADAPTER_NAME` (case-insensitive substring) narrow the choice the way
 //! wgpu's own tools do, but a mismatch is an [`Error`], never a panic.
+//! `WGPU_TP_TRACE=path.json` traces the mesh from build to drop
+//! ([`MeshBuilder::trace_to`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::context::Device;
@@ -24,6 +27,7 @@ pub struct MeshBuilder {
     force_software: bool,
     use_env: bool,
     layout: DeviceLayout,
+    trace_path: Option<PathBuf>,
 }
 
 impl Default for MeshBuilder {
@@ -108,6 +112,7 @@ impl MeshBuilder {
             force_software: false,
             use_env: true,
             layout: DeviceLayout::Simulated,
+            trace_path: None,
         }
     }
 
@@ -148,7 +153,7 @@ impl MeshBuilder {
         self
     }
 
-    /// Whether `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` are read (default true).
+    /// Whether `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` / `WGPU_TP_TRACE` are read (default true).
     pub fn use_env(mut self, on: bool) -> Self {
         self.use_env = on;
         self
@@ -158,6 +163,31 @@ impl MeshBuilder {
     pub fn layout(mut self, p: DeviceLayout) -> Self {
         self.layout = p;
         self
+    }
+
+    /// Trace the mesh from when it is built until it is dropped, then write
+    /// the trace to `path` as Chrome trace-event JSON (overrides
+    /// `WGPU_TP_TRACE`, which does the same). The file is written when the
+    /// last handle to the mesh drops, unless [`Mesh::stop_trace`] took the
+    /// trace first; a failure to write is reported on stderr, as a
+    /// destructor cannot return it. A later mesh of this process given the
+    /// same path writes `stem-2.ext`, then `stem-3.ext`, … instead.
+    pub fn trace_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.trace_path = Some(path.into());
+        self
+    }
+
+    fn resolved_trace_path(&self) -> Option<PathBuf> {
+        if self.trace_path.is_some() {
+            return self.trace_path.clone();
+        }
+        if self.use_env {
+            std::env::var_os("WGPU_TP_TRACE")
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+        } else {
+            None
+        }
     }
 
     /// Shorthand for `layout(DeviceLayout::SharedDevice)`.
@@ -232,8 +262,17 @@ impl MeshBuilder {
         list
     }
 
-    /// Open the devices and build the mesh.
+    /// Open the devices and build the mesh (tracing it when
+    /// [`MeshBuilder::trace_to`] or `WGPU_TP_TRACE` asks).
     pub fn build(self) -> Result<Mesh> {
+        let mesh = self.open_mesh()?;
+        if let Some(path) = self.resolved_trace_path() {
+            mesh.trace_until_drop(&path)?;
+        }
+        Ok(mesh)
+    }
+
+    fn open_mesh(&self) -> Result<Mesh> {
         if self.ranks == 0 && self.layout != DeviceLayout::PerAdapter {
             return Err(Error::invalid(
                 "MeshBuilder::build",

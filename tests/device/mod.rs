@@ -1,6 +1,8 @@
 //! Adapter selection: clear errors (never panics) for names and backends that
 //! match nothing or make no sense, and software adapters that work without a GPU.
 
+mod trace;
+
 use crate::util::mesh_env;
 use wgpu_tp::{Error, MeshBuilder, adapters, parse_backends};
 

@@ -1,0 +1,465 @@
+//! [`Trace`]: what a mesh's devices recorded between [`Mesh::start_trace`]
+//! and [`Mesh::stop_trace`] (see `trace.rs` for how each device records and
+//! which clock times its kernels), with
+//! - [`Trace::write_chrome_json`]: Chrome trace-event JSON, which opens in
+//!   <https://ui.perfetto.dev> and `chrome://tracing`;
+//! - [`Trace::top_kernels`]: the kernels that took the most time;
+//! - the host-span API the upper layers time their work with
+//!   ([`Mesh::host_span`]: the comm layer times every collective and ring step);
+//! - tracing a mesh for its whole life: `WGPU_TP_TRACE=path.json` (or
+//!   [`MeshBuilder::trace_to`](super::MeshBuilder::trace_to)) starts tracing
+//!   when the mesh is built and writes the file when the mesh is dropped.
+//!
+//! Layout of the JSON: one process (`pid` = this process's id); per rank `r`
+//! two threads, kept next to each other by `thread_sort_index`:
+//! - `tid = r`, named `rank r · <adapter> (<backend>) · kernels`: one `"X"`
+//!   slice per dispatch, named `family::entry`, with `args.shapes` (each
+//!   buffer's shape, in binding order) and `args.workgroups`;
+//! - `tid = 100000 + r`, named `rank r · collectives (host clock)`: one `"X"`
+//!   slice per collective or ring step the rank took part in, named by its
+//!   kind (`AllReduce`, `SendRecv`, …), with `args.bytes` (the whole
+//!   payload, as `Mesh::comm_stats` counts it), `args.rank_bytes` (this
+//!   rank's part) and `args.participants`.
+//!
+//! Kernels and collectives cannot share one thread track: the trace-event
+//! format requires the slices of a thread to nest, and a collective's host
+//! span overlaps the kernels that run while the host waits inside it.
+//! Times are microseconds since [`Mesh::start_trace`], on the host clock.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::context::distinct_devices;
+use super::mesh::Mesh;
+use super::rank::Rank;
+use super::trace::{EventKind, TraceClock, TraceEvent, micros};
+use crate::error::{Error, Result};
+
+/// `tid` of rank `r`'s collectives track is this plus `r`.
+const HOST_TID_BASE: usize = 100_000;
+
+/// One rank's tracks in a [`Trace`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TraceTrack {
+    /// The rank.
+    pub rank: usize,
+    /// Its adapter's name.
+    pub adapter: String,
+    /// Its backend (`Vulkan`, `Gl`, …).
+    pub backend: String,
+    /// The clock that timed its kernels ([`TraceClock::Device`] or [`TraceClock::Host`]).
+    pub clock: TraceClock,
+}
+
+/// Time spent in one kernel over a whole trace (every rank); see [`Trace::top_kernels`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct KernelTotal {
+    /// `family::entry`.
+    pub name: String,
+    /// Dispatches.
+    pub calls: u64,
+    /// Sum of their durations.
+    pub total: Duration,
+    /// `total` over the summed duration of every kernel in the trace (0..=1).
+    pub share: f64,
+}
+
+/// What a mesh recorded between [`Mesh::start_trace`] and [`Mesh::stop_trace`].
+#[derive(Clone, Debug)]
+pub struct Trace {
+    events: Vec<TraceEvent>,
+    tracks: Vec<TraceTrack>,
+    title: String,
+}
+
+impl Trace {
+    /// Every slice, kernels and host spans of every rank, by start time.
+    pub fn events(&self) -> &[TraceEvent] {
+        &self.events
+    }
+
+    /// The kernel slices, by start time.
+    pub fn kernels(&self) -> impl Iterator<Item = &TraceEvent> {
+        self.events.iter().filter(|e| e.kind == EventKind::Kernel)
+    }
+
+    /// The host spans (collectives, ring steps), by start time.
+    pub fn host_spans(&self) -> impl Iterator<Item = &TraceEvent> {
+        self.events.iter().filter(|e| e.kind == EventKind::HostSpan)
+    }
+
+    /// One entry per rank of the mesh, in rank order.
+    pub fn tracks(&self) -> &[TraceTrack] {
+        &self.tracks
+    }
+
+    /// Summed duration of every kernel slice (all ranks).
+    pub fn kernel_time(&self) -> Duration {
+        micros(self.kernels().map(|e| e.duration_us).sum())
+    }
+
+    /// From the first slice's start to the last one's end (zero when empty).
+    pub fn span(&self) -> Duration {
+        let start = self
+            .events
+            .iter()
+            .map(|e| e.start_us)
+            .fold(f64::INFINITY, f64::min);
+        let end = self.events.iter().map(|e| e.end_us()).fold(0.0, f64::max);
+        if start.is_finite() {
+            micros(end - start)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The `n` kernels with the largest summed duration over all ranks,
+    /// largest first, with their calls and share of [`Trace::kernel_time`].
+    pub fn top_kernels(&self, n: usize) -> Vec<KernelTotal> {
+        let mut by_name: HashMap<&str, (u64, f64)> = HashMap::new();
+        let mut all = 0.0;
+        for e in self.kernels() {
+            let entry = by_name.entry(e.name.as_str()).or_default();
+            entry.0 += 1;
+            entry.1 += e.duration_us;
+            all += e.duration_us;
+        }
+        let mut totals: Vec<KernelTotal> = by_name
+            .into_iter()
+            .map(|(name, (calls, us))| KernelTotal {
+                name: name.to_string(),
+                calls,
+                total: micros(us),
+                share: if all > 0.0 { us / all } else { 0.0 },
+            })
+            .collect();
+        totals.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
+        totals.truncate(n);
+        totals
+    }
+
+    /// The trace as Chrome trace-event JSON (see the module docs for its layout).
+    pub fn to_chrome_json(&self) -> String {
+        let pid = std::process::id();
+        let mut out = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        let mut first = true;
+        let mut push = |line: String| {
+            if !first {
+                out.push_str(",\n");
+            }
+            first = false;
+            out.push_str(&line);
+        };
+        let meta = |name: &str, tid: usize, args: String| {
+            format!(
+                "{{\"name\":\"{name}\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{args}}}"
+            )
+        };
+        push(meta(
+            "process_name",
+            0,
+            format!("{{\"name\":{}}}", json_string(&self.title)),
+        ));
+        for t in &self.tracks {
+            let clock = match t.clock {
+                TraceClock::Device => "device clock",
+                _ => "host clock",
+            };
+            let kernels = format!(
+                "rank {} · {} ({}) · kernels ({clock})",
+                t.rank, t.adapter, t.backend
+            );
+            let host = format!("rank {} · collectives (host clock)", t.rank);
+            for (tid, name, order) in [
+                (t.rank, kernels, 2 * t.rank),
+                (HOST_TID_BASE + t.rank, host, 2 * t.rank + 1),
+            ] {
+                push(meta(
+                    "thread_name",
+                    tid,
+                    format!("{{\"name\":{}}}", json_string(&name)),
+                ));
+                push(meta(
+                    "thread_sort_index",
+                    tid,
+                    format!("{{\"sort_index\":{order}}}"),
+                ));
+            }
+        }
+        for e in &self.events {
+            let tid = match e.kind {
+                EventKind::Kernel => e.rank,
+                EventKind::HostSpan => HOST_TID_BASE + e.rank,
+            };
+            let mut args = String::from("{");
+            if e.kind == EventKind::Kernel {
+                let shapes: Vec<String> = e.shapes.iter().map(|s| format!("{s:?}")).collect();
+                let _ = write!(args, "\"shapes\":[{}]", shapes.join(",").replace(' ', ""));
+            }
+            for (k, v) in &e.args {
+                if args.len() > 1 {
+                    args.push(',');
+                }
+                let _ = write!(args, "{}:{v}", json_string(k));
+            }
+            args.push('}');
+            push(format!(
+                "{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{pid},\"tid\":{tid},\"args\":{args}}}",
+                json_string(&e.name),
+                json_string(e.category),
+                e.start_us,
+                e.duration_us.max(0.0),
+            ));
+        }
+        out.push_str("\n]}\n");
+        out
+    }
+
+    /// Write [`Trace::to_chrome_json`] to `path` (open it in
+    /// <https://ui.perfetto.dev> or `chrome://tracing`).
+    pub fn write_chrome_json(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        std::fs::write(path, self.to_chrome_json()).map_err(|e| {
+            Error::invalid(
+                "Trace::write_chrome_json",
+                format!(
+                    "could not write {}: {e}; pass a path in a directory that exists and is writable",
+                    path.display()
+                ),
+            )
+        })
+    }
+}
+
+/// A JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A span of host time being timed for the trace: begun by
+/// [`Mesh::host_span`], recorded by [`HostSpan::finish`], forgotten when dropped.
+pub(crate) struct HostSpan {
+    start: Instant,
+}
+
+impl HostSpan {
+    /// End the span now: one slice `name` of `category` on the host track of
+    /// each `(rank, args)` in `tracks` whose device still traces.
+    pub(crate) fn finish(
+        self,
+        mesh: &Mesh,
+        name: &str,
+        category: &'static str,
+        tracks: impl IntoIterator<Item = (usize, Vec<(&'static str, u64)>)>,
+    ) {
+        let end = Instant::now();
+        for (rank, args) in tracks {
+            if let Some(r) = mesh.ranks().get(rank)
+                && r.device().tracing()
+            {
+                let event = TraceEvent::new(
+                    rank,
+                    name.to_string(),
+                    EventKind::HostSpan,
+                    category,
+                    Vec::new(),
+                    args,
+                );
+                r.device().tracer.push_host(event, self.start, end);
+            }
+        }
+    }
+}
+
+impl Mesh {
+    /// Begin tracing every dispatch and collective of every rank, timing
+    /// kernels with the device's timestamp queries where it has them
+    /// ([`TraceClock::Auto`]). A trace already in progress is dropped.
+    /// Nothing is read back until [`Mesh::stop_trace`].
+    pub fn start_trace(&self) -> Result<()> {
+        self.start_trace_with(TraceClock::Auto)
+    }
+
+    /// [`Mesh::start_trace`] with a chosen clock; [`TraceClock::Device`] is an
+    /// error on a device without `TIMESTAMP_QUERY` (and then nothing traces).
+    pub fn start_trace_with(&self, clock: TraceClock) -> Result<()> {
+        let epoch = Instant::now();
+        let devices = self.devices();
+        for d in &devices {
+            if let Err(e) = d.start_trace(epoch, clock) {
+                for d in &devices {
+                    let _ = d.stop_trace();
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this mesh is recording a trace.
+    pub fn is_tracing(&self) -> bool {
+        self.ranks().iter().any(|r| r.device().tracing())
+    }
+
+    /// Stop tracing: submit what is pending, wait for every device, read the
+    /// timestamps back and return the trace. An error when no trace was on.
+    pub fn stop_trace(&self) -> Result<Trace> {
+        stop(self.ranks(), self.title())
+    }
+
+    /// Start timing a host span if this mesh traces; `None` otherwise, at the
+    /// cost of one relaxed atomic load per rank.
+    pub(crate) fn host_span(&self) -> Option<HostSpan> {
+        self.is_tracing().then(|| HostSpan {
+            start: Instant::now(),
+        })
+    }
+
+    /// Trace from now until the mesh is dropped, then write the trace to
+    /// `path` (a later mesh of this process given the same path writes
+    /// `stem-2.ext`, `stem-3.ext`, …).
+    pub(crate) fn trace_until_drop(&self, path: &Path) -> Result<()> {
+        self.start_trace()?;
+        let path = claim_path(path);
+        *self
+            .extension::<TraceOnDrop>()
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) =
+            Some((path, self.ranks().to_vec(), self.title()));
+        Ok(())
+    }
+
+    fn title(&self) -> String {
+        format!(
+            "wgpu-tp mesh: {} ranks ({:?}) on {}",
+            self.size(),
+            self.layout(),
+            self.adapter_summary()
+        )
+    }
+}
+
+/// Stop the trace of `ranks`' devices (flushing every device first, so they
+/// finish together) and gather it.
+fn stop(ranks: &[Rank], title: String) -> Result<Trace> {
+    let devices = distinct_devices(ranks.iter().map(Rank::device));
+    for d in &devices {
+        d.flush();
+    }
+    let mut events = Vec::new();
+    let mut clocks: Vec<(u64, TraceClock)> = Vec::new();
+    for d in &devices {
+        if let Some(stopped) = d.stop_trace()? {
+            events.extend(stopped.events);
+            clocks.push((d.id(), stopped.clock));
+        }
+    }
+    if clocks.is_empty() {
+        return Err(Error::invalid(
+            "stop_trace",
+            "this mesh is not tracing; call Mesh::start_trace first (or build the mesh with \
+             WGPU_TP_TRACE=path.json set)",
+        ));
+    }
+    events.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
+    let tracks = ranks
+        .iter()
+        .map(|r| {
+            let info = r.device().adapter_info();
+            TraceTrack {
+                rank: r.index(),
+                adapter: info.name.clone(),
+                backend: format!("{:?}", info.backend),
+                clock: clocks
+                    .iter()
+                    .find(|(id, _)| *id == r.device().id())
+                    .map_or(TraceClock::Host, |&(_, c)| c),
+            }
+        })
+        .collect();
+    Ok(Trace {
+        events,
+        tracks,
+        title,
+    })
+}
+
+/// `path` the first time; `stem-2.ext`, `stem-3.ext`, … for later meshes of
+/// this process given the same path.
+fn claim_path(path: &Path) -> PathBuf {
+    static CLAIMED: Mutex<Vec<(PathBuf, usize)>> = Mutex::new(Vec::new());
+    let mut claimed = CLAIMED.lock().unwrap_or_else(PoisonError::into_inner);
+    let n = match claimed.iter_mut().find(|(p, _)| p == path) {
+        Some((_, n)) => {
+            *n += 1;
+            *n
+        }
+        None => {
+            claimed.push((path.to_path_buf(), 1));
+            1
+        }
+    };
+    if n == 1 {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{n}"),
+    };
+    path.with_file_name(name)
+}
+
+/// The mesh's extension slot for [`Mesh::trace_until_drop`]: where to write,
+/// and the ranks (their devices outlive the mesh's own list while dropping).
+#[derive(Default)]
+struct TraceOnDrop(Mutex<Option<(PathBuf, Vec<Rank>, String)>>);
+
+impl Drop for TraceOnDrop {
+    fn drop(&mut self) {
+        let taken = self
+            .0
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some((path, ranks, title)) = taken else {
+            return;
+        };
+        if !ranks.iter().any(|r| r.device().tracing()) {
+            // Stopped by hand (Mesh::stop_trace): that caller has the trace.
+            return;
+        }
+        // A destructor cannot return an error: say what happened on stderr.
+        match stop(&ranks, title).and_then(|t| t.write_chrome_json(&path).map(|()| t)) {
+            Ok(t) => eprintln!(
+                "wgpu-tp: wrote a trace of {} events on {} ranks to {}",
+                t.events.len(),
+                t.tracks.len(),
+                path.display()
+            ),
+            Err(e) => eprintln!("wgpu-tp: trace for {} not written: {e}", path.display()),
+        }
+    }
+}
