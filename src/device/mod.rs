@@ -12,7 +12,8 @@
 //! - `tensor.rs`: [`LocalTensor`], a buffer on one rank;
 //! - `rank.rs`: [`Rank`] and tensor allocation;
 //! - `dispatch.rs`: recording a kernel dispatch;
-//! - `staging.rs`: the device → host → device path ([`download_many`]);
+//! - `staging.rs`: the device → host → device path;
+//! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
 //! - `timeline.rs`: a mesh's [`Trace`] (start, stop, Chrome JSON, top
 //!   kernels) and the host-span API upper layers report spans with;
@@ -24,6 +25,7 @@ mod mesh;
 mod pipeline;
 mod pool;
 mod rank;
+mod readback;
 mod select;
 mod staging;
 mod tensor;
@@ -34,7 +36,7 @@ pub use context::Device;
 pub use mesh::{DeviceLayout, Mesh};
 pub use rank::Rank;
 pub use select::{AdapterReport, MeshBuilder, adapters, parse_backends};
-pub use staging::download_many;
+pub use readback::download_many;
 pub use tensor::LocalTensor;
 pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};

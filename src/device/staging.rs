@@ -1,6 +1,6 @@
 //! Host-staged exchange: the one device → host → device path, behind
-//! [`download_many`], [`LocalTensor::to_vec`], the host-staged collectives
-//! and the host-staged ring steps.
+//! reading tensors back (`readback.rs`), the host-staged collectives and the
+//! host-staged ring steps.
 //!
 //! One [`Exchange`] stages every input and every output of a collective at
 //! once: each input is copied into a pooled MAP_READ staging buffer, each
@@ -365,37 +365,5 @@ impl Drop for Mapped {
                 u.device.pool.return_write_staging(b);
             }
         }
-    }
-}
-
-/// Read several tensors (on any ranks and devices) back to the host with one
-/// wait per device: copy each into a MAP_READ staging buffer, submit every
-/// device, map all, then poll each device once.
-pub fn download_many(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
-    let mut x = Exchange::with_capacity(tensors.len(), 0);
-    for t in tensors {
-        x.read(t)?;
-    }
-    let mapped = x.map()?;
-    Ok((0..tensors.len())
-        .map(|i| mapped.input(i).to_vec())
-        .collect())
-}
-
-impl LocalTensor {
-    /// Read back as f32 (waits for the device).
-    pub fn to_vec(&self) -> Result<Vec<f32>> {
-        self.expect_dtype("to_vec", DType::F32)?;
-        Ok(bytemuck::pod_collect_to_vec(
-            &download_many(&[self])?.remove(0),
-        ))
-    }
-
-    /// Read back as i32 (waits for the device).
-    pub fn to_vec_i32(&self) -> Result<Vec<i32>> {
-        self.expect_dtype("to_vec_i32", DType::I32)?;
-        Ok(bytemuck::pod_collect_to_vec(
-            &download_many(&[self])?.remove(0),
-        ))
     }
 }

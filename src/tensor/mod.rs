@@ -9,6 +9,7 @@
 mod dtensor;
 mod elementwise;
 mod mappings;
+mod redistribute;
 mod ring;
 
 pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};

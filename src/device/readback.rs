@@ -1,0 +1,40 @@
+//! Reading tensors back to the host, through the one staging path
+//! ([`Exchange`]): [`download_many`] waits once per device for any number of
+//! tensors; [`LocalTensor::to_vec`] reads one.
+
+use super::staging::Exchange;
+use super::tensor::LocalTensor;
+use crate::element::DType;
+use crate::error::Result;
+
+/// Read several tensors (on any ranks and devices) back to the host with one
+/// wait per device: copy each into a MAP_READ staging buffer, submit every
+/// device, map all, then poll each device once.
+pub fn download_many(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
+    let mut x = Exchange::with_capacity(tensors.len(), 0);
+    for t in tensors {
+        x.read(t)?;
+    }
+    let mapped = x.map()?;
+    Ok((0..tensors.len())
+        .map(|i| mapped.input(i).to_vec())
+        .collect())
+}
+
+impl LocalTensor {
+    /// Read back as f32 (waits for the device).
+    pub fn to_vec(&self) -> Result<Vec<f32>> {
+        self.expect_dtype("to_vec", DType::F32)?;
+        Ok(bytemuck::pod_collect_to_vec(
+            &download_many(&[self])?.remove(0),
+        ))
+    }
+
+    /// Read back as i32 (waits for the device).
+    pub fn to_vec_i32(&self) -> Result<Vec<i32>> {
+        self.expect_dtype("to_vec_i32", DType::I32)?;
+        Ok(bytemuck::pod_collect_to_vec(
+            &download_many(&[self])?.remove(0),
+        ))
+    }
+}
