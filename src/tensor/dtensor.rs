@@ -52,7 +52,11 @@ pub fn local_shape_in_units(
 }
 
 impl DTensor {
-    pub(super) fn check_placement(op: &'static str, shape: &[usize], placement: Placement) -> Result<()> {
+    pub(super) fn check_placement(
+        op: &'static str,
+        shape: &[usize],
+        placement: Placement,
+    ) -> Result<()> {
         Self::check_units(op, shape, placement, 1)
     }
 

@@ -28,7 +28,9 @@ impl DTensor {
             (Placement::Partial(op), Placement::Replicate) => {
                 comm::all_reduce(mesh, self.shards(), op)?
             }
-            (Placement::Shard(d), Placement::Replicate) => comm::all_gather(mesh, self.shards(), d)?,
+            (Placement::Shard(d), Placement::Replicate) => {
+                comm::all_gather(mesh, self.shards(), d)?
+            }
             (Placement::Partial(op), Placement::Shard(d)) => {
                 comm::reduce_scatter(mesh, self.shards(), d, op)?
             }

@@ -1,0 +1,214 @@
+//! The attention shader's side: how a head's rows are laid out in each
+//! tensor ([`View`]), the uniform parameters, and the dispatches of the five
+//! entry points for one rank's [`Problem`].
+
+use super::shape::{AttentionShape, elements};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::error::Result;
+
+const SOURCE: &str = include_str!("../../../shaders/attention.wgsl");
+/// a source, b source, score-shaped matrix, out: one layout for every entry.
+const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::Read, Access::ReadWrite];
+/// Invocations per workgroup of every entry (see the shader).
+const WORKGROUP: u64 = 64;
+/// Side of the square output tile of `masked_dots` and `mix`.
+const TILE: usize = 4;
+
+fn spec(entry: &'static str) -> KernelSpec {
+    KernelSpec::new("attention", SOURCE, BINDINGS, entry)
+}
+
+/// Where element `e` of head `h` at position `t` of sequence `b` lives:
+/// `base + b·sb + h·sh + t·st + e`.
+#[derive(Clone, Copy)]
+pub(super) struct View {
+    base: u64,
+    sb: u64,
+    sh: u64,
+    st: u64,
+}
+
+impl View {
+    /// Block `block` (0 = q, 1 = k, 2 = v) of the fused QKV layout with `seq`
+    /// rows per sequence.
+    pub(super) fn fused(s: &AttentionShape, seq: usize, block: usize) -> View {
+        let (hd, d) = ((s.heads * s.head_dim) as u64, s.head_dim as u64);
+        View {
+            base: block as u64 * hd,
+            sb: seq as u64 * 3 * hd,
+            sh: d,
+            st: 3 * hd,
+        }
+    }
+
+    /// Keys (`block` 0) or values (1) of a cache `[2, B, H, len, D]`.
+    pub(super) fn cache(s: &AttentionShape, len: usize, block: usize) -> View {
+        let (b, h, d) = (s.batch as u64, s.heads as u64, s.head_dim as u64);
+        let len = len as u64;
+        View {
+            base: block as u64 * b * h * len * d,
+            sb: h * len * d,
+            sh: len * d,
+            st: d,
+        }
+    }
+
+    /// The output layout `[B·T, H·D]` (also `dO`'s).
+    pub(super) fn heads(s: &AttentionShape) -> View {
+        let (hd, d) = ((s.heads * s.head_dim) as u64, s.head_dim as u64);
+        View {
+            base: 0,
+            sb: s.seq as u64 * hd,
+            sh: d,
+            st: hd,
+        }
+    }
+
+    pub(super) fn words(&self) -> [u32; 4] {
+        [self.base, self.sb, self.sh, self.st].map(|x| x as u32)
+    }
+}
+
+/// The shader's `Params`. Every index the kernels form is below the length of
+/// a tensor [`check_size`] accepted, so the `u32` casts cannot truncate.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(super) struct Params {
+    batch: u32,
+    heads: u32,
+    tq: u32,
+    tk: u32,
+    d: u32,
+    past: u32,
+    scale: f32,
+    trans: u32,
+    a: [u32; 4],
+    b: [u32; 4],
+    o: [u32; 4],
+    n: u32,
+    _pad: [u32; 3],
+}
+
+/// One rank's problem: `s.seq` queries per sequence after `past` cached
+/// positions, so `past + s.seq` keys.
+#[derive(Clone, Copy)]
+pub(super) struct Problem {
+    pub(super) s: AttentionShape,
+    pub(super) past: usize,
+}
+
+impl Problem {
+    pub(super) fn keys(&self) -> usize {
+        self.past + self.s.seq
+    }
+
+    pub(super) fn params(&self, scale: f32, trans: bool, a: View, b: View, o: View) -> Params {
+        let s = &self.s;
+        Params {
+            batch: s.batch as u32,
+            heads: s.heads as u32,
+            tq: s.seq as u32,
+            tk: self.keys() as u32,
+            d: s.head_dim as u32,
+            past: self.past as u32,
+            scale,
+            trans: trans as u32,
+            a: a.words(),
+            b: b.words(),
+            o: o.words(),
+            n: 0,
+            _pad: [0; 3],
+        }
+    }
+
+    /// `1/√D`.
+    pub(super) fn inv_sqrt_d(&self) -> f32 {
+        1.0 / (self.s.head_dim.max(1) as f32).sqrt()
+    }
+
+    /// Record `entry` with `params` over `n` invocations: `inputs` fill
+    /// bindings 1..=3 (None → `any`, unused; never `out`, which wgpu would
+    /// refuse as both read and written), `out` binding 4.
+    pub(super) fn run(
+        &self,
+        entry: &'static str,
+        mut params: Params,
+        n: u64,
+        inputs: [Option<&LocalTensor>; 3],
+        any: &LocalTensor,
+        out: &LocalTensor,
+    ) -> Result<()> {
+        params.n = n as u32;
+        let [a, b, m] = inputs.map(|x| x.unwrap_or(any));
+        Dispatch {
+            spec: &spec(entry),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[a, b, m, out],
+            workgroups: n.div_ceil(WORKGROUP),
+        }
+        .record(any.device())
+    }
+
+    /// Score-shaped `out` `[B, H, Tq, Tk]` = `scale · a bᵀ`, masked to 0.
+    pub(super) fn masked_dots(
+        &self,
+        scale: f32,
+        (a_src, a): (&LocalTensor, View),
+        (b_src, b): (&LocalTensor, View),
+        out: &LocalTensor,
+    ) -> Result<()> {
+        let s = &self.s;
+        let tiles = elements(&[
+            s.batch,
+            s.heads,
+            s.seq.div_ceil(TILE),
+            self.keys().div_ceil(TILE),
+        ]);
+        let params = self.params(scale, false, a, b, a);
+        self.run(
+            "masked_dots",
+            params,
+            tiles,
+            [Some(a_src), Some(b_src), None],
+            a_src,
+            out,
+        )
+    }
+
+    /// `out` view `o` = `scale · M X` (or `Mᵀ X` when `trans`), `M` score-shaped.
+    pub(super) fn mix(
+        &self,
+        scale: f32,
+        trans: bool,
+        m: &LocalTensor,
+        (x_src, x): (&LocalTensor, View),
+        (out, o): (&LocalTensor, View),
+    ) -> Result<()> {
+        let s = &self.s;
+        let rows = if trans { self.keys() } else { s.seq };
+        let tiles = elements(&[
+            s.batch,
+            s.heads,
+            rows.div_ceil(TILE),
+            s.head_dim.div_ceil(TILE),
+        ]);
+        let params = self.params(scale, trans, x, x, o);
+        self.run("mix", params, tiles, [Some(x_src), None, Some(m)], m, out)
+    }
+
+    /// A row kernel (`softmax_rows`, `grad_softmax_rows`) in place on `out`
+    /// (`any`: another tensor of the rank for the unused bindings).
+    pub(super) fn rows(
+        &self,
+        entry: &'static str,
+        mat: Option<&LocalTensor>,
+        any: &LocalTensor,
+        out: &LocalTensor,
+    ) -> Result<()> {
+        let s = &self.s;
+        let v = View::heads(s);
+        let params = self.params(1.0, false, v, v, v);
+        let rows = elements(&[s.batch, s.heads, s.seq]);
+        self.run(entry, params, rows, [None, None, mat], any, out)
+    }
+}
