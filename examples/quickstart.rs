@@ -17,6 +17,8 @@
 //! flags; `WGPU_BACKEND=gl` picks GL, e.g. llvmpipe on a machine without a GPU).
 //! Exits non-zero if parity fails or the loss did not fall.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -131,20 +133,6 @@ impl Task {
     }
 }
 
-/// Norm-wise relative error of `got` against `want`.
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (g, w) in got.iter().zip(want) {
-        let d = *g as f64 - *w as f64;
-        num += d * d;
-        den += (*w as f64) * (*w as f64);
-    }
-    if got.len() != want.len() || got.iter().any(|v| !v.is_finite()) {
-        return f64::INFINITY;
-    }
-    num.sqrt() / den.sqrt().max(1e-30)
-}
-
 /// One training step; returns the loss (read back to the host).
 fn train_step(
     model: &mut MlpLanguageModel,
@@ -170,27 +158,6 @@ impl Opt {
             Opt::Sgd(o) => o.step(model),
             Opt::AdamW(o) => o.step(model),
         }
-    }
-}
-
-fn sparkline(values: &[f32]) -> String {
-    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    let lo = values.iter().copied().fold(f32::INFINITY, f32::min);
-    let hi = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    values
-        .iter()
-        .map(|&v| {
-            let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.0 };
-            BARS[((t * 7.0).round() as usize).min(7)]
-        })
-        .collect()
-}
-
-fn human_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 20 => format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
     }
 }
 
@@ -249,7 +216,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         "\nstep-0 parity, P = {} vs P = 1 (tolerance {PARITY_TOL:.0e}):",
         mesh.size()
     );
-    let loss_err = rel_err(&[loss_p], &[loss_1]);
+    let loss_err = common::rel_err(&[loss_p], &[loss_1]);
     println!("  loss                {loss_p:.6} vs {loss_1:.6}  rel {loss_err:.2e}");
     let mut worst = loss_err;
     for ((name, p), (sname, s)) in model
@@ -263,7 +230,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         );
         let (g, gs) = (p.master_grad()?, s.master_grad()?);
         let e = match (g, gs) {
-            (Some(g), Some(gs)) => rel_err(&g, &gs),
+            (Some(g), Some(gs)) => common::rel_err(&g, &gs),
             _ => f64::INFINITY,
         };
         worst = worst.max(e);
@@ -339,7 +306,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         }
     }
     println!("{row}");
-    println!("  {}", sparkline(&losses));
+    println!("  {}", common::sparkline(&losses));
 
     let first = losses[0];
     let tail = &losses[losses.len().saturating_sub(3)..];
@@ -381,18 +348,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     }
     if let Some(stats) = comm {
         println!("communication in one training step (P = {}):", mesh.size());
-        if stats.is_empty() {
-            println!("  none (one rank)");
-        }
-        for (kind, c) in &stats {
-            println!(
-                "  {:<14} {:>3} calls  {:>10} total ({} per call)",
-                format!("{kind:?}"),
-                c.calls,
-                human_bytes(c.bytes),
-                human_bytes(c.bytes / c.calls.max(1))
-            );
-        }
+        common::print_comm(&stats);
     }
     if args.trace.is_some() && trace.is_none() {
         println!("\nno step traced: --trace needs --steps of at least 2");
@@ -432,13 +388,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
 }
 
 fn main() -> ExitCode {
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        // Vulkan loaders warn without it; harmless but noisy.
-        let dir = std::env::temp_dir().join("wgpu-tp-xdg");
-        let _ = std::fs::create_dir_all(&dir);
-        // SAFETY: single-threaded here, before wgpu starts any thread.
-        unsafe { std::env::set_var("XDG_RUNTIME_DIR", dir) };
-    }
+    common::quiet_vulkan_loader();
     let args = Args::parse();
     if args.ranks == 0 || args.tokens == 0 || args.vocab == 0 || args.steps == 0 {
         eprintln!("--ranks, --tokens, --vocab and --steps must be at least 1");
