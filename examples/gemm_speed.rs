@@ -13,7 +13,8 @@ fn main() -> Result<()> {
     let mesh = Mesh::simulated(1)?;
     let r = &mesh.ranks()[0];
     println!("adapter: {}", mesh.adapter_summary());
-    // First call per (trans_a, trans_b, vec4 b) variant: compile + tiny run.
+    // First call per layout: compile (the GEMM pipeline once, the pack kernel
+    // once) + tiny run.
     for (ta, tb, n) in [
         (false, false, 8),
         (false, false, 7),
@@ -25,6 +26,7 @@ fn main() -> Result<()> {
         let a = r.upload(&[8, 8], &[1.0; 64])?;
         let b = r.upload(&[8, n], &vec![1.0; 8 * n])?;
         let b = if tb { b.reshape(&[n, 8])? } else { b };
+        let built = r.device().pipelines_built();
         let t = Instant::now();
         let opts = GemmOptions {
             trans_a: ta,
@@ -33,8 +35,9 @@ fn main() -> Result<()> {
         };
         kernels::gemm(&a, &b, opts)?.to_vec()?;
         println!(
-            "first call ta={ta} tb={tb} n={n}: {:.0} ms",
-            t.elapsed().as_secs_f64() * 1e3
+            "first call ta={ta} tb={tb} n={n}: {:.0} ms, {} pipeline(s) built",
+            t.elapsed().as_secs_f64() * 1e3,
+            r.device().pipelines_built() - built
         );
     }
     let sizes: Vec<usize> = std::env::args()

@@ -1,69 +1,38 @@
-// GEMM for real GPUs: c[M,N] = op(a)·op(b) (+ bias[n]) (+ acc[m,n]).
-// a is [M,K] (TA: [K,M]), b is [K,N] (TB: [N,K]), all row-major f32; any shape.
+// GEMM for real GPUs, appended to the shared header in src/kernels/gemm.rs:
+// c[M,N] = a·b (+ bias[n]) (+ acc[m,n]), a [M,K] with row stride p.lda, b
+// [K,N] with row stride p.ldb (transposed operands are packed first); any shape.
 //
 // Classic workgroup-memory tiling: a 16×16 workgroup computes a 64×64 tile
-// of c, 4×4 per invocation, staging 64×16 slices of op(a) and op(b) in
+// of c, 4×4 per invocation, staging 64×16 slices of a and b in
 // workgroup memory between barriers. Slow on CPU adapters (barriers and
-// workgroup memory are emulated there; see gemm_cpu.wgsl), so only chosen
+// workgroup memory are emulated there; see the register kernel in gemm.rs), so only chosen
 // when the adapter is not a CPU. Grid: p.groups workgroups folded into x/y.
-
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    // bit 0: add bias; bit 1: add acc.
-    flags: u32,
-    // Workgroups along n, and in all.
-    groups_n: u32,
-    groups: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-override TA: bool = false;
-override TB: bool = false;
 
 // Tile of c per workgroup (BT × BT), K slice (BK), per invocation (4 × 4).
 const BT: u32 = 64u;
 const BK: u32 = 16u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> acc_in: array<f32>;
-@group(0) @binding(5) var<storage, read_write> c: array<f32>;
 
-// [kk * BT + mm] = op(a)(m0 + mm, k0 + kk); [kk * BT + nn] = op(b)(k0 + kk, n0 + nn).
+// [kk * BT + mm] = a(m0 + mm, k0 + kk); [kk * BT + nn] = b(k0 + kk, n0 + nn).
 var<workgroup> sa: array<f32, 1024>;
 var<workgroup> sb: array<f32, 1024>;
 
-// op(a)(m, k), or 0 outside [M, K].
+// a(m, k), or 0 outside [M, K].
 fn a_at(m: u32, k: u32) -> f32 {
     let ok = m < p.m && k < p.k;
     let mc = min(m, p.m - 1u);
     let kc = min(k, p.k - 1u);
-    var v: f32;
-    if (TA) {
-        v = a[kc * p.m + mc];
-    } else {
-        v = a[mc * p.k + kc];
-    }
-    return select(0.0, v, ok);
+    return select(0.0, a[mc * p.lda + kc], ok);
 }
 
-// op(b)(k, n), or 0 outside [K, N].
+// b(k, n), or 0 outside [K, N].
 fn b_at(k: u32, n: u32) -> f32 {
     let ok = n < p.n && k < p.k;
     let nc = min(n, p.n - 1u);
     let kc = min(k, p.k - 1u);
-    var v: f32;
-    if (TB) {
-        v = b[nc * p.k + kc];
-    } else {
-        v = b[kc * p.n + nc];
-    }
-    return select(0.0, v, ok);
+    return select(0.0, b[kc * p.ldb + nc], ok);
 }
 
 @compute @workgroup_size(16, 16)
@@ -75,7 +44,11 @@ fn gemm_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
     let g = wg.y * nwg.x + wg.x;
     let m0 = (g / p.groups_n) * BT;
     let n0 = (g % p.groups_n) * BT;
-    var acc: array<array<f32, 4>, 4>;
+    // Row i of this invocation's 4×4 block; whole-vec4 writes only (FXC).
+    var acc0 = vec4<f32>();
+    var acc1 = vec4<f32>();
+    var acc2 = vec4<f32>();
+    var acc3 = vec4<f32>();
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         for (var e = 0u; e < 4u; e++) {
             let idx = li + 256u * e;
@@ -86,38 +59,23 @@ fn gemm_tiled(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
         }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
-            var av: array<f32, 4>;
-            var bv: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                av[i] = sa[kk * BT + lid.y * 4u + i];
-                bv[i] = sb[kk * BT + lid.x * 4u + i];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-                }
-            }
+            let ia = kk * BT + lid.y * 4u;
+            let ib = kk * BT + lid.x * 4u;
+            let bv = vec4<f32>(sb[ib], sb[ib + 1u], sb[ib + 2u], sb[ib + 3u]);
+            acc0 = fma(vec4<f32>(sa[ia]), bv, acc0);
+            acc1 = fma(vec4<f32>(sa[ia + 1u]), bv, acc1);
+            acc2 = fma(vec4<f32>(sa[ia + 2u]), bv, acc2);
+            acc3 = fma(vec4<f32>(sa[ia + 3u]), bv, acc3);
         }
         workgroupBarrier();
     }
     if (g >= p.groups) {
         return;
     }
-    for (var i = 0u; i < 4u; i++) {
-        let m = m0 + lid.y * 4u + i;
-        for (var j = 0u; j < 4u; j++) {
-            let n = n0 + lid.x * 4u + j;
-            if (m < p.m && n < p.n) {
-                var r = acc[i][j];
-                if ((p.flags & 1u) != 0u) {
-                    r += bias[n];
-                }
-                let idx = m * p.n + n;
-                if ((p.flags & 2u) != 0u) {
-                    r += acc_in[idx];
-                }
-                c[idx] = r;
-            }
-        }
-    }
+    let m = m0 + lid.y * 4u;
+    let n = n0 + lid.x * 4u;
+    store4(m, n, acc0);
+    store4(m + 1u, n, acc1);
+    store4(m + 2u, n, acc2);
+    store4(m + 3u, n, acc3);
 }

@@ -103,9 +103,9 @@ fn translate(name: &str, source: &str) -> Vec<String> {
 
 #[test]
 fn every_shader_validates_and_translates_to_all_backends() {
-    let shaders = wgpu_tp::kernels::SHADERS;
+    let shaders = wgpu_tp::kernels::all_shaders();
     assert!(!shaders.is_empty());
-    for (name, source) in shaders {
+    for (name, source) in &shaders {
         let entries = translate(name, source);
         eprintln!(
             "[shaders] {name}: {} -> MSL, HLSL, SPIR-V, GLSL 430/310es",

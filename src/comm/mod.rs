@@ -48,7 +48,7 @@ mod stats;
 mod trace;
 mod transport;
 
-/// Re-exported from where it lives, [`crate::element`], for existing paths.
+/// Re-exported from where it lives, `crate::element`, for existing paths.
 pub use crate::element::ReduceOp;
 pub use collectives::{all_gather, all_reduce, all_to_all, broadcast, reduce_scatter, scatter};
 pub use ring::{RingShift, ring_shift};

@@ -15,6 +15,7 @@ pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod slicing;
+pub mod transpose;
 
 /// Old name of [`slicing`], kept so existing paths compile.
 #[doc(hidden)]
@@ -34,6 +35,7 @@ pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_with, matmul};
 pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
 pub use slicing::{concat, narrow};
+pub use transpose::transpose;
 
 /// Every shader family's WGSL source by name, for validation and translation tests.
 pub const SHADERS: &[(&str, &str)] = &[
@@ -45,11 +47,17 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("norm", grid::grid_source!("norm.wgsl")),
     ("dropout", grid::grid_source!("dropout.wgsl")),
     ("attention", include_str!("../../shaders/attention.wgsl")),
-    // gemm.wgsl is completed by a tail that declares b (two variants); the
-    // CPU-adapter and workgroup-memory kernels are complete files.
-    ("gemm", gemm::SOURCES[0].1),
-    ("gemm_vec4", gemm::SOURCES[1].1),
-    ("gemm_cpu", gemm::SOURCES[2].1),
-    ("gemm_tiled", gemm::SOURCES[3].1),
+    // The GEMM kernels are the shared header (gemm_header.wgsl) plus a kernel.
+    ("gemm_tiled", gemm::SOURCE_TILED),
+    ("transpose", include_str!("../../shaders/transpose.wgsl")),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
 ];
+
+/// Every shader the crate builds: [`SHADERS`] plus the GEMM register
+/// kernels, which `gemm.rs` generates per register tile (one per shipped
+/// tile here), for validation and translation tests.
+pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
+    let mut out = SHADERS.to_vec();
+    out.extend(gemm::register_sources());
+    out
+}

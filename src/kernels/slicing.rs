@@ -1,6 +1,6 @@
 //! Slicing tensors on one rank: `narrow` (take `len` entries of one
 //! dimension starting at `start`) and `concat` (join tensors along a
-//! dimension), both block copies ([`copy_block`], `shaders/block.wgsl`).
+//! dimension), both block copies (`copy_block`, `shaders/block.wgsl`).
 //! They move 4-byte words, so they serve every dtype; contiguous cases
 //! (dim 0, or all outer sizes 1) are plain buffer copies.
 

@@ -6,6 +6,7 @@
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
 //!   the single-rank loss and gradient;
 //! - `slicing`: `narrow` and `concat`;
+//! - `transpose`: the pack kernel the GEMM uses for transposed operands;
 //! - `attention`: causal attention forward, backward and cached decoding.
 //!
 //! The optimiser kernels are checked through `nn::optim`.
@@ -16,3 +17,4 @@ mod elementwise;
 mod embedding;
 mod gemm;
 mod slicing;
+mod transpose;

@@ -6,7 +6,7 @@
 pub struct AttentionShape {
     /// Sequences in the batch (B).
     pub batch: usize,
-    /// Tokens per sequence (T); in [`attention_decode`], the new tokens.
+    /// Tokens per sequence (T); in [`attention_decode`](super::attention_decode), the new tokens.
     pub seq: usize,
     /// This rank's heads (H, may be 0).
     pub heads: usize,
@@ -35,7 +35,7 @@ impl AttentionShape {
         [self.batch * self.seq, self.heads * self.head_dim]
     }
 
-    /// `[B, H, T, T]`: the probabilities [`attention_forward`] saves.
+    /// `[B, H, T, T]`: the probabilities [`attention_forward`](super::attention_forward) saves.
     pub fn probs_shape(&self) -> [usize; 4] {
         [self.batch, self.heads, self.seq, self.seq]
     }

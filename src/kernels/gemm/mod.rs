@@ -1,15 +1,20 @@
-//! Matrix multiply (`shaders/gemm.wgsl`): `C = op(A)·op(B) (+ bias) (+ accumulate)`
-//! on one rank, with `op` an optional transpose, A `[M,K]` (or `[K,M]`),
-//! B `[K,N]` (or `[N,K]`), bias `[N]` broadcast over rows and accumulate
-//! `[M,N]` (for `dW += …`). The output is a fresh `[M,N]` tensor.
+//! Matrix multiply: `C = op(A)·op(B) (+ bias) (+ accumulate)` on one rank,
+//! with `op` an optional transpose, A `[M,K]` (or `[K,M]`), B `[K,N]` (or
+//! `[N,K]`), bias `[N]` broadcast over rows and accumulate `[M,N]` (for
+//! `dW += …`). The output is a fresh `[M,N]` tensor.
 //!
-//! Three kernels ([`GemmVariant`]), chosen per adapter and shape:
-//! - `Cpu` (`shaders/gemm_cpu.wgsl`): for CPU adapters (lavapipe, llvmpipe),
-//!   a 16×32 register tile per invocation with vec4 loads, no workgroup
-//!   memory; needs every operand's contiguous dimension to be a multiple of 4.
+//! Each kernel reads one layout (A `[M, K]`, B `[K, N]`); transposed operands,
+//! and on CPU adapters ragged ones, are first packed into it by the cheap
+//! `transpose` kernel. So a run compiles one GEMM pipeline, not one per
+//! layout: shader compilation, not arithmetic, was most of a fresh run's time.
+//! Two kernels ([`GemmVariant`]), chosen per adapter:
+//! - `Cpu` (the register kernel, generated per tile in `gemm/register.rs`):
+//!   for CPU adapters (lavapipe, llvmpipe); each invocation keeps a small tile
+//!   of C in vec4 registers and reads A and B as aligned vec4s, no workgroup
+//!   memory. The tile is chosen per backend (Vulkan 3×4, GL 4×16) and can be
+//!   overridden with `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n]` (e.g. `4x16/8m`) for
+//!   tuning.
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
-//! - `Generic` (`shaders/gemm.wgsl`): any shape; CPU adapters use it for
-//!   shapes the `Cpu` kernel cannot take.
 //!
 //! `WGPU_TP_GEMM_VARIANT=cpu|tiled|generic` forces one for [`gemm`] (read
 //! once per process); [`gemm_with`] picks one per call.
@@ -18,11 +23,11 @@ use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// Rows and columns of C per invocation (`TM`, `TN` in the shader).
-const TILE_M: usize = 4;
-const TILE_N: usize = 16;
-/// Invocations per workgroup (all along N; the `WG` override).
-const WORKGROUP: usize = 16;
+mod register;
+
+use self::register::Tile;
+pub(crate) use self::register::register_sources;
+use super::transpose::pack;
 
 const BINDINGS: &[Access] = &[
     Access::Read,
@@ -32,76 +37,29 @@ const BINDINGS: &[Access] = &[
     Access::ReadWrite,
 ];
 
-/// The shader with `b` read one element at a time (any shape).
-const SOURCE_SCALAR: &str = concat!(
-    include_str!("../../shaders/gemm.wgsl"),
-    r#"
-// Tail: b read element-wise.
-const B_VEC: bool = false;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-fn b1(i: u32) -> f32 { return b[i]; }
-fn b4(i: u32) -> vec4<f32> { return vec4<f32>(b[4u * i], b[4u * i + 1u], b[4u * i + 2u], b[4u * i + 3u]); }
-
-@compute @workgroup_size(WG)
-fn gemm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) li: u32) {
-    gemm_main(wg, nwg, li);
-}
-"#
-);
-
-/// The shader with `b` read as vec4s: only when b's contiguous dimension is a
-/// multiple of 4 (so its length is too, and the binding holds whole vec4s).
-const SOURCE_VEC4: &str = concat!(
-    include_str!("../../shaders/gemm.wgsl"),
-    r#"
-// Tail: b read as aligned vec4s (its length is a multiple of 4).
-const B_VEC: bool = true;
-@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
-fn b1(i: u32) -> f32 { return b[i / 4u][i % 4u]; }
-fn b4(i: u32) -> vec4<f32> { return b[i]; }
-
-@compute @workgroup_size(WG)
-fn gemm_vec4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) li: u32) {
-    gemm_main(wg, nwg, li);
-}
-"#
-);
-
-/// The CPU-adapter kernel (aligned shapes only).
-const SOURCE_CPU: &str = include_str!("../../shaders/gemm_cpu.wgsl");
-/// Rows and columns of C per invocation, and invocations per workgroup (along N).
-const CPU_TILE_M: usize = 16;
-const CPU_TILE_N: usize = 32;
-const CPU_WORKGROUP: usize = 8;
-
 /// The workgroup-memory kernel for real GPUs: a 64×64 tile of C per workgroup.
-const SOURCE_TILED: &str = include_str!("../../shaders/gemm_tiled.wgsl");
+pub(crate) const SOURCE_TILED: &str = concat!(
+    include_str!("../../../shaders/gemm_header.wgsl"),
+    include_str!("../../../shaders/gemm_tiled.wgsl")
+);
 const TILED_TILE: usize = 64;
-
-/// Every complete gemm shader source, for validation tests.
-pub(crate) const SOURCES: &[(&str, &str)] = &[
-    ("gemm", SOURCE_SCALAR),
-    ("gemm_vec4", SOURCE_VEC4),
-    ("gemm_cpu", SOURCE_CPU),
-    ("gemm_tiled", SOURCE_TILED),
-];
 
 /// Which GEMM kernel to run (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum GemmVariant {
-    /// `WGPU_TP_GEMM_VARIANT` if set, else `Cpu` on CPU adapters (when the
-    /// shape allows it, else `Generic`) and `Tiled` on other adapters.
+    /// `WGPU_TP_GEMM_VARIANT` if set, else `Cpu` on CPU adapters and `Tiled`
+    /// on other adapters.
     #[default]
     Auto,
-    /// Register-tiled, no workgroup memory: fastest on CPU adapters. Falls
-    /// back to `Generic` unless A's, B's and C's contiguous dimensions are
-    /// multiples of 4.
+    /// Register-tiled, no workgroup memory: fastest on CPU adapters. Operands
+    /// whose layout it cannot read in place (transposed, or a contiguous
+    /// dimension not a multiple of 4) are packed first.
     Cpu,
-    /// Workgroup-memory tiled: for real GPUs; any shape.
+    /// Workgroup-memory tiled: for real GPUs; any shape (transposed operands
+    /// are packed first).
     Tiled,
-    /// Small register tile, no workgroup memory; any shape.
+    /// The `Cpu` kernel with both operands always packed: the path ragged
+    /// shapes take, forced (for tests and benchmarks).
     Generic,
 }
 
@@ -134,7 +92,8 @@ struct Params {
     flags: u32,
     groups_n: u32,
     groups: u32,
-    _pad: [u32; 2],
+    lda: u32,
+    ldb: u32,
 }
 
 /// Options for [`gemm`]: `C = op(A)·op(B) (+ bias broadcast over rows) (+ accumulate)`.
@@ -220,16 +179,6 @@ pub fn gemm_with(
         return Ok(out);
     }
     let flags = opts.bias.is_some() as u32 | (opts.accumulate.is_some() as u32) << 1;
-    let transposes = [
-        ("TA", opts.trans_a as u8 as f64),
-        ("TB", opts.trans_b as u8 as f64),
-    ];
-    // The Cpu kernel reads every operand as aligned vec4s along its
-    // contiguous dimension (bias and C along N).
-    let aligned = k > 0
-        && n % 4 == 0
-        && (if opts.trans_a { m % 4 == 0 } else { k % 4 == 0 })
-        && (if opts.trans_b { k % 4 == 0 } else { true });
     let variant = match variant {
         GemmVariant::Auto => match GemmVariant::from_env() {
             GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Cpu,
@@ -238,32 +187,49 @@ pub fn gemm_with(
         },
         v => v,
     };
-    let variant = match variant {
-        GemmVariant::Cpu if !aligned => GemmVariant::Generic,
-        v => v,
-    };
-    // (entry, source, workgroup size constant, tile of C per workgroup)
-    let (entry, source, wg, (tile_m, tile_n)) = match variant {
-        GemmVariant::Cpu => (
-            "gemm_cpu",
-            SOURCE_CPU,
-            Some(CPU_WORKGROUP),
-            (CPU_TILE_M, CPU_WORKGROUP * CPU_TILE_N),
-        ),
-        GemmVariant::Tiled => ("gemm_tiled", SOURCE_TILED, None, (TILED_TILE, TILED_TILE)),
+    // Bring A to [M, K] and B to [K, N] (row strides lda, ldb). The register
+    // kernel reads aligned vec4s: rows a multiple of 4 long, and B's rows past
+    // K (up to a multiple of 4) zero; the tiled kernel takes any stride.
+    let k4 = k.next_multiple_of(4);
+    let n4 = n.next_multiple_of(4);
+    let (a_p, lda, b_p, ldb);
+    if k == 0 {
+        // Nothing is read, but a vec4 binding must hold at least one vec4.
+        let empty = a.rank().zeros(&[4], DType::F32)?;
+        (a_p, lda, b_p, ldb) = (empty.clone(), 4, empty, n4);
+    } else if variant == GemmVariant::Tiled {
+        a_p = if opts.trans_a {
+            pack(OP, a, true, m, k)?
+        } else {
+            a.clone()
+        };
+        b_p = if opts.trans_b {
+            pack(OP, b, true, k, n)?
+        } else {
+            b.clone()
+        };
+        (lda, ldb) = (k, n);
+    } else {
+        let force = variant == GemmVariant::Generic;
+        let a_in_place = !force && !opts.trans_a && k % 4 == 0;
+        let b_in_place = !force && !opts.trans_b && k % 4 == 0 && n % 4 == 0;
+        (a_p, lda) = if a_in_place {
+            (a.clone(), k)
+        } else {
+            (pack(OP, a, opts.trans_a, m, k4)?, k4)
+        };
+        (b_p, ldb) = if b_in_place {
+            (b.clone(), n)
+        } else {
+            (pack(OP, b, opts.trans_b, k4, n4)?, n4)
+        };
+    }
+    let (entry, source, (tile_m, tile_n)) = match variant {
+        GemmVariant::Tiled => ("gemm_tiled", SOURCE_TILED, (TILED_TILE, TILED_TILE)),
         _ => {
-            // vec4 loads of b need its contiguous dimension to be a multiple of 4.
-            let b_vec = if opts.trans_b {
-                k > 0 && k % 4 == 0
-            } else {
-                k > 0 && n % 4 == 0
-            };
-            let (entry, source) = if b_vec {
-                ("gemm_vec4", SOURCE_VEC4)
-            } else {
-                ("gemm", SOURCE_SCALAR)
-            };
-            (entry, source, Some(WORKGROUP), (TILE_M, WORKGROUP * TILE_N))
+            let tile = Tile::for_adapter(a.device().adapter_info());
+            let (entry, source) = tile.program();
+            (entry, source, tile.span())
         }
     };
     let groups_n = n.div_ceil(tile_n);
@@ -275,24 +241,23 @@ pub fn gemm_with(
         flags,
         groups_n: groups_n as u32,
         groups: u32::try_from(groups).map_err(|_| Error::invalid(OP, "grid too large"))?,
-        _pad: [0; 2],
+        lda: lda as u32,
+        ldb: ldb as u32,
     };
-    let mut constants = transposes.to_vec();
-    constants.extend(wg.map(|w| ("WG", w as f64)));
     let spec = KernelSpec {
         family: "gemm",
         source,
         entry,
         bindings: BINDINGS,
-        constants,
+        constants: Vec::new(),
     };
     // Absent bias/accumulate bind `a` in their place; the flags keep them unread.
     Dispatch {
         spec: &spec,
         params: bytemuck::bytes_of(&params),
         buffers: &[
-            a,
-            b,
+            &a_p,
+            &b_p,
             opts.bias.unwrap_or(a),
             opts.accumulate.unwrap_or(a),
             &out,

@@ -1,0 +1,84 @@
+//! Transpose and pack (`shaders/transpose.wgsl`): `op(x)` copied into a
+//! row-major `[rows, ld]` buffer, zero-padded past `op(x)`'s shape. The GEMM
+//! uses it to bring transposed or ragged operands into the one layout its
+//! kernel reads (A `[M, K]`, B `[K, N]`, rows a multiple of 4 long), so a run
+//! compiles one GEMM pipeline plus this small one instead of one per layout.
+
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+const SOURCE: &str = include_str!("../../shaders/transpose.wgsl");
+const BINDINGS: &[Access] = &[Access::Read, Access::ReadWrite];
+/// Invocations per workgroup (`@workgroup_size` in the shader); each writes 4 elements.
+const WORKGROUP: u64 = 64;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    cols: u32,
+    out_rows: u32,
+    ld: u32,
+    trans: u32,
+    groups: u32,
+    _pad: [u32; 2],
+}
+
+/// `op(x)` (`x` 2-D f32, `op` = transpose when `trans`) written into a fresh
+/// `[out_rows, ld]` tensor, zeros where `op(x)` has no element. Needs
+/// `out_rows` and `ld` at least `op(x)`'s rows and columns.
+pub(crate) fn pack(
+    op: &'static str,
+    x: &LocalTensor,
+    trans: bool,
+    out_rows: usize,
+    ld: usize,
+) -> Result<LocalTensor> {
+    x.expect_dtype(op, DType::F32)?;
+    let (rows, cols) = match *x.shape() {
+        [r, c] => (r, c),
+        ref s => return Err(Error::shape(op, "a 2-D tensor", s)),
+    };
+    let (orows, ocols) = if trans { (cols, rows) } else { (rows, cols) };
+    debug_assert!(out_rows >= orows && ld >= ocols);
+    let out = x.rank().alloc(op, &[out_rows, ld], DType::F32)?;
+    if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
+        return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
+    }
+    let quads = out_rows as u64 * ld.div_ceil(4) as u64;
+    let groups = quads.div_ceil(WORKGROUP);
+    let params = Params {
+        rows: rows as u32,
+        cols: cols as u32,
+        out_rows: out_rows as u32,
+        ld: ld as u32,
+        trans: trans as u32,
+        groups: groups as u32,
+        _pad: [0; 2],
+    };
+    Dispatch {
+        spec: &KernelSpec {
+            family: "transpose",
+            source: SOURCE,
+            entry: "pack",
+            bindings: BINDINGS,
+            constants: Vec::new(),
+        },
+        params: bytemuck::bytes_of(&params),
+        buffers: &[x, &out],
+        workgroups: groups,
+    }
+    .record(x.device())?;
+    Ok(out)
+}
+
+/// `xᵀ`: x `[R, C]` f32 → a fresh `[C, R]` tensor on the same rank.
+pub fn transpose(x: &LocalTensor) -> Result<LocalTensor> {
+    const OP: &str = "transpose";
+    let (r, c) = match *x.shape() {
+        [r, c] => (r, c),
+        ref s => return Err(Error::shape(OP, "a 2-D tensor [R, C]", s)),
+    };
+    pack(OP, x, true, c, r)
+}
