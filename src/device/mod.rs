@@ -5,8 +5,9 @@
 //! Rooms, each importing only the ones listed before it:
 //! - `pool.rs`: buffer pools (storage, read staging, write staging);
 //! - `pipeline.rs`: [`KernelSpec`] and the per-device pipeline cache;
-//! - `trace.rs`: a device's trace recorder ([`TraceEvent`], [`TraceClock`]):
-//!   kernels timed by timestamp queries or the host, host spans;
+//! - `trace/`: a device's trace recorder ([`TraceEvent`], [`TraceClock`]):
+//!   kernels timed by timestamp queries (`timestamps.rs`) or the host, host
+//!   spans;
 //! - `context.rs`: [`Device`], one wgpu device + queue with its pending
 //!   encoder, error capture, pool, pipelines and trace recorder;
 //! - `tensor.rs`: [`LocalTensor`], a buffer on one rank;
@@ -15,8 +16,9 @@
 //! - `staging.rs`: the device → host → device path;
 //! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
-//! - `timeline.rs`: a mesh's [`Trace`] (start, stop, Chrome JSON, top
-//!   kernels) and the host-span API upper layers report spans with;
+//! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels), and in
+//!   `control.rs` starting and stopping it and the host-span API upper
+//!   layers report spans with;
 //! - `select.rs`: adapter choice and [`MeshBuilder`].
 
 mod context;

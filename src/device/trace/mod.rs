@@ -29,98 +29,22 @@
 //!   its slice is the host time between its submit and the end of that wait.
 //!   Times are real, but kernels no longer overlap with the host, and each
 //!   pays a submit and a wait: a traced step is slower than an untraced one.
+//!
+//! Files: `event.rs` (what is recorded), `timestamps.rs` (query sets), this
+//! file (the recorder each [`Device`](super::Device) owns).
+
+mod event;
+mod timestamps;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 
-/// Timestamp slots per query set: two per kernel, so a set holds 1024 kernels.
-pub(crate) const QUERIES_PER_SET: u32 = 2048;
-
-/// Which clock times the kernels of a trace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TraceClock {
-    /// The device's timestamp queries where it has `TIMESTAMP_QUERY`, host
-    /// timestamps otherwise (what [`Mesh::start_trace`](crate::device::Mesh::start_trace) uses).
-    Auto,
-    /// Timestamp queries written by the device at the beginning and end of
-    /// each kernel's compute pass; an error on a device without them.
-    Device,
-    /// Host timestamps around each kernel, waiting for the device before and
-    /// after it (real times, no overlap, slower).
-    Host,
-}
-
-/// What a [`TraceEvent`] records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// One kernel dispatch, timed by the trace's [`TraceClock`].
-    Kernel,
-    /// A span of host time an upper layer reported (a collective, a ring step).
-    HostSpan,
-}
-
-/// One slice of a [`Trace`](super::Trace): a kernel or a host span on one rank's track.
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct TraceEvent {
-    /// The rank whose track it is on (for a kernel: the rank that owns the
-    /// buffer it writes).
-    pub rank: usize,
-    /// `family::entry` of a kernel (e.g. `gemm::gemm_cpu`), or the span's
-    /// name (a collective's kind, e.g. `AllReduce`).
-    pub name: String,
-    /// Kernel or host span.
-    pub kind: EventKind,
-    /// `"kernel"` for kernels; the reporting layer's category for host spans
-    /// (`"comm"` for collectives).
-    pub category: &'static str,
-    /// Start, in microseconds since the trace started (host clock).
-    pub start_us: f64,
-    /// Duration in microseconds (never negative).
-    pub duration_us: f64,
-    /// Kernels: the shape of each bound buffer, in binding order. Empty for host spans.
-    pub shapes: Vec<Vec<usize>>,
-    /// Named numbers: `workgroups` for kernels; `bytes` (the collective's
-    /// whole payload, as counted in `Mesh::comm_stats`), `rank_bytes` (this
-    /// rank's part) and `participants` for collectives.
-    pub args: Vec<(&'static str, u64)>,
-}
-
-impl TraceEvent {
-    /// A slice with no time yet, for the tracer to time.
-    pub(crate) fn new(
-        rank: usize,
-        name: String,
-        kind: EventKind,
-        category: &'static str,
-        shapes: Vec<Vec<usize>>,
-        args: Vec<(&'static str, u64)>,
-    ) -> Self {
-        TraceEvent {
-            rank,
-            name,
-            kind,
-            category,
-            start_us: 0.0,
-            duration_us: 0.0,
-            shapes,
-            args,
-        }
-    }
-
-    /// The value of argument `key`, if the event has it.
-    pub fn arg(&self, key: &str) -> Option<u64> {
-        self.args.iter().find(|(k, _)| *k == key).map(|&(_, v)| v)
-    }
-
-    /// End, in microseconds since the trace started.
-    pub fn end_us(&self) -> f64 {
-        self.start_us + self.duration_us
-    }
-}
+pub(crate) use self::event::micros;
+pub use self::event::{EventKind, TraceClock, TraceEvent};
+use self::timestamps::{QUERIES_PER_SET, QuerySlots, new_slots, resolve};
 
 /// A kernel waiting for its timestamps (device clock).
 struct Pending {
@@ -130,16 +54,6 @@ struct Pending {
     slot: u32,
     /// When the host submitted the command buffer that holds it.
     submitted: Option<Instant>,
-}
-
-/// One query set and the buffers its results go through.
-struct QuerySlots {
-    set: wgpu::QuerySet,
-    used: u32,
-    resolve: wgpu::Buffer,
-    readback: wgpu::Buffer,
-    /// Whether the resolve and the copy into `readback` were recorded.
-    resolved: bool,
 }
 
 /// One trace of one device, from start to stop.
@@ -348,38 +262,6 @@ impl Tracer {
     }
 }
 
-fn new_slots(device: &wgpu::Device) -> QuerySlots {
-    let bytes = QUERIES_PER_SET as u64 * wgpu::QUERY_SIZE as u64;
-    QuerySlots {
-        set: device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("wgpu-tp trace"),
-            ty: wgpu::QueryType::Timestamp,
-            count: QUERIES_PER_SET,
-        }),
-        used: 0,
-        resolve: device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgpu-tp trace resolve"),
-            size: bytes,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        }),
-        readback: device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("wgpu-tp trace readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        }),
-        resolved: false,
-    }
-}
-
-fn resolve(q: &mut QuerySlots, enc: &mut wgpu::CommandEncoder) {
-    enc.resolve_query_set(&q.set, 0..q.used, &q.resolve, 0);
-    let bytes = q.used as u64 * wgpu::QUERY_SIZE as u64;
-    enc.copy_buffer_to_buffer(&q.resolve, 0, &q.readback, 0, Some(bytes));
-    q.resolved = true;
-}
-
 /// Device-clock kernels with host times: the device clock shifted so that no
 /// kernel starts before its submit, and the tightest one starts at it (see
 /// the module docs). Kernels whose timestamps were never resolved or never
@@ -413,9 +295,4 @@ fn time_kernels(s: &Session, ticks: &[Option<Vec<u64>>]) -> Vec<TraceEvent> {
             event
         })
         .collect()
-}
-
-/// Microseconds as a [`Duration`] (negative counts as zero).
-pub(crate) fn micros(us: f64) -> Duration {
-    Duration::from_secs_f64(us.max(0.0) / 1e6)
 }
