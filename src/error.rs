@@ -159,6 +159,20 @@ pub enum Error {
         /// wgpu's name of the limit.
         limit_name: &'static str,
     },
+    /// A kernel needs more of a per-pipeline resource than the device allows.
+    #[error(
+        "{op}: needs {needed} for {limit_name} but the device allows {limit}; open the mesh on an adapter with higher limits (e.g. wgpu::Limits::default(), WebGPU's) or avoid this operation"
+    )]
+    DeviceLimit {
+        /// The kernel (`family::entry`).
+        op: String,
+        /// wgpu's name of the limit.
+        limit_name: &'static str,
+        /// What the kernel needs.
+        needed: u64,
+        /// What the device allows.
+        limit: u64,
+    },
     /// A bad argument that is not a shape or a range.
     #[error("{op}: {message}")]
     InvalidArgument {

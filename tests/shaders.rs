@@ -29,12 +29,89 @@ fn override_values(module: &naga::Module) -> naga::back::PipelineConstants {
     out
 }
 
+/// Stores into one component of a vector picked by a runtime index
+/// (`v[i] = x` with `v: vec4`, or `(*av)[j][t] = x`): FXC, which wgpu's DX12
+/// backend falls back to without dxcompiler.dll, rejects the HLSL they
+/// become (error X3500, wgpu issue 4460).
+fn dynamic_vector_component_stores(module: &naga::Module, info: &ModuleInfo) -> Vec<String> {
+    use naga::{Expression, Statement, TypeInner};
+    fn walk(
+        block: &naga::Block,
+        f: &naga::Function,
+        fi: &naga::valid::FunctionInfo,
+        module: &naga::Module,
+        where_: &str,
+        out: &mut Vec<String>,
+    ) {
+        for st in block.iter() {
+            match st {
+                Statement::Store { pointer, .. } => {
+                    if let Expression::Access { base, .. } = f.expressions[*pointer] {
+                        let inner = fi[base].ty.inner_with(&module.types);
+                        let vector = match inner {
+                            TypeInner::Pointer { base, .. } => {
+                                matches!(module.types[*base].inner, TypeInner::Vector { .. })
+                            }
+                            TypeInner::ValuePointer { size: Some(_), .. } => true,
+                            _ => false,
+                        };
+                        if vector {
+                            out.push(format!(
+                                "{where_}: store to a vector component at a runtime index"
+                            ));
+                        }
+                    }
+                }
+                Statement::Block(b) => walk(b, f, fi, module, where_, out),
+                Statement::If { accept, reject, .. } => {
+                    walk(accept, f, fi, module, where_, out);
+                    walk(reject, f, fi, module, where_, out);
+                }
+                Statement::Loop {
+                    body, continuing, ..
+                } => {
+                    walk(body, f, fi, module, where_, out);
+                    walk(continuing, f, fi, module, where_, out);
+                }
+                Statement::Switch { cases, .. } => {
+                    for c in cases {
+                        walk(&c.body, f, fi, module, where_, out);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (h, f) in module.functions.iter() {
+        let name = f.name.clone().unwrap_or_default();
+        walk(&f.body, f, &info[h], module, &name, &mut out);
+    }
+    for (i, ep) in module.entry_points.iter().enumerate() {
+        walk(
+            &ep.function.body,
+            &ep.function,
+            info.get_entry_point(i),
+            module,
+            &ep.name,
+            &mut out,
+        );
+    }
+    out
+}
+
 fn translate(name: &str, source: &str) -> Vec<String> {
     let module = naga::front::wgsl::parse_str(source)
         .unwrap_or_else(|e| panic!("{name}: WGSL parse error:\n{}", e.emit_to_string(source)));
     let info: ModuleInfo = Validator::new(ValidationFlags::all(), Capabilities::all())
         .validate(&module)
         .unwrap_or_else(|e| panic!("{name}: validation error:\n{}", e.emit_to_string(source)));
+    let fxc = dynamic_vector_component_stores(&module, &info);
+    assert!(
+        fxc.is_empty(),
+        "{name}: HLSL that FXC rejects (X3500):\n{}",
+        fxc.join("\n")
+    );
     let constants = override_values(&module);
     let (module, info) =
         naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
@@ -113,4 +190,26 @@ fn every_shader_validates_and_translates_to_all_backends() {
         );
     }
     eprintln!("[shaders] {} families translated", shaders.len());
+}
+
+#[test]
+fn the_fxc_check_catches_runtime_indexed_component_stores() {
+    // The pattern shaders/gemm.wgsl had (wgpu issue 4460), and a clean twin.
+    let bad = "@compute @workgroup_size(1) fn main(@builtin(local_invocation_index) i: u32) {
+        var av: array<vec4<f32>, 4>;
+        av[i][i % 4u] = 1.0;
+    }";
+    let good = "@compute @workgroup_size(1) fn main(@builtin(local_invocation_index) i: u32) {
+        var av: array<vec4<f32>, 4>;
+        av[i] = vec4<f32>(1.0);
+    }";
+    let check = |src: &str| {
+        let module = naga::front::wgsl::parse_str(src).unwrap();
+        let info = Validator::new(ValidationFlags::all(), Capabilities::all())
+            .validate(&module)
+            .unwrap();
+        dynamic_vector_component_stores(&module, &info)
+    };
+    assert_eq!(check(bad).len(), 1, "{:?}", check(bad));
+    assert!(check(good).is_empty());
 }

@@ -118,9 +118,16 @@ impl Device {
         &self.info
     }
 
-    /// The limits the device was opened with (the adapter's own).
+    /// The limits the device was opened with (the adapter's own unless
+    /// [`MeshBuilder::limits`](super::MeshBuilder::limits) asked for others).
     pub fn limits(&self) -> &wgpu::Limits {
         &self.limits
+    }
+
+    /// Invocations per workgroup of the one-invocation-per-element kernels
+    /// on this device: 256, or less where the device allows less.
+    pub fn grid_workgroup(&self) -> u32 {
+        super::pipeline::grid_workgroup(&self.limits)
     }
 
     /// The features the device was opened with.

@@ -114,7 +114,33 @@ impl PipelineCache {
     }
 }
 
+/// Invocations per workgroup of the element grid (`WG` in `shaders/grid.wgsl`)
+/// on a device with these limits: 256, or the largest power of two the
+/// device allows (GLES 3.1 and Vulkan only guarantee 128).
+pub(crate) fn grid_workgroup(limits: &wgpu::Limits) -> u32 {
+    let cap = limits
+        .max_compute_invocations_per_workgroup
+        .min(limits.max_compute_workgroup_size_x)
+        .clamp(1, 256);
+    1 << (31 - cap.leading_zeros())
+}
+
 fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Pipeline> {
+    let limits = device.limits();
+    let storage = spec.bindings.len() as u32;
+    if storage > limits.max_storage_buffers_per_shader_stage {
+        return Err(Error::DeviceLimit {
+            op: format!("{}::{}", spec.family, spec.entry),
+            limit_name: "max_storage_buffers_per_shader_stage",
+            needed: storage.into(),
+            limit: limits.max_storage_buffers_per_shader_stage.into(),
+        });
+    }
+    // The element grid's workgroup size follows the device (see grid_workgroup).
+    let mut constants = spec.constants.clone();
+    if spec.source.contains("override WG:") && !constants.iter().any(|(n, _)| *n == "WG") {
+        constants.push(("WG", grid_workgroup(&limits).into()));
+    }
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(spec.family),
@@ -153,7 +179,7 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Pipeline> {
         module: &module,
         entry_point: Some(spec.entry),
         compilation_options: wgpu::PipelineCompilationOptions {
-            constants: &spec.constants,
+            constants: &constants,
             // Our kernels write workgroup memory before reading it; the
             // zero-fill costs 10-50 s of compile time on GL llvmpipe.
             zero_initialize_workgroup_memory: false,

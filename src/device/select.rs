@@ -6,7 +6,8 @@
 //! `WGPU_ADAPTER_NAME` (case-insensitive substring) narrow the choice the way
 //! wgpu's own tools do, but a mismatch is an [`Error`], never a panic.
 //! `WGPU_TP_TRACE=path.json` traces the mesh from build to drop
-//! ([`MeshBuilder::trace_to`]).
+//! ([`MeshBuilder::trace_to`]); `WGPU_TP_LIMITS=webgpu|downlevel` opens the
+//! devices with weaker limits ([`MeshBuilder::limits`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub struct MeshBuilder {
     use_env: bool,
     layout: DeviceLayout,
     trace_path: Option<PathBuf>,
+    limits: Option<wgpu::Limits>,
 }
 
 impl Default for MeshBuilder {
@@ -113,6 +115,35 @@ impl MeshBuilder {
             use_env: true,
             layout: DeviceLayout::Simulated,
             trace_path: None,
+            limits: None,
+        }
+    }
+
+    /// Open every device with these limits instead of the adapter's own, to
+    /// check that a model fits a weaker adapter: `wgpu::Limits::default()`
+    /// (what browsers' WebGPU guarantees) or `downlevel_defaults()` (GLES
+    /// 3.1-class). Each limit must be within the adapter's. Kernels that need
+    /// more than a limit allows fail with [`Error::DeviceLimit`] naming it.
+    /// `WGPU_TP_LIMITS=webgpu` or `downlevel` does the same.
+    pub fn limits(mut self, limits: wgpu::Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    fn resolved_limits(&self) -> Result<Option<wgpu::Limits>> {
+        if self.limits.is_some() || !self.use_env {
+            return Ok(self.limits.clone());
+        }
+        match std::env::var("WGPU_TP_LIMITS").unwrap_or_default().trim() {
+            "" | "adapter" => Ok(None),
+            "webgpu" => Ok(Some(wgpu::Limits::default())),
+            "downlevel" => Ok(Some(wgpu::Limits::downlevel_defaults())),
+            other => Err(Error::InvalidArgument {
+                op: "MeshBuilder",
+                message: format!(
+                    "WGPU_TP_LIMITS={other:?} is not known: use webgpu, downlevel or adapter"
+                ),
+            }),
         }
     }
 
@@ -280,6 +311,8 @@ impl MeshBuilder {
             ));
         }
         let backends = self.resolved_backends()?;
+        let limits = self.resolved_limits()?;
+        let limits = limits.as_ref();
         let instance = instance_for(backends);
         let list = self.candidates(&instance, backends);
         if list.is_empty() {
@@ -304,14 +337,14 @@ impl MeshBuilder {
                     .map(|r| {
                         Ok(Rank {
                             index: r,
-                            device: open(adapter, r)?,
+                            device: open(adapter, r, limits)?,
                         })
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Mesh::from_parts(instance, ranks, self.layout))
             }
             DeviceLayout::SharedDevice => {
-                let device = open(&list[0], 0)?;
+                let device = open(&list[0], 0, limits)?;
                 let ranks = (0..self.ranks)
                     .map(|r| Rank {
                         index: r,
@@ -335,7 +368,7 @@ impl MeshBuilder {
                     let r = ranks.len();
                     ranks.push(Rank {
                         index: r,
-                        device: open(a, r)?,
+                        device: open(a, r, limits)?,
                     });
                 }
                 Ok(Mesh::from_parts(instance, ranks, self.layout))
@@ -344,14 +377,19 @@ impl MeshBuilder {
     }
 }
 
-/// Open a device with the adapter's own limits and the optional features it has.
-fn open(adapter: &wgpu::Adapter, rank: usize) -> Result<Arc<Device>> {
+/// Open a device with `limits` (else the adapter's own) and the optional
+/// features the adapter has.
+fn open(
+    adapter: &wgpu::Adapter,
+    rank: usize,
+    limits: Option<&wgpu::Limits>,
+) -> Result<Arc<Device>> {
     let info = adapter.get_info();
     let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
     let desc = wgpu::DeviceDescriptor {
         label: Some("wgpu-tp rank"),
         required_features: adapter.features() & wanted,
-        required_limits: adapter.limits(),
+        required_limits: limits.cloned().unwrap_or_else(|| adapter.limits()),
         experimental_features: wgpu::ExperimentalFeatures::disabled(),
         memory_hints: wgpu::MemoryHints::Performance,
         trace: wgpu::Trace::Off,

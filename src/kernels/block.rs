@@ -10,7 +10,7 @@
 //! Only the crate uses these: writing into an existing tensor would break the
 //! "tensors are immutable" promise the public API makes.
 
-use super::grid::{GRID_WORKGROUP, grid_source};
+use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -132,7 +132,7 @@ fn dispatch(op: &'static str, spec: KernelSpec, buffers: &[&LocalTensor], b: Blo
         spec: &spec,
         params: bytemuck::bytes_of(&params),
         buffers,
-        workgroups: (b.total() as u64).div_ceil(GRID_WORKGROUP),
+        workgroups: grid_groups(device, b.total()),
     }
     .record(device)
 }

@@ -18,7 +18,7 @@
 //! Targets outside the global vocab (other than `ignore_index`) are the
 //! layer's check; these kernels treat them as not owned.
 
-use super::grid::{GRID_WORKGROUP, grid_source};
+use super::grid::grid_source;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -307,7 +307,15 @@ pub fn ce_grad(
         None,
         Some(targets),
     ];
-    run("grad", OP, &p, ins, &[t, v], (t * v) as u64, GRID_WORKGROUP)
+    run(
+        "grad",
+        OP,
+        &p,
+        ins,
+        &[t, v],
+        (t * v) as u64,
+        z.device().grid_workgroup().into(),
+    )
 }
 
 /// What [`cross_entropy`] returns: the per-row loss and the row statistics its

@@ -10,7 +10,7 @@
 //! sharding of one logical tensor gets the same mask bits, and the keep
 //! probability is `1 − ⌊p·2³²⌋/2³²` (within `2⁻³²` of `1 − p`).
 
-use super::grid::{GRID_WORKGROUP, grid_source};
+use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -132,7 +132,7 @@ pub fn dropout(
         spec: &KernelSpec::new("dropout", SOURCE, BINDINGS, "dropout"),
         params: bytemuck::bytes_of(&params),
         buffers: &[x, &out],
-        workgroups: (x.len() as u64).div_ceil(GRID_WORKGROUP),
+        workgroups: grid_groups(x.device(), x.len()),
     }
     .record(x.device())?;
     Ok(out)

@@ -2,7 +2,7 @@
 //! (add, scale, axpy) and the activations GELU (tanh form), ReLU and SiLU with
 //! their backward `dy · act'(x)`.
 
-use super::grid::{GRID_WORKGROUP, grid_source};
+use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -62,7 +62,7 @@ fn run(
         spec: &spec(entry),
         params: bytemuck::bytes_of(&params),
         buffers: &[a, b, &out],
-        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
+        workgroups: grid_groups(a.device(), n as usize),
     }
     .record(a.device())?;
     Ok(out)
@@ -129,7 +129,7 @@ pub fn add_row(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
         spec: &spec("add_row"),
         params: bytemuck::bytes_of(&params),
         buffers: &[a, b, &out],
-        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
+        workgroups: grid_groups(a.device(), n as usize),
     }
     .record(a.device())?;
     Ok(out)

@@ -11,7 +11,7 @@
 //! Rejecting ids outside the *global* vocab is the layer's job; here they are
 //! simply not owned.
 
-use super::grid::{GRID_WORKGROUP, grid_source};
+use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -77,7 +77,7 @@ pub fn embedding_lookup(table: &LocalTensor, ids: &LocalTensor, start: i64) -> R
         spec: &spec("lookup"),
         params: bytemuck::bytes_of(&params),
         buffers: &[ids, table, &out],
-        workgroups: (total as u64).div_ceil(GRID_WORKGROUP),
+        workgroups: grid_groups(table.device(), total),
     }
     .record(table.device())?;
     Ok(out)

@@ -14,7 +14,7 @@
 //! equal inputs give equal bits. Four pipelines: statistics, forward,
 //! input gradient, parameter gradients.
 
-use super::grid::{GRID_WORKGROUP, grid_source};
+use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -142,7 +142,7 @@ pub fn norm_forward(
         "forward",
         params,
         [x, gamma, beta.unwrap_or(gamma), &stats, &y],
-        (x.len() as u64).div_ceil(GRID_WORKGROUP),
+        grid_groups(x.device(), x.len()),
     )?;
     Ok((y, stats))
 }

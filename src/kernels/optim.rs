@@ -3,7 +3,7 @@
 //! update the parameter and its state buffers in place, so a step allocates
 //! nothing.
 
-use super::grid::{GRID_WORKGROUP, grid_source};
+use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -114,7 +114,7 @@ pub fn sgd_step(
         spec: &spec("sgd"),
         params: bytemuck::bytes_of(&params),
         buffers: &[grad, param, momentum_buf.unwrap_or(spare[0]), spare[1]],
-        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
+        workgroups: grid_groups(param.device(), n as usize),
     }
     .record(param.device())
 }
@@ -165,7 +165,7 @@ pub fn adamw_step(
         spec: &spec("adamw"),
         params: bytemuck::bytes_of(&params),
         buffers: &[grad, param, m, v],
-        workgroups: (n as u64).div_ceil(GRID_WORKGROUP),
+        workgroups: grid_groups(param.device(), n as usize),
     }
     .record(param.device())
 }

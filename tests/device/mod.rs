@@ -1,6 +1,8 @@
 //! Adapter selection: clear errors (never panics) for names and backends that
-//! match nothing or make no sense, and software adapters that work without a GPU.
+//! match nothing or make no sense, and software adapters that work without a GPU;
+//! `limits` (weaker device limits) and `trace` (the per-kernel timeline).
 
+mod limits;
 mod trace;
 
 use crate::util::mesh_env;

@@ -182,6 +182,13 @@ pub fn gemm_with(
     let variant = match variant {
         GemmVariant::Auto => match GemmVariant::from_env() {
             GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Cpu,
+            // The tiled kernel's 16×16 workgroup needs 256 invocations; the
+            // register kernel's 8 fit any device.
+            GemmVariant::Auto
+                if a.device().limits().max_compute_invocations_per_workgroup < 256 =>
+            {
+                GemmVariant::Cpu
+            }
             GemmVariant::Auto => GemmVariant::Tiled,
             v => v,
         },

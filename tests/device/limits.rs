@@ -1,0 +1,103 @@
+//! Weaker device limits ([`MeshBuilder::limits`]): a device allowing only 128
+//! invocations per workgroup (the GLES 3.1 / Vulkan guarantee) runs the
+//! element grid at 128 and gives the same results; WebGPU's default limits
+//! run the layers; GLES-class `downlevel_defaults()` (4 storage buffers per
+//! stage) runs what fits and refuses the rest with an error naming the limit
+//! and the kernel, leaving the mesh usable.
+
+use crate::util::{Rng, mesh_env};
+use wgpu_tp::kernels::{self, GemmOptions};
+use wgpu_tp::{Error, MeshBuilder};
+
+#[test]
+fn a_128_invocation_device_runs_the_element_grid_at_128() {
+    mesh_env();
+    let limits = wgpu::Limits {
+        max_compute_invocations_per_workgroup: 128,
+        max_compute_workgroup_size_x: 128,
+        max_compute_workgroup_size_y: 128,
+        ..wgpu::Limits::default()
+    };
+    let m = MeshBuilder::new().ranks(1).limits(limits).build().unwrap();
+    let r = &m.ranks()[0];
+    assert_eq!(r.device().grid_workgroup(), 128);
+    assert_eq!(
+        r.device().limits().max_compute_invocations_per_workgroup,
+        128
+    );
+    let mut rng = Rng::fresh("limits128");
+    // Ragged, past one workgroup, and folded past 65535 workgroups.
+    for n in [7usize, 1000, 128 * 65_535 + 13] {
+        let (a, b) = (rng.vec(n), rng.vec(n));
+        let (ta, tb) = (r.upload(&[n], &a).unwrap(), r.upload(&[n], &b).unwrap());
+        let got = kernels::add(&ta, &tb).unwrap().to_vec().unwrap();
+        let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+        assert!(got == want, "add of {n} elements with WG = 128");
+    }
+    // GEMM picks a kernel that fits (the 256-invocation tiled one does not).
+    let a = r.upload(&[7, 13], &rng.vec(91)).unwrap();
+    let b = r.upload(&[13, 5], &rng.vec(65)).unwrap();
+    let c = kernels::gemm(&a, &b, GemmOptions::default()).unwrap();
+    assert_eq!(c.to_vec().unwrap().len(), 35);
+}
+
+#[test]
+fn downlevel_limits_run_what_fits_and_name_the_limit_otherwise() {
+    mesh_env();
+    let m = MeshBuilder::new()
+        .ranks(2)
+        .limits(wgpu::Limits::downlevel_defaults())
+        .build()
+        .unwrap();
+    let r = &m.ranks()[1];
+    assert_eq!(r.device().limits().max_storage_buffers_per_shader_stage, 4);
+    let x = r.upload(&[3], &[1.0, 2.0, 3.0]).unwrap();
+    // Three storage buffers: fits.
+    assert_eq!(
+        kernels::add(&x, &x).unwrap().to_vec().unwrap(),
+        vec![2.0, 4.0, 6.0]
+    );
+    // The GEMM binds five: a clear error, not a wgpu panic or validation dump.
+    let a = r.upload(&[2, 3], &[1.0; 6]).unwrap();
+    let err = kernels::matmul(&a, &a.reshape(&[3, 2]).unwrap()).unwrap_err();
+    match &err {
+        Error::DeviceLimit {
+            op,
+            limit_name,
+            needed,
+            limit,
+        } => {
+            assert!(op.starts_with("gemm::"), "{op}");
+            assert_eq!(*limit_name, "max_storage_buffers_per_shader_stage");
+            assert_eq!((*needed, *limit), (5, 4));
+        }
+        other => panic!("expected DeviceLimit, got {other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .contains("max_storage_buffers_per_shader_stage")
+    );
+    // Bad input lost no state: the rank still works.
+    assert_eq!(
+        kernels::scale(&x, 2.0).unwrap().to_vec().unwrap(),
+        vec![2.0, 4.0, 6.0]
+    );
+}
+
+#[test]
+fn webgpu_default_limits_open_on_the_test_adapter() {
+    // CI also runs the whole suite with WGPU_TP_LIMITS=webgpu.
+    mesh_env();
+    let limits = wgpu::Limits::default();
+    let m = MeshBuilder::new()
+        .ranks(1)
+        .limits(limits.clone())
+        .build()
+        .unwrap();
+    let got = m.ranks()[0].device().limits();
+    assert_eq!(
+        got.max_storage_buffers_per_shader_stage,
+        limits.max_storage_buffers_per_shader_stage
+    );
+    assert_eq!(got.max_compute_invocations_per_workgroup, 256);
+}
