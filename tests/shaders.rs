@@ -1,7 +1,12 @@
-//! Every WGSL family in `wgpu_tp::kernels::SHADERS` parses and validates with
-//! naga, and translates to MSL, HLSL, SPIR-V and GLSL (430 core and ES 310, one
-//! translation per compute entry point). CI cannot run Metal or DX12, so this
-//! is how we know those backends compile our kernels.
+//! Every shader the crate builds (`wgpu_tp::kernels::all_shaders()`: the WGSL
+//! families and the generated GEMM register kernels) parses and validates
+//! with naga, has no store FXC rejects, and translates to MSL, HLSL, SPIR-V
+//! and GLSL (430 core and ES 310, one translation per compute entry point),
+//! also with the element grid at 128 invocations as GLES 3.1-class devices
+//! get it. Where installed (CI installs them), `spirv-val` checks the SPIR-V
+//! for Vulkan 1.0 and 1.1 and `glslangValidator` the GLSL, the ES 3.10 form
+//! also against GLES 3.1's minimum work-group size. CI cannot run Metal or
+//! DX12, so this is how we know those backends get shaders that compile.
 
 use naga::back::{glsl, hlsl, msl, spv};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
@@ -112,9 +117,34 @@ fn translate(name: &str, source: &str) -> Vec<String> {
         "{name}: HLSL that FXC rejects (X3500):\n{}",
         fxc.join("\n")
     );
-    let constants = override_values(&module);
+    let mut constants = override_values(&module);
+    let entries = emit(name, source, &module, &info, &constants, false);
+    // What a GLES 3.1-class device gets: the element grid at 128 invocations
+    // (Device::grid_workgroup), checked against GLES 3.1's minimum limits.
+    if module
+        .overrides
+        .iter()
+        .any(|(_, o)| o.name.as_deref() == Some("WG"))
+    {
+        constants.insert("WG".to_string(), 128.0);
+        emit(name, source, &module, &info, &constants, true);
+    }
+    entries
+}
+
+/// Translate `module` with these override values to MSL, HLSL, SPIR-V and
+/// GLSL, and run the external validators where they are installed. With
+/// `gles_limits`, only GLSL ES 3.10 against GLES 3.1's minimum work-group size.
+fn emit(
+    name: &str,
+    source: &str,
+    module: &naga::Module,
+    info: &ModuleInfo,
+    constants: &naga::back::PipelineConstants,
+    gles_limits: bool,
+) -> Vec<String> {
     let (module, info) =
-        naga::back::pipeline_constants::process_overrides(&module, &info, None, &constants)
+        naga::back::pipeline_constants::process_overrides(module, info, None, constants)
             .unwrap_or_else(|e| panic!("{name}: resolving overrides {constants:?}: {e}"));
     let (module, info) = (module.as_ref(), info.as_ref());
     let entries: Vec<String> = module
@@ -125,29 +155,42 @@ fn translate(name: &str, source: &str) -> Vec<String> {
         .collect();
     assert!(!entries.is_empty(), "{name}: no compute entry points");
 
-    let msl_options = msl::Options {
-        lang_version: (2, 0),
-        ..Default::default()
-    };
-    msl::write_string(module, info, &msl_options, &msl::PipelineOptions::default())
-        .unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
+    if !gles_limits {
+        let msl_options = msl::Options {
+            lang_version: (2, 0),
+            ..Default::default()
+        };
+        msl::write_string(module, info, &msl_options, &msl::PipelineOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
 
-    let mut hlsl_out = String::new();
-    hlsl::Writer::new(
-        &mut hlsl_out,
-        &hlsl::Options::default(),
-        &hlsl::PipelineOptions::default(),
-    )
-    .write(module, info, None)
-    .unwrap_or_else(|e| panic!("{name}: HLSL: {e}"));
+        let mut hlsl_out = String::new();
+        hlsl::Writer::new(
+            &mut hlsl_out,
+            &hlsl::Options::default(),
+            &hlsl::PipelineOptions::default(),
+        )
+        .write(module, info, None)
+        .unwrap_or_else(|e| panic!("{name}: HLSL: {e}"));
 
-    spv::write_vec(module, info, &spv::Options::default(), None)
-        .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
+        let words = spv::write_vec(module, info, &spv::Options::default(), None)
+            .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        for env in ["vulkan1.0", "vulkan1.1"] {
+            external(
+                "spirv-val",
+                &["--target-env", env],
+                &format!("{name}.spv"),
+                &bytes,
+            );
+        }
+    }
 
     // wgpu's GL backend never offers SHADER_F16, so f16 families need no GLSL.
     let glsl_versions: &[glsl::Version] = if source.contains("enable f16") {
         eprintln!("[shaders] {name}: uses f16, GLSL skipped (wgpu's GL backend has no SHADER_F16)");
         &[]
+    } else if gles_limits {
+        &[glsl::Version::new_gles(310)]
     } else {
         &[glsl::Version::Desktop(430), glsl::Version::new_gles(310)]
     };
@@ -173,9 +216,105 @@ fn translate(name: &str, source: &str) -> Vec<String> {
             )
             .and_then(|mut w| w.write())
             .unwrap_or_else(|e| panic!("{name}::{entry}: GLSL {version}: {e}"));
+            let file = format!(
+                "{name}.{entry}.{}.comp",
+                if version.is_es() { "es" } else { "core" }
+            );
+            if gles_limits {
+                let conf = gles31_limits_conf();
+                if let Some(conf) = conf {
+                    external(
+                        "glslangValidator",
+                        &[conf.as_str(), "-S", "comp"],
+                        &file,
+                        out.as_bytes(),
+                    );
+                }
+            } else {
+                external("glslangValidator", &["-S", "comp"], &file, out.as_bytes());
+            }
         }
     }
     entries
+}
+
+/// Whether `tool` runs here. In CI (`CI` set) a missing validator fails the
+/// test: `.ci/run` installs them (`spirv-tools`, `glslang-tools`).
+fn have(tool: &str) -> bool {
+    static SEEN: std::sync::Mutex<Vec<(String, bool)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, ok)) = seen.iter().find(|(t, _)| t == tool) {
+        return *ok;
+    }
+    let ok = std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{tool} not found: CI must install it (apt-get install spirv-tools glslang-tools)"
+        );
+        eprintln!(
+            "[shaders] {tool} not found: that output is translated but NOT externally validated (install spirv-tools / glslang-tools)"
+        );
+    }
+    seen.push((tool.to_string(), ok));
+    ok
+}
+
+/// Run `tool args.. FILE` on `bytes` written to FILE, if the tool is installed;
+/// a non-zero exit fails the test with the tool's output.
+fn external(tool: &str, args: &[&str], file: &str, bytes: &[u8]) {
+    if !have(tool) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-shaders-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(file);
+    std::fs::write(&path, bytes).unwrap();
+    let out = std::process::Command::new(tool)
+        .args(args)
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("running {tool}: {e}"));
+    assert!(
+        out.status.success(),
+        "{tool} {} {}: rejected\n{}{}",
+        args.join(" "),
+        path.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A glslang resource file with GLES 3.1's minimum compute limits (work
+/// groups of 128 × 128 × 64), or None without glslangValidator.
+fn gles31_limits_conf() -> Option<String> {
+    if !have("glslangValidator") {
+        return None;
+    }
+    let out = std::process::Command::new("glslangValidator")
+        .arg("-c")
+        .output()
+        .ok()?;
+    let conf: String = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let key = l.split_whitespace().next().unwrap_or("");
+            match key {
+                "MaxComputeWorkGroupSizeX" | "MaxComputeWorkGroupSizeY" => format!("{key} 128"),
+                "MaxComputeWorkGroupSizeZ" => format!("{key} 64"),
+                _ => l.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-shaders-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let path = dir.join("gles31.conf");
+    std::fs::write(&path, conf).ok()?;
+    Some(path.display().to_string())
 }
 
 #[test]
@@ -190,6 +329,9 @@ fn every_shader_validates_and_translates_to_all_backends() {
         );
     }
     eprintln!("[shaders] {} families translated", shaders.len());
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("wgpu-tp-shaders-{}", std::process::id())),
+    );
 }
 
 #[test]

@@ -22,8 +22,9 @@
 //!   (a two-layer MLP and `MlpLanguageModel` training end to end),
 //!   `shard_units` (whole heads per rank), `norm`, `dropout`, `gpt` (the
 //!   block and the GPT against an f64 model, decoding, checkpoints).
-//! - `shaders`: every WGSL family validated by naga and translated to MSL,
-//!   HLSL, SPIR-V and GLSL.
+//! - `shaders`: every shader the crate builds validated by naga, checked for
+//!   FXC-rejected stores, translated to MSL, HLSL, SPIR-V and GLSL, and run
+//!   through `spirv-val` and `glslangValidator` where installed.
 //!
 //! The maths every test holds the crate to is docs/MATH.md.
 
