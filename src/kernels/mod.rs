@@ -22,7 +22,8 @@ pub mod transpose;
 pub use slicing as layout;
 
 pub use attention::{
-    Attention, AttentionShape, Decoded, attention_backward, attention_decode, attention_forward,
+    Attention, AttentionShape, Decoded, HeadWindow, ProbsDropout, attention_backward,
+    attention_backward_with, attention_decode, attention_forward, attention_forward_with,
 };
 pub use cross_entropy::{
     CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,

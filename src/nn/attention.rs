@@ -13,6 +13,11 @@
 //!
 //! Activations are `[tokens, hidden]` with tokens batch-major
 //! (`token = b · seq + t`); `forward` takes the sequence length.
+//!
+//! Dropout on the attention probabilities (`AttentionConfig::dropout`,
+//! GPT-2's `attn_pdrop`, off by default) keys its mask on the global head
+//! index, so it is the same at any P; [`ParallelSelfAttention::set_mode`]
+//! turns it on for training at a step.
 
 use super::init::{Init, InitRng};
 use super::linear::{
@@ -21,8 +26,10 @@ use super::linear::{
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::{LocalTensor, Mesh};
 use crate::error::{Error, Result};
+use crate::kernels::PhiloxKey;
 use crate::kernels::attention::{
-    AttentionShape, attention_backward, attention_decode, attention_forward,
+    AttentionShape, HeadWindow, ProbsDropout, attention_backward_with, attention_decode,
+    attention_forward_with,
 };
 use crate::shard::split_range;
 use crate::tensor::{DTensor, Placement};
@@ -44,6 +51,12 @@ pub struct AttentionConfig {
     pub proj_init: Init,
     /// Sequence parallelism: the input and output are `Shard(0)` (tokens).
     pub sequence_parallel: bool,
+    /// Dropout on the attention probabilities in training mode; 0 is off.
+    pub dropout: f32,
+    /// Seed of its masks.
+    pub dropout_seed: u64,
+    /// Its layer id (distinct from every other dropout of the model).
+    pub dropout_layer: u32,
 }
 
 impl AttentionConfig {
@@ -58,6 +71,9 @@ impl AttentionConfig {
             init: Init::default(),
             proj_init: Init::default(),
             sequence_parallel: false,
+            dropout: 0.0,
+            dropout_seed: 0,
+            dropout_layer: 0,
         }
     }
 }
@@ -69,6 +85,8 @@ struct Saved {
     /// Per rank: the softmax probabilities `[batch, local heads, seq, seq]`.
     probs: Vec<LocalTensor>,
     seq: usize,
+    /// The probabilities' dropout key, if forward dropped.
+    dropout: Option<PhiloxKey>,
 }
 
 /// Causal self-attention with whole heads on each rank.
@@ -80,6 +98,8 @@ pub struct ParallelSelfAttention {
     pub c_proj: RowParallelLinear,
     config: AttentionConfig,
     saved: Option<Saved>,
+    training: bool,
+    step: u64,
 }
 
 impl ParallelSelfAttention {
@@ -87,6 +107,12 @@ impl ParallelSelfAttention {
     pub fn new(mesh: &Mesh, config: AttentionConfig, rng: &mut InitRng) -> Result<Self> {
         const OP: &str = "ParallelSelfAttention::new";
         let (h, heads, d) = (config.hidden, config.heads, config.head_dim);
+        if !(0.0..1.0).contains(&config.dropout) {
+            return Err(Error::invalid(
+                OP,
+                format!("dropout {} must lie in [0, 1)", config.dropout),
+            ));
+        }
         if heads == 0 || d == 0 || h == 0 {
             return Err(Error::invalid(
                 OP,
@@ -108,6 +134,26 @@ impl ParallelSelfAttention {
             c_proj: RowParallelLinear::new(mesh, c_proj, rng)?,
             config,
             saved: None,
+            training: true,
+            step: 0,
+        })
+    }
+
+    /// Training mode (probability dropout on, masks keyed on `step`) or
+    /// evaluation mode (off).
+    pub fn set_mode(&mut self, training: bool, step: u64) {
+        (self.training, self.step) = (training, step);
+    }
+
+    /// The probability dropout of rank `r` of `p` under `key`.
+    fn probs_dropout(&self, key: Option<PhiloxKey>, p: usize, r: usize) -> Option<ProbsDropout> {
+        key.map(|key| ProbsDropout {
+            p: self.config.dropout,
+            key,
+            heads: HeadWindow {
+                start: self.local_heads(p, r).start,
+                total: self.config.heads,
+            },
         })
     }
 
@@ -134,11 +180,17 @@ impl ParallelSelfAttention {
         }
         let qkv = self.c_attn.forward(x)?;
         let (heads, d, p) = (self.config.heads, self.config.head_dim, qkv.mesh().size());
+        let key = (self.training && self.config.dropout > 0.0).then_some(PhiloxKey {
+            seed: self.config.dropout_seed,
+            step: self.step,
+            layer: self.config.dropout_layer,
+        });
         let mut outs = Vec::with_capacity(p);
         let mut probs = Vec::with_capacity(p);
         for (r, local) in qkv.shards().iter().enumerate() {
             let h = split_range(heads, p, r).len();
-            let a = attention_forward(local, AttentionShape::new(tokens / seq, seq, h, d))?;
+            let shape = AttentionShape::new(tokens / seq, seq, h, d);
+            let a = attention_forward_with(local, shape, self.probs_dropout(key, p, r))?;
             outs.push(a.out);
             probs.push(a.probs);
         }
@@ -150,7 +202,12 @@ impl ParallelSelfAttention {
             d,
         )?;
         let y = self.c_proj.forward(&out)?;
-        self.saved = Some(Saved { qkv, probs, seq });
+        self.saved = Some(Saved {
+            qkv,
+            probs,
+            seq,
+            dropout: key,
+        });
         Ok(y)
     }
 
@@ -176,11 +233,12 @@ impl ParallelSelfAttention {
             .map(|r| {
                 let h = split_range(heads, p, r).len();
                 let shape = AttentionShape::new(tokens / saved.seq, saved.seq, h, d);
-                attention_backward(
+                attention_backward_with(
                     &saved.qkv.shards()[r],
                     &saved.probs[r],
                     &d_out.shards()[r],
                     shape,
+                    self.probs_dropout(saved.dropout, p, r),
                 )
             })
             .collect::<Result<Vec<_>>>()?;

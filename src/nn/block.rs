@@ -45,7 +45,11 @@ pub struct BlockConfig {
     pub dropout: f32,
     /// Seed of the dropout masks.
     pub dropout_seed: u64,
-    /// Dropout layer id of the attention branch; the MLP branch uses the next.
+    /// Dropout on the attention probabilities (GPT-2's `attn_pdrop`); 0
+    /// turns it off.
+    pub attn_dropout: f32,
+    /// Dropout layer id of the attention branch; the MLP branch uses the
+    /// next, the attention probabilities the one after.
     pub dropout_layer: u32,
 }
 
@@ -63,6 +67,7 @@ impl BlockConfig {
             sequence_parallel: false,
             dropout: 0.0,
             dropout_seed: 0,
+            attn_dropout: 0.0,
             dropout_layer: 0,
         }
     }
@@ -94,6 +99,8 @@ impl TransformerBlock {
         norm.eps = config.eps;
         let mut attn = AttentionConfig::new(config.hidden, config.heads);
         (attn.init, attn.proj_init, attn.sequence_parallel) = (config.init, config.proj_init, sp);
+        (attn.dropout, attn.dropout_seed) = (config.attn_dropout, config.dropout_seed);
+        attn.dropout_layer = config.dropout_layer + 2;
         let mut mlp = MlpConfig::new(config.hidden, config.ffn);
         (mlp.init, mlp.proj_init, mlp.sequence_parallel) = (config.init, config.proj_init, sp);
         mlp.activation = config.activation;
@@ -139,6 +146,7 @@ impl TransformerBlock {
             }
             d.set_step(step);
         }
+        self.attn.set_mode(training, step);
     }
 
     /// One step of cached decoding of one sequence: `x` `[new, hidden]`

@@ -55,6 +55,9 @@ pub struct GptConfig {
     /// `embd_pdrop` / `resid_pdrop`); 0 (the default) turns it off. Masks
     /// follow the logical tensors, so P does not change the numbers.
     pub dropout: f32,
+    /// Dropout on the attention probabilities (GPT-2's `attn_pdrop`); 0 (the
+    /// default) turns it off. Masks follow the global head index.
+    pub attn_dropout: f32,
 }
 
 impl GptConfig {
@@ -71,6 +74,7 @@ impl GptConfig {
             eps: 1e-5,
             sequence_parallel: false,
             dropout: 0.0,
+            attn_dropout: 0.0,
         }
     }
 }
@@ -126,14 +130,15 @@ impl Gpt {
         let mut block = BlockConfig::new(config.hidden, config.heads);
         (block.ffn, block.activation, block.eps) = (config.ffn, config.activation, config.eps);
         (block.sequence_parallel, block.dropout) = (config.sequence_parallel, config.dropout);
-        block.dropout_seed = seed;
+        (block.dropout_seed, block.attn_dropout) = (seed, config.attn_dropout);
         let std = 0.02 / (2.0 * config.layers as f32).sqrt();
         block.proj_init = Init::Normal { mean: 0.0, std };
         let h = (0..config.layers)
             .map(|i| {
-                // Layer 0 is the embeddings' dropout; block i uses 2i + 1, 2i + 2.
+                // Layer 0 is the embeddings' dropout; block i uses 3i + 1
+                // (attention branch), 3i + 2 (MLP branch), 3i + 3 (probabilities).
                 let block = BlockConfig {
-                    dropout_layer: 2 * i as u32 + 1,
+                    dropout_layer: 3 * i as u32 + 1,
                     ..block
                 };
                 TransformerBlock::new(mesh, block, &mut rng)

@@ -7,21 +7,27 @@ use wgpu_tp::kernels::{self, AttentionShape};
 use wgpu_tp::{Error, LocalTensor, Rank};
 
 /// f64 reference of one rank's attention.
-struct Reference {
+pub(super) struct Reference {
     /// `[B·T, H·D]`.
-    out: Vec<f64>,
+    pub out: Vec<f64>,
     /// `[B, H, T, T]`.
-    probs: Vec<f64>,
+    pub probs: Vec<f64>,
 }
 
 /// Index of element `e` of head `h`'s block `blk` (0 q, 1 k, 2 v) at token `t`
 /// of sequence `b` in the fused `[B·T, 3·H·D]` layout.
-fn at(s: &AttentionShape, blk: usize, b: usize, h: usize, t: usize, e: usize) -> usize {
+pub(super) fn at(s: &AttentionShape, blk: usize, b: usize, h: usize, t: usize, e: usize) -> usize {
     let hd = s.heads * s.head_dim;
     (b * s.seq + t) * 3 * hd + blk * hd + h * s.head_dim + e
 }
 
 fn reference(qkv: &[f64], s: &AttentionShape) -> Reference {
+    reference_masked(qkv, s, None)
+}
+
+/// [`reference`] with probability dropout: `mask` `[B, H, T, T]` holds
+/// `m/(1 − p)` (0 or the keep scale); `out = (P ⊙ mask) v`, `probs` stays `P`.
+pub(super) fn reference_masked(qkv: &[f64], s: &AttentionShape, mask: Option<&[f64]>) -> Reference {
     let (bs, t_len, hs, d) = (s.batch, s.seq, s.heads, s.head_dim);
     let hd = hs * d;
     let scale = 1.0 / (d as f64).sqrt();
@@ -42,9 +48,12 @@ fn reference(qkv: &[f64], s: &AttentionShape) -> Reference {
                 for x in &mut row[..=i] {
                     *x = (*x - m).exp() / sum;
                 }
+                let base = ((b * hs + h) * t_len + i) * t_len;
+                let m = |j: usize| mask.map_or(1.0, |m| m[base + j]);
                 for e in 0..d {
-                    out[(b * t_len + i) * hd + h * d + e] =
-                        (0..=i).map(|j| row[j] * qkv[at(s, 2, b, h, j, e)]).sum();
+                    out[(b * t_len + i) * hd + h * d + e] = (0..=i)
+                        .map(|j| row[j] * m(j) * qkv[at(s, 2, b, h, j, e)])
+                        .sum();
                 }
             }
         }
@@ -54,6 +63,18 @@ fn reference(qkv: &[f64], s: &AttentionShape) -> Reference {
 
 /// f64 gradient w.r.t. the fused input, from the reference probabilities.
 fn reference_backward(qkv: &[f64], probs: &[f64], d_out: &[f64], s: &AttentionShape) -> Vec<f64> {
+    reference_backward_masked(qkv, probs, d_out, s, None)
+}
+
+/// [`reference_backward`] under the dropout `mask` of [`reference_masked`]:
+/// `dV = (P ⊙ mask)ᵀ dO`, `dP = (dO vᵀ) ⊙ mask`.
+pub(super) fn reference_backward_masked(
+    qkv: &[f64],
+    probs: &[f64],
+    d_out: &[f64],
+    s: &AttentionShape,
+    mask: Option<&[f64]>,
+) -> Vec<f64> {
     let (bs, t_len, hs, d) = (s.batch, s.seq, s.heads, s.head_dim);
     let hd = hs * d;
     let scale = 1.0 / (d as f64).sqrt();
@@ -61,10 +82,18 @@ fn reference_backward(qkv: &[f64], probs: &[f64], d_out: &[f64], s: &AttentionSh
     for b in 0..bs {
         for h in 0..hs {
             let p = |i: usize, j: usize| probs[((b * hs + h) * t_len + i) * t_len + j];
+            let m = |i: usize, j: usize| {
+                mask.map_or(1.0, |m| m[((b * hs + h) * t_len + i) * t_len + j])
+            };
             let go = |i: usize, e: usize| d_out[(b * t_len + i) * hd + h * d + e];
             for i in 0..t_len {
                 let dp: Vec<f64> = (0..=i)
-                    .map(|j| (0..d).map(|e| go(i, e) * qkv[at(s, 2, b, h, j, e)]).sum())
+                    .map(|j| {
+                        m(i, j)
+                            * (0..d)
+                                .map(|e| go(i, e) * qkv[at(s, 2, b, h, j, e)])
+                                .sum::<f64>()
+                    })
                     .collect();
                 let dot: f64 = (0..=i).map(|j| p(i, j) * dp[j]).sum();
                 for j in 0..=i {
@@ -72,7 +101,7 @@ fn reference_backward(qkv: &[f64], probs: &[f64], d_out: &[f64], s: &AttentionSh
                     for e in 0..d {
                         g[at(s, 0, b, h, i, e)] += ds * qkv[at(s, 1, b, h, j, e)] * scale;
                         g[at(s, 1, b, h, j, e)] += ds * qkv[at(s, 0, b, h, i, e)] * scale;
-                        g[at(s, 2, b, h, j, e)] += p(i, j) * go(i, e);
+                        g[at(s, 2, b, h, j, e)] += p(i, j) * m(i, j) * go(i, e);
                     }
                 }
             }
@@ -81,11 +110,11 @@ fn reference_backward(qkv: &[f64], probs: &[f64], d_out: &[f64], s: &AttentionSh
     g
 }
 
-fn widen(x: &[f32]) -> Vec<f64> {
+pub(super) fn widen(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
 }
 
-fn up(r: &Rank, shape: &[usize], v: &[f32]) -> LocalTensor {
+pub(super) fn up(r: &Rank, shape: &[usize], v: &[f32]) -> LocalTensor {
     r.upload(shape, v).unwrap()
 }
 

@@ -7,11 +7,13 @@
 //!   the single-rank loss and gradient;
 //! - `slicing`: `narrow` and `concat`;
 //! - `transpose`: the pack kernel the GEMM uses for transposed operands;
-//! - `attention`: causal attention forward, backward and cached decoding.
+//! - `attention`: causal attention forward, backward and cached decoding;
+//!   `attention_dropout`: dropout on its probabilities.
 //!
 //! The optimiser kernels are checked through `nn::optim`.
 
 mod attention;
+mod attention_dropout;
 mod cross_entropy;
 mod elementwise;
 mod embedding;

@@ -326,7 +326,7 @@ fn dropout_gives_the_same_numbers_at_any_world_size_p1_3_4() {
     let ids: Vec<i32> = (0..8).map(|_| rng.below(11) as i32).collect();
     let targets: Vec<i32> = (0..8).map(|_| rng.below(11) as i32).collect();
     let mut cfg = config(false);
-    cfg.dropout = 0.25;
+    (cfg.dropout, cfg.attn_dropout) = (0.25, 0.2);
     let mut serial: Option<(f32, BTreeMap<String, Vec<f32>>)> = None;
     for p in [1, 3, 4] {
         for sp in [false, true] {
@@ -365,4 +365,22 @@ fn dropout_gives_the_same_numbers_at_any_world_size_p1_3_4() {
             }
         }
     }
+    // The probability dropout is really on: without it the loss differs.
+    let m = crate::util::mesh(1);
+    let mut gpt = Gpt::new(
+        &m,
+        GptConfig {
+            attn_dropout: 0.0,
+            ..cfg
+        },
+        seed,
+    )
+    .unwrap();
+    gpt.set_mode(true, 5);
+    let without = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
+    assert_ne!(
+        serial.unwrap().0,
+        without,
+        "attention dropout had no effect"
+    );
 }

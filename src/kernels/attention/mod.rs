@@ -29,17 +29,26 @@
 //! adapters pay far more for a load than for an FMA. Every sum runs in a
 //! fixed order, so equal inputs give bit-equal results.
 //!
-//! This file holds the API and its checks, `shape.rs` the problem's sizes,
-//! `launch.rs` the shader's views, parameters and dispatches.
+//! Dropout on the probabilities ([`ProbsDropout`], GPT-2's `attn_pdrop`)
+//! multiplies `P` by a mask drawn from the logical `[B, heads, T, T]` index
+//! (this rank's heads sit at their global head index), so every split of the
+//! heads over ranks draws the same mask: `O = P' v` with `P' = P·m/(1−p)`;
+//! backward uses `P'` for `dV` and masks `dP` the same way, and regenerates
+//! `P'` from `P` rather than keeping it.
+//!
+//! This file holds the API, `checks.rs` its argument checks, `shape.rs` the
+//! problem's sizes, `launch.rs` the shader's views, parameters and dispatches.
 
+mod checks;
 mod launch;
 mod shape;
 
+use checks::{check_operand, check_qkv, check_size};
 use launch::{Problem, View};
 pub use shape::AttentionShape;
-use shape::elements;
 
-use crate::device::{Device, LocalTensor};
+use super::dropout::{PhiloxKey, ShardWindow, dropout};
+use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -63,86 +72,6 @@ pub struct Decoded {
     pub cache: LocalTensor,
 }
 
-/// A tensor of `dims` must fit one binding and 32-bit shader indices.
-fn check_size(op: &'static str, what: &'static str, dims: &[usize], dev: &Device) -> Result<()> {
-    let needed = elements(dims).saturating_mul(4);
-    let l = dev.limits();
-    let limits = [
-        (
-            l.max_storage_buffer_binding_size,
-            "max_storage_buffer_binding_size",
-        ),
-        (l.max_buffer_size, "max_buffer_size"),
-        (
-            4 * u32::MAX as u64,
-            "2^32 elements, the shaders' 32-bit indices",
-        ),
-    ];
-    for (limit, limit_name) in limits {
-        if needed > limit {
-            return Err(Error::TooLarge {
-                op,
-                what,
-                needed,
-                limit,
-                limit_name,
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Check `s` itself and that `qkv` is its fused F32 input.
-fn check_qkv(op: &'static str, qkv: &LocalTensor, s: &AttentionShape) -> Result<()> {
-    qkv.expect_dtype(op, DType::F32)?;
-    if s.heads > 0 && s.head_dim == 0 {
-        return Err(Error::invalid(
-            op,
-            format!("{} heads of head_dim 0: give head_dim ≥ 1", s.heads),
-        ));
-    }
-    let fits = |dims: &[usize]| {
-        dims.iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .is_some()
-    };
-    if !fits(&[s.batch, s.seq]) || !fits(&[3, s.heads, s.head_dim]) {
-        return Err(Error::invalid(op, format!("{s:?} overflows usize")));
-    }
-    let want = s.qkv_shape();
-    if qkv.shape() != want {
-        return Err(Error::ShapeMismatch {
-            op,
-            expected: format!(
-                "fused QKV [batch·seq, 3·heads·head_dim] = {want:?} for batch {}, seq {}, heads {}, head_dim {}",
-                s.batch, s.seq, s.heads, s.head_dim
-            ),
-            got: format!("{:?}", qkv.shape()),
-        });
-    }
-    check_size(op, "the fused QKV activation", &want, qkv.device())
-}
-
-/// Check that `x` is an F32 tensor of `want` on `anchor`'s rank.
-fn check_operand(
-    op: &'static str,
-    name: &str,
-    anchor: &LocalTensor,
-    x: &LocalTensor,
-    want: &[usize],
-) -> Result<()> {
-    x.expect_dtype(op, DType::F32)?;
-    anchor.same_rank(op, x)?;
-    if x.shape() != want {
-        return Err(Error::ShapeMismatch {
-            op,
-            expected: format!("{name} {want:?}"),
-            got: format!("{:?}", x.shape()),
-        });
-    }
-    Ok(())
-}
-
 /// The forward pass of `pr`: probabilities into `probs`, output into `out`
 /// (`[B·T, H·D]`), queries from the fused `qkv` and keys and values from the
 /// views `k`, `v` of `kv`.
@@ -152,11 +81,51 @@ fn forward_into(
     (kv, k, v): (&LocalTensor, View, View),
     probs: &LocalTensor,
     out: &LocalTensor,
+    drop: Option<&ProbsDropout>,
 ) -> Result<()> {
     let q = View::fused(&pr.s, pr.s.seq, 0);
     pr.masked_dots(pr.inv_sqrt_d(), (qkv, q), (kv, k), probs)?;
     pr.rows("softmax_rows", None, qkv, probs)?;
-    pr.mix(1.0, false, probs, (kv, v), (out, View::heads(&pr.s)))
+    let mixed = match drop {
+        Some(d) => d.apply(probs)?,
+        None => probs.clone(),
+    };
+    pr.mix(1.0, false, &mixed, (kv, v), (out, View::heads(&pr.s)))
+}
+
+/// Dropout on the attention probabilities of one rank's heads: `P' =
+/// P·m/(1 − p)` with the mask of `key` over the logical `[B, heads, T, T]`
+/// tensor, in which this rank's heads are `heads.start..` of `heads.total`
+/// (so the mask does not depend on how heads are split over ranks).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbsDropout {
+    /// Drop probability, in `[0, 1)`.
+    pub p: f32,
+    /// Which draw: seed, training step and layer id.
+    pub key: PhiloxKey,
+    /// This rank's first global head and the model's head count.
+    pub heads: HeadWindow,
+}
+
+/// Where one rank's heads sit among all heads: `start..start + local`, of `total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadWindow {
+    /// Global index of this rank's first head.
+    pub start: usize,
+    /// Heads in the whole model.
+    pub total: usize,
+}
+
+impl ProbsDropout {
+    /// `probs` `[B, H, T, T]` with the mask applied and scaled by `1/(1 − p)`.
+    fn apply(&self, probs: &LocalTensor) -> Result<LocalTensor> {
+        let window = ShardWindow {
+            dim: 1,
+            start: self.heads.start,
+            total: self.heads.total,
+        };
+        dropout(probs, self.p, self.key, Some(window))
+    }
 }
 
 /// Causal softmax attention of one rank's heads: `qkv` `[B·T, 3·H·D]` (F32,
@@ -168,6 +137,17 @@ fn forward_into(
 /// probabilities larger than one storage binding ([`Error::TooLarge`]: use a
 /// smaller batch or shorter sequences, or fewer heads per rank).
 pub fn attention_forward(qkv: &LocalTensor, shape: AttentionShape) -> Result<Attention> {
+    attention_forward_with(qkv, shape, None)
+}
+
+/// [`attention_forward`] with dropout on the probabilities (`None`: none).
+/// The returned `probs` are the undropped `P`; pass the same `dropout` to
+/// [`attention_backward_with`].
+pub fn attention_forward_with(
+    qkv: &LocalTensor,
+    shape: AttentionShape,
+    dropout: Option<ProbsDropout>,
+) -> Result<Attention> {
     const OP: &str = "attention_forward";
     check_qkv(OP, qkv, &shape)?;
     let probs_shape = shape.probs_shape();
@@ -185,7 +165,7 @@ pub fn attention_forward(qkv: &LocalTensor, shape: AttentionShape) -> Result<Att
             View::fused(&shape, shape.seq, 1),
             View::fused(&shape, shape.seq, 2),
         );
-        forward_into(&pr, qkv, (qkv, k, v), &probs, &out)?;
+        forward_into(&pr, qkv, (qkv, k, v), &probs, &out, dropout.as_ref())?;
     }
     Ok(Attention { out, probs })
 }
@@ -202,6 +182,19 @@ pub fn attention_backward(
     probs: &LocalTensor,
     d_out: &LocalTensor,
     shape: AttentionShape,
+) -> Result<LocalTensor> {
+    attention_backward_with(qkv, probs, d_out, shape, None)
+}
+
+/// [`attention_backward`] of [`attention_forward_with`] under the same
+/// `dropout`: `dV = P'ᵀ dO` and `dP = dP'·m/(1 − p)`, the mask regenerated
+/// from its key.
+pub fn attention_backward_with(
+    qkv: &LocalTensor,
+    probs: &LocalTensor,
+    d_out: &LocalTensor,
+    shape: AttentionShape,
+    dropout: Option<ProbsDropout>,
 ) -> Result<LocalTensor> {
     const OP: &str = "attention_backward";
     check_qkv(OP, qkv, &shape)?;
@@ -229,13 +222,19 @@ pub fn attention_backward(
     let go = View::heads(&shape);
     let scale = pr.inv_sqrt_d();
     // dP = dO vᵀ, then dS = P ⊙ (dP − rowsum(P ⊙ dP)) in place.
-    let d_scores = qkv.rank().alloc(OP, &shape.probs_shape(), DType::F32)?;
+    let mut d_scores = qkv.rank().alloc(OP, &shape.probs_shape(), DType::F32)?;
     pr.masked_dots(1.0, (d_out, go), (qkv, v), &d_scores)?;
+    // Under dropout that was dP'; the mask turns it into dP, and dV needs P'.
+    let mut mixed = probs.clone();
+    if let Some(d) = &dropout {
+        d_scores = d.apply(&d_scores)?;
+        mixed = d.apply(probs)?;
+    }
     pr.rows("grad_softmax_rows", Some(probs), qkv, &d_scores)?;
     // The three column blocks of d_qkv, each written whole.
     pr.mix(scale, false, &d_scores, (qkv, k), (&d_qkv, q))?;
     pr.mix(scale, true, &d_scores, (qkv, q), (&d_qkv, k))?;
-    pr.mix(1.0, true, probs, (d_out, go), (&d_qkv, v))?;
+    pr.mix(1.0, true, &mixed, (d_out, go), (&d_qkv, v))?;
     Ok(d_qkv)
 }
 
@@ -307,7 +306,7 @@ pub fn attention_decode(
     if !shape.is_empty() {
         let probs = qkv.rank().alloc(OP, &probs_shape, DType::F32)?;
         let (k, v) = (View::cache(&shape, total, 0), View::cache(&shape, total, 1));
-        forward_into(&pr, qkv, (&new_cache, k, v), &probs, &out)?;
+        forward_into(&pr, qkv, (&new_cache, k, v), &probs, &out, None)?;
     }
     Ok(Decoded {
         out,
