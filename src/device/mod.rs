@@ -19,8 +19,10 @@
 //! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels), and in
 //!   `control.rs` starting and stopping it and the host-span API upper
 //!   layers report spans with;
+//! - `adapters.rs`: listing adapters ([`adapters`]) and parsing backend names;
 //! - `select.rs`: adapter choice and [`MeshBuilder`].
 
+mod adapters;
 mod context;
 mod dispatch;
 mod mesh;
@@ -34,11 +36,12 @@ mod tensor;
 mod timeline;
 mod trace;
 
+pub use adapters::{AdapterReport, adapters, parse_backends};
 pub use context::Device;
 pub use mesh::{DeviceLayout, Mesh};
 pub use rank::Rank;
 pub use readback::download_many;
-pub use select::{AdapterReport, MeshBuilder, adapters, parse_backends};
+pub use select::MeshBuilder;
 pub use tensor::LocalTensor;
 pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};

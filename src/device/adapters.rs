@@ -1,0 +1,52 @@
+//! What wgpu can see: every adapter with its limits and features
+//! ([`adapters`], what `cargo run --example devices` prints), and parsing the
+//! `WGPU_BACKEND`-style backend lists [`MeshBuilder`](super::MeshBuilder) honours.
+
+use crate::error::{Error, Result};
+
+/// What [`adapters`] reports for one adapter.
+#[derive(Clone, Debug)]
+pub struct AdapterReport {
+    /// wgpu's adapter info (name, backend, type, driver).
+    pub info: wgpu::AdapterInfo,
+    /// The adapter's own limits.
+    pub limits: wgpu::Limits,
+    /// The adapter's features.
+    pub features: wgpu::Features,
+}
+
+/// Every adapter wgpu can see on the given backends (all if `None`).
+pub fn adapters(backends: Option<wgpu::Backends>) -> Vec<AdapterReport> {
+    let instance = instance_for(backends.unwrap_or(wgpu::Backends::all()));
+    pollster::block_on(instance.enumerate_adapters(backends.unwrap_or(wgpu::Backends::all())))
+        .into_iter()
+        .map(|a| AdapterReport {
+            info: a.get_info(),
+            limits: a.limits(),
+            features: a.features(),
+        })
+        .collect()
+}
+
+/// A wgpu instance for these backends, without a display.
+pub(super) fn instance_for(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// Parse a `WGPU_BACKEND`-style comma list, rejecting names wgpu does not know.
+pub fn parse_backends(list: &str) -> Result<wgpu::Backends> {
+    let mut out = wgpu::Backends::empty();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let b = wgpu::Backends::from_comma_list(name);
+        if b.is_empty() {
+            return Err(Error::UnknownBackend(name.to_string()));
+        }
+        out |= b;
+    }
+    if out.is_empty() {
+        return Err(Error::UnknownBackend(list.to_string()));
+    }
+    Ok(out)
+}
