@@ -1,7 +1,10 @@
 //! Every shader the crate builds (`wgpu_tp::kernels::all_shaders()`: the WGSL
 //! families and the generated GEMM register kernels) parses and validates
-//! with naga, has no store FXC rejects, and translates to MSL, HLSL, SPIR-V
-//! and GLSL (430 core and ES 310, one translation per compute entry point),
+//! with naga, has no store FXC rejects, and translates to MSL 2.0 and HLSL
+//! (shader models 5.1 and 6.0) with the binding maps and options wgpu's
+//! Metal and DX12 backends pass (num_workgroups from DX12's special
+//! constants), to SPIR-V, and to GLSL (430 core and ES 310, one translation
+//! per compute entry point),
 //! also with the element grid at 128 invocations as GLES 3.1-class devices
 //! get it. Where installed (CI installs them), `spirv-val` checks the SPIR-V
 //! for Vulkan 1.0 and 1.1 and `glslangValidator` the GLSL, the ES 3.10 form
@@ -156,21 +159,27 @@ fn emit(
     assert!(!entries.is_empty(), "{name}: no compute entry points");
 
     if !gles_limits {
-        let msl_options = msl::Options {
-            lang_version: (2, 0),
-            ..Default::default()
-        };
+        let (msl_options, hlsl_options) = backend_options(module, &entries);
         msl::write_string(module, info, &msl_options, &msl::PipelineOptions::default())
             .unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
-
-        let mut hlsl_out = String::new();
-        hlsl::Writer::new(
-            &mut hlsl_out,
-            &hlsl::Options::default(),
-            &hlsl::PipelineOptions::default(),
-        )
-        .write(module, info, None)
-        .unwrap_or_else(|e| panic!("{name}: HLSL: {e}"));
+        for shader_model in [hlsl::ShaderModel::V5_1, hlsl::ShaderModel::V6_0] {
+            let options = hlsl::Options {
+                shader_model,
+                ..hlsl_options.clone()
+            };
+            let mut hlsl_out = String::new();
+            hlsl::Writer::new(&mut hlsl_out, &options, &hlsl::PipelineOptions::default())
+                .write(module, info, None)
+                .unwrap_or_else(|e| panic!("{name}: HLSL {shader_model:?}: {e}"));
+            // num_workgroups must come from wgpu's special-constants root
+            // constants (without them naga reads SV_GroupID instead).
+            if source.contains("@builtin(num_workgroups)") {
+                assert!(
+                    hlsl_out.contains("ConstantBuffer<NagaConstants> _NagaConstants: register(b1"),
+                    "{name}: HLSL {shader_model:?} reads num_workgroups without wgpu's special constants"
+                );
+            }
+        }
 
         let words = spv::write_vec(module, info, &spv::Options::default(), None)
             .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
@@ -236,6 +245,82 @@ fn emit(
         }
     }
     entries
+}
+
+/// MSL and HLSL options as wgpu's Metal and DX12 backends pass them for our
+/// one bind group: binding 0 the uniform, then storage buffers in binding
+/// order. Metal: buffer slots in binding order and a sizes buffer for the
+/// runtime-sized arrays; DX12: the uniform at b0, read-only storage as SRVs
+/// t0.., read-write as UAVs u0.., num_workgroups from the special-constants
+/// root constants at b1, no made-up bindings.
+fn backend_options(module: &naga::Module, entries: &[String]) -> (msl::Options, hlsl::Options) {
+    let mut msl_map = msl::BindingMap::default();
+    let mut hlsl_map = hlsl::BindingMap::default();
+    let (mut cbv, mut srv, mut uav) = (0u32, 0u32, 0u32);
+    let mut globals: Vec<_> = module
+        .global_variables
+        .iter()
+        .filter_map(|(_, g)| g.binding.map(|b| (b, g.space)))
+        .collect();
+    globals.sort_by_key(|(b, _)| (b.group, b.binding));
+    for (binding, space) in &globals {
+        let mutable = matches!(
+            space,
+            naga::AddressSpace::Storage { access } if access.contains(naga::StorageAccess::STORE)
+        );
+        msl_map.insert(
+            *binding,
+            msl::BindTarget {
+                buffer: Some(binding.binding as u8),
+                mutable,
+                ..Default::default()
+            },
+        );
+        let register = match space {
+            naga::AddressSpace::Uniform => &mut cbv,
+            _ if mutable => &mut uav,
+            _ => &mut srv,
+        };
+        hlsl_map.insert(
+            *binding,
+            hlsl::BindTarget {
+                space: binding.group as u8,
+                register: *register,
+                ..Default::default()
+            },
+        );
+        *register += 1;
+    }
+    let resources = msl::EntryPointResources {
+        resources: msl_map,
+        immediates_buffer: None,
+        sizes_buffer: Some(globals.len() as u8),
+    };
+    let msl = msl::Options {
+        lang_version: (2, 0),
+        per_entry_point_map: entries
+            .iter()
+            .map(|e| (e.clone(), resources.clone()))
+            .collect(),
+        fake_missing_bindings: false,
+        zero_initialize_workgroup_memory: false,
+        force_loop_bounding: true,
+        ..Default::default()
+    };
+    let hlsl = hlsl::Options {
+        binding_map: hlsl_map,
+        fake_missing_bindings: false,
+        special_constants_binding: Some(hlsl::BindTarget {
+            space: 0,
+            register: cbv,
+            ..Default::default()
+        }),
+        zero_initialize_workgroup_memory: false,
+        restrict_indexing: true,
+        force_loop_bounding: true,
+        ..Default::default()
+    };
+    (msl, hlsl)
 }
 
 /// Whether `tool` runs here. In CI (`CI` set) a missing validator fails the
