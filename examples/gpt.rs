@@ -51,7 +51,7 @@ struct Args {
     #[arg(long, default_value_t = 8)]
     batch: usize,
     /// Training steps.
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = 80)]
     steps: usize,
     /// AdamW learning rate.
     #[arg(long, default_value_t = 3e-3)]

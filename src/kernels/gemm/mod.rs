@@ -11,7 +11,8 @@
 //! - `Cpu` (the register kernel, generated per tile in `gemm/register.rs`):
 //!   for CPU adapters (lavapipe, llvmpipe); each invocation keeps a small tile
 //!   of C in vec4 registers and reads A and B as aligned vec4s, no workgroup
-//!   memory. The tile is chosen per backend (Vulkan 3×4, GL 4×16) and can be
+//!   memory. The tile is chosen per adapter (3×4 on lavapipe from Mesa ≥ 24, 4×16 on
+//!   Mesa < 24 and on GL, where loads cost more) and can be
 //!   overridden with `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n]` (e.g. `4x16/8m`) for
 //!   tuning.
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.

@@ -156,12 +156,14 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }) {
             return t;
         }
-        if info.backend == wgpu::Backend::Gl {
-            TILE_GL
+        let old_mesa = mesa_major(&info.driver_info).is_some_and(|major| major < 24);
+        if info.backend == wgpu::Backend::Gl || old_mesa {
+            TILE_LOAD_BOUND
         } else {
             TILE_DEFAULT
         }
     }
+
     /// (entry, source) for this tile, built once per process.
     pub(crate) fn program(self) -> (&'static str, &'static str) {
         static CACHE: OnceLock<Mutex<HashMap<Tile, (&'static str, &'static str)>>> =
@@ -179,9 +181,9 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
 }
 
-/// The register tile on Vulkan lavapipe (Mesa 22 and 25 alike) and other
-/// non-GL adapters: 3 rows × 4 columns per invocation compiles in under a
-/// second and ran as fast as tiles 5× its size (BENCHMARKS.md, GEMM).
+/// The register tile on lavapipe from Mesa ≥ 24 and other non-GL adapters:
+/// 3 rows × 4 columns per invocation compiles in under a second and ran as
+/// fast as tiles 5× its size there (BENCHMARKS.md, round 2).
 const TILE_DEFAULT: Tile = Tile {
     tm: 3,
     tnv: 1,
@@ -189,9 +191,11 @@ const TILE_DEFAULT: Tile = Tile {
     tall: true,
 };
 
-/// The register tile on GL llvmpipe, where speed grows with FMAs per load
-/// (4×16 ran 1.6× faster than 3×4) and compiles stay cheap (0.9 s).
-const TILE_GL: Tile = Tile {
+/// The register tile where every storage load is a loop over the SIMD lanes
+/// (Mesa < 24's gallivm: lavapipe 22.3, and GL llvmpipe): speed grows with
+/// FMAs per load (4×16 ran 1.8–1.9× faster than 3×4), and it still compiles
+/// in 1–2 s; larger tiles are faster still but take 5–45 s to compile.
+const TILE_LOAD_BOUND: Tile = Tile {
     tm: 4,
     tnv: 4,
     wg: 8,
@@ -201,5 +205,27 @@ const TILE_GL: Tile = Tile {
 /// The register kernel's generated source for each shipped tile, as
 /// (entry point, source): for validation tests.
 pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
-    [TILE_DEFAULT, TILE_GL].map(Tile::program).to_vec()
+    [TILE_DEFAULT, TILE_LOAD_BOUND].map(Tile::program).to_vec()
+}
+
+/// The Mesa major version in a driver string such as `Mesa 22.3.6 (LLVM
+/// 15.0.6)` (lavapipe) or `4.5 (Core Profile) Mesa 25.0.7` (GL).
+fn mesa_major(driver_info: &str) -> Option<u32> {
+    let rest = &driver_info[driver_info.find("Mesa ")? + 5..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mesa_major;
+
+    #[test]
+    fn mesa_versions_are_read_from_driver_strings() {
+        assert_eq!(mesa_major("Mesa 22.3.6 (LLVM 15.0.6)"), Some(22));
+        assert_eq!(mesa_major("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)"), Some(25));
+        assert_eq!(mesa_major("4.5 (Core Profile) Mesa 22.3.6"), Some(22));
+        assert_eq!(mesa_major("NVIDIA 550.54"), None);
+        assert_eq!(mesa_major("Mesa "), None);
+    }
 }
