@@ -236,21 +236,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let train_s = train_started.elapsed().as_secs_f64();
 
     println!("\nloss curve ({} steps):", losses.len());
-    println!("  {}", common::sparkline(&losses));
-    let first = losses[0];
-    let tail = &losses[losses.len().saturating_sub(5)..];
-    let last = tail.iter().sum::<f32>() / tail.len() as f32;
-    let fell = losses.len() > 1 && last < 0.8 * first;
-    println!(
-        "  ln(vocab) = {:.3}; loss {first:.3} → {last:.3} (mean of the last {}): {}",
-        (cfg.vocab as f32).ln(),
-        tail.len(),
-        if fell {
-            "fell, PASS"
-        } else {
-            "did not fall by 20%, FAIL"
-        }
-    );
+    let fell = common::report_loss(&losses, cfg.vocab, 5, 0.8);
     println!(
         "  {:.1} ms per step (forward + backward + AdamW + loss readback)",
         train_s * 1e3 / (args.steps.max(2) - 1) as f64

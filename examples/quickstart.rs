@@ -307,22 +307,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         }
     }
     println!("{row}");
-    println!("  {}", common::sparkline(&losses));
-
-    let first = losses[0];
-    let tail = &losses[losses.len().saturating_sub(3)..];
-    let last = tail.iter().sum::<f32>() / tail.len() as f32;
-    let fell = losses.len() > 1 && last < 0.5 * first;
-    println!(
-        "  ln(vocab) = {:.4}; loss {first:.4} → {last:.4} (mean of the last {}): {}",
-        (args.vocab as f32).ln(),
-        tail.len(),
-        if fell {
-            "fell below half, PASS"
-        } else {
-            "did not fall below half, FAIL"
-        }
-    );
+    let fell = common::report_loss(&losses, args.vocab, 3, 0.5);
 
     println!(
         "\nbefore training: {:.2} s (meshes, step-0 parity; mostly shader compilation on first use)",

@@ -67,3 +67,27 @@ pub fn print_comm(stats: &wgpu_tp::CommStats) {
         );
     }
 }
+
+/// Prints the sparkline and the loss summary: the first loss, the mean of
+/// the last `tail`, and whether it fell below `ratio` × the first (PASS) or
+/// not (FAIL). Returns whether it fell.
+pub fn report_loss(losses: &[f32], vocab: usize, tail: usize, ratio: f32) -> bool {
+    println!("  {}", sparkline(losses));
+    let Some(&first) = losses.first() else {
+        return false;
+    };
+    let tail = &losses[losses.len().saturating_sub(tail)..];
+    let last = tail.iter().sum::<f32>() / tail.len() as f32;
+    let fell = losses.len() > 1 && last < ratio * first;
+    println!(
+        "  ln(vocab) = {:.4}; loss {first:.4} → {last:.4} (mean of the last {}): {}",
+        (vocab as f32).ln(),
+        tail.len(),
+        if fell {
+            format!("fell below {ratio}× the first, PASS")
+        } else {
+            format!("did not fall below {ratio}× the first, FAIL")
+        }
+    );
+    fell
+}
