@@ -323,6 +323,11 @@ fn backend_options(module: &naga::Module, entries: &[String]) -> (msl::Options, 
     (msl, hlsl)
 }
 
+/// Where the validators' input files go (removed at the end of the test).
+fn scratch_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("wgpu-tp-shaders-{}", std::process::id()))
+}
+
 /// Whether `tool` runs here. In CI (`CI` set) a missing validator fails the
 /// test: `.ci/run` installs them (`spirv-tools`, `glslang-tools`).
 fn have(tool: &str) -> bool {
@@ -354,7 +359,7 @@ fn external(tool: &str, args: &[&str], file: &str, bytes: &[u8]) {
     if !have(tool) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("wgpu-tp-shaders-{}", std::process::id()));
+    let dir = scratch_dir();
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(file);
     std::fs::write(&path, bytes).unwrap();
@@ -395,7 +400,7 @@ fn gles31_limits_conf() -> Option<String> {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let dir = std::env::temp_dir().join(format!("wgpu-tp-shaders-{}", std::process::id()));
+    let dir = scratch_dir();
     std::fs::create_dir_all(&dir).ok()?;
     let path = dir.join("gles31.conf");
     std::fs::write(&path, conf).ok()?;
@@ -414,9 +419,7 @@ fn every_shader_validates_and_translates_to_all_backends() {
         );
     }
     eprintln!("[shaders] {} families translated", shaders.len());
-    let _ = std::fs::remove_dir_all(
-        std::env::temp_dir().join(format!("wgpu-tp-shaders-{}", std::process::id())),
-    );
+    let _ = std::fs::remove_dir_all(scratch_dir());
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! stage) runs what fits and refuses the rest with an error naming the limit
 //! and the kernel, leaving the mesh usable.
 
-use crate::util::{Rng, mesh_env};
+use crate::util::{Rng, assert_close, mesh_env};
 use wgpu_tp::kernels::{self, GemmOptions};
 use wgpu_tp::{Error, MeshBuilder};
 
@@ -35,10 +35,17 @@ fn a_128_invocation_device_runs_the_element_grid_at_128() {
         assert!(got == want, "add of {n} elements with WG = 128");
     }
     // GEMM picks a kernel that fits (the 256-invocation tiled one does not).
-    let a = r.upload(&[7, 13], &rng.vec(91)).unwrap();
-    let b = r.upload(&[13, 5], &rng.vec(65)).unwrap();
+    let (av, bv) = (rng.vec(91), rng.vec(65));
+    let a = r.upload(&[7, 13], &av).unwrap();
+    let b = r.upload(&[13, 5], &bv).unwrap();
     let c = kernels::gemm(&a, &b, GemmOptions::default()).unwrap();
-    assert_eq!(c.to_vec().unwrap().len(), 35);
+    let want = crate::util::reference::gemm(&av, &bv, 7, 5, 13, false, false);
+    assert_close(
+        "gemm on a 128-invocation device",
+        &c.to_vec().unwrap(),
+        &want,
+        1e-5,
+    );
 }
 
 #[test]
