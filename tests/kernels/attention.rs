@@ -295,6 +295,7 @@ fn cached_decoding_equals_full_recomputation() {
             .unwrap();
         let mut cache: Option<LocalTensor> = None;
         let mut pos = 0;
+        let (mut all_got, mut all_want, mut all_whole) = (Vec::new(), Vec::new(), Vec::new());
         for &c in chunks {
             let s = AttentionShape::new(b, c, h, d);
             let part = token_rows(&qkv, b, t, w, pos, c);
@@ -311,15 +312,29 @@ fn cached_decoding_equals_full_recomputation() {
                 }
                 o
             };
-            assert_close(&what, &got, &rows_of(&want.out), 1e-5);
-            let e = rel_err(&got, &rows_of(&widen(&whole)));
-            assert!(
-                e <= 1e-6,
-                "{what}: differs from the full forward by {e:.3e}"
-            );
+            // Element-wise (with its absolute floor) per chunk; the norm-wise
+            // bounds over the whole decoded output below, since a chunk can be
+            // a single element (b = h = d = 1), where a norm-wise check has no floor.
+            for (i, (g, w)) in got.iter().zip(rows_of(&want.out)).enumerate() {
+                let diff = (*g as f64 - w).abs();
+                assert!(
+                    diff <= 1e-4 + 1e-3 * w.abs(),
+                    "{what}: element {i}: got {g}, want {w}"
+                );
+            }
+            all_got.extend_from_slice(&got);
+            all_want.extend(rows_of(&want.out));
+            all_whole.extend(rows_of(&widen(&whole)));
             pos += c;
             cache = Some(dec.cache);
         }
+        let what = format!("decode b={b} h={h} d={d}, all chunks");
+        assert_close(&what, &all_got, &all_want, 1e-5);
+        let e = rel_err(&all_got, &all_whole);
+        assert!(
+            e <= 1e-6,
+            "{what}: differs from the full forward by {e:.3e}"
+        );
         // The cache: [2, B, H, T, D] with keys then values.
         let got = cache.unwrap().to_vec().unwrap();
         let mut want_cache = Vec::new();
