@@ -5,6 +5,8 @@
 // comes in one layout and compiles once. The kernel declares a (binding 1)
 // and b (binding 2) as it reads them. Grid: p.groups workgroups folded into
 // x/y (see fold_workgroups); linear id = wg.y * nwg.x + wg.x.
+// Element types come from aliases src/kernels/gemm composes in front:
+// AIn (a and b: f32 or f16) and COut (c); arithmetic, bias and acc are f32.
 
 struct Params {
     m: u32,
@@ -23,7 +25,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read> acc_in: array<f32>;
-@group(0) @binding(5) var<storage, read_write> c: array<f32>;
+@group(0) @binding(5) var<storage, read_write> c: array<COut>;
 
 // c(m, n) = v (+ bias) (+ acc), for m < M; nothing for n ≥ N.
 fn store1(m: u32, n: u32, v: f32) {
@@ -38,7 +40,7 @@ fn store1(m: u32, n: u32, v: f32) {
     if ((p.flags & 2u) != 0u) {
         r += acc_in[idx];
     }
-    c[idx] = r;
+    c[idx] = COut(r);
 }
 
 // c(m, n..n+4) from v; nothing for m ≥ M or columns ≥ N.

@@ -12,8 +12,8 @@
 const BT: u32 = 64u;
 const BK: u32 = 16u;
 
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<AIn>;
+@group(0) @binding(2) var<storage, read> b: array<AIn>;
 
 // [kk * BT + mm] = a(m0 + mm, k0 + kk); [kk * BT + nn] = b(k0 + kk, n0 + nn).
 var<workgroup> sa: array<f32, 1024>;
@@ -24,7 +24,7 @@ fn a_at(m: u32, k: u32) -> f32 {
     let ok = m < p.m && k < p.k;
     let mc = min(m, p.m - 1u);
     let kc = min(k, p.k - 1u);
-    return select(0.0, a[mc * p.lda + kc], ok);
+    return select(0.0, f32(a[mc * p.lda + kc]), ok);
 }
 
 // b(k, n), or 0 outside [K, N].
@@ -32,7 +32,7 @@ fn b_at(k: u32, n: u32) -> f32 {
     let ok = n < p.n && k < p.k;
     let nc = min(n, p.n - 1u);
     let kc = min(k, p.k - 1u);
-    return select(0.0, b[kc * p.ldb + nc], ok);
+    return select(0.0, f32(b[kc * p.ldb + nc]), ok);
 }
 
 @compute @workgroup_size(16, 16)

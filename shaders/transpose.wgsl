@@ -5,7 +5,8 @@
 //
 // Each invocation writes 4 consecutive elements of one output row; element
 // stores stay scalar so any `ld` works. Grid: p.groups workgroups folded into
-// x/y; linear id = wg.y * nwg.x + wg.x.
+// x/y; linear id = wg.y * nwg.x + wg.x. The element type Elem (f32 or f16)
+// is an alias src/kernels/transpose.rs composes in front.
 
 struct Params {
     rows: u32,
@@ -20,19 +21,19 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<Elem>;
+@group(0) @binding(2) var<storage, read_write> out: array<Elem>;
 
 // op(x)[i, j], or 0 outside op(x).
-fn at(i: u32, j: u32) -> f32 {
+fn at(i: u32, j: u32) -> Elem {
     if (p.trans != 0u) {
         if (i >= p.cols || j >= p.rows) {
-            return 0.0;
+            return Elem(0.0);
         }
         return x[j * p.cols + i];
     }
     if (i >= p.rows || j >= p.cols) {
-        return 0.0;
+        return Elem(0.0);
     }
     return x[i * p.cols + j];
 }

@@ -2,13 +2,28 @@
 //! [`ReduceOp`]. Pure values, no GPU, so every layer (and the error type) can
 //! name them.
 
-/// Element type of a tensor. Every type is 4 bytes wide.
+/// Element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     /// 32-bit float.
     F32,
     /// 32-bit signed integer (token ids, targets).
     I32,
+    /// 16-bit IEEE float, for mixed precision: needs an adapter with
+    /// `wgpu::Features::SHADER_F16` (check with `Device::has_f16`). Kernels
+    /// that take f16 accumulate in f32; collectives move f32, so cast first
+    /// (`DTensor::cast`).
+    F16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 => 2,
+        }
+    }
 }
 
 impl std::fmt::Display for DType {
@@ -16,6 +31,7 @@ impl std::fmt::Display for DType {
         f.write_str(match self {
             DType::F32 => "f32",
             DType::I32 => "i32",
+            DType::F16 => "f16",
         })
     }
 }
@@ -32,9 +48,11 @@ pub enum ReduceOp {
 impl ReduceOp {
     /// `op(a, b)` on two 32-bit words holding `dtype` values: the host-side
     /// twin of the reduce kernels, so host-staged results match them bit for bit.
+    /// (Collectives refuse f16 tensors, so `dtype` is f32 or i32.)
     #[inline]
     pub(crate) fn combine_words(self, dtype: DType, a: u32, b: u32) -> u32 {
         match (dtype, self) {
+            (DType::F16, _) => a,
             (DType::F32, ReduceOp::Sum) => (f32::from_bits(a) + f32::from_bits(b)).to_bits(),
             (DType::F32, ReduceOp::Max) => f32::from_bits(a).max(f32::from_bits(b)).to_bits(),
             (DType::I32, ReduceOp::Sum) => (a as i32).wrapping_add(b as i32) as u32,

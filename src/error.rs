@@ -173,6 +173,23 @@ pub enum Error {
         /// What the device allows.
         limit: u64,
     },
+    /// The adapter lacks a feature the operation needs (e.g. f16 without
+    /// `SHADER_F16`).
+    #[error(
+        "{op}: {what} needs the {feature} feature, which adapter {adapter:?} does not have; {hint}"
+    )]
+    Unsupported {
+        /// Operation name.
+        op: &'static str,
+        /// What was asked for.
+        what: &'static str,
+        /// wgpu's name of the missing feature.
+        feature: &'static str,
+        /// The adapter's name.
+        adapter: String,
+        /// What to do instead.
+        hint: &'static str,
+    },
     /// A bad argument that is not a shape or a range.
     #[error("{op}: {message}")]
     InvalidArgument {

@@ -61,6 +61,8 @@ pub use device::{
     Rank, Trace, TraceClock, TraceEvent, TraceTrack, adapters, download_many, parse_backends,
 };
 pub use element::{DType, ReduceOp};
+/// The `half` crate, whose `f16` is the host type of [`DType::F16`] data.
+pub use half;
 pub use error::{Error, Result, Shape};
 pub use tensor::{DTensor, Mapping, Placement};
 

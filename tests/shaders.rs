@@ -162,7 +162,13 @@ fn emit(
         let (msl_options, hlsl_options) = backend_options(module, &entries);
         msl::write_string(module, info, &msl_options, &msl::PipelineOptions::default())
             .unwrap_or_else(|e| panic!("{name}: MSL: {e}"));
-        for shader_model in [hlsl::ShaderModel::V5_1, hlsl::ShaderModel::V6_0] {
+        // wgpu's DX12 backend offers SHADER_F16 only with DXC at SM 6.2+.
+        let shader_models: &[hlsl::ShaderModel] = if uses_f16(source) {
+            &[hlsl::ShaderModel::V6_2]
+        } else {
+            &[hlsl::ShaderModel::V5_1, hlsl::ShaderModel::V6_0]
+        };
+        for &shader_model in shader_models {
             let options = hlsl::Options {
                 shader_model,
                 ..hlsl_options.clone()
@@ -195,8 +201,7 @@ fn emit(
     }
 
     // wgpu's GL backend never offers SHADER_F16, so f16 families need no GLSL.
-    let glsl_versions: &[glsl::Version] = if source.contains("enable f16") {
-        eprintln!("[shaders] {name}: uses f16, GLSL skipped (wgpu's GL backend has no SHADER_F16)");
+    let glsl_versions: &[glsl::Version] = if uses_f16(source) {
         &[]
     } else if gles_limits {
         &[glsl::Version::new_gles(310)]
@@ -245,6 +250,11 @@ fn emit(
         }
     }
     entries
+}
+
+/// Whether a shader needs `SHADER_F16` (then: HLSL SM 6.2 only, no GLSL).
+fn uses_f16(source: &str) -> bool {
+    source.contains("enable f16;")
 }
 
 /// MSL and HLSL options as wgpu's Metal and DX12 backends pass them for our
@@ -413,10 +423,13 @@ fn every_shader_validates_and_translates_to_all_backends() {
     assert!(!shaders.is_empty());
     for (name, source) in &shaders {
         let entries = translate(name, source);
-        eprintln!(
-            "[shaders] {name}: {} -> MSL, HLSL, SPIR-V, GLSL 430/310es",
-            entries.join(", ")
-        );
+        let targets = if uses_f16(source) {
+            // wgpu's GL backend never offers SHADER_F16.
+            "MSL, HLSL SM 6.2, SPIR-V (f16; no GLSL: wgpu's GL has no SHADER_F16)"
+        } else {
+            "MSL, HLSL SM 5.1/6.0, SPIR-V, GLSL 430/310es"
+        };
+        eprintln!("[shaders] {name}: {} -> {targets}", entries.join(", "));
     }
     eprintln!("[shaders] {} families translated", shaders.len());
     let _ = std::fs::remove_dir_all(scratch_dir());

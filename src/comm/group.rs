@@ -69,7 +69,20 @@ pub(super) fn check_group(
     for s in &shards[1..] {
         s.expect_dtype(op, dtype)?;
     }
+    check_word_sized(op, &shards[0])?;
     Ok(ranks)
+}
+
+/// Collectives move and reduce whole 32-bit words: f16 tensors are cast to
+/// f32 first, which also makes reductions accumulate in f32.
+fn check_word_sized(op: &'static str, t: &LocalTensor) -> Result<()> {
+    if t.dtype() == DType::F16 {
+        return Err(Error::invalid(
+            op,
+            "collectives move f32 and i32 tensors; cast f16 to f32 first (DTensor::cast or kernels::cast), so sums also accumulate in f32",
+        ));
+    }
+    Ok(())
 }
 
 /// Ranks of a rooted collective are distinct ranks of this mesh and include
@@ -83,6 +96,7 @@ pub(super) fn check_rooted(
     if member(mesh, src.rank_index(), src.device().id()).is_none() {
         return Err(foreign(op, src.rank_index(), mesh));
     }
+    check_word_sized(op, src)?;
     let ranks = ranks
         .iter()
         .map(|r| {

@@ -130,6 +130,12 @@ impl Device {
         super::pipeline::grid_workgroup(&self.limits)
     }
 
+    /// Whether f16 tensors and kernels work here (`SHADER_F16` was available
+    /// and is on; see [`crate::DType::F16`]).
+    pub fn has_f16(&self) -> bool {
+        self.features().contains(wgpu::Features::SHADER_F16)
+    }
+
     /// The features the device was opened with.
     pub fn features(&self) -> wgpu::Features {
         self.raw.features()

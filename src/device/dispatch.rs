@@ -125,7 +125,7 @@ impl Dispatch<'_> {
         device.queue.write_buffer(&params_buffer, 0, &params);
         let mut entries = vec![binding(0, &params_buffer, params.len() as u64)];
         for (i, b) in self.buffers.iter().enumerate() {
-            entries.push(binding(i as u32 + 1, b.buffer(), b.byte_len().max(4)));
+            entries.push(binding(i as u32 + 1, b.buffer(), b.word_bytes().max(4)));
         }
         let bind_group = device.raw.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(self.spec.entry),

@@ -46,6 +46,12 @@ impl Rank {
         self.upload_bytes("upload_i32", shape, DType::I32, bytemuck::cast_slice(data))
     }
 
+    /// Upload f16 data as a tensor of `shape` on this rank (needs an adapter
+    /// with `SHADER_F16`, see [`Device::has_f16`]).
+    pub fn upload_f16(&self, shape: &[usize], data: &[half::f16]) -> Result<LocalTensor> {
+        self.upload_bytes("upload_f16", shape, DType::F16, bytemuck::cast_slice(data))
+    }
+
     fn upload_bytes(
         &self,
         op: &'static str,
@@ -54,19 +60,27 @@ impl Rank {
         bytes: &[u8],
     ) -> Result<LocalTensor> {
         let n: usize = shape.iter().product();
-        if bytes.len() != n * 4 {
+        let size = dtype.size_bytes();
+        if bytes.len() != n * size {
             return Err(Error::DataLength {
                 op,
                 shape: shape.into(),
                 expected: n,
-                got: bytes.len() / 4,
+                got: bytes.len() / size,
             });
         }
         self.device.check()?;
         let t = self.alloc_raw(op, shape, dtype)?;
         if !bytes.is_empty() {
-            // Lands before the next submit's commands (see context.rs).
-            self.device.queue.write_buffer(t.buffer(), 0, bytes);
+            // Lands before the next submit's commands (see context.rs);
+            // wgpu writes whole words, so an odd f16 count gets a zero pad.
+            if bytes.len() % 4 == 0 {
+                self.device.queue.write_buffer(t.buffer(), 0, bytes);
+            } else {
+                let mut padded = bytes.to_vec();
+                padded.resize(bytes.len().next_multiple_of(4), 0);
+                self.device.queue.write_buffer(t.buffer(), 0, &padded);
+            }
         }
         Ok(t)
     }
@@ -76,7 +90,8 @@ impl Rank {
         self.filled(shape, dtype, 0)
     }
 
-    /// A tensor whose every element has the bit pattern `bits` (e.g. `1.0f32.to_bits()`).
+    /// A tensor whose every element has the bit pattern `bits` (e.g.
+    /// `1.0f32.to_bits()`; for f16 the low 16 bits, e.g. `f16::ONE.to_bits()`).
     pub fn filled(&self, shape: &[usize], dtype: DType, bits: u32) -> Result<LocalTensor> {
         let t = self.alloc_raw("filled", shape, dtype)?;
         self.fill(t, bits)
@@ -90,14 +105,18 @@ impl Rank {
     }
 
     fn fill(&self, t: LocalTensor, bits: u32) -> Result<LocalTensor> {
-        let n = t.len();
+        let (n, words) = (t.len(), t.word_bytes());
         if n > 0 {
             if bits == 0 {
                 let buf = t.buffer().clone();
                 self.device
-                    .record(|enc| enc.clear_buffer(&buf, 0, Some(n as u64 * 4)));
+                    .record(|enc| enc.clear_buffer(&buf, 0, Some(words)));
             } else {
-                let data = vec![bits; n];
+                let word = match t.dtype() {
+                    DType::F16 => (bits & 0xFFFF) * 0x1_0001,
+                    DType::F32 | DType::I32 => bits,
+                };
+                let data = vec![word; words as usize / 4];
                 self.device
                     .queue
                     .write_buffer(t.buffer(), 0, bytemuck::cast_slice(&data));
@@ -115,7 +134,7 @@ impl Rank {
         dtype: DType,
     ) -> Result<LocalTensor> {
         let t = self.alloc_raw(op, shape, dtype)?;
-        self.device.maybe_poison(t.buffer(), t.byte_len());
+        self.device.maybe_poison(t.buffer(), t.word_bytes());
         Ok(t)
     }
 
@@ -134,7 +153,18 @@ impl Rank {
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows usize")))?;
-        let bytes = (n as u64).saturating_mul(4);
+        if dtype == DType::F16 && !self.device.has_f16() {
+            return Err(Error::Unsupported {
+                op,
+                what: "an f16 tensor",
+                feature: "SHADER_F16",
+                adapter: self.device.adapter_info().name.clone(),
+                hint: "keep this model in f32, or use an adapter that has it (Mesa >= 24 lavapipe, Metal, most desktop Vulkan/DX12 GPUs; `cargo run --example devices` lists them)",
+            });
+        }
+        let bytes = (n as u64)
+            .saturating_mul(dtype.size_bytes() as u64)
+            .next_multiple_of(4);
         self.device.check_binding(op, bytes)?;
         let (size, buffer) = if fresh {
             self.device.pool.create(bytes)

@@ -22,9 +22,21 @@ pub fn download_many(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
 }
 
 impl LocalTensor {
-    /// Read back as f32 (waits for the device).
+    /// Read back as f32 (waits for the device); f16 tensors are widened,
+    /// which is exact.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
+        if self.dtype() == DType::F16 {
+            return Ok(self.to_vec_f16()?.iter().map(|h| h.to_f32()).collect());
+        }
         self.expect_dtype("to_vec", DType::F32)?;
+        Ok(bytemuck::pod_collect_to_vec(
+            &download_many(&[self])?.remove(0),
+        ))
+    }
+
+    /// Read back an f16 tensor (waits for the device).
+    pub fn to_vec_f16(&self) -> Result<Vec<half::f16>> {
+        self.expect_dtype("to_vec_f16", DType::F16)?;
         Ok(bytemuck::pod_collect_to_vec(
             &download_many(&[self])?.remove(0),
         ))

@@ -86,11 +86,11 @@ impl Exchange {
     pub(crate) fn read(&mut self, t: &LocalTensor) -> Result<()> {
         let device = t.device();
         device.check()?;
-        let bytes = t.byte_len();
-        let staging = device.pool.take_read_staging(bytes.max(4));
+        let (bytes, words) = (t.byte_len(), t.word_bytes());
+        let staging = device.pool.take_read_staging(words.max(4));
         if bytes > 0 {
             let (src, dst) = (t.buffer().clone(), staging.clone());
-            device.record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
+            device.record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(words)));
         }
         self.downs.push(Down {
             device: device.clone(),
@@ -105,7 +105,7 @@ impl Exchange {
     pub(crate) fn write(&mut self, rank: &Rank, shape: &[usize], dtype: DType) -> Result<()> {
         let out = rank.alloc("exchange", shape, dtype)?;
         let (staging, mapped) = if out.byte_len() >= POOLED_UPLOAD_MIN_BYTES {
-            let (b, mapped) = rank.device.pool.take_write_staging(out.byte_len());
+            let (b, mapped) = rank.device.pool.take_write_staging(out.word_bytes());
             (Some(b), mapped)
         } else {
             (None, false)
@@ -323,7 +323,7 @@ impl Mapped {
             let Some(b) = &u.staging else { continue };
             b.unmap();
             u.mapped = false;
-            let bytes = u.out.byte_len();
+            let bytes = u.out.word_bytes();
             if bytes > 0 {
                 let (src, dst) = (b.clone(), u.out.buffer().clone());
                 u.device

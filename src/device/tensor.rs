@@ -103,9 +103,16 @@ impl LocalTensor {
         &self.storage.device
     }
 
-    /// Bytes of data (len × 4).
+    /// Bytes of data (len × the dtype's size).
     pub fn byte_len(&self) -> u64 {
-        self.len() as u64 * 4
+        self.len() as u64 * self.dtype.size_bytes() as u64
+    }
+
+    /// [`LocalTensor::byte_len`] rounded up to whole 32-bit words: what
+    /// copies, bindings and staging move (wgpu copies 4-byte multiples; an
+    /// odd-length f16 tensor's buffer has room for the pad).
+    pub(crate) fn word_bytes(&self) -> u64 {
+        self.byte_len().next_multiple_of(4)
     }
 
     /// The buffer and its bookkeeping, shared by every view of it.
@@ -190,17 +197,37 @@ pub(crate) fn copy_region(
     if src_off + count > src.len() || dst_off + count > dst.len() {
         return Err(Error::invalid("copy", "copy region out of bounds"));
     }
+    if src.dtype() != dst.dtype() {
+        return Err(Error::DTypeMismatch {
+            op: "copy",
+            expected: dst.dtype(),
+            got: src.dtype(),
+        });
+    }
     if count == 0 {
         return Ok(());
+    }
+    let size = src.dtype().size_bytes() as u64;
+    let bytes = (count as u64 * size).next_multiple_of(4);
+    // Whole words only: an odd f16 count is rounded up, which may only spill
+    // into the destination's pad past its last element.
+    let aligned = (src_off as u64 * size) % 4 == 0
+        && (dst_off as u64 * size) % 4 == 0
+        && (bytes == count as u64 * size || dst_off + count == dst.len());
+    if !aligned {
+        return Err(Error::invalid(
+            "copy",
+            "f16 regions must start at an even element and have an even length (or end the destination); cast to f32 to move odd f16 regions",
+        ));
     }
     let (s, d) = (src.buffer().clone(), dst.buffer().clone());
     src.device().record(|enc| {
         enc.copy_buffer_to_buffer(
             &s,
-            src_off as u64 * 4,
+            src_off as u64 * size,
             &d,
-            dst_off as u64 * 4,
-            Some(count as u64 * 4),
+            dst_off as u64 * size,
+            Some(bytes),
         )
     });
     Ok(())

@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub(crate) mod block;
+pub mod cast;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod elementwise;
@@ -25,6 +26,7 @@ pub use attention::{
     Attention, AttentionShape, Decoded, HeadWindow, ProbsDropout, attention_backward,
     attention_backward_with, attention_decode, attention_forward, attention_forward_with,
 };
+pub use cast::cast;
 pub use cross_entropy::{
     CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,
     cross_entropy_backward, row_max, row_sum, row_sum_exp, target_logit,
@@ -38,7 +40,8 @@ pub use reduce::sum_rows;
 pub use slicing::{concat, narrow};
 pub use transpose::transpose;
 
-/// Every shader family's WGSL source by name, for validation and translation tests.
+/// Every fixed shader family's WGSL source by name (f32); [`all_shaders`]
+/// adds the composed GEMM and f16 kernels.
 pub const SHADERS: &[(&str, &str)] = &[
     ("elementwise", grid::grid_source!("elementwise.wgsl")),
     ("optim", grid::grid_source!("optim.wgsl")),
@@ -48,9 +51,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("norm", grid::grid_source!("norm.wgsl")),
     ("dropout", grid::grid_source!("dropout.wgsl")),
     ("attention", include_str!("../../shaders/attention.wgsl")),
-    // The GEMM kernels are the shared header (gemm_header.wgsl) plus a kernel.
-    ("gemm_tiled", gemm::SOURCE_TILED),
-    ("transpose", include_str!("../../shaders/transpose.wgsl")),
+    ("transpose", transpose::SOURCE),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
 ];
 
@@ -59,6 +60,13 @@ pub const SHADERS: &[(&str, &str)] = &[
 /// tile here), for validation and translation tests.
 pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     let mut out = SHADERS.to_vec();
+    // The GEMM kernels: the shared header (gemm_header.wgsl) plus a kernel,
+    // in each (operand, output) precision.
+    out.extend(gemm::tiled_sources());
     out.extend(gemm::register_sources());
+    // f16 families (used only where the adapter has SHADER_F16).
+    out.push(("transpose_f16", transpose::SOURCE_F16));
+    out.push(("cast_to_f16", cast::SOURCE_TO_F16));
+    out.push(("cast_to_f32", cast::SOURCE_TO_F32));
     out
 }

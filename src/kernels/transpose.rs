@@ -8,7 +8,16 @@ use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = include_str!("../../shaders/transpose.wgsl");
+/// f32 elements.
+pub(crate) const SOURCE: &str = concat!(
+    "alias Elem = f32;\n",
+    include_str!("../../shaders/transpose.wgsl")
+);
+/// f16 elements (needs `SHADER_F16`).
+pub(crate) const SOURCE_F16: &str = concat!(
+    "enable f16;\nalias Elem = f16;\n",
+    include_str!("../../shaders/transpose.wgsl")
+);
 const BINDINGS: &[Access] = &[Access::Read, Access::ReadWrite];
 /// Invocations per workgroup (`@workgroup_size` in the shader); each writes 4 elements.
 const WORKGROUP: u64 = 64;
@@ -25,9 +34,9 @@ struct Params {
     _pad: [u32; 2],
 }
 
-/// `op(x)` (`x` 2-D f32, `op` = transpose when `trans`) written into a fresh
-/// `[out_rows, ld]` tensor, zeros where `op(x)` has no element. Needs
-/// `out_rows` and `ld` at least `op(x)`'s rows and columns.
+/// `op(x)` (`x` 2-D f32 or f16, `op` = transpose when `trans`) written into a
+/// fresh `[out_rows, ld]` tensor of x's dtype, zeros where `op(x)` has no
+/// element. Needs `out_rows` and `ld` at least `op(x)`'s rows and columns.
 pub(crate) fn pack(
     op: &'static str,
     x: &LocalTensor,
@@ -35,14 +44,20 @@ pub(crate) fn pack(
     out_rows: usize,
     ld: usize,
 ) -> Result<LocalTensor> {
-    x.expect_dtype(op, DType::F32)?;
+    let (family, source) = match x.dtype() {
+        DType::F16 => ("transpose_f16", SOURCE_F16),
+        _ => {
+            x.expect_dtype(op, DType::F32)?;
+            ("transpose", SOURCE)
+        }
+    };
     let (rows, cols) = match *x.shape() {
         [r, c] => (r, c),
         ref s => return Err(Error::shape(op, "a 2-D tensor", s)),
     };
     let (orows, ocols) = if trans { (cols, rows) } else { (rows, cols) };
     debug_assert!(out_rows >= orows && ld >= ocols);
-    let out = x.rank().alloc(op, &[out_rows, ld], DType::F32)?;
+    let out = x.rank().alloc(op, &[out_rows, ld], x.dtype())?;
     if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
         return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
     }
@@ -59,8 +74,8 @@ pub(crate) fn pack(
     };
     Dispatch {
         spec: &KernelSpec {
-            family: "transpose",
-            source: SOURCE,
+            family,
+            source,
             entry: "pack",
             bindings: BINDINGS,
             constants: Vec::new(),
@@ -73,7 +88,7 @@ pub(crate) fn pack(
     Ok(out)
 }
 
-/// `xᵀ`: x `[R, C]` f32 → a fresh `[C, R]` tensor on the same rank.
+/// `xᵀ`: x `[R, C]` (f32 or f16) → a fresh `[C, R]` tensor on the same rank.
 pub fn transpose(x: &LocalTensor) -> Result<LocalTensor> {
     const OP: &str = "transpose";
     let (r, c) = match *x.shape() {

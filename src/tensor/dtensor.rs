@@ -158,6 +158,10 @@ impl DTensor {
                     let v: Vec<i32> = d.iter().map(|x| x.to_bits() as i32).collect();
                     r.upload_i32(s, &v)
                 }
+                DType::F16 => {
+                    let v: Vec<half::f16> = d.iter().map(|&x| half::f16::from_f32(x)).collect();
+                    r.upload_f16(s, &v)
+                }
             }
         };
         let shards = mesh
@@ -316,8 +320,23 @@ impl DTensor {
         })
     }
 
-    /// Read the logical tensor back to the host (f32). Waits for the devices.
+    /// Build from host f32 data like [`DTensor::from_host`], stored as f16
+    /// (each value rounded to nearest; needs `SHADER_F16`).
+    pub fn from_host_f16(
+        mesh: &Mesh,
+        shape: &[usize],
+        data: &[f32],
+        placement: Placement,
+    ) -> Result<DTensor> {
+        Self::from_host_any(mesh, shape, data, (placement, 1), DType::F16)
+    }
+
+    /// Read the logical tensor back to the host (f32; f16 is widened, which
+    /// is exact). Waits for the devices.
     pub fn to_host(&self) -> Result<Vec<f32>> {
+        if self.dtype() == DType::F16 {
+            return self.cast(DType::F32)?.to_host();
+        }
         self.shards[0].expect_dtype("DTensor::to_host", DType::F32)?;
         let bytes = self.host_words()?;
         Ok(bytes.into_iter().map(f32::from_bits).collect())

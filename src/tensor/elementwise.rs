@@ -10,6 +10,7 @@
 //! | `add` | both operands alike: `Replicate`, `Shard(d)` or `Partial(Sum)` | `Σa + Σb = Σ(a + b)`; a sum of maxima is not the maximum of sums |
 //! | `scale(α)` | any; `Partial(Max)` needs `α ≥ 0` | `α·Σx = Σ αx`, `α·max x = max αx` only for `α ≥ 0` |
 //! | activations | `Replicate`, `Shard(d)` | `act(Σx) ≠ Σ act(x)` |
+//! | `cast` (f32 ↔ f16) | any | rounding each shard rounds each element; a `Partial(Sum)` rounds its addends |
 
 use super::dtensor::{DTensor, Placement};
 use crate::device::LocalTensor;
@@ -72,6 +73,17 @@ impl DTensor {
             .map(f)
             .collect::<Result<Vec<_>>>()?;
         Ok(self.with_shards(shards, self.shape().to_vec(), self.placement()))
+    }
+
+    /// The same tensor stored as `dtype` (f32 ↔ f16), shard by shard; itself
+    /// when it already is. Narrowing rounds to nearest even, widening is
+    /// exact. f16 needs `SHADER_F16` on every rank's adapter
+    /// ([`crate::Device::has_f16`]), else [`Error::Unsupported`].
+    pub fn cast(&self, dtype: DType) -> Result<DTensor> {
+        if self.dtype() == dtype {
+            return Ok(self.clone());
+        }
+        self.map_shards(|r| kernels::cast(&self.shards()[r], dtype))
     }
 
     /// `self + other`, element-wise (a residual connection). Both must be f32

@@ -9,10 +9,13 @@
 //! | Replicate -> Shard(d) | local slice, no communication |
 //! | Shard(d) -> Shard(e) | all-to-all |
 //! | Replicate -> Partial(Sum) | rank 0 keeps the value, the others hold zeros |
+//!
+//! f16 tensors move as f32 (cast, redistribute, cast back): collectives move
+//! 32-bit words, and a Partial sum is then accumulated in f32 and rounded once.
 
 use super::dtensor::{DTensor, Placement};
 use crate::comm;
-use crate::element::ReduceOp;
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::shard::split_range_in_units;
@@ -22,6 +25,12 @@ impl DTensor {
     pub fn redistribute(&self, to: Placement) -> Result<DTensor> {
         const OP: &str = "DTensor::redistribute";
         Self::check_placement(OP, self.shape(), to)?;
+        if self.dtype() == DType::F16 && self.placement() != to {
+            return self
+                .cast(DType::F32)?
+                .redistribute(to)?
+                .cast(DType::F16);
+        }
         let mesh = self.mesh();
         let shards = match (self.placement(), to) {
             (a, b) if a == b => return Ok(self.clone()),

@@ -87,6 +87,7 @@ fn check_variant(
         trans_b: tb,
         bias: with_bias.then_some(&bias_t),
         accumulate: with_acc.then_some(&acc_t),
+        out_dtype: None,
     };
     let out = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
     assert_eq!(out.shape(), &[m, n]);

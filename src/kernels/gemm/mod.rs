@@ -19,6 +19,12 @@
 //!
 //! `WGPU_TP_GEMM_VARIANT=cpu|tiled|generic` forces one for [`gemm`] (read
 //! once per process); [`gemm_with`] picks one per call.
+//!
+//! Mixed precision: A and B may both be f16 (on adapters with `SHADER_F16`);
+//! the kernels widen each load and accumulate in f32, add the f32 bias and
+//! accumulator in f32, and round once when C is stored as f16
+//! ([`GemmOptions::out_dtype`]). Each (operand, output) dtype pair is its own
+//! pipeline, composed from the same WGSL with `AIn` / `COut` aliases.
 
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
@@ -38,12 +44,84 @@ const BINDINGS: &[Access] = &[
     Access::ReadWrite,
 ];
 
-/// The workgroup-memory kernel for real GPUs: a 64×64 tile of C per workgroup.
-pub(crate) const SOURCE_TILED: &str = concat!(
-    include_str!("../../../shaders/gemm_header.wgsl"),
-    include_str!("../../../shaders/gemm_tiled.wgsl")
-);
 const TILED_TILE: usize = 64;
+
+/// Element types of one GEMM pipeline: of A and B (`input`) and of C
+/// (`output`); f32 or f16. Arithmetic is f32 in every case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Precision {
+    input: DType,
+    output: DType,
+}
+
+impl Precision {
+    /// Every pair the kernels are built for.
+    pub(crate) const ALL: [Precision; 4] = [
+        Precision::new(DType::F32, DType::F32),
+        Precision::new(DType::F16, DType::F16),
+        Precision::new(DType::F16, DType::F32),
+        Precision::new(DType::F32, DType::F16),
+    ];
+
+    const fn new(input: DType, output: DType) -> Self {
+        Precision { input, output }
+    }
+
+    fn wgsl(t: DType) -> &'static str {
+        if t == DType::F16 { "f16" } else { "f32" }
+    }
+
+    /// `enable f16;` where needed and the `AIn` / `COut` aliases, composed in
+    /// front of the shared header.
+    pub(crate) fn prelude(self) -> String {
+        let f16 = self.input == DType::F16 || self.output == DType::F16;
+        format!(
+            "{}alias AIn = {};\nalias COut = {};\n",
+            if f16 { "enable f16;\n" } else { "" },
+            Self::wgsl(self.input),
+            Self::wgsl(self.output)
+        )
+    }
+
+    /// The pipeline family: one per pair, so the cache keeps them apart.
+    pub(crate) fn family(self) -> &'static str {
+        match (self.input, self.output) {
+            (DType::F16, DType::F16) => "gemm_f16",
+            (DType::F16, _) => "gemm_f16_to_f32",
+            (_, DType::F16) => "gemm_f32_to_f16",
+            _ => "gemm",
+        }
+    }
+
+    /// The workgroup-memory kernel for real GPUs (a 64×64 tile of C per
+    /// workgroup) in this precision, composed once per process.
+    pub(crate) fn tiled_source(self) -> &'static str {
+        static SOURCES: std::sync::OnceLock<Vec<(Precision, &'static str)>> =
+            std::sync::OnceLock::new();
+        let all = SOURCES.get_or_init(|| {
+            Precision::ALL
+                .iter()
+                .map(|&p| {
+                    let s = p.prelude()
+                        + include_str!("../../../shaders/gemm_header.wgsl")
+                        + include_str!("../../../shaders/gemm_tiled.wgsl");
+                    (p, &*Box::leak(s.into_boxed_str()))
+                })
+                .collect()
+        });
+        all.iter()
+            .find(|(p, _)| *p == self)
+            .map_or("", |(_, s)| s)
+    }
+}
+
+/// The tiled kernel in every precision, as (name, source): for validation tests.
+pub(crate) fn tiled_sources() -> Vec<(&'static str, &'static str)> {
+    Precision::ALL
+        .iter()
+        .map(|p| (p.family(), p.tiled_source()))
+        .collect()
+}
 
 /// Which GEMM kernel to run (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -108,6 +186,9 @@ pub struct GemmOptions<'a> {
     pub bias: Option<&'a LocalTensor>,
     /// `[M, N]`, added to C (gradient accumulation: `dW_new = dW + Xᵀ·dY`).
     pub accumulate: Option<&'a LocalTensor>,
+    /// C's dtype (f32 or f16); `None` means A's. Bias and accumulate are
+    /// always f32, and the sum is f32 until C is stored.
+    pub out_dtype: Option<DType>,
 }
 
 /// `[rows, cols]` of a 2-D operand, or a shape error naming it.
@@ -129,7 +210,9 @@ fn fits_u32(op: &'static str, t: &LocalTensor) -> Result<()> {
 /// `C = op(A)·op(B) (+ bias) (+ accumulate)` with A `[M,K]` (`[K,M]` when
 /// `trans_a`), B `[K,N]` (`[N,K]` when `trans_b`), bias `[N]`, accumulate
 /// `[M,N]`; returns a fresh `[M,N]` tensor on the operands' rank. K = 0 gives
-/// bias + accumulate (or zeros). All operands must be f32 on one rank.
+/// bias + accumulate (or zeros). All operands on one rank; A and B both f32
+/// or both f16 (accumulated in f32), bias and accumulate f32, C of
+/// [`GemmOptions::out_dtype`].
 pub fn gemm(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
     gemm_with(a, b, opts, GemmVariant::Auto)
 }
@@ -148,11 +231,21 @@ pub fn gemm_with(
     let (br, bc) = dims2(OP, if opts.trans_b { "B [N, K]" } else { "B [K, N]" }, b)?;
     let (m, k) = if opts.trans_a { (ac, ar) } else { (ar, ac) };
     let (kb, n) = if opts.trans_b { (bc, br) } else { (br, bc) };
-    let mut operands = vec![a, b];
-    operands.extend(opts.bias);
-    operands.extend(opts.accumulate);
-    for t in &operands {
-        t.expect_dtype(OP, DType::F32)?;
+    let input = if a.dtype() == DType::F16 {
+        DType::F16
+    } else {
+        DType::F32
+    };
+    let output = opts.out_dtype.unwrap_or(input);
+    if output == DType::I32 {
+        return Err(Error::invalid(OP, "out_dtype must be f32 or f16"));
+    }
+    let precision = Precision::new(input, output);
+    let mut operands = vec![(a, input), (b, input)];
+    operands.extend(opts.bias.map(|t| (t, DType::F32)));
+    operands.extend(opts.accumulate.map(|t| (t, DType::F32)));
+    for (t, dtype) in operands {
+        t.expect_dtype(OP, dtype)?;
         a.same_rank(OP, t)?;
         fits_u32(OP, t)?;
     }
@@ -174,7 +267,7 @@ pub fn gemm_with(
     {
         return Err(Error::shape(OP, [m, n], acc.shape()));
     }
-    let out = a.rank().alloc(OP, &[m, n], DType::F32)?;
+    let out = a.rank().alloc(OP, &[m, n], output)?;
     fits_u32(OP, &out)?;
     if m == 0 || n == 0 {
         return Ok(out);
@@ -203,7 +296,7 @@ pub fn gemm_with(
     let (a_p, lda, b_p, ldb);
     if k == 0 {
         // Nothing is read, but a vec4 binding must hold at least one vec4.
-        let empty = a.rank().zeros(&[4], DType::F32)?;
+        let empty = a.rank().zeros(&[4], input)?;
         (a_p, lda, b_p, ldb) = (empty.clone(), 4, empty, n4);
     } else if variant == GemmVariant::Tiled {
         a_p = if opts.trans_a {
@@ -233,10 +326,14 @@ pub fn gemm_with(
         };
     }
     let (entry, source, (tile_m, tile_n)) = match variant {
-        GemmVariant::Tiled => ("gemm_tiled", SOURCE_TILED, (TILED_TILE, TILED_TILE)),
+        GemmVariant::Tiled => (
+            "gemm_tiled",
+            precision.tiled_source(),
+            (TILED_TILE, TILED_TILE),
+        ),
         _ => {
             let tile = Tile::for_adapter(a.device().adapter_info());
-            let (entry, source) = tile.program();
+            let (entry, source) = tile.program(precision);
             (entry, source, tile.span())
         }
     };
@@ -253,7 +350,7 @@ pub fn gemm_with(
         ldb: ldb as u32,
     };
     let spec = KernelSpec {
-        family: "gemm",
+        family: precision.family(),
         source,
         entry,
         bindings: BINDINGS,

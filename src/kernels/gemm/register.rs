@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+use super::Precision;
+
 /// `Params`, bindings 0 and 3–5 and the store helpers: the one copy every
 /// GEMM kernel starts with.
 const HEADER: &str = include_str!("../../../shaders/gemm_header.wgsl");
@@ -62,10 +64,11 @@ impl Tile {
     /// The complete kernel source, unrolled: one variable per accumulator
     /// vec4, so nothing is indexed dynamically (arrays of accumulators stayed
     /// in memory on lavapipe, and FXC cannot write vector parts by index).
-    fn source(self) -> String {
+    fn source(self, precision: Precision) -> String {
         use std::fmt::Write;
         let Tile { tm, tnv, wg, tall } = self;
-        let mut s = String::from(HEADER);
+        let mut s = precision.prelude();
+        s.push_str(HEADER);
         let entry = self.entry();
         let (m0, n0) = if tall {
             (
@@ -81,16 +84,16 @@ impl Tile {
         let _ = write!(
             s,
             r#"
-// Register-tiled kernel for CPU adapters (generated in src/kernels/gemm.rs):
-// each invocation keeps a TM × 4·TNV tile of c in vec4 registers and reads a
+// Register-tiled kernel for CPU adapters (generated in src/kernels/gemm/register.rs):
+// each invocation keeps a TM × 4·TNV tile of c in f32 vec4 registers and reads a
 // and b as aligned vec4s (lda, ldb multiples of 4; rows of b past K are
 // zero), so the K loop has no branches; rows past M and columns past the
 // stride are clamped and not stored.
 const TM: u32 = {tm}u;
 const TNV: u32 = {tnv}u;
 const WG: u32 = {wg}u;
-@group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> a: array<vec4<AIn>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<AIn>>;
 
 @compute @workgroup_size(WG)
 fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -118,7 +121,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
         s.push_str("    let kq = (p.k + 3u) / 4u;\n    for (var q = 0u; q < kq; q++) {\n");
         for i in 0..tm {
-            let _ = writeln!(s, "        let a{i} = a[ra{i} + q];");
+            let _ = writeln!(s, "        let a{i} = vec4<f32>(a[ra{i} + q]);");
         }
         s.push_str("        let r0 = 4u * q * ldb;\n");
         for t in 1..4 {
@@ -126,7 +129,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
         for t in 0..4 {
             for j in 0..tnv {
-                let _ = writeln!(s, "        let b{t}_{j} = b[r{t} + cb{j}];");
+                let _ = writeln!(s, "        let b{t}_{j} = vec4<f32>(b[r{t} + cb{j}]);");
             }
         }
         for i in 0..tm {
@@ -164,18 +167,18 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
 
-    /// (entry, source) for this tile, built once per process.
-    pub(crate) fn program(self) -> (&'static str, &'static str) {
-        static CACHE: OnceLock<Mutex<HashMap<Tile, (&'static str, &'static str)>>> =
-            OnceLock::new();
+    /// (entry, source) for this tile and precision, built once per process.
+    pub(crate) fn program(self, precision: Precision) -> (&'static str, &'static str) {
+        type Programs = HashMap<(Tile, Precision), (&'static str, &'static str)>;
+        static CACHE: OnceLock<Mutex<Programs>> = OnceLock::new();
         let mut cache = CACHE
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        *cache.entry(self).or_insert_with(|| {
+        *cache.entry((self, precision)).or_insert_with(|| {
             (
                 Box::leak(self.entry().into_boxed_str()),
-                Box::leak(self.source().into_boxed_str()),
+                Box::leak(self.source(precision).into_boxed_str()),
             )
         })
     }
@@ -202,10 +205,18 @@ const TILE_LOAD_BOUND: Tile = Tile {
     tall: true,
 };
 
-/// The register kernel's generated source for each shipped tile, as
-/// (entry point, source): for validation tests.
+/// The register kernel's generated source for each shipped tile and
+/// precision, as (entry point, source): for validation tests.
 pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
-    [TILE_DEFAULT, TILE_LOAD_BOUND].map(Tile::program).to_vec()
+    let mut out = Vec::new();
+    for tile in [TILE_DEFAULT, TILE_LOAD_BOUND] {
+        for precision in Precision::ALL {
+            let (entry, source) = tile.program(precision);
+            let name = format!("{}::{entry}", precision.family());
+            out.push((&*Box::leak(name.into_boxed_str()), source));
+        }
+    }
+    out
 }
 
 /// The Mesa major version in a driver string such as `Mesa 22.3.6 (LLVM

@@ -5,13 +5,17 @@
 //! f is [`Mapping::CopyToParallel`], or with sequence parallelism
 //! [`Mapping::AllGatherToParallel(0)`](Mapping::AllGatherToParallel) (its
 //! ring form with [`Overlap::Ring`]).
+//!
+//! Mixed precision: an f16 input makes the layer compute in f16 — the f32
+//! master weight is cast per call, GEMMs accumulate in f32, `y` is f16; `dx`'s
+//! partial sums are reduced in f32 and rounded once; `dW`, `db` stay f32.
 
 use super::shared::{
     Overlap, accumulate_grads, check_input, check_overlap, gemm_each, linear_common, shard_master,
     split_is_plain, sum_rows_each,
 };
 use crate::device::{LocalTensor, Mesh};
-use crate::element::ReduceOp;
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
 use crate::nn::init::{Init, InitRng};
@@ -138,16 +142,17 @@ impl ColumnParallelLinear {
     }
 
     /// `x` `[tokens, in]` replicated (`Shard(0)` with `sequence_parallel`)
-    /// → `[tokens, out]`, `Shard(1)` (or `Replicate` with `gather_output`).
-    /// Saves the (gathered) input for [`Self::backward`].
+    /// → `[tokens, out]`, `Shard(1)` (or `Replicate` with `gather_output`),
+    /// in x's dtype (f32, or f16: see the module docs). Saves the (gathered)
+    /// input for [`Self::backward`].
     pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
         const OP: &str = "ColumnParallelLinear::forward";
-        check_input(OP, x, self.config.in_features)?;
+        check_input(OP, x, self.config.in_features, self.ring())?;
         let bias = match (&self.bias, self.config.skip_bias_add) {
             (Some(b), false) => Some(&b.value),
             _ => None,
         };
-        let w = &self.weight.value;
+        let w = &self.weight.value.cast(x.dtype())?;
         let opts = |r: usize| GemmOptions {
             trans_b: true,
             bias: bias.map(|b| &b.shards()[r]),
@@ -212,15 +217,18 @@ impl ColumnParallelLinear {
         let x_shape = [tokens, self.config.in_features];
         let (dx, dw) = match &saved {
             SavedInput::Whole(x) => {
-                let dw = gemm_each(&dy, x, true, false)?;
-                let dx = gemm_each(&dy, w, false, false)?;
+                // Computed in the input's dtype; dW and dx's partials in f32.
+                let dy = dy.cast(x.dtype())?;
+                let w = &w.cast(x.dtype())?;
+                let dw = gemm_each(&dy, x, (true, false), DType::F32)?;
+                let dx = gemm_each(&dy, w, (false, false), DType::F32)?;
                 let dx = x.with_shards(dx, x_shape.to_vec(), Placement::Partial(ReduceOp::Sum));
                 let dx = if self.config.sequence_parallel {
                     Mapping::AllGatherToParallel(0).backward(&dx)?
                 } else {
                     Mapping::CopyToParallel.backward(&dx)?
                 };
-                (dx, dw)
+                (dx.cast(x.dtype())?, dw)
             }
             SavedInput::Chunks { chunks, .. } => {
                 let p = w.mesh().size();

@@ -5,13 +5,18 @@
 //! [`Mapping::ReduceFromParallel`], or with sequence parallelism
 //! [`Mapping::ReduceScatterToParallel(0)`](Mapping::ReduceScatterToParallel)
 //! (its ring form with [`Overlap::Ring`]).
+//!
+//! Mixed precision: an f16 input makes the layer compute in f16 — the f32
+//! master weight is cast per call, GEMMs accumulate in f32, the partial sums
+//! are reduced in f32 and `y` is rounded to f16 once after the bias; `dx` is
+//! f16, `dW`, `db` stay f32.
 
 use super::shared::{
     Overlap, accumulate_grads, check_input, check_overlap, gemm_each, linear_common, shard_master,
     split_is_plain, sum_rows_each,
 };
 use crate::device::{LocalTensor, Mesh};
-use crate::element::ReduceOp;
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
 use crate::nn::init::{Init, InitRng};
@@ -123,7 +128,7 @@ impl RowParallelLinear {
     /// with `sequence_parallel`).
     pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
         const OP: &str = "RowParallelLinear::forward";
-        check_input(OP, x, self.config.in_features)?;
+        check_input(OP, x, self.config.in_features, self.ring())?;
         let x = if self.config.input_is_parallel {
             x.clone()
         } else {
@@ -135,7 +140,7 @@ impl RowParallelLinear {
                 format!("input must be placed Shard(1), got {:?}", x.placement()),
             ));
         }
-        let w = &self.weight.value;
+        let w = &self.weight.value.cast(x.dtype())?;
         let widths = |t: &DTensor| t.shards().iter().map(|s| s.shape()[1]).collect::<Vec<_>>();
         if widths(&x) != widths(w) {
             return Err(Error::invalid(
@@ -165,7 +170,8 @@ impl RowParallelLinear {
                 )
             })?
         } else {
-            let z = gemm_each(&x, w, false, true)?;
+            // Partial sums in f32 whatever x's dtype: reduced, then rounded once.
+            let z = gemm_each(&x, w, (false, true), DType::F32)?;
             let z = x.with_shards(z, shape.to_vec(), Placement::Partial(ReduceOp::Sum));
             if self.config.sequence_parallel {
                 Mapping::ReduceScatterToParallel(0).forward(&z)?
@@ -173,8 +179,9 @@ impl RowParallelLinear {
                 Mapping::ReduceFromParallel.forward(&z)?
             }
         };
+        let dtype = x.dtype();
         self.saved_input = Some(x);
-        match &self.bias {
+        let y = match &self.bias {
             Some(b) => {
                 // Replicated bias, added once after the reduce (to each rank's rows with SP).
                 let shards = y
@@ -183,10 +190,11 @@ impl RowParallelLinear {
                     .zip(b.value.shards())
                     .map(|(y, b)| kernels::add_row(y, b))
                     .collect::<Result<Vec<_>>>()?;
-                Ok(y.with_shards(shards, y.shape().to_vec(), y.placement()))
+                y.with_shards(shards, y.shape().to_vec(), y.placement())
             }
-            None => Ok(y),
-        }
+            None => y,
+        };
+        y.cast(dtype)
     }
 
     /// Gradient of the output (`Replicate`, or `Shard(0)` with
@@ -252,12 +260,15 @@ impl RowParallelLinear {
             } else {
                 Mapping::ReduceFromParallel.backward(dy)?
             };
-            let dw = gemm_each(&dy, &x, true, false)?;
+            // Computed in the input's dtype; dW in f32, dx in the input's dtype.
+            let dy = dy.cast(x.dtype())?;
+            let dw = gemm_each(&dy, &x, (true, false), DType::F32)?;
             let db = match &self.bias {
                 Some(_) => Some(sum_rows_each(&dy)?),
                 None => None,
             };
-            (gemm_each(&dy, w, false, false)?, dw, db)
+            let w = &w.cast(x.dtype())?;
+            (gemm_each(&dy, w, (false, false), x.dtype())?, dw, db)
         };
         accumulate_grads(&mut self.weight, self.bias.as_mut(), dw, db)?;
         let dx = x.with_shards(dx, x.shape().to_vec(), Placement::Shard(1));

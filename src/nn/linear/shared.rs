@@ -4,6 +4,7 @@
 //! master accessors and the parameter list.
 
 use crate::device::{LocalTensor, Mesh};
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
 use crate::nn::parameter::{Parameter, check_master};
@@ -35,11 +36,29 @@ pub enum Overlap {
     Ring,
 }
 
-pub(super) fn check_input(op: &'static str, x: &DTensor, features: usize) -> Result<()> {
+/// The input is `[tokens, features]`, f32 or f16 (f16 only without the ring).
+pub(super) fn check_input(
+    op: &'static str,
+    x: &DTensor,
+    features: usize,
+    ring: bool,
+) -> Result<()> {
     if x.shape().len() != 2 || x.shape()[1] != features {
         return Err(Error::shape(op, format!("[tokens, {features}]"), x.shape()));
     }
-    Ok(())
+    match x.dtype() {
+        DType::F32 => Ok(()),
+        DType::F16 if !ring => Ok(()),
+        DType::F16 => Err(Error::invalid(
+            op,
+            "Overlap::Ring moves f32 chunks; run f16 inputs with Overlap::None",
+        )),
+        got => Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got,
+        }),
+    }
 }
 
 /// Check a master weight `[out, in]` and optional bias `[out]` and shard them:
@@ -86,12 +105,12 @@ pub(super) fn split_is_plain(mesh: &Mesh, n: usize, stride: usize, unit: usize) 
     (0..p).all(|r| split_range_in_units(n, p, r, stride * unit) == split_range(n, p, r))
 }
 
-/// Per rank: `op(a_r)·op(b_r)`.
+/// Per rank: `op(a_r)·op(b_r)`, stored as `out` (accumulated in f32 either way).
 pub(super) fn gemm_each(
     a: &DTensor,
     b: &DTensor,
-    trans_a: bool,
-    trans_b: bool,
+    (trans_a, trans_b): (bool, bool),
+    out: DType,
 ) -> Result<Vec<LocalTensor>> {
     a.shards()
         .iter()
@@ -103,6 +122,7 @@ pub(super) fn gemm_each(
                 GemmOptions {
                     trans_a,
                     trans_b,
+                    out_dtype: Some(out),
                     ..Default::default()
                 },
             )
@@ -110,8 +130,9 @@ pub(super) fn gemm_each(
         .collect()
 }
 
-/// Per rank: the column sums of `dy_r` (a bias gradient).
+/// Per rank: the column sums of `dy_r` (a bias gradient), in f32.
 pub(super) fn sum_rows_each(dy: &DTensor) -> Result<Vec<LocalTensor>> {
+    let dy = dy.cast(DType::F32)?;
     dy.shards().iter().map(kernels::sum_rows).collect()
 }
 
