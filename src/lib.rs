@@ -61,9 +61,9 @@ pub use device::{
     Rank, Trace, TraceClock, TraceEvent, TraceTrack, adapters, download_many, parse_backends,
 };
 pub use element::{DType, ReduceOp};
+pub use error::{Error, Result, Shape};
 /// The `half` crate, whose `f16` is the host type of [`DType::F16`] data.
 pub use half;
-pub use error::{Error, Result, Shape};
 pub use tensor::{DTensor, Mapping, Placement};
 
 // The README's Rust examples run as doctests, so the README stays true.

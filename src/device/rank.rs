@@ -74,7 +74,7 @@ impl Rank {
         if !bytes.is_empty() {
             // Lands before the next submit's commands (see context.rs);
             // wgpu writes whole words, so an odd f16 count gets a zero pad.
-            if bytes.len() % 4 == 0 {
+            if bytes.len().is_multiple_of(4) {
                 self.device.queue.write_buffer(t.buffer(), 0, bytes);
             } else {
                 let mut padded = bytes.to_vec();

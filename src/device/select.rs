@@ -31,6 +31,7 @@ pub struct MeshBuilder {
     layout: DeviceLayout,
     trace_path: Option<PathBuf>,
     limits: Option<wgpu::Limits>,
+    without_features: wgpu::Features,
 }
 
 impl Default for MeshBuilder {
@@ -71,7 +72,17 @@ impl MeshBuilder {
             layout: DeviceLayout::Simulated,
             trace_path: None,
             limits: None,
+            without_features: wgpu::Features::empty(),
         }
+    }
+
+    /// Do not turn on these optional features even where the adapter has
+    /// them (the crate asks for `SHADER_F16` and `TIMESTAMP_QUERY`): to try
+    /// the path users without them take, e.g. that f16 gives
+    /// [`Error::Unsupported`].
+    pub fn without_features(mut self, features: wgpu::Features) -> Self {
+        self.without_features = features;
+        self
     }
 
     /// Open every device with these limits instead of the adapter's own, to
@@ -267,7 +278,7 @@ impl MeshBuilder {
         }
         let backends = self.resolved_backends()?;
         let limits = self.resolved_limits()?;
-        let limits = limits.as_ref();
+        let limits = (limits.as_ref(), self.without_features);
         let instance = instance_for(backends);
         let list = self.candidates(&instance, backends);
         if list.is_empty() {
@@ -333,14 +344,14 @@ impl MeshBuilder {
 }
 
 /// Open a device with `limits` (else the adapter's own) and the optional
-/// features the adapter has.
+/// features the adapter has, less `without`.
 fn open(
     adapter: &wgpu::Adapter,
     rank: usize,
-    limits: Option<&wgpu::Limits>,
+    (limits, without): (Option<&wgpu::Limits>, wgpu::Features),
 ) -> Result<Arc<Device>> {
     let info = adapter.get_info();
-    let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+    let wanted = (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY) - without;
     let desc = wgpu::DeviceDescriptor {
         label: Some("wgpu-tp rank"),
         required_features: adapter.features() & wanted,

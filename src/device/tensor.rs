@@ -211,8 +211,8 @@ pub(crate) fn copy_region(
     let bytes = (count as u64 * size).next_multiple_of(4);
     // Whole words only: an odd f16 count is rounded up, which may only spill
     // into the destination's pad past its last element.
-    let aligned = (src_off as u64 * size) % 4 == 0
-        && (dst_off as u64 * size) % 4 == 0
+    let aligned = (src_off as u64 * size).is_multiple_of(4)
+        && (dst_off as u64 * size).is_multiple_of(4)
         && (bytes == count as u64 * size || dst_off + count == dst.len());
     if !aligned {
         return Err(Error::invalid(

@@ -185,7 +185,10 @@ pub(crate) fn fold_block(
         (DType::I32, ReduceOp::Sum) => 2.0,
         (DType::I32, ReduceOp::Max) => 3.0,
         (DType::F16, _) => {
-            return Err(Error::invalid(OP, "folds f32 and i32 words; cast f16 to f32 first"));
+            return Err(Error::invalid(
+                OP,
+                "folds f32 and i32 words; cast f16 to f32 first",
+            ));
         }
     };
     // Unused input slots repeat the first input (read-only, never read).

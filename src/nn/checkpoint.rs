@@ -3,6 +3,10 @@
 //! the host; loading checks every name, dtype and shape first and only then
 //! shards the values onto the model's mesh, so a checkpoint saved on P ranks
 //! loads on any other P, and a bad file leaves the model unchanged.
+//!
+//! Files may hold F32 or F16 (half the size, for sharing or inference):
+//! [`to_safetensors_bytes_as`] rounds the masters to f16 on the host, and
+//! loading widens F16 tensors exactly into the f32 masters.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,23 +14,41 @@ use std::path::Path;
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
 use super::parameter::Module;
+use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// Serialise the master parameters of `model` to safetensors bytes.
+/// Serialise the master parameters of `model` to safetensors bytes (F32).
 pub fn to_safetensors_bytes(model: &dyn Module) -> Result<Vec<u8>> {
+    to_safetensors_bytes_as(model, DType::F32)
+}
+
+/// Serialise the master parameters of `model` as `dtype` tensors: F32, or
+/// F16 (each value rounded to nearest even on the host; needs no f16 adapter).
+pub fn to_safetensors_bytes_as(model: &dyn Module, dtype: DType) -> Result<Vec<u8>> {
+    let file_dtype = match dtype {
+        DType::F32 => Dtype::F32,
+        DType::F16 => Dtype::F16,
+        DType::I32 => {
+            return Err(Error::Checkpoint(
+                "parameters are saved as F32 or F16, not I32".into(),
+            ));
+        }
+    };
     let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, p) in model.named_parameters() {
         let data = p.master()?;
-        owned.push((
-            name,
-            p.shape().to_vec(),
-            bytemuck::cast_slice(&data).to_vec(),
-        ));
+        let bytes = if dtype == DType::F16 {
+            let h: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+            bytemuck::cast_slice(&h).to_vec()
+        } else {
+            bytemuck::cast_slice(&data).to_vec()
+        };
+        owned.push((name, p.shape().to_vec(), bytes));
     }
     let views = owned
         .iter()
         .map(|(n, s, d)| {
-            TensorView::new(Dtype::F32, s.clone(), d)
+            TensorView::new(file_dtype, s.clone(), d)
                 .map(|v| (n.clone(), v))
                 .map_err(|e| Error::Checkpoint(format!("tensor {n}: {e}")))
         })
@@ -34,7 +56,8 @@ pub fn to_safetensors_bytes(model: &dyn Module) -> Result<Vec<u8>> {
     safetensors::serialize(views, None).map_err(|e| Error::Checkpoint(e.to_string()))
 }
 
-/// Save the master parameters of `model` to a `.safetensors` file.
+/// Save the master parameters of `model` to a `.safetensors` file (F32;
+/// [`to_safetensors_bytes_as`] writes F16).
 pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
     let bytes = to_safetensors_bytes(model)?;
     std::fs::write(path, bytes)?;
@@ -42,7 +65,8 @@ pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()
 }
 
 /// Load master parameters from safetensors bytes into `model` (any world size).
-/// Every parameter must be present with dtype F32 and the model's shape;
+/// Every parameter must be present with dtype F32 or F16 (widened exactly)
+/// and the model's shape;
 /// tensors in the file that the model lacks are an error too (`strict`).
 pub fn from_safetensors_bytes(model: &mut dyn Module, bytes: &[u8]) -> Result<()> {
     let st = SafeTensors::deserialize(bytes)
@@ -56,9 +80,9 @@ pub fn from_safetensors_bytes(model: &mut dyn Module, bytes: &[u8]) -> Result<()
                 st.names()
             ))
         })?;
-        if view.dtype() != Dtype::F32 {
+        if view.dtype() != Dtype::F32 && view.dtype() != Dtype::F16 {
             return Err(Error::Checkpoint(format!(
-                "tensor {name:?} is {:?}, expected F32; convert it before loading",
+                "tensor {name:?} is {:?}, expected F32 or F16; convert it before loading",
                 view.dtype()
             )));
         }
@@ -69,7 +93,13 @@ pub fn from_safetensors_bytes(model: &mut dyn Module, bytes: &[u8]) -> Result<()
                 p.shape()
             )));
         }
-        values.insert(name.clone(), bytemuck::pod_collect_to_vec(view.data()));
+        let data = if view.dtype() == Dtype::F16 {
+            let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(view.data());
+            h.iter().map(|v| v.to_f32()).collect()
+        } else {
+            bytemuck::pod_collect_to_vec(view.data())
+        };
+        values.insert(name.clone(), data);
     }
     let known: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
     if let Some(extra) = st.names().into_iter().find(|n| !known.contains(n)) {

@@ -27,6 +27,7 @@ pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
 pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
+    to_safetensors_bytes_as,
 };
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use dropout::{Dropout, DropoutConfig};

@@ -26,10 +26,7 @@ impl DTensor {
         const OP: &str = "DTensor::redistribute";
         Self::check_placement(OP, self.shape(), to)?;
         if self.dtype() == DType::F16 && self.placement() != to {
-            return self
-                .cast(DType::F32)?
-                .redistribute(to)?
-                .cast(DType::F16);
+            return self.cast(DType::F32)?.redistribute(to)?.cast(DType::F16);
         }
         let mesh = self.mesh();
         let shards = match (self.placement(), to) {

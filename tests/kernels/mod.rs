@@ -8,7 +8,8 @@
 //! - `slicing`: `narrow` and `concat`;
 //! - `transpose`: the pack kernel the GEMM uses for transposed operands;
 //! - `attention`: causal attention forward, backward and cached decoding;
-//!   `attention_dropout`: dropout on its probabilities.
+//!   `attention_dropout`: dropout on its probabilities;
+//! - `f16`: casts, the f16 GEMM and f16 tensors (where `SHADER_F16` exists).
 //!
 //! The optimiser kernels are checked through `nn::optim`.
 
@@ -17,6 +18,7 @@ mod attention_dropout;
 mod cross_entropy;
 mod elementwise;
 mod embedding;
+mod f16;
 mod gemm;
 mod slicing;
 mod transpose;

@@ -1,14 +1,16 @@
 //! safetensors checkpoints: the file holds the master tensors by name; one
-//! saved on P = 4 loads on P = 3 and P = 1 (from bytes and from a file); bad
-//! files are `Error::Checkpoint` and leave the model unchanged.
+//! saved on P = 4 loads on P = 3 and P = 1 (from bytes and from a file); F16
+//! files hold the masters rounded to f16 and load widened; bad files are
+//! `Error::Checkpoint` and leave the model unchanged.
 
 use crate::util::{Rng, masters, mesh, token_batch};
 use safetensors::{Dtype, tensor::TensorView};
 use wgpu_tp::Error;
 use wgpu_tp::nn::{
     MlpLanguageModel, MlpLmConfig, Module, Sgd, from_safetensors_bytes, load_safetensors,
-    save_safetensors, to_safetensors_bytes,
+    save_safetensors, to_safetensors_bytes, to_safetensors_bytes_as,
 };
+use wgpu_tp::{DType, half::f16};
 
 const LM: MlpLmConfig = MlpLmConfig {
     vocab: 50,
@@ -80,6 +82,39 @@ fn checkpoint_saved_on_p4_loads_on_p3_and_p1() {
     ));
 }
 
+#[test]
+fn f16_checkpoint_saved_on_p4_loads_rounded_on_p3() {
+    let mut rng = Rng::fresh("ckpt_f16");
+    let src = trained_p4(&mut rng);
+    let f32_bytes = to_safetensors_bytes(&src).unwrap();
+    let bytes = to_safetensors_bytes_as(&src, DType::F16).unwrap();
+    // Each master rounded to nearest f16 on the host; the header aside, half the size.
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let rounded: Vec<(String, Vec<f32>)> = masters(&src)
+        .into_iter()
+        .map(|(n, v)| (n, v.iter().map(|&x| f16::from_f32(x).to_f32()).collect()))
+        .collect();
+    for (name, v) in &rounded {
+        let t = st.tensor(name).unwrap();
+        assert_eq!(t.dtype(), Dtype::F16, "{name}");
+        let h: Vec<f16> = bytemuck::pod_collect_to_vec(t.data());
+        let widened: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+        assert_eq!(&widened, v, "{name}");
+    }
+    assert!(
+        bytes.len() < f32_bytes.len() * 6 / 10,
+        "F16 file is about half"
+    );
+    // Loading widens exactly, onto another world size; the model trains on.
+    let mut dst = MlpLanguageModel::new(&mesh(3), LM, 4321).unwrap();
+    from_safetensors_bytes(&mut dst, &bytes).unwrap();
+    assert_eq!(masters(&dst), rounded);
+    assert!(matches!(
+        to_safetensors_bytes_as(&src, DType::I32),
+        Err(Error::Checkpoint(_))
+    ));
+}
+
 /// Serialise `(name, dtype, shape, bytes)` with the safetensors crate directly.
 fn write(tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     let views: Vec<(String, TensorView)> = tensors
@@ -119,7 +154,7 @@ fn bad_checkpoints_are_errors_and_leave_the_model_unchanged_p3() {
     let mut t = good.clone();
     t[3].2 = vec![t[3].2[1], t[3].2[0]];
     cases.push(("wrong shape".into(), write(&t)));
-    // Wrong dtypes: fc1.bias as F64 (same element count), head.weight as F16.
+    // Wrong dtypes: fc1.bias as F64 (same element count), head.weight as BF16.
     let mut t = good.clone();
     let b: Vec<f64> = bytemuck::pod_collect_to_vec::<u8, f32>(&t[2].3)
         .iter()
@@ -130,9 +165,9 @@ fn bad_checkpoints_are_errors_and_leave_the_model_unchanged_p3() {
     cases.push(("F64 tensor".into(), write(&t)));
     let mut t = good.clone();
     let n = t[5].3.len() / 4;
-    t[5].1 = Dtype::F16;
+    t[5].1 = Dtype::BF16;
     t[5].3 = vec![0u8; n * 2];
-    cases.push(("F16 tensor".into(), write(&t)));
+    cases.push(("BF16 tensor".into(), write(&t)));
     // An extra tensor.
     let mut t = good.clone();
     t.push(("fc3.weight".into(), Dtype::F32, vec![2], vec![0u8; 8]));

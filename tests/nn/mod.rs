@@ -2,6 +2,7 @@
 //! (P = 1) run, their exact communication, optimisers, initialisers,
 //! checkpoints and whole models:
 //! - `linear`: column- and row-parallel layers, the Megatron MLP pair;
+//! - `mixed_precision`: the same layers fed f16 (where `SHADER_F16` exists);
 //! - `sequence_parallel`: the same layers with tokens split, plain and
 //!   ring-overlapped, on both transports;
 //! - `embedding`: vocab- and dim-split embeddings;
@@ -28,6 +29,7 @@ mod embedding;
 mod gpt;
 mod init;
 mod linear;
+mod mixed_precision;
 mod model;
 mod norm;
 mod optim;

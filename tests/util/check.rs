@@ -39,6 +39,30 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
     }
 }
 
+/// f16's unit roundoff, 2^-11: one rounding to f16 moves a value by at most
+/// this much relative to it (normal range).
+pub const F16_ROUNDOFF: f64 = 1.0 / 2048.0;
+
+/// For results stored as f16 after f32 arithmetic: norm-wise relative error
+/// ≤ 2·[`F16_ROUNDOFF`], and element-wise |g − w| ≤ 2u·|w| plus a floor of
+/// 1e-5·max|w| (cancellation in the f32 sums; f16 subnormals).
+#[track_caller]
+pub fn assert_close_f16(what: &str, got: &[f32], want: &[f64]) {
+    let e = rel_err(got, want);
+    assert!(
+        e <= 2.0 * F16_ROUNDOFF,
+        "{what}: relative error {e:.3e} > 2^-10 (f16)"
+    );
+    let floor = 1e-5 * want.iter().fold(0.0f64, |a, w| a.max(w.abs())) + 6e-8;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (*g as f64 - w).abs();
+        assert!(
+            d <= 2.0 * F16_ROUNDOFF * w.abs() + floor,
+            "{what}: element {i}: got {g}, want {w} (diff {d:.3e})"
+        );
+    }
+}
+
 /// Raw words of every tensor (one download for all).
 pub fn words(ts: &[LocalTensor]) -> Vec<Vec<u32>> {
     let refs: Vec<&LocalTensor> = ts.iter().collect();

@@ -58,6 +58,27 @@ pub fn shared_mesh(n: usize) -> Mesh {
     cached(Kind::SharedDevice, n)
 }
 
+/// [`meshes`] for `n`, when the adapter has `SHADER_F16`; otherwise `None`
+/// after printing why `test` is skipped. With `WGPU_TP_REQUIRE_F16=1`
+/// (CI's Mesa 25 lavapipe pass) a missing feature fails instead, so the f16
+/// tests cannot go quiet where they must run.
+pub fn f16_meshes(n: usize, test: &str) -> Option<[(&'static str, Mesh); 2]> {
+    let m = mesh(n);
+    if m.ranks()[0].device().has_f16() {
+        return Some(meshes(n));
+    }
+    let why = format!(
+        "{test}: skipped, adapter {} has no SHADER_F16 (Mesa >= 24 lavapipe has it; wgpu's GL backend never does)",
+        m.adapter_summary()
+    );
+    assert!(
+        std::env::var_os("WGPU_TP_REQUIRE_F16").is_none(),
+        "WGPU_TP_REQUIRE_F16 is set but {why}"
+    );
+    eprintln!("[wgpu-tp tests] {why}");
+    None
+}
+
 /// Both transports for world size `n`, named for messages: [`mesh`]
 /// (host-staged) and [`shared_mesh`] (shared-device).
 pub fn meshes(n: usize) -> [(&'static str, Mesh); 2] {

@@ -109,9 +109,7 @@ impl Precision {
                 })
                 .collect()
         });
-        all.iter()
-            .find(|(p, _)| *p == self)
-            .map_or("", |(_, s)| s)
+        all.iter().find(|(p, _)| *p == self).map_or("", |(_, s)| s)
     }
 }
 
