@@ -79,6 +79,21 @@ impl DTensor {
     /// when it already is. Narrowing rounds to nearest even, widening is
     /// exact. f16 needs `SHADER_F16` on every rank's adapter
     /// ([`crate::Device::has_f16`]), else [`Error::Unsupported`].
+    ///
+    /// ```
+    /// # fn main() -> wgpu_tp::Result<()> {
+    /// use wgpu_tp::{DTensor, DType, Error, Mesh, Placement};
+    /// let mesh = Mesh::simulated(2)?;
+    /// let x = DTensor::from_host(&mesh, &[3], &[1.0, 0.1, 3.0], Placement::Shard(0))?;
+    /// if mesh.ranks()[0].device().has_f16() {
+    ///     let h = x.cast(DType::F16)?; // still Shard(0), half the bytes
+    ///     assert_eq!(h.dtype(), DType::F16);
+    ///     assert_eq!(h.to_host()?[..2], [1.0, 0.0999755859375]); // nearest f16 of 0.1
+    /// } else {
+    ///     assert!(matches!(x.cast(DType::F16), Err(Error::Unsupported { .. })));
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn cast(&self, dtype: DType) -> Result<DTensor> {
         if self.dtype() == dtype {
             return Ok(self.clone());
