@@ -47,7 +47,10 @@ pub struct CrossEntropyConfig {
 }
 
 struct Saved {
+    /// The logits, widened to f32.
     logits: DTensor,
+    /// The logits' own dtype: their gradient comes back in it.
+    dtype: DType,
     targets: Vec<LocalTensor>,
     max: Vec<LocalTensor>,
     sum_exp: Vec<LocalTensor>,
@@ -108,7 +111,9 @@ impl VocabParallelCrossEntropy {
     }
 
     /// Logits `[tokens, vocab]` (`Shard(1)`) and host targets → the loss,
-    /// `Replicate`: `[tokens]` for [`Reduction::None`], else `[1]`.
+    /// `Replicate`: `[tokens]` for [`Reduction::None`], else `[1]`, in f32.
+    /// f16 logits are widened: the softmax and its sums run in f32, and
+    /// backward returns their gradient in f16.
     pub fn forward(&mut self, logits: &DTensor, targets: &[i32]) -> Result<DTensor> {
         const OP: &str = "VocabParallelCrossEntropy::forward";
         let mesh = logits.mesh();
@@ -156,6 +161,8 @@ impl VocabParallelCrossEntropy {
             ignore_index: self.config.ignore_index,
             label_smoothing: self.config.label_smoothing,
         };
+        let dtype = logits.dtype();
+        let logits = &logits.cast(DType::F32)?;
         let shard = |r: usize| VocabShard {
             start: split_range_in_units(vocab, p, r, logits.shard_unit()).start,
             valid_vocab,
@@ -227,6 +234,7 @@ impl VocabParallelCrossEntropy {
         };
         self.saved = Some(Saved {
             logits: logits.clone(),
+            dtype,
             targets: tgt,
             max,
             sum_exp,
@@ -312,6 +320,8 @@ impl VocabParallelCrossEntropy {
                 )
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(logits.with_shards(grads, logits.shape().to_vec(), logits.placement()))
+        logits
+            .with_shards(grads, logits.shape().to_vec(), logits.placement())
+            .cast(s.dtype)
     }
 }

@@ -14,6 +14,9 @@
 //! before anything can reach the optimiser (Megatron's rule), so the replicas
 //! stay bit-identical. With one rank nothing is communicated, and any
 //! placement is accepted (all hold the same bytes there).
+//!
+//! An f16 input is normalised in f32 (statistics, `γ`, `β` and gradients are
+//! f32) and `y`, `dx` are rounded back to f16.
 
 use super::parameter::{Module, Parameter, check_master, weight_and_bias, weight_and_bias_mut};
 use crate::device::{LocalTensor, Mesh};
@@ -73,8 +76,11 @@ impl NormConfig {
 /// What backward needs: the input and each rank's `(mean, rstd)` rows.
 #[derive(Debug)]
 struct Saved {
+    /// The input, widened to f32.
     x: DTensor,
     stats: Vec<LocalTensor>,
+    /// The input's own dtype: `y` and `dx` come back in it.
+    dtype: DType,
 }
 
 /// Replicated `weight` and optional `bias` from host masters `[dim]`.
@@ -105,13 +111,14 @@ fn parameters(
     Ok((replicated(weight)?, bias))
 }
 
-/// `x` must be f32 `[tokens, dim]`, `Replicate` or `Shard(0)` (any placement
-/// on one rank, where they all hold the same bytes, as for the linear layers).
+/// `x` must be f32 or f16 `[tokens, dim]`, `Replicate` or `Shard(0)` (any
+/// placement on one rank, where they all hold the same bytes, as for the
+/// linear layers).
 fn check_input(op: &'static str, x: &DTensor, dim: usize) -> Result<()> {
     if x.shape().len() != 2 || x.shape()[1] != dim {
         return Err(Error::shape(op, format!("[tokens, {dim}]"), x.shape()));
     }
-    if x.dtype() != DType::F32 {
+    if x.dtype() == DType::I32 {
         return Err(Error::DTypeMismatch {
             op,
             expected: DType::F32,
@@ -139,6 +146,8 @@ fn forward(
     if !x.mesh().same_as(weight.value.mesh()) {
         return Err(Error::invalid(op, "the input lives on another mesh"));
     }
+    let dtype = x.dtype();
+    let x = &x.cast(DType::F32)?;
     let mut ys = Vec::with_capacity(x.shards().len());
     let mut stats = Vec::with_capacity(x.shards().len());
     for (r, xr) in x.shards().iter().enumerate() {
@@ -149,10 +158,11 @@ fn forward(
     }
     let y = x.with_shards(ys, x.shape().to_vec(), x.placement());
     Ok((
-        y,
+        y.cast(dtype)?,
         Saved {
             x: x.clone(),
             stats,
+            dtype,
         },
     ))
 }
@@ -168,11 +178,12 @@ fn backward(
         return Err(Error::invalid(op, "call forward before backward"));
     };
     let placed = dy.placement() == s.x.placement() || dy.mesh().size() == 1;
-    if dy.shape() != s.x.shape() || !placed || dy.dtype() != DType::F32 {
+    if dy.shape() != s.x.shape() || !placed || dy.dtype() != s.dtype {
         let err = Error::invalid(
             op,
             format!(
-                "dy must be f32 {:?} placed {:?} like the input, got {:?} {:?} {:?}",
+                "dy must be {} {:?} placed {:?} like the input, got {:?} {:?} {:?}",
+                s.dtype,
                 s.x.shape(),
                 s.x.placement(),
                 dy.dtype(),
@@ -183,6 +194,7 @@ fn backward(
         *saved = Some(s);
         return Err(err);
     }
+    let dy = &dy.cast(DType::F32)?;
     let k = if bias.is_some() { 2 } else { 1 };
     let mut dxs = Vec::with_capacity(dy.shards().len());
     let mut grads = Vec::with_capacity(dy.shards().len());
@@ -219,7 +231,8 @@ fn backward(
     if let Some(b) = bias {
         b.accumulate_grad(row(1)?)?;
     }
-    Ok(dy.with_shards(dxs, dy.shape().to_vec(), dy.placement()))
+    dy.with_shards(dxs, dy.shape().to_vec(), dy.placement())
+        .cast(s.dtype)
 }
 
 /// Layer normalisation: `y = γ ⊙ (x − μ)/√(σ² + ε) + β` over each row.

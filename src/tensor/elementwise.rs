@@ -11,6 +11,9 @@
 //! | `scale(α)` | any; `Partial(Max)` needs `α ≥ 0` | `α·Σx = Σ αx`, `α·max x = max αx` only for `α ≥ 0` |
 //! | activations | `Replicate`, `Shard(d)` | `act(Σx) ≠ Σ act(x)` |
 //! | `cast` (f32 ↔ f16) | any | rounding each shard rounds each element; a `Partial(Sum)` rounds its addends |
+//!
+//! f16 operands (both of one dtype) are widened, computed in f32 and the
+//! result rounded back to f16 once.
 
 use super::dtensor::{DTensor, Placement};
 use crate::device::LocalTensor;
@@ -18,8 +21,9 @@ use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, Activation};
 
-fn expect_f32(op: &'static str, x: &DTensor) -> Result<()> {
-    if x.dtype() != DType::F32 {
+/// A float tensor: f32, or f16 (widened, computed in f32, rounded back).
+fn expect_float(op: &'static str, x: &DTensor) -> Result<()> {
+    if x.dtype() == DType::I32 {
         return Err(Error::DTypeMismatch {
             op,
             expected: DType::F32,
@@ -27,6 +31,16 @@ fn expect_f32(op: &'static str, x: &DTensor) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// `f` on the f32 values of `xs` (all of one dtype), the result in that dtype.
+fn in_f32(xs: &[&DTensor], f: impl FnOnce(&[DTensor]) -> Result<DTensor>) -> Result<DTensor> {
+    let dtype = xs[0].dtype();
+    let wide = xs
+        .iter()
+        .map(|x| x.cast(DType::F32))
+        .collect::<Result<Vec<_>>>()?;
+    f(&wide)?.cast(dtype)
 }
 
 /// Both operands on one mesh, of one shape and one placement.
@@ -47,8 +61,15 @@ fn expect_alike(op: &'static str, a: &DTensor, b: &DTensor) -> Result<()> {
             ),
         ));
     }
-    expect_f32(op, a)?;
-    expect_f32(op, b)
+    expect_float(op, a)?;
+    if a.dtype() != b.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: a.dtype(),
+            got: b.dtype(),
+        });
+    }
+    Ok(())
 }
 
 /// Activations are only exact on tensors whose shards hold logical elements.
@@ -101,7 +122,7 @@ impl DTensor {
         self.map_shards(|r| kernels::cast(&self.shards()[r], dtype))
     }
 
-    /// `self + other`, element-wise (a residual connection). Both must be f32
+    /// `self + other`, element-wise (a residual connection). Both must be f32 (or both f16)
     /// on the same mesh with the same shape and placement; `Partial(Sum)`
     /// operands add their partial sums, `Partial(Max)` ones are refused.
     /// Communicates nothing.
@@ -115,14 +136,16 @@ impl DTensor {
                  redistribute to Replicate first",
             ));
         }
-        self.map_shards(|r| kernels::add(&self.shards()[r], &other.shards()[r]))
+        in_f32(&[self, other], |w| {
+            w[0].map_shards(|r| kernels::add(&w[0].shards()[r], &w[1].shards()[r]))
+        })
     }
 
     /// `alpha · self`, element-wise, on any placement (`alpha ≥ 0` for
     /// `Partial(Max)`; `alpha` must not be NaN). Communicates nothing.
     pub fn scale(&self, alpha: f32) -> Result<DTensor> {
         const OP: &str = "DTensor::scale";
-        expect_f32(OP, self)?;
+        expect_float(OP, self)?;
         if alpha.is_nan() {
             return Err(Error::invalid(OP, "alpha is NaN"));
         }
@@ -134,25 +157,33 @@ impl DTensor {
                 ),
             ));
         }
-        self.map_shards(|r| kernels::scale(&self.shards()[r], alpha))
+        in_f32(&[self], |w| {
+            w[0].map_shards(|r| kernels::scale(&w[0].shards()[r], alpha))
+        })
     }
 
-    /// `act(self)`, element-wise, for a `Replicate` or `Shard(d)` f32 tensor.
+    /// `act(self)`, element-wise, for a `Replicate` or `Shard(d)` f32 or f16 tensor.
     /// Communicates nothing.
     pub fn activation(&self, act: Activation) -> Result<DTensor> {
         const OP: &str = "DTensor::activation";
-        expect_f32(OP, self)?;
+        expect_float(OP, self)?;
         expect_not_partial(OP, self)?;
-        self.map_shards(|r| kernels::activation(&self.shards()[r], act))
+        in_f32(&[self], |w| {
+            w[0].map_shards(|r| kernels::activation(&w[0].shards()[r], act))
+        })
     }
 
     /// `dy · act'(self)`, where `self` is the activation's input and `dy` the
-    /// gradient of its output: both f32, `Replicate` or `Shard(d)`, placed and
+    /// gradient of its output: both f32 or both f16, `Replicate` or `Shard(d)`, placed and
     /// shaped alike. Communicates nothing.
     pub fn activation_backward(&self, dy: &DTensor, act: Activation) -> Result<DTensor> {
         const OP: &str = "DTensor::activation_backward";
         expect_alike(OP, self, dy)?;
         expect_not_partial(OP, self)?;
-        self.map_shards(|r| kernels::activation_backward(&self.shards()[r], &dy.shards()[r], act))
+        in_f32(&[self, dy], |w| {
+            w[0].map_shards(|r| {
+                kernels::activation_backward(&w[0].shards()[r], &w[1].shards()[r], act)
+            })
+        })
     }
 }

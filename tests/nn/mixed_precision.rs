@@ -5,9 +5,12 @@
 //! tolerance, for every world size (shared-device mesh; host-staged at
 //! P = 1 and 3), plainly and sequence-parallel. The f32 master weights keep
 //! updates that f16 weights would round away. The ring overlap refuses f16.
+//! LayerNorm, the vocab-parallel cross-entropy and the MLP (column → GELU →
+//! row) take f16 too: statistics, softmax sums and element-wise maths in f32,
+//! rounded only where the result is stored.
 
 use super::TOL;
-use crate::util::reference::{LinearGrads, linear_grads};
+use crate::util::reference::{self, LinearGrads, linear_grads};
 use crate::util::{
     Rng, WORLD_SIZES, assert_close, assert_close_f16, f16_meshes, linear_results, mesh,
 };
@@ -203,4 +206,151 @@ fn ring_overlap_refuses_f16_and_the_layer_stays_usable() {
     let x32 = DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(0)).unwrap();
     let y = layer.forward(&x32).unwrap();
     assert_eq!((y.dtype(), y.shape()), (DType::F32, &[t, out][..]));
+}
+
+/// For chains of f16 stores (each a rounding that can move the next stage by
+/// an f16 step): norm-wise ≤ 4·2⁻¹¹, element-wise within 4·2⁻¹¹ of |w| plus
+/// 4·2⁻¹¹ of max|w|.
+#[track_caller]
+fn assert_close_f16_chain(what: &str, got: &[f32], want: &[f64]) {
+    let u = crate::util::F16_ROUNDOFF;
+    let e = crate::util::rel_err(got, want);
+    assert!(e <= 4.0 * u, "{what}: relative error {e:.3e} > 2^-9");
+    let max = want.iter().fold(0.0f64, |a, w| a.max(w.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (*g as f64 - w).abs();
+        assert!(
+            d <= 4.0 * u * (w.abs() + max),
+            "{what}: element {i}: got {g}, want {w}"
+        );
+    }
+}
+
+fn round64(x: &[f64]) -> Vec<f64> {
+    x.iter().map(|&v| f16::from_f64(v).to_f64()).collect()
+}
+
+#[test]
+fn layer_norm_in_f16_normalises_in_f32() {
+    let Some(meshes) = f16_layer_meshes("layer norm f16") else {
+        return;
+    };
+    let mut rng = Rng::fresh("norm_f16");
+    let (t, d) = (7, 13);
+    for (i, (kind, m)) in meshes.iter().enumerate() {
+        let (x, dy) = (round(&rng.vec(t * d)), round(&rng.vec(t * d)));
+        let (g, b) = (rng.vec(d), rng.vec(d));
+        let cfg = wgpu_tp::nn::NormConfig::new(d);
+        let mut ln = wgpu_tp::nn::LayerNorm::from_master(m, cfg, &g, Some(&b)).unwrap();
+        let place = if i % 2 == 1 {
+            Placement::Shard(0)
+        } else {
+            Placement::Replicate
+        };
+        let y = ln
+            .forward(&DTensor::from_host_f16(m, &[t, d], &x, place).unwrap())
+            .unwrap();
+        let dx = ln
+            .backward(&DTensor::from_host_f16(m, &[t, d], &dy, place).unwrap())
+            .unwrap();
+        assert_eq!((y.dtype(), dx.dtype()), (DType::F16, DType::F16));
+        let w64 = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<_>>();
+        let (y_ref, xhat, rstd) =
+            crate::util::transformer::layer_norm(&w64(&x), &w64(&g), &w64(&b), d, cfg.eps as f64);
+        let (dx_ref, dg_ref, db_ref) =
+            crate::util::transformer::layer_norm_backward(&xhat, &rstd, &w64(&g), &w64(&dy), d);
+        let what = format!("layer norm f16 {kind} {place:?}");
+        assert_close_f16(&format!("{what}: y"), &y.to_host().unwrap(), &y_ref);
+        assert_close_f16(&format!("{what}: dx"), &dx.to_host().unwrap(), &dx_ref);
+        let grads: Vec<Vec<f32>> = ln
+            .named_parameters()
+            .iter()
+            .map(|(_, p)| p.master_grad().unwrap().unwrap())
+            .collect();
+        assert_close(&format!("{what}: dγ"), &grads[0], &dg_ref, TOL);
+        assert_close(&format!("{what}: dβ"), &grads[1], &db_ref, TOL);
+    }
+}
+
+#[test]
+fn cross_entropy_of_f16_logits_sums_in_f32() {
+    use wgpu_tp::nn::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
+    let Some(meshes) = f16_layer_meshes("cross-entropy f16") else {
+        return;
+    };
+    let mut rng = Rng::fresh("ce_f16");
+    let (t, v) = (7, 17);
+    for (kind, m) in &meshes {
+        let z = round(&rng.vec(t * v).iter().map(|a| 4.0 * a).collect::<Vec<_>>());
+        let targets: Vec<i32> = (0..t).map(|_| rng.below(v) as i32).collect();
+        let cfg = CrossEntropyConfig {
+            reduction: Reduction::Sum,
+            ..Default::default()
+        };
+        let mut ce = VocabParallelCrossEntropy::new(cfg).unwrap();
+        let zd = DTensor::from_host_f16(m, &[t, v], &z, Placement::Shard(1)).unwrap();
+        let loss = ce.forward(&zd, &targets).unwrap();
+        let dz = ce.backward(None).unwrap();
+        assert_eq!((loss.dtype(), dz.dtype()), (DType::F32, DType::F16));
+        let want = reference::cross_entropy(&z, (v, v), &targets, 0.0, None, &vec![1.0; t]);
+        let total: f64 = want.loss.iter().sum();
+        let what = format!("cross-entropy f16 {kind}");
+        assert_close(
+            &format!("{what}: loss"),
+            &loss.to_host().unwrap(),
+            &[total],
+            TOL,
+        );
+        assert_close_f16(&format!("{what}: dz"), &dz.to_host().unwrap(), &want.grad);
+    }
+}
+
+#[test]
+fn mlp_in_f16_rounds_only_where_it_stores() {
+    use wgpu_tp::nn::{InitRng, MlpConfig, ParallelMlp};
+    let Some(meshes) = f16_layer_meshes("mlp f16") else {
+        return;
+    };
+    let mut rng = Rng::fresh("mlp_f16");
+    let (t, h, f) = (5, 8, 12);
+    for (kind, m) in &meshes {
+        let mut mlp = ParallelMlp::new(m, MlpConfig::new(h, f), &mut InitRng::new(7)).unwrap();
+        let w1 = mlp.c_fc.master_weight().unwrap();
+        let w2 = mlp.c_proj.master_weight().unwrap();
+        // Non-zero biases so their path is checked too.
+        let (b1, b2) = (rng.vec(f), rng.vec(h));
+        mlp.c_fc.bias.as_mut().unwrap().load_master(&b1).unwrap();
+        mlp.c_proj.bias.as_mut().unwrap().load_master(&b2).unwrap();
+        let (x, dy) = (round(&rng.vec(t * h)), round(&rng.vec(t * h)));
+        let y = mlp
+            .forward(&DTensor::from_host_f16(m, &[t, h], &x, Placement::Replicate).unwrap())
+            .unwrap();
+        let dx = mlp
+            .backward(&DTensor::from_host_f16(m, &[t, h], &dy, Placement::Replicate).unwrap())
+            .unwrap();
+        assert_eq!((y.dtype(), dx.dtype()), (DType::F16, DType::F16));
+        // The f64 model of the f16 run: operands rounded where the layer stores them.
+        let (w1h, w2h) = (round(&w1), round(&w2));
+        let pre = round64(&reference::linear(&x, &w1h, Some(&b1), t, h, f));
+        let act = round64(&pre.iter().map(|&p| reference::gelu(p)).collect::<Vec<_>>());
+        let y_ref = reference::linear(&act, &w2h, Some(&b2), t, f, h);
+        let d_act = round64(&reference::gemm(&dy, &w2h, t, f, h, false, false));
+        let d_pre = round64(
+            &d_act
+                .iter()
+                .zip(&pre)
+                .map(|(g, &p)| g * reference::gelu_grad(p))
+                .collect::<Vec<_>>(),
+        );
+        let dx_ref = reference::gemm(&d_pre, &w1h, t, h, f, false, false);
+        let dw1_ref = reference::gemm(&d_pre, &x, f, h, t, true, false);
+        let dw2_ref = reference::gemm(&dy, &act, h, f, t, true, false);
+        let what = format!("mlp f16 {kind}");
+        assert_close_f16_chain(&format!("{what}: y"), &y.to_host().unwrap(), &y_ref);
+        assert_close_f16_chain(&format!("{what}: dx"), &dx.to_host().unwrap(), &dx_ref);
+        let g1 = mlp.c_fc.weight.master_grad().unwrap().unwrap();
+        let g2 = mlp.c_proj.weight.master_grad().unwrap().unwrap();
+        assert_close_f16_chain(&format!("{what}: dW1"), &g1, &dw1_ref);
+        assert_close_f16_chain(&format!("{what}: dW2"), &g2, &dw2_ref);
+    }
 }
