@@ -25,6 +25,7 @@ use super::linear::{
 };
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::{LocalTensor, Mesh};
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::PhiloxKey;
 use crate::kernels::attention::{
@@ -178,7 +179,8 @@ impl ParallelSelfAttention {
                 format!("{tokens} tokens are not a whole number of sequences of {seq}"),
             ));
         }
-        let qkv = self.c_attn.forward(x)?;
+        // f16 activations: the attention kernels run on the f32 widening.
+        let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let (heads, d, p) = (self.config.heads, self.config.head_dim, qkv.mesh().size());
         let key = (self.training && self.config.dropout > 0.0).then_some(PhiloxKey {
             seed: self.config.dropout_seed,
@@ -201,7 +203,7 @@ impl ParallelSelfAttention {
             Placement::Shard(1),
             d,
         )?;
-        let y = self.c_proj.forward(&out)?;
+        let y = self.c_proj.forward(&out.cast(x.dtype())?)?;
         self.saved = Some(Saved {
             qkv,
             probs,
@@ -220,7 +222,7 @@ impl ParallelSelfAttention {
             .take()
             .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
         let (heads, d) = (self.config.heads, self.config.head_dim);
-        let d_out = match self.c_proj.backward(dy) {
+        let d_out = match self.c_proj.backward(dy).and_then(|g| g.cast(DType::F32)) {
             Ok(g) => g,
             Err(e) => {
                 self.saved = Some(saved);
@@ -268,7 +270,7 @@ impl ParallelSelfAttention {
                 "decode a model built without sequence_parallel (decoding has one token per step)",
             ));
         }
-        let qkv = self.c_attn.forward(x)?;
+        let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let (heads, d, p) = (self.config.heads, self.config.head_dim, qkv.mesh().size());
         let new = qkv.shape()[0];
         if cache.ranks.is_empty() {
@@ -293,7 +295,7 @@ impl ParallelSelfAttention {
             Placement::Shard(1),
             d,
         )?;
-        let y = self.c_proj.forward(&out)?;
+        let y = self.c_proj.forward(&out.cast(x.dtype())?)?;
         cache.ranks = grown;
         cache.len += new;
         Ok(y)

@@ -170,10 +170,11 @@ impl Dropout {
         self.training
     }
 
-    /// `x` (f32, any placement) → `x·m/(1 − p)`, placed like `x`.
+    /// `x` (f32 or f16, any placement) → `x·m/(1 − p)`, placed like `x`, in
+    /// x's dtype (f16 is masked and scaled in f32, then rounded).
     pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
         const OP: &str = "Dropout::forward";
-        if x.dtype() != DType::F32 {
+        if x.dtype() == DType::I32 {
             return Err(Error::DTypeMismatch {
                 op: OP,
                 expected: DType::F32,
@@ -192,7 +193,7 @@ impl Dropout {
                 step: self.step,
                 layer: self.config.layer,
             };
-            let y = masked(x, p, key)?;
+            let y = masked(&x.cast(DType::F32)?, p, key)?.cast(x.dtype())?;
             let saved = Saved::Masked {
                 key,
                 shape,
@@ -204,8 +205,9 @@ impl Dropout {
         Ok(y)
     }
 
-    /// `dy` (f32, placed and shaped like the forward's output; any placement
-    /// on one rank) → `dy·m/(1 − p)` with the forward's mask.
+    /// `dy` (f32 or f16, placed and shaped like the forward's output; any
+    /// placement on one rank) → `dy·m/(1 − p)` with the forward's mask, in
+    /// dy's dtype.
     pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
         const OP: &str = "Dropout::backward";
         let saved = self
@@ -219,12 +221,12 @@ impl Dropout {
         }) = &saved;
         if dy.shape() != shape.as_slice()
             || (dy.placement() != *placement && dy.mesh().size() > 1)
-            || dy.dtype() != DType::F32
+            || dy.dtype() == DType::I32
         {
             let err = Error::invalid(
                 OP,
                 format!(
-                    "dy must be f32 {shape:?} placed {placement:?} like the output, got {:?} {:?} {:?}",
+                    "dy must be float {shape:?} placed {placement:?} like the output, got {:?} {:?} {:?}",
                     dy.dtype(),
                     dy.shape(),
                     dy.placement()
@@ -236,7 +238,9 @@ impl Dropout {
         match saved {
             Saved::Identity { .. } => Ok(dy.clone()),
             Saved::Zeros { .. } => zeros_like(dy),
-            Saved::Masked { key, .. } => masked(dy, self.config.p, key),
+            Saved::Masked { key, .. } => {
+                masked(&dy.cast(DType::F32)?, self.config.p, key)?.cast(dy.dtype())
+            }
         }
     }
 }

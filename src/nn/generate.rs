@@ -120,6 +120,7 @@ impl Gpt {
         let past = caches.first().map_or(0, KvCache::len);
         let positions: Vec<i32> = (past..past + ids.len()).map(|p| p as i32).collect();
         let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let x = x.cast(self.config().dtype)?;
         let mut x = self.drop.forward(&x)?;
         for (block, cache) in self.h.iter_mut().zip(caches.iter_mut()) {
             x = block.decode(&x, cache)?;

@@ -24,7 +24,7 @@ use super::init::{Init, InitRng};
 use super::norm::{LayerNorm, NormConfig};
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
-use crate::element::ReduceOp;
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, Activation, GemmOptions};
 use crate::tensor::{DTensor, Mapping, Placement};
@@ -58,6 +58,11 @@ pub struct GptConfig {
     /// Dropout on the attention probabilities (GPT-2's `attn_pdrop`); 0 (the
     /// default) turns it off. Masks follow the global head index.
     pub attn_dropout: f32,
+    /// Activation dtype: `F32` (the default) or `F16` for mixed precision
+    /// (needs `SHADER_F16`): the summed embeddings are cast to f16, blocks and
+    /// the head compute in f16 with f32 accumulation (docs/MATH.md §15), and
+    /// every parameter keeps an f32 master and an f32 gradient.
+    pub dtype: DType,
 }
 
 impl GptConfig {
@@ -75,6 +80,7 @@ impl GptConfig {
             sequence_parallel: false,
             dropout: 0.0,
             attn_dropout: 0.0,
+            dtype: DType::F32,
         }
     }
 }
@@ -207,7 +213,7 @@ impl Gpt {
         }
         let positions: Vec<i32> = (0..ids.len()).map(|i| (i % seq) as i32).collect();
         let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
-        let mut x = self.drop.forward(&x)?;
+        let mut x = self.drop.forward(&x.cast(self.config.dtype)?)?;
         if self.config.sequence_parallel {
             x = Mapping::ScatterToParallel(0).forward(&x)?;
         }
@@ -234,7 +240,7 @@ impl Gpt {
     /// rank's `wte` rows → (`x` as the head saw it, logits `Shard(1)`).
     pub(super) fn head(&self, x: &DTensor) -> Result<(DTensor, DTensor)> {
         let h = self.head_input().forward(x)?;
-        let table = &self.wte.weight().value;
+        let table = &self.wte.weight().value.cast(h.dtype())?;
         let opts = GemmOptions {
             trans_b: true,
             ..Default::default()
@@ -267,8 +273,9 @@ impl Gpt {
             .saved
             .take()
             .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
+        // In the activations' dtype, as are `dlogits` and `saved.h`.
         let dlogits = self.loss.backward(None)?;
-        let table = self.wte.weight().value.clone();
+        let table = self.wte.weight().value.cast(saved.h.dtype())?;
         let mut d_wte = Vec::with_capacity(table.shards().len());
         let mut d_h = Vec::with_capacity(table.shards().len());
         for ((dl, e), h) in dlogits
@@ -277,12 +284,18 @@ impl Gpt {
             .zip(table.shards())
             .zip(saved.h.shards())
         {
+            // Gradients and partial sums in f32 whatever the activations' dtype.
             let grad = GemmOptions {
                 trans_a: true,
+                out_dtype: Some(DType::F32),
+                ..Default::default()
+            };
+            let partial = GemmOptions {
+                out_dtype: Some(DType::F32),
                 ..Default::default()
             };
             d_wte.push(kernels::gemm(dl, h, grad)?);
-            d_h.push(kernels::gemm(dl, e, GemmOptions::default())?);
+            d_h.push(kernels::gemm(dl, e, partial)?);
         }
         // The tied head's gradient joins the embedding's in `wte.weight`.
         let d_wte = table.with_shards(d_wte, table.shape().to_vec(), table.placement());
@@ -292,14 +305,15 @@ impl Gpt {
             saved.h.shape().to_vec(),
             Placement::Partial(ReduceOp::Sum),
         );
-        let mut dx = self.ln_f.backward(&self.head_input().backward(&d_h)?)?;
+        let d_h = self.head_input().backward(&d_h)?.cast(saved.h.dtype())?;
+        let mut dx = self.ln_f.backward(&d_h)?;
         for block in self.h.iter_mut().rev() {
             dx = block.backward(&dx)?;
         }
         if self.config.sequence_parallel {
             dx = Mapping::ScatterToParallel(0).backward(&dx)?;
         }
-        let dx = self.drop.backward(&dx)?;
+        let dx = self.drop.backward(&dx)?.cast(DType::F32)?;
         self.wpe.backward(&dx)?;
         self.wte.backward(&dx)
     }

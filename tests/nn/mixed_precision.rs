@@ -7,7 +7,9 @@
 //! updates that f16 weights would round away. The ring overlap refuses f16.
 //! LayerNorm, the vocab-parallel cross-entropy and the MLP (column → GELU →
 //! row) take f16 too: statistics, softmax sums and element-wise maths in f32,
-//! rounded only where the result is stored.
+//! rounded only where the result is stored. A GPT with `dtype: F16`
+//! (attention and dropout widened likewise) tracks the f32 GPT's loss and
+//! gradients at every world size, and generates.
 
 use super::TOL;
 use crate::util::reference::{self, LinearGrads, linear_grads};
@@ -352,5 +354,58 @@ fn mlp_in_f16_rounds_only_where_it_stores() {
         let g2 = mlp.c_proj.weight.master_grad().unwrap().unwrap();
         assert_close_f16_chain(&format!("{what}: dW1"), &g1, &dw1_ref);
         assert_close_f16_chain(&format!("{what}: dW2"), &g2, &dw2_ref);
+    }
+}
+
+#[test]
+fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
+    use wgpu_tp::nn::{Gpt, GptConfig, Sampling};
+    let Some(meshes) = f16_layer_meshes("gpt f16") else {
+        return;
+    };
+    let mut rng = Rng::fresh("gpt_f16");
+    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
+    cfg.ffn = 20;
+    let (ids, targets) = crate::util::token_batch(&mut rng, cfg.vocab, 16);
+    let seed = rng.next_u64();
+    // The f32 model (itself held to an f64 reference in nn::gpt).
+    let mut full = Gpt::new(&mesh(1), cfg, seed).unwrap();
+    let loss32 = full.forward(&ids, &targets, 8).unwrap().to_host().unwrap()[0] as f64;
+    full.backward().unwrap();
+    let grads32 = crate::util::master_grads(&full);
+    for (i, (kind, m)) in meshes.iter().enumerate() {
+        let cfg16 = GptConfig {
+            dtype: DType::F16,
+            sequence_parallel: i % 2 == 1,
+            ..cfg
+        };
+        let what = format!("gpt f16 {kind} sp={}", cfg16.sequence_parallel);
+        let mut gpt = Gpt::new(m, cfg16, seed).unwrap();
+        let logits = gpt.logits(&ids, 8).unwrap();
+        assert_eq!(logits.dtype(), DType::F16, "{what}");
+        let loss = gpt.forward(&ids, &targets, 8).unwrap();
+        assert_eq!(loss.dtype(), DType::F32, "{what}");
+        let loss16 = loss.to_host().unwrap()[0] as f64;
+        let e = (loss16 - loss32).abs() / loss32;
+        eprintln!("[mixed precision] {what}: loss {loss16:.6} vs f32 {loss32:.6} ({e:.2e})");
+        // Observed 2.5e-6 (small logits at GPT-2's init); 2e-4 leaves room for
+        // seeds, not for a wrong path.
+        assert!(e <= 2e-4, "{what}: loss {loss16} vs f32 {loss32}");
+        gpt.backward().unwrap();
+        let mut worst = 0.0f64;
+        for ((name, g16), (_, g32)) in crate::util::master_grads(&gpt).iter().zip(&grads32) {
+            let e = crate::util::rel_err(g16, &reference::widen(g32));
+            worst = worst.max(e);
+            // Observed ≈ 1e-3 (two f16 roundoffs through two blocks).
+            assert!(e <= 1e-2, "{what}: gradient {name} off by {e:.2e}");
+        }
+        eprintln!("[mixed precision] {what}: worst gradient error vs f32 {worst:.2e}");
+        for (name, p) in gpt.named_parameters() {
+            assert_eq!(p.value.dtype(), DType::F32, "{what}: master {name}");
+        }
+        if !cfg16.sequence_parallel {
+            let out = gpt.generate(&ids[..3], 4, Sampling::Greedy).unwrap();
+            assert_eq!(out.len(), 4, "{what}: generation");
+        }
     }
 }
