@@ -8,14 +8,22 @@
 //! One wgpu sample = record + submit + wait; the first call (pipeline
 //! compilation) is excluded by criterion's warm-up. Prints, per shape,
 //! `gemm MxNxK op: wgpu X GFLOP/s, sgemm Y GFLOP/s, ratio X/Y` from the best
-//! sample of each (the machine may be shared). `cargo bench --bench gemm`.
+//! sample of each (the machine may be shared). Where the adapter has
+//! `SHADER_F16`, also the f16 GEMM (f32 accumulation) against the f32 one on
+//! 1024³ and the 512×512×2048 forward. `cargo bench --bench gemm`.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use wgpu_tp::Mesh;
 use wgpu_tp::kernels::{self, GemmOptions};
+use wgpu_tp::{DType, Mesh};
+
+/// The f16 cases, each timed against f32 in the same run.
+const F16_CASES: &[(usize, usize, usize, &str, bool, bool)] = &[
+    (1024, 1024, 1024, "nn", false, false),
+    (512, 512, 2048, "fwd", false, true),
+];
 
 /// (M, N, K, op name, trans_a, trans_b)
 const CASES: &[(usize, usize, usize, &str, bool, bool)] = &[
@@ -117,6 +125,42 @@ fn main() {
         );
         println!("{line}");
         lines.push(line);
+    }
+    if r.device().has_f16() {
+        for &(m, n, k, op, ta, tb) in F16_CASES {
+            let flops = 2.0 * (m * n * k) as f64;
+            let a_shape = if ta { [k, m] } else { [m, k] };
+            let b_shape = if tb { [n, k] } else { [k, n] };
+            let a32 = r.upload(&a_shape, &data(m * k, 1)).unwrap();
+            let b32 = r.upload(&b_shape, &data(k * n, 2)).unwrap();
+            let (a16, b16) = (
+                kernels::cast(&a32, DType::F16).unwrap(),
+                kernels::cast(&b32, DType::F16).unwrap(),
+            );
+            let opts = GemmOptions {
+                trans_a: ta,
+                trans_b: tb,
+                ..Default::default()
+            };
+            let name = format!("gemm {m}x{n}x{k} {op}");
+            let t16 = best_time(&mut c, &format!("{name} f16"), || {
+                kernels::gemm(&a16, &b16, opts).unwrap();
+                mesh.synchronize().unwrap();
+            });
+            let t32 = best_time(&mut c, &format!("{name} f32"), || {
+                kernels::gemm(&a32, &b32, opts).unwrap();
+                mesh.synchronize().unwrap();
+            });
+            let (x, y) = (flops / t16 / 1e9, flops / t32 / 1e9);
+            let line = format!(
+                "{name} f16 (f32 accumulation): {x:.1} GFLOP/s, f32 {y:.1} GFLOP/s, ratio {:.2}",
+                x / y
+            );
+            println!("{line}");
+            lines.push(line);
+        }
+    } else {
+        lines.push("f16: skipped, the adapter has no SHADER_F16".into());
     }
     let rate = |op: &str, m: usize| rates.iter().find(|r| r.0 == op && r.1 == m).map(|r| r.2);
     if let (Some(aligned), Some(ragged)) = (rate("nn", 1024), rate("nn ragged", 1021)) {
