@@ -210,11 +210,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
 
     // Step 0 on one rank first: on software adapters the driver's shader
     // cache then serves the P devices.
-    let parity_tol = if args.f16 {
-        PARITY_TOL_F16
-    } else {
-        PARITY_TOL
-    };
+    let parity_tol = if args.f16 { PARITY_TOL_F16 } else { PARITY_TOL };
     println!(
         "\nstep-0 parity, P = {} vs P = 1 (tolerance {parity_tol:.0e}):",
         mesh.size()

@@ -1,5 +1,5 @@
-// Cast between f32 and f16: out[i] = Out(x[i]), round to nearest even when
-// narrowing (values past f16's range become ±inf). Composed in Rust after
+// Cast between f32 and f16: out[i] = Out(x[i]); narrowing gives a
+// neighbouring f16 (WGSL leaves which one to the driver). Composed in Rust after
 // `enable f16;`, the In / Out aliases and the grid prefix (src/kernels/cast.rs),
 // so one file serves both directions. Grid: one invocation per element.
 

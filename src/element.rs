@@ -52,7 +52,10 @@ impl ReduceOp {
     #[inline]
     pub(crate) fn combine_words(self, dtype: DType, a: u32, b: u32) -> u32 {
         match (dtype, self) {
-            (DType::F16, _) => a,
+            (DType::F16, _) => {
+                debug_assert!(false, "collectives refuse f16 before combining words");
+                a
+            }
             (DType::F32, ReduceOp::Sum) => (f32::from_bits(a) + f32::from_bits(b)).to_bits(),
             (DType::F32, ReduceOp::Max) => f32::from_bits(a).max(f32::from_bits(b)).to_bits(),
             (DType::I32, ReduceOp::Sum) => (a as i32).wrapping_add(b as i32) as u32,

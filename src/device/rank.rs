@@ -93,6 +93,14 @@ impl Rank {
     /// A tensor whose every element has the bit pattern `bits` (e.g.
     /// `1.0f32.to_bits()`; for f16 the low 16 bits, e.g. `f16::ONE.to_bits()`).
     pub fn filled(&self, shape: &[usize], dtype: DType, bits: u32) -> Result<LocalTensor> {
+        if dtype == DType::F16 && bits > 0xFFFF {
+            return Err(Error::invalid(
+                "filled",
+                format!(
+                    "{bits:#x} is not an f16 bit pattern (16 bits); use e.g. half::f16::ONE.to_bits()"
+                ),
+            ));
+        }
         let t = self.alloc_raw("filled", shape, dtype)?;
         self.fill(t, bits)
     }
@@ -113,7 +121,7 @@ impl Rank {
                     .record(|enc| enc.clear_buffer(&buf, 0, Some(words)));
             } else {
                 let word = match t.dtype() {
-                    DType::F16 => (bits & 0xFFFF) * 0x1_0001,
+                    DType::F16 => bits * 0x1_0001,
                     DType::F32 | DType::I32 => bits,
                 };
                 let data = vec![word; words as usize / 4];

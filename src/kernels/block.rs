@@ -137,7 +137,8 @@ fn dispatch(op: &'static str, spec: KernelSpec, buffers: &[&LocalTensor], b: Blo
     .record(device)
 }
 
-/// Record `dst[block] = src[block]` (same device; any dtype, same in both).
+/// Record `dst[block] = src[block]` (same device, same dtype; f16 only
+/// where the block is one contiguous run of whole words).
 pub(crate) fn copy_block(src: &LocalTensor, dst: &LocalTensor, b: Block) -> Result<()> {
     b.check("copy_block", src, dst)?;
     if b.total() == 0 {
@@ -145,6 +146,10 @@ pub(crate) fn copy_block(src: &LocalTensor, dst: &LocalTensor, b: Block) -> Resu
     }
     match b.contiguous() {
         Some((s, d)) => copy_region(src, s, dst, d, b.total()),
+        None if dst.dtype() == DType::F16 => Err(Error::invalid(
+            "copy_block",
+            "strided copies move 32-bit words; widen f16 tensors first (kernels::cast)",
+        )),
         None => {
             let spec = KernelSpec::new("block", SOURCE, COPY_BINDINGS, "copy_block");
             dispatch("copy_block", spec, &[src, dst], b)

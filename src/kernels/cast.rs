@@ -1,7 +1,8 @@
 //! Casts between f32 and f16 (`shaders/cast.wgsl`), the way into and out of
 //! mixed precision: f32 master weights are cast to f16 for the f16 GEMM, and
 //! f16 tensors are widened before a collective (which then sums in f32).
-//! Narrowing rounds to nearest even; widening is exact.
+//! Narrowing gives a neighbouring f16 (the nearest, ties to even, on
+//! lavapipe; WGSL lets a driver pick either neighbour); widening is exact.
 
 use super::grid::grid_groups;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};

@@ -1,17 +1,24 @@
 //! Slicing tensors on one rank: `narrow` (take `len` entries of one
 //! dimension starting at `start`) and `concat` (join tensors along a
 //! dimension), both block copies (`copy_block`, `shaders/block.wgsl`).
-//! They move 4-byte words, so they serve every dtype; contiguous cases
-//! (dim 0, or all outer sizes 1) are plain buffer copies.
+//! They move 4-byte words, so they serve f32 and i32 as they are; f16
+//! tensors are widened, sliced and rounded back (exact: every f16 value is
+//! an f32 one). Contiguous cases (dim 0, or all outer sizes 1) are plain
+//! buffer copies.
 
 use super::block::{Block, copy_block};
+use super::cast::cast;
 use crate::device::LocalTensor;
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::shard::{outer_dim_inner, with_dim};
 
 /// Entries `start..start+len` of dimension `dim` of `x`, as a new tensor.
 pub fn narrow(x: &LocalTensor, dim: usize, start: usize, len: usize) -> Result<LocalTensor> {
     const OP: &str = "narrow";
+    if x.dtype() == DType::F16 {
+        return cast(&narrow(&cast(x, DType::F32)?, dim, start, len)?, DType::F16);
+    }
     if dim >= x.shape().len() {
         return Err(Error::OutOfRange {
             op: OP,
@@ -75,6 +82,14 @@ pub fn concat(parts: &[&LocalTensor], dim: usize) -> Result<LocalTensor> {
             return Err(Error::shape(OP, first.shape(), p.shape()));
         }
         total += p.shape()[dim];
+    }
+    if first.dtype() == DType::F16 {
+        let wide = parts
+            .iter()
+            .map(|p| cast(p, DType::F32))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&LocalTensor> = wide.iter().collect();
+        return cast(&concat(&refs, dim)?, DType::F16);
     }
     let shape = with_dim(first.shape(), dim, total);
     let out = first.rank().alloc(OP, &shape, first.dtype())?;

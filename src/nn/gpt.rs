@@ -122,6 +122,16 @@ impl Gpt {
                 "vocab, n_ctx and layers must be at least 1",
             ));
         }
+        match config.dtype {
+            DType::F32 => {}
+            DType::F16 => {
+                // Fails here, naming the feature, rather than at the first step.
+                for r in mesh.ranks() {
+                    r.zeros(&[1], DType::F16)?;
+                }
+            }
+            DType::I32 => return Err(Error::invalid(OP, "dtype must be F32 or F16")),
+        }
         let mut rng = InitRng::new(seed);
         let wte = VocabParallelEmbedding::new(
             mesh,

@@ -16,7 +16,8 @@
 //! placement is accepted (all hold the same bytes there).
 //!
 //! An f16 input is normalised in f32 (statistics, `γ`, `β` and gradients are
-//! f32) and `y`, `dx` are rounded back to f16.
+//! f32) and `y`, `dx` are rounded back to f16 (`dx` comes back in the
+//! input's dtype whichever float `dy` is, as for the linear layers).
 
 use super::parameter::{Module, Parameter, check_master, weight_and_bias, weight_and_bias_mut};
 use crate::device::{LocalTensor, Mesh};
@@ -178,12 +179,11 @@ fn backward(
         return Err(Error::invalid(op, "call forward before backward"));
     };
     let placed = dy.placement() == s.x.placement() || dy.mesh().size() == 1;
-    if dy.shape() != s.x.shape() || !placed || dy.dtype() != s.dtype {
+    if dy.shape() != s.x.shape() || !placed || dy.dtype() == DType::I32 {
         let err = Error::invalid(
             op,
             format!(
-                "dy must be {} {:?} placed {:?} like the input, got {:?} {:?} {:?}",
-                s.dtype,
+                "dy must be f32 or f16 {:?} placed {:?} like the input, got {:?} {:?} {:?}",
                 s.x.shape(),
                 s.x.placement(),
                 dy.dtype(),

@@ -335,7 +335,16 @@ impl DTensor {
     /// is exact). Waits for the devices.
     pub fn to_host(&self) -> Result<Vec<f32>> {
         if self.dtype() == DType::F16 {
-            return self.cast(DType::F32)?.to_host();
+            let wide = self.cast(DType::F32)?.to_host()?;
+            return Ok(match self.placement() {
+                // Summed on the host in f32, then rounded once, as
+                // `redistribute(Replicate)` would.
+                Placement::Partial(ReduceOp::Sum) if self.mesh().size() > 1 => wide
+                    .iter()
+                    .map(|&v| half::f16::from_f32(v).to_f32())
+                    .collect(),
+                _ => wide,
+            });
         }
         self.shards[0].expect_dtype("DTensor::to_host", DType::F32)?;
         let bytes = self.host_words()?;

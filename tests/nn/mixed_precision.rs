@@ -9,7 +9,8 @@
 //! row) take f16 too: statistics, softmax sums and element-wise maths in f32,
 //! rounded only where the result is stored. A GPT with `dtype: F16`
 //! (attention and dropout widened likewise) tracks the f32 GPT's loss and
-//! gradients at every world size, and generates.
+//! gradients at every world size, gives the same loss with dropout on at
+//! every world size, and generates the same with and without its cache.
 
 use super::TOL;
 use crate::util::reference::{self, LinearGrads, linear_grads};
@@ -26,9 +27,7 @@ use wgpu_tp::{DTensor, DType, Error, Mesh, Placement};
 /// Sizes (tokens, in, out): ragged, and one where some ranks hold nothing at P = 8.
 const SIZES: &[(usize, usize, usize)] = &[(7, 13, 17), (5, 3, 6)];
 
-fn round(x: &[f32]) -> Vec<f32> {
-    x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()
-}
+use crate::util::round_f16 as round;
 
 /// The meshes a mixed-precision layer test runs on: the shared-device mesh
 /// at every world size (one device compiles the f16 pipelines once), the
@@ -189,11 +188,9 @@ fn f32_masters_keep_updates_f16_weights_would_lose() {
 
 #[test]
 fn ring_overlap_refuses_f16_and_the_layer_stays_usable() {
-    let m = mesh(2);
-    if !m.ranks()[0].device().has_f16() {
-        eprintln!("[wgpu-tp tests] ring f16: skipped, no SHADER_F16 on this adapter");
+    let Some([(_, m), _]) = f16_meshes(2, "ring f16") else {
         return;
-    }
+    };
     let (t, inp, out) = (6, 5, 4);
     let mut cfg = ColumnParallelConfig::new(inp, out);
     cfg.sequence_parallel = true;
@@ -208,6 +205,14 @@ fn ring_overlap_refuses_f16_and_the_layer_stays_usable() {
     let x32 = DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(0)).unwrap();
     let y = layer.forward(&x32).unwrap();
     assert_eq!((y.dtype(), y.shape()), (DType::F32, &[t, out][..]));
+    // An f16 gradient is refused too, and the saved input survives it.
+    let dy16 = DTensor::from_host_f16(&m, &[t, out], &vec![1.0; t * out], y.placement()).unwrap();
+    assert!(matches!(
+        layer.backward(&dy16),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    let dy32 = DTensor::from_host(&m, &[t, out], &vec![1.0; t * out], y.placement()).unwrap();
+    assert_eq!(layer.backward(&dy32).unwrap().dtype(), DType::F32);
 }
 
 /// For chains of f16 stores (each a rounding that can move the next stage by
@@ -373,6 +378,7 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
     let loss32 = full.forward(&ids, &targets, 8).unwrap().to_host().unwrap()[0] as f64;
     full.backward().unwrap();
     let grads32 = crate::util::master_grads(&full);
+    let mut dropout_loss: Option<f64> = None;
     for (i, (kind, m)) in meshes.iter().enumerate() {
         let cfg16 = GptConfig {
             dtype: DType::F16,
@@ -380,6 +386,32 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
             ..cfg
         };
         let what = format!("gpt f16 {kind} sp={}", cfg16.sequence_parallel);
+        // Dropout (embeddings, residuals, attention probabilities) on f16
+        // activations: the same masks at every world size, so the loss with
+        // dropout on matches across meshes too.
+        let mut dropped = Gpt::new(
+            m,
+            GptConfig {
+                dropout: 0.2,
+                attn_dropout: 0.1,
+                ..cfg16
+            },
+            seed,
+        )
+        .unwrap();
+        dropped.set_mode(true, 3);
+        let l = dropped
+            .forward(&ids, &targets, 8)
+            .unwrap()
+            .to_host()
+            .unwrap()[0] as f64;
+        dropped.backward().unwrap();
+        let first = *dropout_loss.get_or_insert(l);
+        assert!(
+            (l - first).abs() <= 2e-4 * first,
+            "{what}: loss with dropout {l} vs {first} on the first mesh"
+        );
+        assert!((l - loss32).abs() > 1e-3, "{what}: dropout changed nothing");
         let mut gpt = Gpt::new(m, cfg16, seed).unwrap();
         let logits = gpt.logits(&ids, 8).unwrap();
         assert_eq!(logits.dtype(), DType::F16, "{what}");
@@ -404,8 +436,12 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
             assert_eq!(p.value.dtype(), DType::F32, "{what}: master {name}");
         }
         if !cfg16.sequence_parallel {
+            // The key/value cache in f16 gives what recomputing everything gives.
             let out = gpt.generate(&ids[..3], 4, Sampling::Greedy).unwrap();
-            assert_eq!(out.len(), 4, "{what}: generation");
+            let again = gpt
+                .generate_uncached(&ids[..3], 4, Sampling::Greedy)
+                .unwrap();
+            assert_eq!(out, again, "{what}: cached vs uncached generation");
         }
     }
 }

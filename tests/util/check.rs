@@ -39,6 +39,13 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
     }
 }
 
+/// The f16 values of `x` rounded to nearest (the host's reference rounding).
+pub fn round_f16(x: &[f32]) -> Vec<f32> {
+    x.iter()
+        .map(|&v| wgpu_tp::half::f16::from_f32(v).to_f32())
+        .collect()
+}
+
 /// f16's unit roundoff, 2^-11: one rounding to f16 moves a value by at most
 /// this much relative to it (normal range).
 pub const F16_ROUNDOFF: f64 = 1.0 / 2048.0;

@@ -67,10 +67,6 @@ impl Precision {
         Precision { input, output }
     }
 
-    fn wgsl(t: DType) -> &'static str {
-        if t == DType::F16 { "f16" } else { "f32" }
-    }
-
     /// `enable f16;` where needed and the `AIn` / `COut` aliases, composed in
     /// front of the shared header.
     pub(crate) fn prelude(self) -> String {
@@ -78,8 +74,8 @@ impl Precision {
         format!(
             "{}alias AIn = {};\nalias COut = {};\n",
             if f16 { "enable f16;\n" } else { "" },
-            Self::wgsl(self.input),
-            Self::wgsl(self.output)
+            self.input,
+            self.output
         )
     }
 

@@ -11,8 +11,8 @@
 //! partial sums are reduced in f32 and rounded once; `dW`, `db` stay f32.
 
 use super::shared::{
-    Overlap, accumulate_grads, check_input, check_overlap, gemm_each, linear_common, shard_master,
-    split_is_plain, sum_rows_each,
+    Overlap, accumulate_grads, check_grad_dtype, check_input, check_overlap, gemm_each,
+    linear_common, shard_master, split_is_plain, sum_rows_each,
 };
 use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
@@ -208,17 +208,26 @@ impl ColumnParallelLinear {
             self.saved_input = Some(saved);
             return Err(Error::shape(OP, want, dy.shape()));
         }
+        if let Err(e) = check_grad_dtype(OP, dy, self.ring()) {
+            self.saved_input = Some(saved);
+            return Err(e);
+        }
         let dy = if self.config.gather_output {
             Mapping::GatherFromParallel(1).backward(dy)?
         } else {
             dy.clone()
         };
+        // Computed in the input's dtype (the ring's chunks are f32).
+        let dtype = match &saved {
+            SavedInput::Whole(x) => x.dtype(),
+            SavedInput::Chunks { .. } => DType::F32,
+        };
+        let dy = dy.cast(dtype)?;
         let w = &self.weight.value;
         let x_shape = [tokens, self.config.in_features];
         let (dx, dw) = match &saved {
             SavedInput::Whole(x) => {
-                // Computed in the input's dtype; dW and dx's partials in f32.
-                let dy = dy.cast(x.dtype())?;
+                // dW and dx's partials in f32.
                 let w = &w.cast(x.dtype())?;
                 let dw = gemm_each(&dy, x, (true, false), DType::F32)?;
                 let dx = gemm_each(&dy, w, (false, false), DType::F32)?;

@@ -12,8 +12,8 @@
 //! f16, `dW`, `db` stay f32.
 
 use super::shared::{
-    Overlap, accumulate_grads, check_input, check_overlap, gemm_each, linear_common, shard_master,
-    split_is_plain, sum_rows_each,
+    Overlap, accumulate_grads, check_grad_dtype, check_input, check_overlap, gemm_each,
+    linear_common, shard_master, split_is_plain, sum_rows_each,
 };
 use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
@@ -210,6 +210,10 @@ impl RowParallelLinear {
         if dy.shape() != want {
             self.saved_input = Some(x);
             return Err(Error::shape(OP, want, dy.shape()));
+        }
+        if let Err(e) = check_grad_dtype(OP, dy, self.ring()) {
+            self.saved_input = Some(x);
+            return Err(e);
         }
         let w = &self.weight.value;
         let (dx, dw, db) = if self.ring() {

@@ -61,6 +61,20 @@ pub(super) fn check_input(
     }
 }
 
+/// An output gradient is f32 or f16 (computed in the input's dtype either
+/// way); f32 only for the ring, which moves f32 chunks.
+pub(super) fn check_grad_dtype(op: &'static str, dy: &DTensor, ring: bool) -> Result<()> {
+    match dy.dtype() {
+        DType::F32 => Ok(()),
+        DType::F16 if !ring => Ok(()),
+        got => Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got,
+        }),
+    }
+}
+
 /// Check a master weight `[out, in]` and optional bias `[out]` and shard them:
 /// the weight with `stride` and shard `unit`, a sharded bias likewise, a
 /// replicated bias whole.
