@@ -11,7 +11,7 @@
 //! - `Cpu` (the register kernel, generated per tile in `gemm/register.rs`):
 //!   for CPU adapters (lavapipe, llvmpipe); each invocation keeps a small tile
 //!   of C in vec4 registers and reads A and B as aligned vec4s, no workgroup
-//!   memory. The tile is chosen per adapter (3×4 on lavapipe from Mesa ≥ 24, 4×16 on
+//!   memory. The tile is chosen per adapter (4×4 on lavapipe from Mesa ≥ 24, 4×16 on
 //!   Mesa < 24 and on GL, where loads cost more) and can be
 //!   overridden with `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n]` (e.g. `4x16/8m`) for
 //!   tuning.

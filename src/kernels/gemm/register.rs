@@ -185,10 +185,11 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
 }
 
 /// The register tile on lavapipe from Mesa ≥ 24 and other non-GL adapters:
-/// 3 rows × 4 columns per invocation compiles in under a second and ran as
-/// fast as tiles 5× its size there (BENCHMARKS.md, round 2).
+/// 4 rows × 4 columns per invocation compiles in under a second and ran
+/// 1.2× faster than 3×4 and than tiles up to 4× its size there (BENCHMARKS.md,
+/// rounds 2 and 3).
 const TILE_DEFAULT: Tile = Tile {
-    tm: 3,
+    tm: 4,
     tnv: 1,
     wg: 8,
     tall: true,
