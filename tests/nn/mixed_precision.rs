@@ -411,7 +411,18 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
             (l - first).abs() <= 2e-4 * first,
             "{what}: loss with dropout {l} vs {first} on the first mesh"
         );
-        assert!((l - loss32).abs() > 1e-3, "{what}: dropout changed nothing");
+        // At GPT-2's init the logits are tiny and the loss barely moves; the
+        // gradients show the masks.
+        let moved = crate::util::master_grads(&dropped)
+            .iter()
+            .zip(&grads32)
+            .map(|((_, g16), (_, g32))| crate::util::rel_err(g16, &reference::widen(g32)))
+            .fold(0.0f64, f64::max);
+        eprintln!("[mixed precision] {what}: dropout moved the gradients by {moved:.2e}");
+        assert!(
+            moved > 0.05,
+            "{what}: dropout changed nothing ({moved:.2e})"
+        );
         let mut gpt = Gpt::new(m, cfg16, seed).unwrap();
         let logits = gpt.logits(&ids, 8).unwrap();
         assert_eq!(logits.dtype(), DType::F16, "{what}");
