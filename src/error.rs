@@ -216,6 +216,17 @@ impl Error {
         }
     }
 
+    /// [`Error::Unsupported`] for an f16 tensor on an adapter without `SHADER_F16`.
+    pub(crate) fn no_f16(op: &'static str, adapter: &str) -> Self {
+        Error::Unsupported {
+            op,
+            what: "an f16 tensor",
+            feature: "SHADER_F16",
+            adapter: adapter.to_string(),
+            hint: "keep this model in f32, or use an adapter that has it (Mesa >= 24 lavapipe, Metal, most desktop Vulkan/DX12 GPUs; `cargo run --example devices` lists them)",
+        }
+    }
+
     /// Shorthand for [`Error::InvalidArgument`].
     pub(crate) fn invalid(op: &'static str, message: impl Into<String>) -> Self {
         Error::InvalidArgument {

@@ -17,6 +17,7 @@ use std::time::Instant;
 use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
 use super::pool::BufferPool;
 use super::trace::{Stopped, TraceClock, Tracer};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
 /// Flush the pending encoder after this many recorded dispatches, so one
@@ -130,10 +131,18 @@ impl Device {
         super::pipeline::grid_workgroup(&self.limits)
     }
 
-    /// Whether f16 tensors and kernels work here (`SHADER_F16` was available
-    /// and is on; see [`crate::DType::F16`]).
+    /// Whether f16 tensors and kernels work here (`SHADER_F16` is on).
     pub fn has_f16(&self) -> bool {
         self.features().contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// Whether tensors of `dtype` can live here: f16 needs `SHADER_F16`,
+    /// else [`Error::Unsupported`] naming it.
+    pub fn check_dtype(&self, op: &'static str, dtype: DType) -> Result<()> {
+        if dtype == DType::F16 && !self.has_f16() {
+            return Err(Error::no_f16(op, &self.adapter_info().name));
+        }
+        Ok(())
     }
 
     /// The features the device was opened with.

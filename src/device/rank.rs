@@ -161,15 +161,7 @@ impl Rank {
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows usize")))?;
-        if dtype == DType::F16 && !self.device.has_f16() {
-            return Err(Error::Unsupported {
-                op,
-                what: "an f16 tensor",
-                feature: "SHADER_F16",
-                adapter: self.device.adapter_info().name.clone(),
-                hint: "keep this model in f32, or use an adapter that has it (Mesa >= 24 lavapipe, Metal, most desktop Vulkan/DX12 GPUs; `cargo run --example devices` lists them)",
-            });
-        }
+        self.device.check_dtype(op, dtype)?;
         let bytes = (n as u64)
             .saturating_mul(dtype.size_bytes() as u64)
             .next_multiple_of(4);

@@ -127,7 +127,7 @@ impl Gpt {
             DType::F16 => {
                 // Fails here, naming the feature, rather than at the first step.
                 for r in mesh.ranks() {
-                    r.zeros(&[1], DType::F16)?;
+                    r.device().check_dtype(OP, DType::F16)?;
                 }
             }
             DType::I32 => return Err(Error::invalid(OP, "dtype must be F32 or F16")),

@@ -7,6 +7,7 @@
 //! `Error::Unsupported` and stays usable.
 
 use crate::util::reference;
+use crate::util::round_f16 as round;
 use crate::util::{
     F16_ROUNDOFF, Rng, WORLD_SIZES, assert_close, assert_close_f16, f16_meshes, mesh_env,
 };
@@ -22,8 +23,6 @@ fn spread(rng: &mut Rng, n: usize) -> Vec<f32> {
         .map(|i| rng.uniform(-1.0, 1.0) * scales[i % scales.len()])
         .collect()
 }
-
-use crate::util::round_f16 as round;
 
 #[test]
 fn casts_round_to_a_neighbouring_f16_and_widen_exactly() {

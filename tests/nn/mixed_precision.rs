@@ -14,6 +14,7 @@
 
 use super::TOL;
 use crate::util::reference::{self, LinearGrads, linear_grads};
+use crate::util::round_f16 as round;
 use crate::util::{
     Rng, WORLD_SIZES, assert_close, assert_close_f16, f16_meshes, linear_results, mesh,
 };
@@ -26,8 +27,6 @@ use wgpu_tp::{DTensor, DType, Error, Mesh, Placement};
 
 /// Sizes (tokens, in, out): ragged, and one where some ranks hold nothing at P = 8.
 const SIZES: &[(usize, usize, usize)] = &[(7, 13, 17), (5, 3, 6)];
-
-use crate::util::round_f16 as round;
 
 /// The meshes a mixed-precision layer test runs on: the shared-device mesh
 /// at every world size (one device compiles the f16 pipelines once), the

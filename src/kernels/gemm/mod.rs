@@ -92,21 +92,30 @@ impl Precision {
     /// The workgroup-memory kernel for real GPUs (a 64×64 tile of C per
     /// workgroup) in this precision, composed once per process.
     pub(crate) fn tiled_source(self) -> &'static str {
-        static SOURCES: std::sync::OnceLock<Vec<(Precision, &'static str)>> =
-            std::sync::OnceLock::new();
-        let all = SOURCES.get_or_init(|| {
-            Precision::ALL
-                .iter()
-                .map(|&p| {
-                    let s = p.prelude()
-                        + include_str!("../../../shaders/gemm_header.wgsl")
-                        + include_str!("../../../shaders/gemm_tiled.wgsl");
-                    (p, &*Box::leak(s.into_boxed_str()))
-                })
-                .collect()
-        });
-        all.iter().find(|(p, _)| *p == self).map_or("", |(_, s)| s)
+        interned(&format!("tiled {self:?}"), || {
+            self.prelude()
+                + include_str!("../../../shaders/gemm_header.wgsl")
+                + include_str!("../../../shaders/gemm_tiled.wgsl")
+        })
     }
+}
+
+/// A generated WGSL source (or entry name), built once per process under
+/// `key` and kept for the program's life: pipeline specs take `&'static str`.
+fn interned(key: &str, build: impl FnOnce() -> String) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = cache.get(key) {
+        return s;
+    }
+    let s: &'static str = Box::leak(build().into_boxed_str());
+    cache.insert(key.to_string(), s);
+    s
 }
 
 /// The tiled kernel in every precision, as (name, source): for validation tests.

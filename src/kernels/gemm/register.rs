@@ -6,10 +6,9 @@
 //! stayed in memory on lavapipe (3.5× slower); unrolled, nothing is indexed
 //! dynamically, which FXC also needs.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
-use super::Precision;
+use super::{Precision, interned};
 
 /// `Params`, bindings 0 and 3–5 and the store helpers: the one copy every
 /// GEMM kernel starts with.
@@ -169,18 +168,11 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
 
     /// (entry, source) for this tile and precision, built once per process.
     pub(crate) fn program(self, precision: Precision) -> (&'static str, &'static str) {
-        type Programs = HashMap<(Tile, Precision), (&'static str, &'static str)>;
-        static CACHE: OnceLock<Mutex<Programs>> = OnceLock::new();
-        let mut cache = CACHE
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        *cache.entry((self, precision)).or_insert_with(|| {
-            (
-                Box::leak(self.entry().into_boxed_str()),
-                Box::leak(self.source(precision).into_boxed_str()),
-            )
-        })
+        let entry = self.entry();
+        let source = interned(&format!("register {self:?} {precision:?}"), || {
+            self.source(precision)
+        });
+        (interned(&entry, || entry.clone()), source)
     }
 }
 
@@ -214,7 +206,7 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         for precision in Precision::ALL {
             let (entry, source) = tile.program(precision);
             let name = format!("{}::{entry}", precision.family());
-            out.push((&*Box::leak(name.into_boxed_str()), source));
+            out.push((interned(&name, || name.clone()), source));
         }
     }
     out
