@@ -1,5 +1,6 @@
-//! Recording a compute dispatch: kernel, uniform parameters, buffers and grid,
-//! with the grid folded into two dimensions past the per-dimension limit.
+//! Recording a compute dispatch: kernel, uniform parameters, buffers (and
+//! operand textures) and grid, with the grid folded into two dimensions past
+//! the per-dimension limit.
 //! Each dispatch is its own compute pass; while the device traces
 //! (`trace.rs`), the pass writes its timestamps or the dispatch is timed on
 //! the host.
@@ -18,7 +19,8 @@ pub(crate) struct Dispatch<'a> {
     pub spec: &'a KernelSpec,
     /// Bytes of the uniform at binding 0 (padded to 16 here).
     pub params: &'a [u8],
-    /// Storage buffers in binding order (1, 2, ...).
+    /// Storage buffers in binding order (1, 2, ...), skipping the
+    /// [`Access::Texture`] bindings (see [`Dispatch::record_with_textures`]).
     pub buffers: &'a [&'a LocalTensor],
     /// Number of workgroups (linear); folded into x/y past the per-dimension limit.
     pub workgroups: u64,
@@ -64,7 +66,10 @@ impl Dispatch<'_> {
             .spec
             .bindings
             .iter()
-            .rposition(|a| *a == Access::ReadWrite)
+            .filter(|a| **a != Access::Texture)
+            .collect::<Vec<_>>()
+            .iter()
+            .rposition(|a| **a == Access::ReadWrite)
             .and_then(|i| self.buffers.get(i))
             .or(self.buffers.last());
         TraceEvent::new(
@@ -79,6 +84,16 @@ impl Dispatch<'_> {
 
     /// Record the dispatch into the device's pending encoder.
     pub(crate) fn record(&self, device: &Arc<Device>) -> Result<()> {
+        self.record_with_textures(device, &[])
+    }
+
+    /// [`record`](Self::record) for a kernel with [`Access::Texture`]
+    /// bindings: `textures` fill them in binding order.
+    pub(crate) fn record_with_textures(
+        &self,
+        device: &Arc<Device>,
+        textures: &[&wgpu::TextureView],
+    ) -> Result<()> {
         if self.workgroups == 0 {
             return Ok(());
         }
@@ -94,7 +109,7 @@ impl Dispatch<'_> {
             device.flush();
             device.wait()?;
             let start = Instant::now();
-            self.record_pass(device, None)?;
+            self.record_pass(device, textures, None)?;
             device.flush();
             device.wait()?;
             device
@@ -103,13 +118,23 @@ impl Dispatch<'_> {
             return Ok(());
         }
         let traced = clock == Some(TraceClock::Device);
-        self.record_pass(device, traced.then(|| self.trace_event()))
+        self.record_pass(device, textures, traced.then(|| self.trace_event()))
     }
 
     /// Record the pass; with `traced`, its timestamps go to the device's trace.
-    fn record_pass(&self, device: &Arc<Device>, traced: Option<TraceEvent>) -> Result<()> {
+    fn record_pass(
+        &self,
+        device: &Arc<Device>,
+        textures: &[&wgpu::TextureView],
+        traced: Option<TraceEvent>,
+    ) -> Result<()> {
         device.check()?;
-        debug_assert_eq!(self.buffers.len(), self.spec.bindings.len());
+        if self.buffers.len() + textures.len() != self.spec.bindings.len() {
+            return Err(Error::invalid(
+                self.spec.entry,
+                "the buffers and textures supplied do not match the kernel's bindings",
+            ));
+        }
         for b in self.buffers {
             device.check_binding(self.spec.entry, b.byte_len())?;
         }
@@ -124,8 +149,21 @@ impl Dispatch<'_> {
         let (params_size, params_buffer) = device.pool.take(params.len() as u64);
         device.queue.write_buffer(&params_buffer, 0, &params);
         let mut entries = vec![binding(0, &params_buffer, params.len() as u64)];
-        for (i, b) in self.buffers.iter().enumerate() {
-            entries.push(binding(i as u32 + 1, b.buffer(), b.word_bytes().max(4)));
+        let (mut buffers, mut textures) = (self.buffers.iter(), textures.iter());
+        for (i, access) in self.spec.bindings.iter().enumerate() {
+            let slot = i as u32 + 1;
+            let missing = || Error::invalid(self.spec.entry, "a binding was not supplied");
+            entries.push(if *access == Access::Texture {
+                wgpu::BindGroupEntry {
+                    binding: slot,
+                    resource: wgpu::BindingResource::TextureView(
+                        textures.next().ok_or_else(missing)?,
+                    ),
+                }
+            } else {
+                let b = buffers.next().ok_or_else(missing)?;
+                binding(slot, b.buffer(), b.word_bytes().max(4))
+            });
         }
         let bind_group = device.raw.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(self.spec.entry),

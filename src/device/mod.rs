@@ -12,6 +12,8 @@
 //!   encoder, error capture, pool, pipelines and trace recorder;
 //! - `tensor.rs`: [`LocalTensor`], a buffer on one rank;
 //! - `rank.rs`: [`Rank`] and tensor allocation;
+//! - `texture.rs`: a matrix copied into an RGBA texture (how CPU adapters
+//!   read GEMM operands fastest);
 //! - `dispatch.rs`: recording a kernel dispatch;
 //! - `staging.rs`: the device → host → device path;
 //! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
@@ -33,6 +35,7 @@ mod readback;
 mod select;
 mod staging;
 mod tensor;
+mod texture;
 mod timeline;
 mod trace;
 
@@ -50,6 +53,7 @@ pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::copy_region;
+pub(crate) use texture::texture_row_align;
 pub(crate) use timeline::HostSpan;
 
 /// Old name of [`Device`], kept so existing code compiles.

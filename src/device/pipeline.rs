@@ -11,13 +11,16 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
-/// How a kernel binds one buffer.
+/// How a kernel binds one resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Access {
     /// `var<storage, read>`.
     Read,
     /// `var<storage, read_write>`.
     ReadWrite,
+    /// `texture_2d<f32>` read with `textureLoad`: a matrix copied into an
+    /// RGBA texture (`texture.rs`).
+    Texture,
 }
 
 /// What the pipeline cache needs to build (or find) a compute pipeline.
@@ -29,7 +32,7 @@ pub(crate) struct KernelSpec {
     pub source: &'static str,
     /// Entry point.
     pub entry: &'static str,
-    /// Storage bindings after the uniform at binding 0, in binding order.
+    /// Bindings after the uniform at binding 0, in binding order.
     pub bindings: &'static [Access],
     /// Values for WGSL `override` constants.
     pub constants: Vec<(&'static str, f64)>,
@@ -127,7 +130,11 @@ pub(crate) fn grid_workgroup(limits: &wgpu::Limits) -> u32 {
 
 fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Pipeline> {
     let limits = device.limits();
-    let storage = spec.bindings.len() as u32;
+    let storage = spec
+        .bindings
+        .iter()
+        .filter(|a| **a != Access::Texture)
+        .count() as u32;
     if storage > limits.max_storage_buffers_per_shader_stage {
         return Err(Error::DeviceLimit {
             op: format!("{}::{}", spec.family, spec.entry),
@@ -158,11 +165,25 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Pipeline> {
     };
     let mut entries = vec![buffer_entry(0, wgpu::BufferBindingType::Uniform)];
     for (i, a) in spec.bindings.iter().enumerate() {
-        let read_only = *a == Access::Read;
-        entries.push(buffer_entry(
-            i as u32 + 1,
-            wgpu::BufferBindingType::Storage { read_only },
-        ));
+        let binding = i as u32 + 1;
+        entries.push(match a {
+            Access::Texture => wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Texture {
+                    sample_type: wgpu::TextureSampleType::Float { filterable: false },
+                    view_dimension: wgpu::TextureViewDimension::D2,
+                    multisampled: false,
+                },
+                count: None,
+            },
+            _ => buffer_entry(
+                binding,
+                wgpu::BufferBindingType::Storage {
+                    read_only: *a == Access::Read,
+                },
+            ),
+        });
     }
     let bind_group_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some(spec.family),

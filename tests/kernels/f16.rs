@@ -75,9 +75,12 @@ fn f16_gemm_accumulates_in_f32_every_layout_and_variant() {
         (4, 8, 12),
         (64, 64, 64),
         (33, 9, 130),
+        // Rows of 128 halves: the texture kernel copies both operands in place.
+        (20, 128, 128),
     ];
     let variants = [
         GemmVariant::Auto,
+        GemmVariant::Texture,
         GemmVariant::Cpu,
         GemmVariant::Tiled,
         GemmVariant::Generic,

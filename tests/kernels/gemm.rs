@@ -136,7 +136,8 @@ fn gemm_all_transposes_bias_accumulate() {
 #[test]
 fn gemm_each_variant_forced() {
     // Every kernel runs on any adapter when forced (the Tiled one is meant for
-    // real GPUs; Cpu falls back to Generic on shapes it cannot take). Aligned
+    // real GPUs; Cpu falls back to Generic on shapes it cannot take, Texture
+    // copies 64-aligned untransposed operands in place, packs others). Aligned
     // shapes with partial tiles exercise the Cpu kernel's clamped edges; K % 4
     // != 0 with trans_a (and not trans_b) takes its zero-padded last K block.
     let m = mesh(1);
@@ -152,7 +153,12 @@ fn gemm_each_variant_forced() {
         (65, 68, 33),
         (64, 64, 64),
     ];
-    for variant in [GemmVariant::Cpu, GemmVariant::Tiled, GemmVariant::Generic] {
+    for variant in [
+        GemmVariant::Texture,
+        GemmVariant::Cpu,
+        GemmVariant::Tiled,
+        GemmVariant::Generic,
+    ] {
         for &shape in &shapes {
             for ta in [false, true] {
                 for tb in [false, true] {
@@ -169,18 +175,55 @@ fn gemm_each_variant_forced() {
 }
 
 #[test]
-fn gemm_layer_shapes_cpu_kernel() {
+fn gemm_layer_shapes_cpu_kernels() {
     // A layer-sized case per product (forward x·Wᵀ, dW = dyᵀx, dx = dy·W) on
-    // the Cpu kernel: long K loops and several tiles in each direction.
+    // both CPU kernels: long K loops and several tiles in each direction;
+    // the last reads both operands in place into textures.
     let m = mesh(1);
     let r = &m.ranks()[0];
     let mut rng = Rng::fresh("gemm_layer");
-    for (shape, ta, tb) in [
-        ((64, 288, 512), false, true),
-        ((288, 64, 512), true, false),
-        ((64, 512, 288), false, false),
-    ] {
-        check_variant(r, &mut rng, shape, ta, tb, true, false, GemmVariant::Cpu);
+    for variant in [GemmVariant::Texture, GemmVariant::Cpu] {
+        for (shape, ta, tb) in [
+            ((64, 288, 512), false, true),
+            ((288, 64, 512), true, false),
+            ((64, 512, 288), false, false),
+            ((100, 192, 128), false, false),
+        ] {
+            check_variant(r, &mut rng, shape, ta, tb, true, false, variant);
+        }
+    }
+}
+
+#[test]
+fn gemm_past_the_texture_limit_reads_buffers() {
+    // Operands with a side over max_texture_dimension_2d texels take the
+    // storage-buffer kernel, with the same result.
+    let limits = wgpu::Limits {
+        max_texture_dimension_2d: 64,
+        ..mesh(1).ranks()[0].device().limits().clone()
+    };
+    let m = wgpu_tp::MeshBuilder::new()
+        .ranks(1)
+        .limits(limits)
+        .build()
+        .unwrap();
+    let r = &m.ranks()[0];
+    r.device().set_poison(true);
+    let mut rng = Rng::fresh("gemm_texture_limit");
+    // M = 70 rows and K = 300 (75 texels) exceed 64; N = 256 (64 texels) fits.
+    for shape in [(70, 16, 8), (8, 16, 300), (8, 256, 8)] {
+        for ta in [false, true] {
+            check_variant(
+                r,
+                &mut rng,
+                shape,
+                ta,
+                false,
+                true,
+                true,
+                GemmVariant::Texture,
+            );
+        }
     }
 }
 

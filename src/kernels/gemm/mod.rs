@@ -26,19 +26,28 @@
 //! ([`GemmOptions::out_dtype`]). Each (operand, output) dtype pair is its own
 //! pipeline, composed from the same WGSL with `AIn` / `COut` aliases.
 
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, texture_row_align};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
 mod register;
 
-use self::register::Tile;
 pub(crate) use self::register::register_sources;
+use self::register::{Reads, Tile};
 use super::transpose::pack;
 
 const BINDINGS: &[Access] = &[
     Access::Read,
     Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+
+/// The register kernel reading A and B from textures.
+const TEXTURE_BINDINGS: &[Access] = &[
+    Access::Texture,
+    Access::Texture,
     Access::Read,
     Access::Read,
     Access::ReadWrite,
@@ -129,11 +138,18 @@ pub(crate) fn tiled_sources() -> Vec<(&'static str, &'static str)> {
 /// Which GEMM kernel to run (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum GemmVariant {
-    /// `WGPU_TP_GEMM_VARIANT` if set, else `Cpu` on CPU adapters and `Tiled`
-    /// on other adapters.
+    /// `WGPU_TP_GEMM_VARIANT` if set, else `Texture` on CPU adapters (`Cpu`
+    /// where an operand is larger than the device's textures) and `Tiled` on
+    /// other adapters.
     #[default]
     Auto,
-    /// Register-tiled, no workgroup memory: fastest on CPU adapters. Operands
+    /// The register kernel reading A and B from RGBA textures they are
+    /// copied into (packed first where transposed or where a row is not a
+    /// multiple of 64 f32 / 128 f16 elements): the fastest on CPU adapters,
+    /// whose drivers fetch texels much faster than storage loads. Operands
+    /// larger than `max_texture_dimension_2d` texels per side take `Cpu`.
+    Texture,
+    /// Register-tiled, no workgroup memory, reading storage buffers. Operands
     /// whose layout it cannot read in place (transposed, or a contiguous
     /// dimension not a multiple of 4) are packed first.
     Cpu,
@@ -146,8 +162,8 @@ pub enum GemmVariant {
 }
 
 impl GemmVariant {
-    /// The variant named by `WGPU_TP_GEMM_VARIANT` (`cpu`, `tiled`, `generic`;
-    /// anything else means `Auto`), read once per process.
+    /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`, `cpu`, `tiled`,
+    /// `generic`; anything else means `Auto`), read once per process.
     fn from_env() -> GemmVariant {
         static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
         *VARIANT.get_or_init(|| {
@@ -156,6 +172,7 @@ impl GemmVariant {
                 .to_ascii_lowercase()
                 .as_str()
             {
+                "texture" => GemmVariant::Texture,
                 "cpu" => GemmVariant::Cpu,
                 "tiled" => GemmVariant::Tiled,
                 "generic" => GemmVariant::Generic,
@@ -176,6 +193,32 @@ struct Params {
     groups: u32,
     lda: u32,
     ldb: u32,
+}
+
+impl Params {
+    /// The uniform for an M×N×K product with `flags`, a workgroup covering
+    /// `span` = (rows, columns) of C, and operand row strides `(lda, ldb)`.
+    fn new(
+        m: usize,
+        n: usize,
+        k: usize,
+        flags: u32,
+        (tile_m, tile_n): (usize, usize),
+        (lda, ldb): (usize, usize),
+    ) -> Result<Params> {
+        let groups_n = n.div_ceil(tile_n);
+        let groups = m.div_ceil(tile_m) as u64 * groups_n as u64;
+        Ok(Params {
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            flags,
+            groups_n: groups_n as u32,
+            groups: u32::try_from(groups).map_err(|_| Error::invalid("gemm", "grid too large"))?,
+            lda: lda as u32,
+            ldb: ldb as u32,
+        })
+    }
 }
 
 /// Options for [`gemm`]: `C = op(A)·op(B) (+ bias broadcast over rows) (+ accumulate)`.
@@ -278,7 +321,7 @@ pub fn gemm_with(
     let flags = opts.bias.is_some() as u32 | (opts.accumulate.is_some() as u32) << 1;
     let variant = match variant {
         GemmVariant::Auto => match GemmVariant::from_env() {
-            GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Cpu,
+            GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
             // The tiled kernel's 16×16 workgroup needs 256 invocations; the
             // register kernel's 8 fit any device.
             GemmVariant::Auto
@@ -291,11 +334,60 @@ pub fn gemm_with(
         },
         v => v,
     };
+    let k4 = k.next_multiple_of(4);
+    let n4 = n.next_multiple_of(4);
+    // Texture sides: A is K/4 texels × M rows, B N/4 texels × K rows (both
+    // rounded up to 4); larger operands take the buffer kernel.
+    let variant = match variant {
+        GemmVariant::Texture
+            if k == 0 || !a.texture_fits(m, k4 / 4) || !a.texture_fits(k4, n4 / 4) =>
+        {
+            GemmVariant::Cpu
+        }
+        v => v,
+    };
+    if variant == GemmVariant::Texture {
+        // Rows 256-byte aligned for the copy, zero past K (A's columns, B's
+        // rows) so whole texels can be summed.
+        let align = texture_row_align(input);
+        let (a_src, a_pitch) = if !opts.trans_a && k % align == 0 {
+            (a.clone(), k)
+        } else {
+            let pitch = k.next_multiple_of(align);
+            (pack(OP, a, opts.trans_a, m, pitch)?, pitch)
+        };
+        let (b_src, b_pitch) = if !opts.trans_b && k % 4 == 0 && n % align == 0 {
+            (b.clone(), n)
+        } else {
+            let pitch = n.next_multiple_of(align);
+            (pack(OP, b, opts.trans_b, k4, pitch)?, pitch)
+        };
+        let a_tex = a_src.to_texture(OP, m, k4 / 4, a_pitch)?;
+        let b_tex = b_src.to_texture(OP, k4, n4 / 4, b_pitch)?;
+        let tile = Tile::for_adapter(a.device().adapter_info(), Reads::Textures);
+        let (entry, source) = tile.program(precision, Reads::Textures);
+        let spec = KernelSpec {
+            family: precision.family(),
+            source,
+            entry,
+            bindings: TEXTURE_BINDINGS,
+            constants: Vec::new(),
+        };
+        let params = Params::new(m, n, k, flags, tile.span(), (k4, n4))?;
+        // Absent bias/accumulate bind `a` and `b` in their place (unread:
+        // the flags say so), which also names the operands in traces.
+        Dispatch {
+            spec: &spec,
+            params: bytemuck::bytes_of(&params),
+            buffers: &[opts.bias.unwrap_or(a), opts.accumulate.unwrap_or(b), &out],
+            workgroups: params.groups as u64,
+        }
+        .record_with_textures(a.device(), &[&a_tex, &b_tex])?;
+        return Ok(out);
+    }
     // Bring A to [M, K] and B to [K, N] (row strides lda, ldb). The register
     // kernel reads aligned vec4s: rows a multiple of 4 long, and B's rows past
     // K (up to a multiple of 4) zero; the tiled kernel takes any stride.
-    let k4 = k.next_multiple_of(4);
-    let n4 = n.next_multiple_of(4);
     let (a_p, lda, b_p, ldb);
     if k == 0 {
         // Nothing is read, but a vec4 binding must hold at least one vec4.
@@ -335,23 +427,12 @@ pub fn gemm_with(
             (TILED_TILE, TILED_TILE),
         ),
         _ => {
-            let tile = Tile::for_adapter(a.device().adapter_info());
-            let (entry, source) = tile.program(precision);
+            let tile = Tile::for_adapter(a.device().adapter_info(), Reads::Buffers);
+            let (entry, source) = tile.program(precision, Reads::Buffers);
             (entry, source, tile.span())
         }
     };
-    let groups_n = n.div_ceil(tile_n);
-    let groups = m.div_ceil(tile_m) as u64 * groups_n as u64;
-    let params = Params {
-        m: m as u32,
-        n: n as u32,
-        k: k as u32,
-        flags,
-        groups_n: groups_n as u32,
-        groups: u32::try_from(groups).map_err(|_| Error::invalid(OP, "grid too large"))?,
-        lda: lda as u32,
-        ldb: ldb as u32,
-    };
+    let params = Params::new(m, n, k, flags, (tile_m, tile_n), (lda, ldb))?;
     let spec = KernelSpec {
         family: precision.family(),
         source,
@@ -370,7 +451,7 @@ pub fn gemm_with(
             opts.accumulate.unwrap_or(a),
             &out,
         ],
-        workgroups: groups,
+        workgroups: params.groups as u64,
     }
     .record(a.device())?;
     Ok(out)

@@ -10,6 +10,15 @@ use std::sync::OnceLock;
 
 use super::{Precision, interned};
 
+/// Where the register kernel reads A and B: storage buffers of vec4s, or
+/// RGBA textures (a texel per four elements of a row; device/texture.rs),
+/// which Mesa's CPU drivers fetch 2–14× faster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Reads {
+    Buffers,
+    Textures,
+}
+
 /// `Params`, bindings 0 and 3–5 and the store helpers: the one copy every
 /// GEMM kernel starts with.
 const HEADER: &str = include_str!("../../../shaders/gemm_header.wgsl");
@@ -35,9 +44,13 @@ impl Tile {
         }
     }
 
-    fn entry(self) -> String {
+    fn entry(self, reads: Reads) -> String {
         format!(
-            "gemm_cpu_{}x{}_{}{}",
+            "gemm_{}_{}x{}_{}{}",
+            match reads {
+                Reads::Buffers => "cpu",
+                Reads::Textures => "tex",
+            },
             self.tm,
             self.tnv * 4,
             self.wg,
@@ -63,12 +76,26 @@ impl Tile {
     /// The complete kernel source, unrolled: one variable per accumulator
     /// vec4, so nothing is indexed dynamically (arrays of accumulators stayed
     /// in memory on lavapipe, and FXC cannot write vector parts by index).
-    fn source(self, precision: Precision) -> String {
+    fn source(self, precision: Precision, reads: Reads) -> String {
         use std::fmt::Write;
         let Tile { tm, tnv, wg, tall } = self;
         let mut s = precision.prelude();
         s.push_str(HEADER);
-        let entry = self.entry();
+        let entry = self.entry(reads);
+        let (operands, how) = match reads {
+            Reads::Buffers => (
+                "@group(0) @binding(1) var<storage, read> a: array<vec4<AIn>>;\n\
+                 @group(0) @binding(2) var<storage, read> b: array<vec4<AIn>>;",
+                "reads a and b as aligned vec4s (lda, ldb multiples of 4; rows of b past K are\n\
+                 // zero)",
+            ),
+            Reads::Textures => (
+                "@group(0) @binding(1) var a: texture_2d<f32>;\n\
+                 @group(0) @binding(2) var b: texture_2d<f32>;",
+                "fetches a and b as texels of four (a: K/4 × M, b: N/4 × K rounded up to 4\n\
+                 // rows, zero past K)",
+            ),
+        };
         let (m0, n0) = if tall {
             (
                 "((g / p.groups_n) * WG + lid) * TM",
@@ -84,15 +111,13 @@ impl Tile {
             s,
             r#"
 // Register-tiled kernel for CPU adapters (generated in src/kernels/gemm/register.rs):
-// each invocation keeps a TM × 4·TNV tile of c in f32 vec4 registers and reads a
-// and b as aligned vec4s (lda, ldb multiples of 4; rows of b past K are
-// zero), so the K loop has no branches; rows past M and columns past the
+// each invocation keeps a TM × 4·TNV tile of c in f32 vec4 registers and
+// {how}, so the K loop has no branches; rows past M and columns past the
 // stride are clamped and not stored.
 const TM: u32 = {tm}u;
 const TNV: u32 = {tnv}u;
 const WG: u32 = {wg}u;
-@group(0) @binding(1) var<storage, read> a: array<vec4<AIn>>;
-@group(0) @binding(2) var<storage, read> b: array<vec4<AIn>>;
+{operands}
 
 @compute @workgroup_size(WG)
 fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -107,8 +132,12 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     let ldb = p.ldb / 4u;
 "#
         );
+        let row_stride = match reads {
+            Reads::Buffers => " * lda",
+            Reads::Textures => "",
+        };
         for i in 0..tm {
-            let _ = writeln!(s, "    let ra{i} = min(m0 + {i}u, p.m - 1u) * lda;");
+            let _ = writeln!(s, "    let ra{i} = min(m0 + {i}u, p.m - 1u){row_stride};");
         }
         for j in 0..tnv {
             let _ = writeln!(s, "    let cb{j} = min(n0 + {j}u, ldb - 1u);");
@@ -120,15 +149,37 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
         s.push_str("    let kq = (p.k + 3u) / 4u;\n    for (var q = 0u; q < kq; q++) {\n");
         for i in 0..tm {
-            let _ = writeln!(s, "        let a{i} = vec4<f32>(a[ra{i} + q]);");
+            let _ = match reads {
+                Reads::Buffers => writeln!(s, "        let a{i} = vec4<f32>(a[ra{i} + q]);"),
+                Reads::Textures => writeln!(
+                    s,
+                    "        let a{i} = textureLoad(a, vec2<u32>(q, ra{i}), 0);"
+                ),
+            };
         }
-        s.push_str("        let r0 = 4u * q * ldb;\n");
+        let row_step = match reads {
+            Reads::Buffers => " * ldb",
+            Reads::Textures => "",
+        };
+        let next_row = match reads {
+            Reads::Buffers => "ldb",
+            Reads::Textures => "1u",
+        };
+        let _ = writeln!(s, "        let r0 = 4u * q{row_step};");
         for t in 1..4 {
-            let _ = writeln!(s, "        let r{t} = r{} + ldb;", t - 1);
+            let _ = writeln!(s, "        let r{t} = r{} + {next_row};", t - 1);
         }
         for t in 0..4 {
             for j in 0..tnv {
-                let _ = writeln!(s, "        let b{t}_{j} = vec4<f32>(b[r{t} + cb{j}]);");
+                let _ = match reads {
+                    Reads::Buffers => {
+                        writeln!(s, "        let b{t}_{j} = vec4<f32>(b[r{t} + cb{j}]);")
+                    }
+                    Reads::Textures => writeln!(
+                        s,
+                        "        let b{t}_{j} = textureLoad(b, vec2<u32>(cb{j}, r{t}), 0);"
+                    ),
+                };
             }
         }
         for i in 0..tm {
@@ -138,18 +189,26 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 }
             }
         }
-        s.push_str("    }\n");
+        // Stored from a loop: unrolled, the stores' bias/accumulate branches
+        // made the 12×16 tile take 24 s to compile on lavapipe.
+        let count = tm * tnv;
+        let _ = writeln!(s, "    }}\n    var tile: array<vec4<f32>, {count}>;");
         for i in 0..tm {
             for j in 0..tnv {
-                let _ = writeln!(s, "    store4(m0 + {i}u, 4u * (n0 + {j}u), c{i}_{j});");
+                let _ = writeln!(s, "    tile[{}] = c{i}_{j};", i * tnv + j);
             }
         }
-        s.push_str("}\n");
+        let _ = writeln!(
+            s,
+            "    for (var e = 0u; e < {count}u; e++) {{\n        \
+             store4(m0 + e / TNV, 4u * (n0 + e % TNV), tile[e]);\n    }}\n}}"
+        );
         s
     }
 
-    /// The tile for this adapter, or `WGPU_TP_GEMM_TILE` when set.
-    pub(crate) fn for_adapter(info: &wgpu::AdapterInfo) -> Tile {
+    /// The tile for this adapter reading this way, or `WGPU_TP_GEMM_TILE`
+    /// when set.
+    pub(crate) fn for_adapter(info: &wgpu::AdapterInfo, reads: Reads) -> Tile {
         static ENV: OnceLock<Option<Tile>> = OnceLock::new();
         if let Some(t) = *ENV.get_or_init(|| {
             std::env::var("WGPU_TP_GEMM_TILE")
@@ -159,19 +218,26 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             return t;
         }
         let old_mesa = mesa_major(&info.driver_info).is_some_and(|major| major < 24);
-        if info.backend == wgpu::Backend::Gl || old_mesa {
-            TILE_LOAD_BOUND
-        } else {
-            TILE_DEFAULT
+        match (reads, info.backend == wgpu::Backend::Gl || old_mesa) {
+            (Reads::Textures, true) => TILE_TEXTURES_OLD_MESA,
+            (Reads::Textures, false) => TILE_TEXTURES,
+            (Reads::Buffers, true) => TILE_LOAD_BOUND,
+            (Reads::Buffers, false) => TILE_DEFAULT,
         }
     }
 
-    /// (entry, source) for this tile and precision, built once per process.
-    pub(crate) fn program(self, precision: Precision) -> (&'static str, &'static str) {
-        let entry = self.entry();
-        let source = interned(&format!("register {self:?} {precision:?}"), || {
-            self.source(precision)
-        });
+    /// (entry, source) for this tile, precision and operand kind, built once
+    /// per process.
+    pub(crate) fn program(
+        self,
+        precision: Precision,
+        reads: Reads,
+    ) -> (&'static str, &'static str) {
+        let entry = self.entry(reads);
+        let source = interned(
+            &format!("register {self:?} {precision:?} {reads:?}"),
+            || self.source(precision, reads),
+        );
         (interned(&entry, || entry.clone()), source)
     }
 }
@@ -198,13 +264,39 @@ const TILE_LOAD_BOUND: Tile = Tile {
     tall: true,
 };
 
-/// The register kernel's generated source for each shipped tile and
-/// precision, as (entry point, source): for validation tests.
+/// The texture-reading kernel's tile on lavapipe from Mesa ≥ 24: 16×16 ran
+/// 22–23 GFLOP/s there against 10.6 for the buffer kernel and compiles in
+/// 0.8 s; 16×32 gained 10 % for a 2.4 s compile (BENCHMARKS.md, round 4).
+const TILE_TEXTURES: Tile = Tile {
+    tm: 16,
+    tnv: 4,
+    wg: 8,
+    tall: true,
+};
+
+/// The texture-reading kernel's tile on Mesa < 24 (lavapipe 22.3, GL
+/// llvmpipe), where larger kernels compile much slower: 8×16 ran 21 / 17
+/// GFLOP/s (lavapipe / GL) against 1.8 for the buffer kernel, compiling in
+/// 1.4 / 2.0 s.
+const TILE_TEXTURES_OLD_MESA: Tile = Tile {
+    tm: 8,
+    tnv: 4,
+    wg: 8,
+    tall: true,
+};
+
+/// The register kernel's generated source for each shipped tile, operand
+/// kind and precision, as (entry point, source): for validation tests.
 pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
-    for tile in [TILE_DEFAULT, TILE_LOAD_BOUND] {
+    for (tile, reads) in [
+        (TILE_DEFAULT, Reads::Buffers),
+        (TILE_LOAD_BOUND, Reads::Buffers),
+        (TILE_TEXTURES, Reads::Textures),
+        (TILE_TEXTURES_OLD_MESA, Reads::Textures),
+    ] {
         for precision in Precision::ALL {
-            let (entry, source) = tile.program(precision);
+            let (entry, source) = tile.program(precision, reads);
             let name = format!("{}::{entry}", precision.family());
             out.push((interned(&name, || name.clone()), source));
         }

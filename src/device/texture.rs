@@ -1,0 +1,97 @@
+//! Operand textures: a row-major matrix copied into an RGBA float texture,
+//! four consecutive elements of a row per texel. CPU adapters read textures
+//! much faster than storage buffers: Mesa's gallivm (lavapipe, llvmpipe)
+//! turns every storage load inside a loop into per-lane bounds-checked scalar
+//! loads, while a texel fetch loads each lane's 16 bytes at once
+//! (BENCHMARKS.md, round 4). The GEMM reads its operands this way there.
+
+use super::tensor::LocalTensor;
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+/// Row pitch, in elements, that a texture's source tensor needs: wgpu copies
+/// buffer rows to textures only at multiples of 256 bytes.
+pub(crate) fn texture_row_align(dtype: DType) -> usize {
+    wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize / dtype.size_bytes()
+}
+
+fn texel_format(op: &'static str, dtype: DType) -> Result<wgpu::TextureFormat> {
+    match dtype {
+        DType::F32 => Ok(wgpu::TextureFormat::Rgba32Float),
+        DType::F16 => Ok(wgpu::TextureFormat::Rgba16Float),
+        DType::I32 => Err(Error::invalid(op, "textures hold f32 or f16 matrices")),
+    }
+}
+
+impl LocalTensor {
+    /// Whether a `rows` × `texels` texture fits this tensor's device.
+    pub(crate) fn texture_fits(&self, rows: usize, texels: usize) -> bool {
+        let max = self.device().limits().max_texture_dimension_2d as usize;
+        (1..=max).contains(&rows) && (1..=max).contains(&texels)
+    }
+
+    /// A fresh `rows` × `texels` RGBA texture holding this row-major tensor
+    /// (f32 or f16), whose rows start `pitch` elements apart (`pitch` a
+    /// multiple of [`texture_row_align`]): texel `(c, r)` holds elements
+    /// `r·pitch + 4c ..+ 4`. The copy is recorded on the device's pending
+    /// encoder, ahead of the kernels that read the texture.
+    pub(crate) fn to_texture(
+        &self,
+        op: &'static str,
+        rows: usize,
+        texels: usize,
+        pitch: usize,
+    ) -> Result<wgpu::TextureView> {
+        let format = texel_format(op, self.dtype())?;
+        let size = self.dtype().size_bytes();
+        let needed = rows.saturating_sub(1) * pitch + 4 * texels;
+        if !self.texture_fits(rows, texels)
+            || pitch < 4 * texels
+            || !pitch.is_multiple_of(texture_row_align(self.dtype()))
+            || needed > self.len()
+        {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "cannot copy a [{rows}, {}] matrix with row pitch {pitch} from a tensor of {} \
+                     elements into a texture (max side {})",
+                    4 * texels,
+                    self.len(),
+                    self.device().limits().max_texture_dimension_2d
+                ),
+            ));
+        }
+        let device = self.device();
+        device.check()?;
+        let extent = wgpu::Extent3d {
+            width: texels as u32,
+            height: rows as u32,
+            depth_or_array_layers: 1,
+        };
+        let texture = device.raw.create_texture(&wgpu::TextureDescriptor {
+            label: Some(op),
+            size: extent,
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format,
+            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        device.record(|enc| {
+            enc.copy_buffer_to_texture(
+                wgpu::TexelCopyBufferInfo {
+                    buffer: self.buffer(),
+                    layout: wgpu::TexelCopyBufferLayout {
+                        offset: 0,
+                        bytes_per_row: Some((pitch * size) as u32),
+                        rows_per_image: Some(rows as u32),
+                    },
+                },
+                texture.as_image_copy(),
+                extent,
+            )
+        });
+        Ok(texture.create_view(&Default::default()))
+    }
+}
