@@ -57,7 +57,7 @@ pub const SHADERS: &[(&str, &str)] = &[
 
 /// Every shader the crate builds: [`SHADERS`] plus the GEMM register
 /// kernels, which `gemm.rs` generates per register tile (one per shipped
-/// tile here), for validation and translation tests.
+/// tile and operand kind here), for validation and translation tests.
 pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     let mut out = SHADERS.to_vec();
     // The GEMM kernels: the shared header (gemm_header.wgsl) plus a kernel,

@@ -33,7 +33,7 @@ pub struct TraceEvent {
     /// The rank whose track it is on (for a kernel: the rank that owns the
     /// buffer it writes).
     pub rank: usize,
-    /// `family::entry` of a kernel (e.g. `gemm::gemm_cpu_4x4_8m`), or the span's
+    /// `family::entry` of a kernel (e.g. `gemm::gemm_tex_16x16_8m`), or the span's
     /// name (a collective's kind, e.g. `AllReduce`).
     pub name: String,
     /// Kernel or host span.

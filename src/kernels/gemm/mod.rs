@@ -7,18 +7,25 @@
 //! and on CPU adapters ragged ones, are first packed into it by the cheap
 //! `transpose` kernel. So a run compiles one GEMM pipeline, not one per
 //! layout: shader compilation, not arithmetic, was most of a fresh run's time.
-//! Two kernels ([`GemmVariant`]), chosen per adapter:
-//! - `Cpu` (the register kernel, generated per tile in `gemm/register.rs`):
-//!   for CPU adapters (lavapipe, llvmpipe); each invocation keeps a small tile
-//!   of C in vec4 registers and reads A and B as aligned vec4s, no workgroup
-//!   memory. The tile is chosen per adapter (4×4 on lavapipe from Mesa ≥ 24, 4×16 on
-//!   Mesa < 24 and on GL, where loads cost more) and can be
-//!   overridden with `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n]` (e.g. `4x16/8m`) for
-//!   tuning.
+//! The kernels ([`GemmVariant`]), chosen per adapter:
+//! - `Texture` (the register kernel, generated per tile in
+//!   `gemm/register.rs`, reading A and B from RGBA textures they are copied
+//!   into): for CPU adapters (lavapipe, llvmpipe), whose drivers fetch a
+//!   texel per lane at once but load storage buffers lane by lane inside
+//!   loops; each invocation keeps a tile of C in vec4 registers, no
+//!   workgroup memory. The tile is chosen per adapter (16×16 on lavapipe
+//!   from Mesa ≥ 24, 8×16 on Mesa < 24 and GL, which compile larger kernels
+//!   slowly).
+//! - `Cpu`: the same register kernel reading storage buffers (4×4 on Mesa ≥
+//!   24, 4×16 on Mesa < 24 and GL), for operands larger than the device's
+//!   textures.
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
 //!
-//! `WGPU_TP_GEMM_VARIANT=cpu|tiled|generic` forces one for [`gemm`] (read
-//! once per process); [`gemm_with`] picks one per call.
+//! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n]` (e.g. `4x16/8m`) overrides the register
+//! tile, for tuning.
+//!
+//! `WGPU_TP_GEMM_VARIANT=texture|cpu|tiled|generic` forces one for [`gemm`]
+//! (read once per process); [`gemm_with`] picks one per call.
 //!
 //! Mixed precision: A and B may both be f16 (on adapters with `SHADER_F16`);
 //! the kernels widen each load and accumulate in f32, add the f32 bias and

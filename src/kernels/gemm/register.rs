@@ -3,8 +3,11 @@
 //! `tm` × `4·tnv` tile of C held in one vec4 variable per accumulator. It is
 //! generated rather than written in a `.wgsl` file because the best tile
 //! differs per adapter, and written as loops over arrays the accumulators
-//! stayed in memory on lavapipe (3.5× slower); unrolled, nothing is indexed
-//! dynamically, which FXC also needs.
+//! stayed in memory on lavapipe (3.5× slower); unrolled, nothing in the K
+//! loop is indexed dynamically, which FXC also needs. The finished tile is
+//! copied into an array (whole vectors, constant indices) and stored from a
+//! loop, which keeps compile times short. A and B come from storage buffers
+//! or, faster on Mesa's CPU drivers, from RGBA textures ([`Reads`]).
 
 use std::sync::OnceLock;
 
@@ -242,8 +245,8 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
 }
 
-/// The register tile on lavapipe from Mesa ≥ 24 and other non-GL adapters:
-/// 4 rows × 4 columns per invocation compiles in under a second and ran
+/// The buffer-reading tile (operands past the texture limit) on lavapipe
+/// from Mesa ≥ 24 and other non-GL adapters: 4 rows × 4 columns per invocation compiles in under a second and ran
 /// 1.2× faster than 3×4 and than tiles up to 4× its size there (BENCHMARKS.md,
 /// rounds 2 and 3).
 const TILE_DEFAULT: Tile = Tile {
@@ -253,8 +256,8 @@ const TILE_DEFAULT: Tile = Tile {
     tall: true,
 };
 
-/// The register tile where every storage load is a loop over the SIMD lanes
-/// (Mesa < 24's gallivm: lavapipe 22.3, and GL llvmpipe): speed grows with
+/// The buffer-reading tile on Mesa < 24 (lavapipe 22.3, GL llvmpipe), where
+/// storage loads cost even more: speed grows with
 /// FMAs per load (4×16 ran 1.8–1.9× faster than 3×4), and it still compiles
 /// in 1–2 s; larger tiles are faster still but take 5–45 s to compile.
 const TILE_LOAD_BOUND: Tile = Tile {
