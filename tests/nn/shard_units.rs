@@ -151,6 +151,9 @@ fn sum_rows_f32(x: &[f32], m: usize, n: usize) -> Vec<f32> {
 
 #[test]
 fn head_split_layers_reject_what_they_cannot_slice() {
+    // Its row forward all-reduces on the counting mesh: hold the lock so a
+    // counting test running alongside sees only its own calls.
+    let _counting = count_lock();
     let m = counting_mesh(4);
     let (heads, d, hidden) = (3, 4, 5);
     let w = vec![0.5; 3 * heads * d * hidden];
