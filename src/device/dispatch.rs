@@ -67,9 +67,10 @@ impl Dispatch<'_> {
             .bindings
             .iter()
             .filter(|a| **a != Access::Texture)
-            .collect::<Vec<_>>()
-            .iter()
-            .rposition(|a| **a == Access::ReadWrite)
+            .enumerate()
+            .filter(|(_, a)| **a == Access::ReadWrite)
+            .last()
+            .map(|(i, _)| i)
             .and_then(|i| self.buffers.get(i))
             .or(self.buffers.last());
         TraceEvent::new(

@@ -373,13 +373,7 @@ pub fn gemm_with(
         let b_tex = b_src.to_texture(OP, k4, n4 / 4, b_pitch)?;
         let tile = Tile::for_adapter(a.device().adapter_info(), Reads::Textures);
         let (entry, source) = tile.program(precision, Reads::Textures);
-        let spec = KernelSpec {
-            family: precision.family(),
-            source,
-            entry,
-            bindings: TEXTURE_BINDINGS,
-            constants: Vec::new(),
-        };
+        let spec = KernelSpec::new(precision.family(), source, TEXTURE_BINDINGS, entry);
         let params = Params::new(m, n, k, flags, tile.span(), (k4, n4))?;
         // Absent bias/accumulate bind `a` and `b` in their place (unread:
         // the flags say so), which also names the operands in traces.
@@ -440,13 +434,7 @@ pub fn gemm_with(
         }
     };
     let params = Params::new(m, n, k, flags, (tile_m, tile_n), (lda, ldb))?;
-    let spec = KernelSpec {
-        family: precision.family(),
-        source,
-        entry,
-        bindings: BINDINGS,
-        constants: Vec::new(),
-    };
+    let spec = KernelSpec::new(precision.family(), source, BINDINGS, entry);
     // Absent bias/accumulate bind `a` in their place; the flags keep them unread.
     Dispatch {
         spec: &spec,
