@@ -225,6 +225,19 @@ fn gemm_past_the_texture_limit_reads_buffers() {
             );
         }
     }
+    // The kernel that ran: textures within the limit, buffers past it.
+    for ((mm, n, k), kernel) in [((8, 256, 8), "gemm_tex_"), ((70, 16, 8), "gemm_cpu_")] {
+        m.start_trace().unwrap();
+        let a = r.upload(&[mm, k], &rng.vec(mm * k)).unwrap();
+        let b = r.upload(&[k, n], &rng.vec(k * n)).unwrap();
+        kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Texture).unwrap();
+        let trace = m.stop_trace().unwrap();
+        let names: Vec<_> = trace.kernels().map(|e| e.name.clone()).collect();
+        assert!(
+            names.iter().any(|n| n.contains(kernel)),
+            "{mm}x{n}x{k}: {names:?}"
+        );
+    }
 }
 
 #[test]
