@@ -43,9 +43,12 @@ fn main() {
         );
         let has = |f: wgpu::Features| if a.features.contains(f) { "yes" } else { "no" };
         println!(
-            "    SHADER_F16 {} | TIMESTAMP_QUERY {}",
+            "    SHADER_F16 {} | TIMESTAMP_QUERY {} | SUBGROUP {} (size {}..={})",
             has(wgpu::Features::SHADER_F16),
-            has(wgpu::Features::TIMESTAMP_QUERY)
+            has(wgpu::Features::TIMESTAMP_QUERY),
+            has(wgpu::Features::SUBGROUP),
+            info.subgroup_min_size,
+            info.subgroup_max_size
         );
     }
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "(unset)".into());

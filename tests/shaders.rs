@@ -165,6 +165,8 @@ fn emit(
         // wgpu's DX12 backend offers SHADER_F16 only with DXC at SM 6.2+.
         let shader_models: &[hlsl::ShaderModel] = if uses_f16(source) {
             &[hlsl::ShaderModel::V6_2]
+        } else if uses_subgroups(source) {
+            &[hlsl::ShaderModel::V6_0]
         } else {
             &[hlsl::ShaderModel::V5_1, hlsl::ShaderModel::V6_0]
         };
@@ -187,10 +189,20 @@ fn emit(
             }
         }
 
-        let words = spv::write_vec(module, info, &spv::Options::default(), None)
+        // wgpu asks naga for SPIR-V 1.3 (Vulkan 1.1) where SUBGROUP is on.
+        let (spv_options, envs): (_, &[&str]) = if uses_subgroups(source) {
+            let options = spv::Options {
+                lang_version: (1, 3),
+                ..Default::default()
+            };
+            (options, &["vulkan1.1"])
+        } else {
+            (spv::Options::default(), &["vulkan1.0", "vulkan1.1"])
+        };
+        let words = spv::write_vec(module, info, &spv_options, None)
             .unwrap_or_else(|e| panic!("{name}: SPIR-V: {e}"));
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        for env in ["vulkan1.0", "vulkan1.1"] {
+        for &env in envs {
             external(
                 "spirv-val",
                 &["--target-env", env],
@@ -200,8 +212,9 @@ fn emit(
         }
     }
 
-    // wgpu's GL backend never offers SHADER_F16, so f16 families need no GLSL.
-    let glsl_versions: &[glsl::Version] = if uses_f16(source) {
+    // wgpu's GL backend never offers SHADER_F16 or SUBGROUP, so kernels
+    // using them need no GLSL.
+    let glsl_versions: &[glsl::Version] = if uses_f16(source) || uses_subgroups(source) {
         &[]
     } else if gles_limits {
         &[glsl::Version::new_gles(310)]
@@ -255,6 +268,12 @@ fn emit(
 /// Whether a shader needs `SHADER_F16` (then: HLSL SM 6.2 only, no GLSL).
 fn uses_f16(source: &str) -> bool {
     source.contains("enable f16;")
+}
+
+/// Kernels with subgroup operations: wgpu offers `SUBGROUP` on Vulkan
+/// (SPIR-V 1.3), DX12 (SM 6.0) and Metal, never on GL.
+fn uses_subgroups(source: &str) -> bool {
+    source.contains("subgroup")
 }
 
 /// MSL and HLSL options as wgpu's Metal and DX12 backends pass them for our

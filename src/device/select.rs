@@ -77,7 +77,7 @@ impl MeshBuilder {
     }
 
     /// Do not turn on these optional features even where the adapter has
-    /// them (the crate asks for `SHADER_F16` and `TIMESTAMP_QUERY`): to try
+    /// them (the crate asks for `SHADER_F16`, `TIMESTAMP_QUERY` and `SUBGROUP`): to try
     /// the path users without them take, e.g. that f16 gives
     /// [`Error::Unsupported`].
     pub fn without_features(mut self, features: wgpu::Features) -> Self {
@@ -351,7 +351,9 @@ fn open(
     (limits, without): (Option<&wgpu::Limits>, wgpu::Features),
 ) -> Result<Arc<Device>> {
     let info = adapter.get_info();
-    let wanted = (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY) - without;
+    let wanted =
+        (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP)
+            - without;
     let desc = wgpu::DeviceDescriptor {
         label: Some("wgpu-tp rank"),
         required_features: adapter.features() & wanted,

@@ -241,6 +241,49 @@ fn gemm_past_the_texture_limit_reads_buffers() {
 }
 
 #[test]
+fn gemm_texture_kernel_with_and_without_subgroups() {
+    // Where the device has subgroups the texture kernel shares A's rows
+    // across the subgroup (tile names end in `s`); without, each lane
+    // fetches its own rows (`m`). Both must give the same result on ragged
+    // shapes: M not a multiple of the shared rows, N past the last lane.
+    let default = mesh(1);
+    let has_subgroups = default.ranks()[0]
+        .device()
+        .features()
+        .contains(wgpu::Features::SUBGROUP);
+    let without = wgpu_tp::MeshBuilder::new()
+        .ranks(1)
+        .without_features(wgpu::Features::SUBGROUP)
+        .build()
+        .unwrap();
+    let mut rng = Rng::fresh("gemm_subgroups");
+    for (m, lanes) in [
+        (&default, if has_subgroups { "s" } else { "m" }),
+        (&without, "m"),
+    ] {
+        let r = &m.ranks()[0];
+        r.device().set_poison(true);
+        for shape in [(45, 70, 13), (33, 9, 130), (1, 1, 1), (100, 200, 64)] {
+            for (ta, tb) in [(false, false), (true, true)] {
+                check_variant(r, &mut rng, shape, ta, tb, true, true, GemmVariant::Texture);
+            }
+        }
+        m.start_trace().unwrap();
+        let a = r.upload(&[40, 64], &rng.vec(40 * 64)).unwrap();
+        let b = r.upload(&[64, 64], &rng.vec(64 * 64)).unwrap();
+        kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Texture).unwrap();
+        let trace = m.stop_trace().unwrap();
+        let names: Vec<_> = trace.kernels().map(|e| e.name.clone()).collect();
+        assert!(
+            names
+                .iter()
+                .any(|n| n.contains("gemm_tex_") && n.ends_with(lanes)),
+            "expected a gemm_tex_*{lanes} kernel: {names:?}"
+        );
+    }
+}
+
+#[test]
 fn gemm_square_256_each_layout() {
     let m = mesh(1);
     let r = &m.ranks()[0];

@@ -13,9 +13,11 @@
 //!   into): for CPU adapters (lavapipe, llvmpipe), whose drivers fetch a
 //!   texel per lane at once but load storage buffers lane by lane inside
 //!   loops; each invocation keeps a tile of C in vec4 registers, no
-//!   workgroup memory. The tile is chosen per adapter (16×16 on lavapipe
-//!   from Mesa ≥ 24, 8×16 on Mesa < 24 and GL, which compile larger kernels
-//!   slowly).
+//!   workgroup memory. The tile is chosen per adapter: where the device has
+//!   subgroups (lavapipe), each lane owns columns and the subgroup fetches
+//!   A's rows once and broadcasts them (32×8 per lane from Mesa ≥ 24, 16×8
+//!   on Mesa < 24, which compiles larger kernels slowly); without them
+//!   (GL llvmpipe) 16×16 or 8×16 per lane, each fetching its own rows.
 //! - `Cpu`: the same register kernel reading storage buffers (4×4 on Mesa ≥
 //!   24, 4×16 on Mesa < 24 and GL), for operands larger than the device's
 //!   textures.
@@ -371,7 +373,7 @@ pub fn gemm_with(
         };
         let a_tex = a_src.to_texture(OP, m, k4 / 4, a_pitch)?;
         let b_tex = b_src.to_texture(OP, k4, n4 / 4, b_pitch)?;
-        let tile = Tile::for_adapter(a.device().adapter_info(), Reads::Textures);
+        let tile = Tile::for_device(a.device(), Reads::Textures);
         let (entry, source) = tile.program(precision, Reads::Textures);
         let spec = KernelSpec::new(precision.family(), source, TEXTURE_BINDINGS, entry);
         let params = Params::new(m, n, k, flags, tile.span(), (k4, n4))?;
@@ -428,7 +430,7 @@ pub fn gemm_with(
             (TILED_TILE, TILED_TILE),
         ),
         _ => {
-            let tile = Tile::for_adapter(a.device().adapter_info(), Reads::Buffers);
+            let tile = Tile::for_device(a.device(), Reads::Buffers);
             let (entry, source) = tile.program(precision, Reads::Buffers);
             (entry, source, tile.span())
         }

@@ -7,11 +7,15 @@
 //! loop is indexed dynamically, which FXC also needs. The finished tile is
 //! copied into an array (whole vectors, constant indices) and stored from a
 //! loop, which keeps compile times short. A and B come from storage buffers
-//! or, faster on Mesa's CPU drivers, from RGBA textures ([`Reads`]).
+//! or, faster on Mesa's CPU drivers, from RGBA textures ([`Reads`]). Where
+//! subgroups work, A's rows are fetched once per subgroup and broadcast
+//! ([`Lanes::SharedRows`]): on lavapipe a fetch is a call of ~150
+//! instructions for 8 lanes, a broadcast one or two.
 
 use std::sync::OnceLock;
 
 use super::{Precision, interned};
+use crate::device::Device;
 
 /// Where the register kernel reads A and B: storage buffers of vec4s, or
 /// RGBA textures (a texel per four elements of a row; device/texture.rs),
@@ -26,24 +30,37 @@ pub(crate) enum Reads {
 /// GEMM kernel starts with.
 const HEADER: &str = include_str!("../../../shaders/gemm_header.wgsl");
 
+/// How a workgroup's invocations split its part of C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Lanes {
+    /// Each lane its own rows (`m` in tile names): every lane loads the
+    /// same B values.
+    Rows,
+    /// Each lane its own columns (`n`): every lane loads the same A rows.
+    Columns,
+    /// Each lane its own columns, A's rows fetched once per subgroup, a
+    /// share per lane, and broadcast (`s`; needs `SUBGROUP` and a workgroup
+    /// of exactly one subgroup). On lavapipe a fetch costs ~150 instructions
+    /// and a broadcast 1–2, so this took 1.4–1.8× the speed of `Rows`.
+    SharedRows,
+}
+
 /// Register tile of the CPU kernel: `tm` rows × `tnv` vec4 columns of C per
-/// invocation, `wg` invocations per workgroup, laid along M (`tall`: b's loads
-/// are the same for every lane) or along N.
+/// invocation, `wg` invocations per workgroup, split by `lanes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Tile {
     tm: usize,
     tnv: usize,
     wg: usize,
-    tall: bool,
+    lanes: Lanes,
 }
 
 impl Tile {
     /// C rows and columns one workgroup covers.
     pub(crate) fn span(self) -> (usize, usize) {
-        if self.tall {
-            (self.tm * self.wg, 4 * self.tnv)
-        } else {
-            (self.tm, 4 * self.tnv * self.wg)
+        match self.lanes {
+            Lanes::Rows => (self.tm * self.wg, 4 * self.tnv),
+            Lanes::Columns | Lanes::SharedRows => (self.tm, 4 * self.tnv * self.wg),
         }
     }
 
@@ -57,21 +74,30 @@ impl Tile {
             self.tm,
             self.tnv * 4,
             self.wg,
-            if self.tall { "m" } else { "n" }
+            match self.lanes {
+                Lanes::Rows => "m",
+                Lanes::Columns => "n",
+                Lanes::SharedRows => "s",
+            }
         )
     }
 
-    /// Parse `TMxTN/WG[m|n]`, e.g. `4x16/8m` (TN a multiple of 4).
+    /// Parse `TMxTN/WG[m|n|s]`, e.g. `4x16/8m` (TN a multiple of 4; see
+    /// [`Lanes`] for the suffix).
     fn parse(s: &str) -> Option<Tile> {
         let (tile, rest) = s.split_once('/')?;
         let (tm, tn) = tile.split_once('x')?;
-        let tall = rest.ends_with('m');
-        let wg = rest.trim_end_matches(['m', 'n']);
+        let lanes = match rest.chars().last()? {
+            'm' => Lanes::Rows,
+            's' => Lanes::SharedRows,
+            _ => Lanes::Columns,
+        };
+        let wg = rest.trim_end_matches(['m', 'n', 's']);
         let t = Tile {
             tm: tm.parse().ok()?,
             tnv: tn.parse::<usize>().ok()? / 4,
             wg: wg.parse().ok()?,
-            tall,
+            lanes,
         };
         (t.tm > 0 && t.tnv > 0 && t.wg > 0).then_some(t)
     }
@@ -81,7 +107,8 @@ impl Tile {
     /// in memory on lavapipe, and FXC cannot write vector parts by index).
     fn source(self, precision: Precision, reads: Reads) -> String {
         use std::fmt::Write;
-        let Tile { tm, tnv, wg, tall } = self;
+        let Tile { tm, tnv, wg, lanes } = self;
+        let shared = lanes == Lanes::SharedRows;
         let mut s = precision.prelude();
         s.push_str(HEADER);
         let entry = self.entry(reads);
@@ -99,7 +126,7 @@ impl Tile {
                  // rows, zero past K)",
             ),
         };
-        let (m0, n0) = if tall {
+        let (m0, n0) = if lanes == Lanes::Rows {
             (
                 "((g / p.groups_n) * WG + lid) * TM",
                 "(g % p.groups_n) * TNV",
@@ -109,6 +136,11 @@ impl Tile {
                 "(g / p.groups_n) * TM",
                 "((g % p.groups_n) * WG + lid) * TNV",
             )
+        };
+        let lane = if shared {
+            ", @builtin(subgroup_invocation_id) lane: u32"
+        } else {
+            ""
         };
         let _ = write!(
             s,
@@ -124,7 +156,7 @@ const WG: u32 = {wg}u;
 
 @compute @workgroup_size(WG)
 fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {{
+        @builtin(local_invocation_index) lid: u32{lane}) {{
     let g = wg.y * nwg.x + wg.x;
     if (g >= p.groups) {{
         return;
@@ -139,8 +171,16 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             Reads::Buffers => " * lda",
             Reads::Textures => "",
         };
-        for i in 0..tm {
-            let _ = writeln!(s, "    let ra{i} = min(m0 + {i}u, p.m - 1u){row_stride};");
+        // Shared rows: lane l fetches rows l, l + WG, … (`f*`) and each row
+        // reaches every lane by subgroupBroadcast (`a*`).
+        let fetched = if shared { tm.div_ceil(wg) } else { tm };
+        for i in 0..fetched {
+            let row = if shared {
+                format!("m0 + {}u + lane", i * wg)
+            } else {
+                format!("m0 + {i}u")
+            };
+            let _ = writeln!(s, "    let ra{i} = min({row}, p.m - 1u){row_stride};");
         }
         for j in 0..tnv {
             let _ = writeln!(s, "    let cb{j} = min(n0 + {j}u, ldb - 1u);");
@@ -151,14 +191,21 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             }
         }
         s.push_str("    let kq = (p.k + 3u) / 4u;\n    for (var q = 0u; q < kq; q++) {\n");
-        for i in 0..tm {
+        let fetch = if shared { "f" } else { "a" };
+        for i in 0..fetched {
             let _ = match reads {
-                Reads::Buffers => writeln!(s, "        let a{i} = vec4<f32>(a[ra{i} + q]);"),
+                Reads::Buffers => writeln!(s, "        let {fetch}{i} = vec4<f32>(a[ra{i} + q]);"),
                 Reads::Textures => writeln!(
                     s,
-                    "        let a{i} = textureLoad(a, vec2<u32>(q, ra{i}), 0);"
+                    "        let {fetch}{i} = textureLoad(a, vec2<u32>(q, ra{i}), 0);"
                 ),
             };
+        }
+        if shared {
+            for i in 0..tm {
+                let (f, l) = (i / wg, i % wg);
+                let _ = writeln!(s, "        let a{i} = subgroupBroadcast(f{f}, {l}u);");
+            }
         }
         let row_step = match reads {
             Reads::Buffers => " * ldb",
@@ -209,24 +256,39 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         s
     }
 
-    /// The tile for this adapter reading this way, or `WGPU_TP_GEMM_TILE`
-    /// when set.
-    pub(crate) fn for_adapter(info: &wgpu::AdapterInfo, reads: Reads) -> Tile {
+    /// The tile for this device reading this way, or `WGPU_TP_GEMM_TILE`
+    /// when set (a shared-rows tile only where the device can run it).
+    pub(crate) fn for_device(device: &Device, reads: Reads) -> Tile {
         static ENV: OnceLock<Option<Tile>> = OnceLock::new();
-        if let Some(t) = *ENV.get_or_init(|| {
+        let subgroup = fixed_subgroup_size(device);
+        let env = ENV.get_or_init(|| {
             std::env::var("WGPU_TP_GEMM_TILE")
                 .ok()
                 .and_then(|s| Tile::parse(&s))
-        }) {
-            return t;
+        });
+        match (*env, subgroup) {
+            (Some(t), Some(size)) if t.lanes == Lanes::SharedRows => return t.with_wg(size),
+            (Some(t), _) if t.lanes != Lanes::SharedRows => return t,
+            _ => {}
         }
+        let info = device.adapter_info();
         let old_mesa = mesa_major(&info.driver_info).is_some_and(|major| major < 24);
-        match (reads, info.backend == wgpu::Backend::Gl || old_mesa) {
-            (Reads::Textures, true) => TILE_TEXTURES_OLD_MESA,
-            (Reads::Textures, false) => TILE_TEXTURES,
-            (Reads::Buffers, true) => TILE_LOAD_BOUND,
-            (Reads::Buffers, false) => TILE_DEFAULT,
+        match (
+            reads,
+            subgroup,
+            info.backend == wgpu::Backend::Gl || old_mesa,
+        ) {
+            (Reads::Textures, Some(size), false) => TILE_TEXTURES_SHARED.with_wg(size),
+            (Reads::Textures, Some(size), true) => TILE_TEXTURES_SHARED_OLD_MESA.with_wg(size),
+            (Reads::Textures, None, true) => TILE_TEXTURES_OLD_MESA,
+            (Reads::Textures, None, false) => TILE_TEXTURES,
+            (Reads::Buffers, _, true) => TILE_LOAD_BOUND,
+            (Reads::Buffers, _, false) => TILE_DEFAULT,
         }
+    }
+
+    fn with_wg(self, wg: usize) -> Tile {
+        Tile { wg, ..self }
     }
 
     /// (entry, source) for this tile, precision and operand kind, built once
@@ -253,7 +315,7 @@ const TILE_DEFAULT: Tile = Tile {
     tm: 4,
     tnv: 1,
     wg: 8,
-    tall: true,
+    lanes: Lanes::Rows,
 };
 
 /// The buffer-reading tile on Mesa < 24 (lavapipe 22.3, GL llvmpipe), where
@@ -264,17 +326,39 @@ const TILE_LOAD_BOUND: Tile = Tile {
     tm: 4,
     tnv: 4,
     wg: 8,
-    tall: true,
+    lanes: Lanes::Rows,
 };
 
-/// The texture-reading kernel's tile on lavapipe from Mesa ≥ 24: 16×16 ran
+/// The texture-reading kernel's tile where subgroups work, on lavapipe from
+/// Mesa ≥ 24: 32 rows × 8 columns per lane, the rows shared by the
+/// subgroup, ran 0.38–0.48× sgemm (1.4–1.8× `TILE_TEXTURES`), compiling in
+/// 1.1 s (BENCHMARKS.md, round 5). `wg` becomes the subgroup size.
+const TILE_TEXTURES_SHARED: Tile = Tile {
+    tm: 32,
+    tnv: 2,
+    wg: 8,
+    lanes: Lanes::SharedRows,
+};
+
+/// The shared-rows tile on Mesa < 24 (lavapipe 22.3), which compiles the
+/// 32×8 tile in 6 s: 16×8 compiles in 2.1 s and ran 0.28–0.44× sgemm
+/// (1.3–1.5× `TILE_TEXTURES_OLD_MESA`).
+const TILE_TEXTURES_SHARED_OLD_MESA: Tile = Tile {
+    tm: 16,
+    tnv: 2,
+    wg: 8,
+    lanes: Lanes::SharedRows,
+};
+
+/// The texture-reading kernel's tile on lavapipe from Mesa ≥ 24 without
+/// subgroups: 16×16 ran
 /// 22–23 GFLOP/s there against 10.6 for the buffer kernel and compiles in
 /// 0.8 s; 16×32 gained 10 % for a 2.4 s compile (BENCHMARKS.md, round 4).
 const TILE_TEXTURES: Tile = Tile {
     tm: 16,
     tnv: 4,
     wg: 8,
-    tall: true,
+    lanes: Lanes::Rows,
 };
 
 /// The texture-reading kernel's tile on Mesa < 24 (lavapipe 22.3, GL
@@ -285,7 +369,7 @@ const TILE_TEXTURES_OLD_MESA: Tile = Tile {
     tm: 8,
     tnv: 4,
     wg: 8,
-    tall: true,
+    lanes: Lanes::Rows,
 };
 
 /// The register kernel's generated source for each shipped tile, operand
@@ -297,6 +381,8 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_LOAD_BOUND, Reads::Buffers),
         (TILE_TEXTURES, Reads::Textures),
         (TILE_TEXTURES_OLD_MESA, Reads::Textures),
+        (TILE_TEXTURES_SHARED, Reads::Textures),
+        (TILE_TEXTURES_SHARED_OLD_MESA, Reads::Textures),
     ] {
         for precision in Precision::ALL {
             let (entry, source) = tile.program(precision, reads);
@@ -305,6 +391,16 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         }
     }
     out
+}
+
+/// The device's subgroup size where a shared-rows tile can use it:
+/// `SUBGROUP` enabled and one size for every pipeline (so a workgroup of
+/// that many invocations is exactly one subgroup).
+fn fixed_subgroup_size(device: &Device) -> Option<usize> {
+    let info = device.adapter_info();
+    let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
+    (device.features().contains(wgpu::Features::SUBGROUP) && min == max && (4..=64).contains(&min))
+        .then_some(min as usize)
 }
 
 /// The Mesa major version in a driver string such as `Mesa 22.3.6 (LLVM
