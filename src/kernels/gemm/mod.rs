@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 mod register;
 
 pub(crate) use self::register::register_sources;
-use self::register::{Reads, Tile};
+use self::register::{Reads, Stored, Tile};
 use super::transpose::pack;
 
 const BINDINGS: &[Access] = &[
@@ -345,36 +345,64 @@ pub fn gemm_with(
     };
     let k4 = k.next_multiple_of(4);
     let n4 = n.next_multiple_of(4);
-    // Texture sides: A is K/4 texels × M rows, B N/4 texels × K rows (both
-    // rounded up to 4); larger operands take the buffer kernel.
+    let m4 = m.next_multiple_of(4);
+    let tile = Tile::for_device(a.device(), Reads::Textures);
+    // Operands the texture kernel reads as stored; the others are packed.
+    let stored = Stored {
+        trans_a: opts.trans_a && tile.reads_transposed(),
+        trans_b: opts.trans_b && tile.reads_transposed(),
+    };
+    // Texture sides (texels × rows; K, M and N rounded up to 4): A is K/4 ×
+    // M, or M/4 × K stored [K, M]; B is N/4 × K, or K/4 × N stored [N, K].
+    // Larger operands take the buffer kernel.
+    let a_sides = if stored.trans_a {
+        (m4 / 4, k4)
+    } else {
+        (k4 / 4, m)
+    };
+    let b_sides = if stored.trans_b {
+        (k4 / 4, n)
+    } else {
+        (n4 / 4, k4)
+    };
     let variant = match variant {
         GemmVariant::Texture
-            if k == 0 || !a.texture_fits(m, k4 / 4) || !a.texture_fits(k4, n4 / 4) =>
+            if k == 0
+                || !a.texture_fits(a_sides.1, a_sides.0)
+                || !a.texture_fits(b_sides.1, b_sides.0) =>
         {
             GemmVariant::Cpu
         }
         v => v,
     };
     if variant == GemmVariant::Texture {
-        // Rows 256-byte aligned for the copy, zero past K (A's columns, B's
-        // rows) so whole texels can be summed.
+        // Rows 256-byte aligned for the copy, and zero past K so whole texels
+        // can be summed: operands not so are packed (transposed unless the
+        // kernel reads them as stored).
         let align = texture_row_align(input);
-        let (a_src, a_pitch) = if !opts.trans_a && k % align == 0 {
-            (a.clone(), k)
-        } else {
-            let pitch = k.next_multiple_of(align);
-            (pack(OP, a, opts.trans_a, m, pitch)?, pitch)
+        // `in_place`, or else packed, transposed where `transpose`.
+        let texture = |t: &LocalTensor, (texels, rows): (usize, usize), in_place, transpose| {
+            let (src, pitch) = if in_place {
+                (t.clone(), t.shape()[1])
+            } else {
+                let pitch = (4 * texels).next_multiple_of(align);
+                (pack(OP, t, transpose, rows, pitch)?, pitch)
+            };
+            src.to_texture(OP, rows, texels, pitch)
         };
-        let (b_src, b_pitch) = if !opts.trans_b && k % 4 == 0 && n % align == 0 {
-            (b.clone(), n)
-        } else {
-            let pitch = n.next_multiple_of(align);
-            (pack(OP, b, opts.trans_b, k4, pitch)?, pitch)
+        let a_in_place = match (opts.trans_a, stored.trans_a) {
+            (false, _) => k % align == 0,
+            (true, true) => k % 4 == 0 && m % align == 0,
+            (true, false) => false,
         };
-        let a_tex = a_src.to_texture(OP, m, k4 / 4, a_pitch)?;
-        let b_tex = b_src.to_texture(OP, k4, n4 / 4, b_pitch)?;
-        let tile = Tile::for_device(a.device(), Reads::Textures);
-        let (entry, source) = tile.program(precision, Reads::Textures);
+        let b_in_place = match (opts.trans_b, stored.trans_b) {
+            (false, _) => k % 4 == 0 && n % align == 0,
+            (true, true) => k % align == 0,
+            (true, false) => false,
+        };
+        let a_tex = texture(a, a_sides, a_in_place, opts.trans_a && !stored.trans_a)?;
+        let b_tex = texture(b, b_sides, b_in_place, opts.trans_b && !stored.trans_b)?;
+        let (entry, source) = tile.program(precision, Reads::Textures, stored);
         let spec = KernelSpec::new(precision.family(), source, TEXTURE_BINDINGS, entry);
         let params = Params::new(m, n, k, flags, tile.span(), (k4, n4))?;
         // Absent bias/accumulate bind `a` and `b` in their place (unread:
@@ -431,7 +459,7 @@ pub fn gemm_with(
         ),
         _ => {
             let tile = Tile::for_device(a.device(), Reads::Buffers);
-            let (entry, source) = tile.program(precision, Reads::Buffers);
+            let (entry, source) = tile.program(precision, Reads::Buffers, Stored::default());
             (entry, source, tile.span())
         }
     };

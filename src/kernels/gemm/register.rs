@@ -26,6 +26,17 @@ pub(crate) enum Reads {
     Textures,
 }
 
+const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+
+/// Which operands a kernel reads transposed, as stored: A `[K, M]`
+/// (`trans_a`), B `[N, K]` (`trans_b`). Only shared-rows texture tiles read
+/// them so ([`Tile::reads_transposed`]); other kernels get them packed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Stored {
+    pub(crate) trans_a: bool,
+    pub(crate) trans_b: bool,
+}
+
 /// `Params`, bindings 0 and 3–5 and the store helpers: the one copy every
 /// GEMM kernel starts with.
 const HEADER: &str = include_str!("../../../shaders/gemm_header.wgsl");
@@ -64,9 +75,15 @@ impl Tile {
         }
     }
 
-    fn entry(self, reads: Reads) -> String {
+    fn entry(self, reads: Reads, stored: Stored) -> String {
+        let layout = match (stored.trans_a, stored.trans_b) {
+            (false, false) => "",
+            (true, false) => "_tn",
+            (false, true) => "_nt",
+            (true, true) => "_tt",
+        };
         format!(
-            "gemm_{}_{}x{}_{}{}",
+            "gemm_{}_{}x{}_{}{}{layout}",
             match reads {
                 Reads::Buffers => "cpu",
                 Reads::Textures => "tex",
@@ -105,13 +122,14 @@ impl Tile {
     /// The complete kernel source, unrolled: one variable per accumulator
     /// vec4, so nothing is indexed dynamically (arrays of accumulators stayed
     /// in memory on lavapipe, and FXC cannot write vector parts by index).
-    fn source(self, precision: Precision, reads: Reads) -> String {
+    fn source(self, precision: Precision, reads: Reads, stored: Stored) -> String {
         use std::fmt::Write;
         let Tile { tm, tnv, wg, lanes } = self;
         let shared = lanes == Lanes::SharedRows;
         let mut s = precision.prelude();
         s.push_str(HEADER);
-        let entry = self.entry(reads);
+        let entry = self.entry(reads, stored);
+        let Stored { trans_a, trans_b } = stored;
         let (operands, how) = match reads {
             Reads::Buffers => (
                 "@group(0) @binding(1) var<storage, read> a: array<vec4<AIn>>;\n\
@@ -174,7 +192,19 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         // Shared rows: lane l fetches rows l, l + WG, … (`f*`) and each row
         // reaches every lane by subgroupBroadcast (`a*`).
         let fetched = if shared { tm.div_ceil(wg) } else { tm };
-        for i in 0..fetched {
+        // A stored [K, M]: a texel holds four rows at one k; the subgroup
+        // fetches TM/4 texels × 4 k, lane l the l-th, (l + WG)-th, …
+        let row_groups = tm / 4;
+        for u in (0..fetched).filter(|_| trans_a) {
+            let _ = writeln!(
+                s,
+                "    let ax{u} = min(m0 / 4u + ({}u + lane) % {row_groups}u, (p.m + 3u) / 4u - 1u);\n    \
+                 let ay{u} = min(({}u + lane) / {row_groups}u, 3u);",
+                u * wg,
+                u * wg
+            );
+        }
+        for i in (0..fetched).filter(|_| !trans_a) {
             let row = if shared {
                 format!("m0 + {}u + lane", i * wg)
             } else {
@@ -182,8 +212,15 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             };
             let _ = writeln!(s, "    let ra{i} = min({row}, p.m - 1u){row_stride};");
         }
-        for j in 0..tnv {
-            let _ = writeln!(s, "    let cb{j} = min(n0 + {j}u, ldb - 1u);");
+        if trans_b {
+            // B stored [N, K]: one texel per column of this lane holds four k.
+            for c in 0..4 * tnv {
+                let _ = writeln!(s, "    let cbt{c} = min(4u * n0 + {c}u, p.n - 1u);");
+            }
+        } else {
+            for j in 0..tnv {
+                let _ = writeln!(s, "    let cb{j} = min(n0 + {j}u, ldb - 1u);");
+            }
         }
         for i in 0..tm {
             for j in 0..tnv {
@@ -193,15 +230,33 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         s.push_str("    let kq = (p.k + 3u) / 4u;\n    for (var q = 0u; q < kq; q++) {\n");
         let fetch = if shared { "f" } else { "a" };
         for i in 0..fetched {
-            let _ = match reads {
-                Reads::Buffers => writeln!(s, "        let {fetch}{i} = vec4<f32>(a[ra{i} + q]);"),
-                Reads::Textures => writeln!(
+            let _ = match (reads, trans_a) {
+                (Reads::Buffers, _) => {
+                    writeln!(s, "        let {fetch}{i} = vec4<f32>(a[ra{i} + q]);")
+                }
+                (Reads::Textures, false) => writeln!(
                     s,
                     "        let {fetch}{i} = textureLoad(a, vec2<u32>(q, ra{i}), 0);"
                 ),
+                (Reads::Textures, true) => writeln!(
+                    s,
+                    "        let f{i} = textureLoad(a, vec2<u32>(ax{i}, 4u * q + ay{i}), 0);"
+                ),
             };
         }
-        if shared {
+        if trans_a {
+            // Row i at k = 4q + t is component i % 4 of texel t·TM/4 + i/4.
+            for i in 0..tm {
+                let parts: Vec<String> = (0..4)
+                    .map(|t| {
+                        let texel = t * row_groups + i / 4;
+                        let (f, l) = (texel / wg, texel % wg);
+                        format!("subgroupBroadcast(f{f}.{}, {l}u)", XYZW[i % 4])
+                    })
+                    .collect();
+                let _ = writeln!(s, "        let a{i} = vec4<f32>({});", parts.join(", "));
+            }
+        } else if shared {
             for i in 0..tm {
                 let (f, l) = (i / wg, i % wg);
                 let _ = writeln!(s, "        let a{i} = subgroupBroadcast(f{f}, {l}u);");
@@ -215,11 +270,28 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             Reads::Buffers => "ldb",
             Reads::Textures => "1u",
         };
+        if trans_b {
+            for c in 0..4 * tnv {
+                let _ = writeln!(
+                    s,
+                    "        let w{c} = textureLoad(b, vec2<u32>(q, cbt{c}), 0);"
+                );
+            }
+            // In SIMD-across-lanes code these vectors are only renamings.
+            for t in 0..4 {
+                for j in 0..tnv {
+                    let parts: Vec<String> = (0..4)
+                        .map(|c| format!("w{}.{}", 4 * j + c, XYZW[t]))
+                        .collect();
+                    let _ = writeln!(s, "        let b{t}_{j} = vec4<f32>({});", parts.join(", "));
+                }
+            }
+        }
         let _ = writeln!(s, "        let r0 = 4u * q{row_step};");
         for t in 1..4 {
             let _ = writeln!(s, "        let r{t} = r{} + {next_row};", t - 1);
         }
-        for t in 0..4 {
+        for t in 0..4 * usize::from(!trans_b) {
             for j in 0..tnv {
                 let _ = match reads {
                     Reads::Buffers => {
@@ -234,7 +306,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
         for i in 0..tm {
             for j in 0..tnv {
-                for (t, x) in ["x", "y", "z", "w"].iter().enumerate() {
+                for (t, x) in XYZW.iter().enumerate() {
                     let _ = writeln!(s, "        c{i}_{j} += a{i}.{x} * b{t}_{j};");
                 }
             }
@@ -287,6 +359,12 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
 
+    /// Whether this tile reads transposed operand textures in place
+    /// ([`Stored`]): shared-rows tiles with whole texels of rows.
+    pub(crate) fn reads_transposed(self) -> bool {
+        self.lanes == Lanes::SharedRows && self.tm % 4 == 0
+    }
+
     fn with_wg(self, wg: usize) -> Tile {
         Tile { wg, ..self }
     }
@@ -297,11 +375,12 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         self,
         precision: Precision,
         reads: Reads,
+        stored: Stored,
     ) -> (&'static str, &'static str) {
-        let entry = self.entry(reads);
+        let entry = self.entry(reads, stored);
         let source = interned(
-            &format!("register {self:?} {precision:?} {reads:?}"),
-            || self.source(precision, reads),
+            &format!("register {self:?} {precision:?} {reads:?} {stored:?}"),
+            || self.source(precision, reads, stored),
         );
         (interned(&entry, || entry.clone()), source)
     }
@@ -385,9 +464,17 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES_SHARED_OLD_MESA, Reads::Textures),
     ] {
         for precision in Precision::ALL {
-            let (entry, source) = tile.program(precision, reads);
-            let name = format!("{}::{entry}", precision.family());
-            out.push((interned(&name, || name.clone()), source));
+            let layouts = if tile.reads_transposed() {
+                &[(false, false), (true, false), (false, true), (true, true)][..]
+            } else {
+                &[(false, false)][..]
+            };
+            for &(trans_a, trans_b) in layouts {
+                let stored = Stored { trans_a, trans_b };
+                let (entry, source) = tile.program(precision, reads, stored);
+                let name = format!("{}::{entry}", precision.family());
+                out.push((interned(&name, || name.clone()), source));
+            }
         }
     }
     out
