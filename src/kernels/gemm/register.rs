@@ -278,11 +278,10 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 );
             }
             // In SIMD-across-lanes code these vectors are only renamings.
-            for t in 0..4 {
+            for (t, x) in XYZW.iter().enumerate() {
                 for j in 0..tnv {
-                    let parts: Vec<String> = (0..4)
-                        .map(|c| format!("w{}.{}", 4 * j + c, XYZW[t]))
-                        .collect();
+                    let parts: Vec<String> =
+                        (0..4).map(|c| format!("w{}.{x}", 4 * j + c)).collect();
                     let _ = writeln!(s, "        let b{t}_{j} = vec4<f32>({});", parts.join(", "));
                 }
             }
@@ -362,7 +361,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     /// Whether this tile reads transposed operand textures in place
     /// ([`Stored`]): shared-rows tiles with whole texels of rows.
     pub(crate) fn reads_transposed(self) -> bool {
-        self.lanes == Lanes::SharedRows && self.tm % 4 == 0
+        self.lanes == Lanes::SharedRows && self.tm.is_multiple_of(4)
     }
 
     fn with_wg(self, wg: usize) -> Tile {
