@@ -243,9 +243,11 @@ fn gemm_past_the_texture_limit_reads_buffers() {
 #[test]
 fn gemm_texture_kernel_with_and_without_subgroups() {
     // Where the device has subgroups the texture kernel shares A's rows
-    // across the subgroup (tile names end in `s`); without, each lane
-    // fetches its own rows (`m`). Both must give the same result on ragged
-    // shapes: M not a multiple of the shared rows, N past the last lane.
+    // across the subgroup (tile names end in `s`) and reads transposed
+    // operands as stored; without, each lane fetches its own rows (`m`).
+    // Both must give the same result on ragged shapes in every layout: M
+    // not a multiple of the shared rows, N past the last lane, K not whole
+    // texels.
     let default = mesh(1);
     let has_subgroups = default.ranks()[0]
         .device()
@@ -263,8 +265,15 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
     ] {
         let r = &m.ranks()[0];
         r.device().set_poison(true);
-        for shape in [(45, 70, 13), (33, 9, 130), (1, 1, 1), (100, 200, 64)] {
-            for (ta, tb) in [(false, false), (true, true)] {
+        // The last shape is over 2^24 multiply-adds: the large tile.
+        for shape in [
+            (45, 70, 13),
+            (33, 9, 130),
+            (1, 1, 1),
+            (100, 200, 64),
+            (257, 131, 515),
+        ] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 check_variant(r, &mut rng, shape, ta, tb, true, true, GemmVariant::Texture);
             }
         }

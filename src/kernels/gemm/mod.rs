@@ -346,7 +346,8 @@ pub fn gemm_with(
     let k4 = k.next_multiple_of(4);
     let n4 = n.next_multiple_of(4);
     let m4 = m.next_multiple_of(4);
-    let tile = Tile::for_device(a.device(), Reads::Textures);
+    let macs = m as u64 * n as u64 * k as u64;
+    let tile = Tile::for_device(a.device(), Reads::Textures, macs);
     // Operands the texture kernel reads as stored; the others are packed.
     let stored = Stored {
         trans_a: opts.trans_a && tile.reads_transposed(),
@@ -458,7 +459,7 @@ pub fn gemm_with(
             (TILED_TILE, TILED_TILE),
         ),
         _ => {
-            let tile = Tile::for_device(a.device(), Reads::Buffers);
+            let tile = Tile::for_device(a.device(), Reads::Buffers, macs);
             let (entry, source) = tile.program(precision, Reads::Buffers, Stored::default());
             (entry, source, tile.span())
         }
