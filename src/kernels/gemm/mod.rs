@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 mod register;
 
 pub(crate) use self::register::register_sources;
-use self::register::{Reads, Stored, Tile};
+use self::register::{Reads, Stored, Tile, small_product};
 use super::transpose::pack;
 
 const BINDINGS: &[Access] = &[
@@ -348,10 +348,12 @@ pub fn gemm_with(
     let m4 = m.next_multiple_of(4);
     let macs = m as u64 * n as u64 * k as u64;
     let tile = Tile::for_device(a.device(), Reads::Textures, macs);
-    // Operands the texture kernel reads as stored; the others are packed.
+    // Operands the texture kernel reads as stored; the others are packed
+    // (all of them for small products: one pipeline, not one per layout).
+    let in_place = tile.reads_transposed() && !small_product(macs);
     let stored = Stored {
-        trans_a: opts.trans_a && tile.reads_transposed(),
-        trans_b: opts.trans_b && tile.reads_transposed(),
+        trans_a: opts.trans_a && in_place,
+        trans_b: opts.trans_b && in_place,
     };
     // Texture sides (texels × rows; K, M and N rounded up to 4): A is K/4 ×
     // M, or M/4 × K stored [K, M]; B is N/4 × K, or K/4 × N stored [N, K].

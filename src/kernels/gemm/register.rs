@@ -345,7 +345,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
         let info = device.adapter_info();
         let old_mesa = mesa_major(&info.driver_info).is_some_and(|major| major < 24);
-        let small = macs < SMALL_MACS;
+        let small = small_product(macs);
         match (
             reads,
             subgroup,
@@ -421,15 +421,18 @@ const TILE_TEXTURES_SHARED: Tile = Tile {
     lanes: Lanes::SharedRows,
 };
 
-/// Products below this many multiply-adds (256³) take
-/// `TILE_TEXTURES_SHARED_SMALL`: they take milliseconds at any tile, so
-/// compiling (once per layout and device) is what a user waits for.
-const SMALL_MACS: u64 = 1 << 24;
+/// Whether a product of `macs` multiply-adds is below 2^24 (256³): such
+/// products take `TILE_TEXTURES_SHARED_SMALL` and have transposed operands
+/// packed rather than read in place. They take milliseconds at any tile,
+/// so compiling (once per layout and device) is what a user waits for.
+pub(crate) fn small_product(macs: u64) -> bool {
+    macs < 1 << 24
+}
 
 /// The shared-rows tile for small products: 8×8 compiles in 0.3 s on Mesa
 /// 25 and 0.7 s on Mesa 22.3 against 1.0 / 2.1 s for the large tiles, per
-/// layout and device; with three layouts in a training step that made the
-/// quickstart's 4 + 1 devices wait 4–7 s longer on a fresh cache.
+/// layout and device; with a pipeline per layout, a training step's three
+/// made the quickstart's 4 + 1 devices wait 4–7 s longer on a fresh cache.
 const TILE_TEXTURES_SHARED_SMALL: Tile = Tile {
     tm: 8,
     tnv: 2,
