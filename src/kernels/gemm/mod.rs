@@ -3,10 +3,14 @@
 //! `[N,K]`), bias `[N]` broadcast over rows and accumulate `[M,N]` (for
 //! `dW += …`). The output is a fresh `[M,N]` tensor.
 //!
-//! Each kernel reads one layout (A `[M, K]`, B `[K, N]`); transposed operands,
-//! and on CPU adapters ragged ones, are first packed into it by the cheap
-//! `transpose` kernel. So a run compiles one GEMM pipeline, not one per
-//! layout: shader compilation, not arithmetic, was most of a fresh run's time.
+//! Most kernels read one layout (A `[M, K]`, B `[K, N]`); transposed
+//! operands, and on CPU adapters ragged ones, are first packed into it by
+//! the cheap `transpose` kernel, so a run compiles one GEMM pipeline, not
+//! one per layout: shader compilation, not arithmetic, was most of a fresh
+//! run's time. The exception is the shared-rows texture kernel on large
+//! products (≥ 2^24 multiply-adds), which reads A `[K, M]` and B `[N, K]`
+//! as stored, one pipeline per layout used: there the packs cost 8–13 % of
+//! a training step, more than the compiles.
 //! The kernels ([`GemmVariant`]), chosen per adapter:
 //! - `Texture` (the register kernel, generated per tile in
 //!   `gemm/register.rs`, reading A and B from RGBA textures they are copied
