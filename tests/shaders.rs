@@ -440,16 +440,32 @@ fn gles31_limits_conf() -> Option<String> {
 fn every_shader_validates_and_translates_to_all_backends() {
     let shaders = wgpu_tp::kernels::all_shaders();
     assert!(!shaders.is_empty());
-    for (name, source) in &shaders {
-        let entries = translate(name, source);
-        let targets = if uses_f16(source) {
-            // wgpu's GL backend never offers SHADER_F16.
-            "MSL, HLSL SM 6.2, SPIR-V (f16; no GLSL: wgpu's GL has no SHADER_F16)"
-        } else {
-            "MSL, HLSL SM 5.1/6.0, SPIR-V, GLSL 430/310es"
-        };
-        eprintln!("[shaders] {name}: {} -> {targets}", entries.join(", "));
-    }
+    // One worker per core: the generated GEMM variants make this the
+    // suite's longest test, and each shader is independent.
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, source)) = shaders.get(i) else {
+                        break;
+                    };
+                    let entries = translate(name, source);
+                    let targets = if uses_f16(source) {
+                        // wgpu's GL backend never offers SHADER_F16.
+                        "MSL, HLSL SM 6.2, SPIR-V (f16; no GLSL: wgpu's GL has no SHADER_F16)"
+                    } else if uses_subgroups(source) {
+                        "MSL, HLSL SM 6.0, SPIR-V 1.3 (subgroups; no GLSL: wgpu's GL has none)"
+                    } else {
+                        "MSL, HLSL SM 5.1/6.0, SPIR-V, GLSL 430/310es"
+                    };
+                    eprintln!("[shaders] {name}: {} -> {targets}", entries.join(", "));
+                }
+            });
+        }
+    });
     eprintln!("[shaders] {} families translated", shaders.len());
     let _ = std::fs::remove_dir_all(scratch_dir());
 }

@@ -253,16 +253,17 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
         .device()
         .features()
         .contains(wgpu::Features::SUBGROUP);
-    let without = wgpu_tp::MeshBuilder::new()
-        .ranks(1)
-        .without_features(wgpu::Features::SUBGROUP)
-        .build()
-        .unwrap();
+    let mut meshes = vec![(default, if has_subgroups { "s" } else { "m" })];
+    if has_subgroups {
+        let without = wgpu_tp::MeshBuilder::new()
+            .ranks(1)
+            .without_features(wgpu::Features::SUBGROUP)
+            .build()
+            .unwrap();
+        meshes.push((without, "m"));
+    }
     let mut rng = Rng::fresh("gemm_subgroups");
-    for (m, lanes) in [
-        (&default, if has_subgroups { "s" } else { "m" }),
-        (&without, "m"),
-    ] {
+    for (m, lanes) in &meshes {
         let r = &m.ranks()[0];
         r.device().set_poison(true);
         // The last shape is over 2^24 multiply-adds: the large tile.

@@ -67,6 +67,17 @@ pub(crate) struct Tile {
 }
 
 impl Tile {
+    /// `tm` rows × `tn` columns (a multiple of 4) per invocation, `wg`
+    /// invocations per workgroup.
+    const fn new(tm: usize, tn: usize, wg: usize, lanes: Lanes) -> Tile {
+        Tile {
+            tm,
+            tnv: tn / 4,
+            wg,
+            lanes,
+        }
+    }
+
     /// C rows and columns one workgroup covers.
     pub(crate) fn span(self) -> (usize, usize) {
         match self.lanes {
@@ -110,12 +121,7 @@ impl Tile {
             _ => Lanes::Columns,
         };
         let wg = rest.trim_end_matches(['m', 'n', 's']);
-        let t = Tile {
-            tm: tm.parse().ok()?,
-            tnv: tn.parse::<usize>().ok()? / 4,
-            wg: wg.parse().ok()?,
-            lanes,
-        };
+        let t = Tile::new(tm.parse().ok()?, tn.parse().ok()?, wg.parse().ok()?, lanes);
         (t.tm > 0 && t.tnv > 0 && t.wg > 0).then_some(t)
     }
 
@@ -140,8 +146,8 @@ impl Tile {
             Reads::Textures => (
                 "@group(0) @binding(1) var a: texture_2d<f32>;\n\
                  @group(0) @binding(2) var b: texture_2d<f32>;",
-                "fetches a and b as texels of four (a: K/4 × M, b: N/4 × K rounded up to 4\n\
-                 // rows, zero past K)",
+                "fetches a and b as texels of four (a: K/4 × M, or M/4 × K stored [K, M];\n\
+                 // b: N/4 × K, or K/4 × N stored [N, K]; K rounded up to 4, zero past K)",
             ),
         };
         let (m0, n0) = if lanes == Lanes::Rows {
@@ -262,14 +268,6 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 let _ = writeln!(s, "        let a{i} = subgroupBroadcast(f{f}, {l}u);");
             }
         }
-        let row_step = match reads {
-            Reads::Buffers => " * ldb",
-            Reads::Textures => "",
-        };
-        let next_row = match reads {
-            Reads::Buffers => "ldb",
-            Reads::Textures => "1u",
-        };
         if trans_b {
             for c in 0..4 * tnv {
                 let _ = writeln!(
@@ -285,22 +283,27 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                     let _ = writeln!(s, "        let b{t}_{j} = vec4<f32>({});", parts.join(", "));
                 }
             }
-        }
-        let _ = writeln!(s, "        let r0 = 4u * q{row_step};");
-        for t in 1..4 {
-            let _ = writeln!(s, "        let r{t} = r{} + {next_row};", t - 1);
-        }
-        for t in 0..4 * usize::from(!trans_b) {
-            for j in 0..tnv {
-                let _ = match reads {
-                    Reads::Buffers => {
-                        writeln!(s, "        let b{t}_{j} = vec4<f32>(b[r{t} + cb{j}]);")
-                    }
-                    Reads::Textures => writeln!(
-                        s,
-                        "        let b{t}_{j} = textureLoad(b, vec2<u32>(cb{j}, r{t}), 0);"
-                    ),
-                };
+        } else {
+            let (row_step, next_row) = match reads {
+                Reads::Buffers => (" * ldb", "ldb"),
+                Reads::Textures => ("", "1u"),
+            };
+            let _ = writeln!(s, "        let r0 = 4u * q{row_step};");
+            for t in 1..4 {
+                let _ = writeln!(s, "        let r{t} = r{} + {next_row};", t - 1);
+            }
+            for t in 0..4 {
+                for j in 0..tnv {
+                    let _ = match reads {
+                        Reads::Buffers => {
+                            writeln!(s, "        let b{t}_{j} = vec4<f32>(b[r{t} + cb{j}]);")
+                        }
+                        Reads::Textures => writeln!(
+                            s,
+                            "        let b{t}_{j} = textureLoad(b, vec2<u32>(cb{j}, r{t}), 0);"
+                        ),
+                    };
+                }
             }
         }
         for i in 0..tm {
@@ -352,6 +355,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             info.backend == wgpu::Backend::Gl || old_mesa,
         ) {
             (Reads::Textures, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
+            (Reads::Textures, None, _) if small => TILE_TEXTURES_SMALL,
             (Reads::Textures, Some(size), false) => TILE_TEXTURES_SHARED.with_wg(size),
             (Reads::Textures, Some(size), true) => TILE_TEXTURES_SHARED_OLD_MESA.with_wg(size),
             (Reads::Textures, None, true) => TILE_TEXTURES_OLD_MESA,
@@ -392,37 +396,24 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
 /// from Mesa ≥ 24 and other non-GL adapters: 4 rows × 4 columns per invocation compiles in under a second and ran
 /// 1.2× faster than 3×4 and than tiles up to 4× its size there (BENCHMARKS.md,
 /// rounds 2 and 3).
-const TILE_DEFAULT: Tile = Tile {
-    tm: 4,
-    tnv: 1,
-    wg: 8,
-    lanes: Lanes::Rows,
-};
+const TILE_DEFAULT: Tile = Tile::new(4, 4, 8, Lanes::Rows);
 
 /// The buffer-reading tile on Mesa < 24 (lavapipe 22.3, GL llvmpipe), where
 /// storage loads cost even more: speed grows with
 /// FMAs per load (4×16 ran 1.8–1.9× faster than 3×4), and it still compiles
 /// in 1–2 s; larger tiles are faster still but take 5–45 s to compile.
-const TILE_LOAD_BOUND: Tile = Tile {
-    tm: 4,
-    tnv: 4,
-    wg: 8,
-    lanes: Lanes::Rows,
-};
+const TILE_LOAD_BOUND: Tile = Tile::new(4, 16, 8, Lanes::Rows);
 
 /// The texture-reading kernel's tile where subgroups work, on lavapipe from
 /// Mesa ≥ 24: 32 rows × 8 columns per lane, the rows shared by the
-/// subgroup, ran 0.38–0.48× sgemm (1.4–1.8× `TILE_TEXTURES`), compiling in
-/// 1.1 s (BENCHMARKS.md, round 5). `wg` becomes the subgroup size.
-const TILE_TEXTURES_SHARED: Tile = Tile {
-    tm: 32,
-    tnv: 2,
-    wg: 8,
-    lanes: Lanes::SharedRows,
-};
+/// subgroup, ran 0.27–0.48× sgemm (1.3–1.8× `TILE_TEXTURES` in the same
+/// minutes), compiling in 1.1 s (BENCHMARKS.md, round 5). `wg` becomes the
+/// subgroup size.
+const TILE_TEXTURES_SHARED: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
 
 /// Whether a product of `macs` multiply-adds is below 2^24 (256³): such
-/// products take `TILE_TEXTURES_SHARED_SMALL` and have transposed operands
+/// products take `TILE_TEXTURES_SHARED_SMALL` or `TILE_TEXTURES_SMALL` and
+/// have transposed operands
 /// packed rather than read in place. They take milliseconds at any tile,
 /// so compiling (once per layout and device) is what a user waits for.
 pub(crate) fn small_product(macs: u64) -> bool {
@@ -433,44 +424,30 @@ pub(crate) fn small_product(macs: u64) -> bool {
 /// 25 and 0.7 s on Mesa 22.3 against 1.0 / 2.1 s for the large tiles, per
 /// layout and device; with a pipeline per layout, a training step's three
 /// made the quickstart's 4 + 1 devices wait 4–7 s longer on a fresh cache.
-const TILE_TEXTURES_SHARED_SMALL: Tile = Tile {
-    tm: 8,
-    tnv: 2,
-    wg: 8,
-    lanes: Lanes::SharedRows,
-};
+const TILE_TEXTURES_SHARED_SMALL: Tile = Tile::new(8, 8, 8, Lanes::SharedRows);
+
+/// The texture tile for small products without subgroups (GL llvmpipe):
+/// 4×8 compiles in 0.5 s there against 2.0–2.7 s for 8×16, once per
+/// device, which made up most of the GL test suite's time (BENCHMARKS.md,
+/// round 5).
+const TILE_TEXTURES_SMALL: Tile = Tile::new(4, 8, 8, Lanes::Rows);
 
 /// The shared-rows tile on Mesa < 24 (lavapipe 22.3), which compiles the
 /// 32×8 tile in 6 s: 16×8 compiles in 2.1 s and ran 0.28–0.44× sgemm
 /// (1.3–1.5× `TILE_TEXTURES_OLD_MESA`).
-const TILE_TEXTURES_SHARED_OLD_MESA: Tile = Tile {
-    tm: 16,
-    tnv: 2,
-    wg: 8,
-    lanes: Lanes::SharedRows,
-};
+const TILE_TEXTURES_SHARED_OLD_MESA: Tile = Tile::new(16, 8, 8, Lanes::SharedRows);
 
 /// The texture-reading kernel's tile on lavapipe from Mesa ≥ 24 without
 /// subgroups: 16×16 ran
 /// 22–23 GFLOP/s there against 10.6 for the buffer kernel and compiles in
 /// 0.8 s; 16×32 gained 10 % for a 2.4 s compile (BENCHMARKS.md, round 4).
-const TILE_TEXTURES: Tile = Tile {
-    tm: 16,
-    tnv: 4,
-    wg: 8,
-    lanes: Lanes::Rows,
-};
+const TILE_TEXTURES: Tile = Tile::new(16, 16, 8, Lanes::Rows);
 
 /// The texture-reading kernel's tile on Mesa < 24 (lavapipe 22.3, GL
 /// llvmpipe), where larger kernels compile much slower: 8×16 ran 21 / 17
 /// GFLOP/s (lavapipe / GL) against 1.8 for the buffer kernel, compiling in
 /// 1.4 / 2.0 s.
-const TILE_TEXTURES_OLD_MESA: Tile = Tile {
-    tm: 8,
-    tnv: 4,
-    wg: 8,
-    lanes: Lanes::Rows,
-};
+const TILE_TEXTURES_OLD_MESA: Tile = Tile::new(8, 16, 8, Lanes::Rows);
 
 /// The register kernel's generated source for each shipped tile, operand
 /// kind and precision, as (entry point, source): for validation tests.
@@ -484,6 +461,7 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES_SHARED, Reads::Textures),
         (TILE_TEXTURES_SHARED_OLD_MESA, Reads::Textures),
         (TILE_TEXTURES_SHARED_SMALL, Reads::Textures),
+        (TILE_TEXTURES_SMALL, Reads::Textures),
     ] {
         for precision in Precision::ALL {
             let layouts = if tile.reads_transposed() {
@@ -522,7 +500,26 @@ fn mesa_major(driver_info: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::mesa_major;
+    use super::{Lanes, Tile, mesa_major};
+
+    #[test]
+    fn tiles_are_parsed_from_their_names() {
+        assert_eq!(
+            Tile::parse("32x8/8s"),
+            Some(Tile::new(32, 8, 8, Lanes::SharedRows))
+        );
+        assert_eq!(
+            Tile::parse("4x16/8m"),
+            Some(Tile::new(4, 16, 8, Lanes::Rows))
+        );
+        assert_eq!(
+            Tile::parse("4x16/16n"),
+            Some(Tile::new(4, 16, 16, Lanes::Columns))
+        );
+        for bad in ["", "32x8", "32x2/8s", "0x8/8s", "ax8/8m", "32x8/s"] {
+            assert_eq!(Tile::parse(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn mesa_versions_are_read_from_driver_strings() {
