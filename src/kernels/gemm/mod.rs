@@ -22,13 +22,15 @@
 //!   A's rows once and broadcasts them (32×8 per lane from Mesa ≥ 24, 16×8
 //!   on Mesa < 24, which compiles larger kernels slowly); without them
 //!   (GL llvmpipe) 16×16 or 8×16 per lane, each fetching its own rows.
+//!   Products under 2^24 multiply-adds take tiles that compile fast (8×8
+//!   shared, 4×8 without subgroups): compiling is what they wait for.
 //! - `Cpu`: the same register kernel reading storage buffers (4×4 on Mesa ≥
 //!   24, 4×16 on Mesa < 24 and GL), for operands larger than the device's
 //!   textures.
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
 //!
-//! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n]` (e.g. `4x16/8m`) overrides the register
-//! tile, for tuning.
+//! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
+//! register tile, for tuning.
 //!
 //! `WGPU_TP_GEMM_VARIANT=texture|cpu|tiled|generic` forces one for [`gemm`]
 //! (read once per process); [`gemm_with`] picks one per call.
@@ -157,8 +159,9 @@ pub enum GemmVariant {
     #[default]
     Auto,
     /// The register kernel reading A and B from RGBA textures they are
-    /// copied into (packed first where transposed or where a row is not a
-    /// multiple of 64 f32 / 128 f16 elements): the fastest on CPU adapters,
+    /// copied into (packed first where a row is not a multiple of 64 f32 /
+    /// 128 f16 elements, and where transposed unless the kernel shares rows
+    /// by subgroup and the product is large): the fastest on CPU adapters,
     /// whose drivers fetch texels much faster than storage loads. Operands
     /// larger than `max_texture_dimension_2d` texels per side take `Cpu`.
     Texture,
@@ -347,82 +350,18 @@ pub fn gemm_with(
         },
         v => v,
     };
-    let k4 = k.next_multiple_of(4);
-    let n4 = n.next_multiple_of(4);
-    let m4 = m.next_multiple_of(4);
-    let macs = m as u64 * n as u64 * k as u64;
-    let tile = Tile::for_device(a.device(), Reads::Textures, macs);
-    // Operands the texture kernel reads as stored; the others are packed
-    // (all of them for small products: one pipeline, not one per layout).
-    let in_place = tile.reads_transposed() && !small_product(macs);
-    let stored = Stored {
-        trans_a: opts.trans_a && in_place,
-        trans_b: opts.trans_b && in_place,
-    };
-    // Texture sides (texels × rows; K, M and N rounded up to 4): A is K/4 ×
-    // M, or M/4 × K stored [K, M]; B is N/4 × K, or K/4 × N stored [N, K].
-    // Larger operands take the buffer kernel.
-    let a_sides = if stored.trans_a {
-        (m4 / 4, k4)
-    } else {
-        (k4 / 4, m)
-    };
-    let b_sides = if stored.trans_b {
-        (k4 / 4, n)
-    } else {
-        (n4 / 4, k4)
-    };
+    // Operands past the device's textures take the buffer kernel.
     let variant = match variant {
-        GemmVariant::Texture
-            if k == 0
-                || !a.texture_fits(a_sides.1, a_sides.0)
-                || !a.texture_fits(b_sides.1, b_sides.0) =>
-        {
+        GemmVariant::Texture => {
+            if texture_gemm(a, b, &opts, precision, flags, &out, (m, n, k))? {
+                return Ok(out);
+            }
             GemmVariant::Cpu
         }
         v => v,
     };
-    if variant == GemmVariant::Texture {
-        // Rows 256-byte aligned for the copy, and zero past K so whole texels
-        // can be summed: operands not so are packed (transposed unless the
-        // kernel reads them as stored).
-        let align = texture_row_align(input);
-        // `in_place`, or else packed, transposed where `transpose`.
-        let texture = |t: &LocalTensor, (texels, rows): (usize, usize), in_place, transpose| {
-            let (src, pitch) = if in_place {
-                (t.clone(), t.shape()[1])
-            } else {
-                let pitch = (4 * texels).next_multiple_of(align);
-                (pack(OP, t, transpose, rows, pitch)?, pitch)
-            };
-            src.to_texture(OP, rows, texels, pitch)
-        };
-        let a_in_place = match (opts.trans_a, stored.trans_a) {
-            (false, _) => k % align == 0,
-            (true, true) => k % 4 == 0 && m % align == 0,
-            (true, false) => false,
-        };
-        let b_in_place = match (opts.trans_b, stored.trans_b) {
-            (false, _) => k % 4 == 0 && n % align == 0,
-            (true, true) => k % align == 0,
-            (true, false) => false,
-        };
-        let a_tex = texture(a, a_sides, a_in_place, opts.trans_a && !stored.trans_a)?;
-        let b_tex = texture(b, b_sides, b_in_place, opts.trans_b && !stored.trans_b)?;
-        let (entry, source) = tile.program(precision, Reads::Textures, stored);
-        let spec = KernelSpec::new(precision.family(), source, TEXTURE_BINDINGS, entry);
-        let params = Params::new(m, n, k, flags, tile.span(), (k4, n4))?;
-        // Absent bias/accumulate bind `a` and `b` in their place (unread:
-        // the flags say so), which also names the operands in traces.
-        Dispatch {
-            spec: &spec,
-            params: bytemuck::bytes_of(&params),
-            buffers: &[opts.bias.unwrap_or(a), opts.accumulate.unwrap_or(b), &out],
-            workgroups: params.groups as u64,
-        }
-        .record_with_textures(a.device(), &[&a_tex, &b_tex])?;
-        return Ok(out);
-    }
+    let k4 = k.next_multiple_of(4);
+    let n4 = n.next_multiple_of(4);
     // Bring A to [M, K] and B to [K, N] (row strides lda, ldb). The register
     // kernel reads aligned vec4s: rows a multiple of 4 long, and B's rows past
     // K (up to a multiple of 4) zero; the tiled kernel takes any stride.
@@ -465,6 +404,7 @@ pub fn gemm_with(
             (TILED_TILE, TILED_TILE),
         ),
         _ => {
+            let macs = m as u64 * n as u64 * k as u64;
             let tile = Tile::for_device(a.device(), Reads::Buffers, macs);
             let (entry, source) = tile.program(precision, Reads::Buffers, Stored::default());
             (entry, source, tile.span())
@@ -487,6 +427,88 @@ pub fn gemm_with(
     }
     .record(a.device())?;
     Ok(out)
+}
+
+/// The register kernel reading A and B from textures, recorded into `out`;
+/// `false` (nothing recorded) where K is 0 or an operand is larger than the
+/// device's textures.
+fn texture_gemm(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    opts: &GemmOptions<'_>,
+    precision: Precision,
+    flags: u32,
+    out: &LocalTensor,
+    (m, n, k): (usize, usize, usize),
+) -> Result<bool> {
+    const OP: &str = "gemm";
+    let (m4, n4, k4) = (
+        m.next_multiple_of(4),
+        n.next_multiple_of(4),
+        k.next_multiple_of(4),
+    );
+    let macs = m as u64 * n as u64 * k as u64;
+    let tile = Tile::for_device(a.device(), Reads::Textures, macs);
+    // Operands the kernel reads as stored; the others are packed (all of
+    // them for small products: one pipeline, not one per layout).
+    let transposes_in_place = tile.reads_transposed() && !small_product(macs);
+    let stored = Stored {
+        trans_a: opts.trans_a && transposes_in_place,
+        trans_b: opts.trans_b && transposes_in_place,
+    };
+    // Texture sides (texels, rows; K, M and N rounded up to 4): A is K/4 ×
+    // M, or M/4 × K stored [K, M]; B is N/4 × K, or K/4 × N stored [N, K].
+    let a_sides = if stored.trans_a {
+        (m4 / 4, k4)
+    } else {
+        (k4 / 4, m)
+    };
+    let b_sides = if stored.trans_b {
+        (k4 / 4, n)
+    } else {
+        (n4 / 4, k4)
+    };
+    if k == 0 || !a.texture_fits(a_sides.1, a_sides.0) || !a.texture_fits(b_sides.1, b_sides.0) {
+        return Ok(false);
+    }
+    // Rows 256-byte aligned for the copy, and zero past K so whole texels can
+    // be summed: operands not so are packed (transposed unless the kernel
+    // reads them as stored).
+    let align = texture_row_align(a.dtype());
+    let texture = |t: &LocalTensor, (texels, rows): (usize, usize), copy_as_is, transpose| {
+        let (src, pitch) = if copy_as_is {
+            (t.clone(), t.shape()[1])
+        } else {
+            let pitch = (4 * texels).next_multiple_of(align);
+            (pack(OP, t, transpose, rows, pitch)?, pitch)
+        };
+        src.to_texture(OP, rows, texels, pitch)
+    };
+    let a_as_is = match (opts.trans_a, stored.trans_a) {
+        (false, _) => k % align == 0,
+        (true, true) => k % 4 == 0 && m % align == 0,
+        (true, false) => false,
+    };
+    let b_as_is = match (opts.trans_b, stored.trans_b) {
+        (false, _) => k % 4 == 0 && n % align == 0,
+        (true, true) => k % align == 0,
+        (true, false) => false,
+    };
+    let a_tex = texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?;
+    let b_tex = texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?;
+    let (entry, source) = tile.program(precision, Reads::Textures, stored);
+    let spec = KernelSpec::new(precision.family(), source, TEXTURE_BINDINGS, entry);
+    let params = Params::new(m, n, k, flags, tile.span(), (k4, n4))?;
+    // Absent bias/accumulate bind `a` and `b` in their place (unread: the
+    // flags say so), which also names the operands in traces.
+    Dispatch {
+        spec: &spec,
+        params: bytemuck::bytes_of(&params),
+        buffers: &[opts.bias.unwrap_or(a), opts.accumulate.unwrap_or(b), out],
+        workgroups: params.groups as u64,
+    }
+    .record_with_textures(a.device(), &[&a_tex, &b_tex])?;
+    Ok(true)
 }
 
 /// `A·B` for A `[M,K]` and B `[K,N]`: [`gemm`] without transposes, bias or accumulate.

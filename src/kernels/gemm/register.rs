@@ -9,7 +9,7 @@
 //! loop, which keeps compile times short. A and B come from storage buffers
 //! or, faster on Mesa's CPU drivers, from RGBA textures ([`Reads`]). Where
 //! subgroups work, A's rows are fetched once per subgroup and broadcast
-//! ([`Lanes::SharedRows`]): on lavapipe a fetch is a call of ~150
+//! ([`Lanes::SharedRows`]): on lavapipe 25 a fetch is a call of ~250
 //! instructions for 8 lanes, a broadcast one or two.
 
 use std::sync::OnceLock;
@@ -51,8 +51,9 @@ pub(crate) enum Lanes {
     Columns,
     /// Each lane its own columns, A's rows fetched once per subgroup, a
     /// share per lane, and broadcast (`s`; needs `SUBGROUP` and a workgroup
-    /// of exactly one subgroup). On lavapipe a fetch costs ~150 instructions
-    /// and a broadcast 1–2, so this took 1.4–1.8× the speed of `Rows`.
+    /// of exactly one subgroup). On lavapipe 25 a fetch costs ~250
+    /// instructions and a broadcast 1–2, so this ran 1.3–1.8× as fast as
+    /// `Rows` (BENCHMARKS.md, round 5).
     SharedRows,
 }
 
@@ -201,22 +202,24 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         // A stored [K, M]: a texel holds four rows at one k; the subgroup
         // fetches TM/4 texels × 4 k, lane l the l-th, (l + WG)-th, …
         let row_groups = tm / 4;
-        for u in (0..fetched).filter(|_| trans_a) {
-            let _ = writeln!(
-                s,
-                "    let ax{u} = min(m0 / 4u + ({}u + lane) % {row_groups}u, (p.m + 3u) / 4u - 1u);\n    \
-                 let ay{u} = min(({}u + lane) / {row_groups}u, 3u);",
-                u * wg,
-                u * wg
-            );
-        }
-        for i in (0..fetched).filter(|_| !trans_a) {
-            let row = if shared {
-                format!("m0 + {}u + lane", i * wg)
+        for u in 0..fetched {
+            let _ = if trans_a {
+                writeln!(
+                    s,
+                    "    let ax{u} = min(m0 / 4u + ({}u + lane) % {row_groups}u, (p.m + 3u) / 4u - 1u);\n    \
+                     let ay{u} = min(({}u + lane) / {row_groups}u, 3u);",
+                    u * wg,
+                    u * wg
+                )
+            } else if shared {
+                writeln!(
+                    s,
+                    "    let ra{u} = min(m0 + {}u + lane, p.m - 1u){row_stride};",
+                    u * wg
+                )
             } else {
-                format!("m0 + {i}u")
+                writeln!(s, "    let ra{u} = min(m0 + {u}u, p.m - 1u){row_stride};")
             };
-            let _ = writeln!(s, "    let ra{i} = min({row}, p.m - 1u){row_stride};");
         }
         if trans_b {
             // B stored [N, K]: one texel per column of this lane holds four k.
