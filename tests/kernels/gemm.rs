@@ -1,7 +1,7 @@
 //! GEMM (all transposes, bias, accumulate) and sum_rows against an f64 CPU
 //! reference; ragged and empty shapes, folded grids, and error cases.
 
-use crate::util::{Rng, assert_close, mesh};
+use crate::util::{Rng, assert_close, assert_close_cancelling, mesh};
 use wgpu_tp::kernels::{self, GemmOptions, GemmVariant};
 use wgpu_tp::{DType, Error, Rank};
 
@@ -101,10 +101,21 @@ fn check_variant(
         with_bias.then_some(&bias[..]),
         with_acc.then_some(&acc[..]),
     );
+    let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
+    let (bias_abs, acc_abs) = (abs(&bias), abs(&acc));
+    let scale = reference(
+        &abs(&a),
+        &abs(&b),
+        (m, n, k),
+        ta,
+        tb,
+        with_bias.then_some(&bias_abs[..]),
+        with_acc.then_some(&acc_abs[..]),
+    );
     let what = format!(
         "gemm {variant:?} m={m} n={n} k={k} ta={ta} tb={tb} bias={with_bias} acc={with_acc}"
     );
-    assert_close(&what, &got, &want, 1e-5);
+    assert_close_cancelling(&what, &got, &want, &scale, 1e-5);
 }
 
 #[test]

@@ -30,6 +30,34 @@ pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
 pub fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
     let e = rel_err(got, want);
     assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.1e}");
+    assert_elementwise(what, got, want);
+}
+
+/// [`assert_close`] for a sum of products whose result may cancel: the
+/// norm-wise error is taken relative to max(‖want‖, 1e-2·‖scale‖), `scale`
+/// being the same sums over absolute values (|A|·|B| + |bias| + …), which
+/// bounds f32's rounding in any summation order. With random signs ‖want‖
+/// is at least about ‖scale‖/√K, so the floor only acts where terms cancel
+/// (a 1×1×1 product with bias and accumulate failed 1e-5 once that way).
+#[track_caller]
+pub fn assert_close_cancelling(what: &str, got: &[f32], want: &[f64], scale: &[f64], tol: f64) {
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    for g in got {
+        assert!(
+            g.is_finite(),
+            "{what}: non-finite output {g} (an unwritten, poisoned element?)"
+        );
+    }
+    let diff = norm(&mut got.iter().zip(want).map(|(g, w)| *g as f64 - w));
+    let den = norm(&mut want.iter().copied()).max(1e-2 * norm(&mut scale.iter().copied()));
+    let e = diff / den.max(1e-30);
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.1e}");
+    assert_elementwise(what, got, want);
+}
+
+/// |g − w| ≤ 1e-4 + 1e-3·|w| for every element.
+#[track_caller]
+fn assert_elementwise(what: &str, got: &[f32], want: &[f64]) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let d = (*g as f64 - w).abs();
         assert!(
