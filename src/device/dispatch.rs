@@ -20,7 +20,7 @@ pub(crate) struct Dispatch<'a> {
     /// Bytes of the uniform at binding 0 (padded to 16 here).
     pub params: &'a [u8],
     /// Storage buffers in binding order (1, 2, ...), skipping the
-    /// [`Access::Texture`] bindings (see [`Dispatch::record_with_textures`]).
+    /// texture bindings ([`Access::is_texture`]; see [`Dispatch::record_with_textures`]).
     pub buffers: &'a [&'a LocalTensor],
     /// Number of workgroups (linear); folded into x/y past the per-dimension limit.
     pub workgroups: u64,
@@ -66,7 +66,7 @@ impl Dispatch<'_> {
             .spec
             .bindings
             .iter()
-            .filter(|a| **a != Access::Texture)
+            .filter(|a| !a.is_texture())
             .enumerate()
             .filter(|(_, a)| **a == Access::ReadWrite)
             .last()
@@ -88,7 +88,7 @@ impl Dispatch<'_> {
         self.record_with_textures(device, &[])
     }
 
-    /// [`record`](Self::record) for a kernel with [`Access::Texture`]
+    /// [`record`](Self::record) for a kernel with texture
     /// bindings: `textures` fill them in binding order.
     pub(crate) fn record_with_textures(
         &self,
@@ -154,7 +154,7 @@ impl Dispatch<'_> {
         for (i, access) in self.spec.bindings.iter().enumerate() {
             let slot = i as u32 + 1;
             let missing = || Error::invalid(self.spec.entry, "a binding was not supplied");
-            entries.push(if *access == Access::Texture {
+            entries.push(if access.is_texture() {
                 wgpu::BindGroupEntry {
                     binding: slot,
                     resource: wgpu::BindingResource::TextureView(

@@ -53,7 +53,7 @@ pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::copy_region;
-pub(crate) use texture::texture_row_align;
+pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};
 pub(crate) use timeline::HostSpan;
 
 /// Old name of [`Device`], kept so existing code compiles.

@@ -15,12 +15,27 @@ pub(crate) fn texture_row_align(dtype: DType) -> usize {
     wgpu::COPY_BYTES_PER_ROW_ALIGNMENT as usize / dtype.size_bytes()
 }
 
-fn texel_format(op: &'static str, dtype: DType) -> Result<wgpu::TextureFormat> {
+/// The RGBA format holding four elements of `dtype` per texel.
+pub(crate) fn texel_format(op: &'static str, dtype: DType) -> Result<wgpu::TextureFormat> {
     match dtype {
         DType::F32 => Ok(wgpu::TextureFormat::Rgba32Float),
         DType::F16 => Ok(wgpu::TextureFormat::Rgba16Float),
         DType::I32 => Err(Error::invalid(op, "textures hold f32 or f16 matrices")),
     }
+}
+
+/// Whether `device` can bind two `format` textures as read-only storage
+/// textures in one compute kernel.
+pub(crate) fn storage_textures_work(device: &super::Device, format: wgpu::TextureFormat) -> bool {
+    device.limits().max_storage_textures_per_shader_stage >= 2
+        && format
+            .guaranteed_format_features(device.features())
+            .allowed_usages
+            .contains(wgpu::TextureUsages::STORAGE_BINDING)
+        && format
+            .guaranteed_format_features(device.features())
+            .flags
+            .contains(wgpu::TextureFormatFeatureFlags::STORAGE_READ_ONLY)
 }
 
 impl LocalTensor {
@@ -34,13 +49,15 @@ impl LocalTensor {
     /// (f32 or f16), whose rows start `pitch` elements apart (`pitch` a
     /// multiple of [`texture_row_align`]): texel `(c, r)` holds elements
     /// `r·pitch + 4c ..+ 4`. The copy is recorded on the device's pending
-    /// encoder, ahead of the kernels that read the texture.
+    /// encoder, ahead of the kernels that read the texture. With `storage`,
+    /// kernels may also bind it as a read-only storage texture.
     pub(crate) fn to_texture(
         &self,
         op: &'static str,
         rows: usize,
         texels: usize,
         pitch: usize,
+        storage: bool,
     ) -> Result<wgpu::TextureView> {
         let format = texel_format(op, self.dtype())?;
         let size = self.dtype().size_bytes();
@@ -75,7 +92,11 @@ impl LocalTensor {
             sample_count: 1,
             dimension: wgpu::TextureDimension::D2,
             format,
-            usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
+            usage: if storage {
+                wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_DST
+            } else {
+                wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST
+            },
             view_formats: &[],
         });
         device.record(|enc| {

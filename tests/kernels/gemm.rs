@@ -236,8 +236,10 @@ fn gemm_past_the_texture_limit_reads_buffers() {
             );
         }
     }
-    // The kernel that ran: textures within the limit, buffers past it.
-    for ((mm, n, k), kernel) in [((8, 256, 8), "gemm_tex_"), ((70, 16, 8), "gemm_cpu_")] {
+    // The kernel that ran: textures (sampled `tex`, storage `img`) within
+    // the limit, buffers past it.
+    let textures = texture_prefix(r, GemmVariant::Texture);
+    for ((mm, n, k), kernel) in [((8, 256, 8), textures), ((70, 16, 8), "gemm_cpu_")] {
         m.start_trace().unwrap();
         let a = r.upload(&[mm, k], &rng.vec(mm * k)).unwrap();
         let b = r.upload(&[k, n], &rng.vec(k * n)).unwrap();
@@ -251,6 +253,24 @@ fn gemm_past_the_texture_limit_reads_buffers() {
     }
 }
 
+/// The entry-name prefix of the texture kernel `variant` runs on `r`:
+/// storage textures (`gemm_img_`) by default on CPU adapters and when asked
+/// for, where the device can bind them; else sampled (`gemm_tex_`).
+fn texture_prefix(r: &Rank, variant: GemmVariant) -> &'static str {
+    let device = r.device();
+    let storage = match variant {
+        GemmVariant::StorageTexture => true,
+        GemmVariant::SampledTexture => false,
+        _ => device.is_cpu(),
+    };
+    let can_bind = device.limits().max_storage_textures_per_shader_stage >= 2;
+    if storage && can_bind {
+        "gemm_img_"
+    } else {
+        "gemm_tex_"
+    }
+}
+
 #[test]
 fn gemm_texture_kernel_with_and_without_subgroups() {
     // Where the device has subgroups the texture kernel shares A's rows
@@ -258,23 +278,39 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
     // operands as stored; without, each lane fetches its own rows (`m`).
     // Both must give the same result on ragged shapes in every layout: M
     // not a multiple of the shared rows, N past the last lane, K not whole
-    // texels.
+    // texels. The textures are bound as the device prefers (storage on
+    // lavapipe) and, on fewer layouts, the other way.
     let default = mesh(1);
     let has_subgroups = default.ranks()[0]
         .device()
         .features()
         .contains(wgpu::Features::SUBGROUP);
-    let mut meshes = vec![(default, if has_subgroups { "s" } else { "m" })];
+    let other = if texture_prefix(&default.ranks()[0], GemmVariant::Texture) == "gemm_img_" {
+        GemmVariant::SampledTexture
+    } else {
+        GemmVariant::StorageTexture
+    };
+    let lanes = if has_subgroups { "s" } else { "m" };
+    let all_layouts = [(false, false), (true, false), (false, true), (true, true)];
+    let mut runs = vec![
+        (
+            default.clone(),
+            lanes,
+            GemmVariant::Texture,
+            &all_layouts[..],
+        ),
+        (default, lanes, other, &[(false, false), (true, true)][..]),
+    ];
     if has_subgroups {
         let without = wgpu_tp::MeshBuilder::new()
             .ranks(1)
             .without_features(wgpu::Features::SUBGROUP)
             .build()
             .unwrap();
-        meshes.push((without, "m"));
+        runs.push((without, "m", GemmVariant::Texture, &all_layouts[..]));
     }
     let mut rng = Rng::fresh("gemm_subgroups");
-    for (m, lanes) in &meshes {
+    for (m, lanes, variant, layouts) in &runs {
         let r = &m.ranks()[0];
         r.device().set_poison(true);
         // The last shape is over 2^24 multiply-adds: the large tile.
@@ -285,21 +321,22 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
             (100, 200, 64),
             (257, 131, 515),
         ] {
-            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                check_variant(r, &mut rng, shape, ta, tb, true, true, GemmVariant::Texture);
+            for &(ta, tb) in *layouts {
+                check_variant(r, &mut rng, shape, ta, tb, true, true, *variant);
             }
         }
         m.start_trace().unwrap();
         let a = r.upload(&[40, 64], &rng.vec(40 * 64)).unwrap();
         let b = r.upload(&[64, 64], &rng.vec(64 * 64)).unwrap();
-        kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Texture).unwrap();
+        kernels::gemm_with(&a, &b, GemmOptions::default(), *variant).unwrap();
         let trace = m.stop_trace().unwrap();
         let names: Vec<_> = trace.kernels().map(|e| e.name.clone()).collect();
+        let prefix = texture_prefix(r, *variant);
         assert!(
             names
                 .iter()
-                .any(|n| n.contains("gemm_tex_") && n.ends_with(lanes)),
-            "expected a gemm_tex_*{lanes} kernel: {names:?}"
+                .any(|n| n.contains(prefix) && n.ends_with(lanes)),
+            "expected a {prefix}*{lanes} kernel for {variant:?}: {names:?}"
         );
     }
 }

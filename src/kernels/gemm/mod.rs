@@ -41,7 +41,10 @@
 //! ([`GemmOptions::out_dtype`]). Each (operand, output) dtype pair is its own
 //! pipeline, composed from the same WGSL with `AIn` / `COut` aliases.
 
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, texture_row_align};
+use crate::device::{
+    Access, Dispatch, KernelSpec, LocalTensor, storage_textures_work, texel_format,
+    texture_row_align,
+};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -68,6 +71,24 @@ const TEXTURE_BINDINGS: &[Access] = &[
     Access::ReadWrite,
 ];
 
+/// The register kernel reading A and B from f32 storage textures.
+const STORAGE_TEXTURE_BINDINGS_F32: &[Access] = &[
+    Access::StorageTexture(wgpu::TextureFormat::Rgba32Float),
+    Access::StorageTexture(wgpu::TextureFormat::Rgba32Float),
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+
+/// The register kernel reading A and B from f16 storage textures.
+const STORAGE_TEXTURE_BINDINGS_F16: &[Access] = &[
+    Access::StorageTexture(wgpu::TextureFormat::Rgba16Float),
+    Access::StorageTexture(wgpu::TextureFormat::Rgba16Float),
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+
 const TILED_TILE: usize = 64;
 
 /// Element types of one GEMM pipeline: of A and B (`input`) and of C
@@ -89,6 +110,11 @@ impl Precision {
 
     const fn new(input: DType, output: DType) -> Self {
         Precision { input, output }
+    }
+
+    /// The element type of A and B.
+    pub(crate) fn input(self) -> DType {
+        self.input
     }
 
     /// `enable f16;` where needed and the `AIn` / `COut` aliases, composed in
@@ -164,7 +190,15 @@ pub enum GemmVariant {
     /// by subgroup and the product is large): the fastest on CPU adapters,
     /// whose drivers fetch texels much faster than storage loads. Operands
     /// larger than `max_texture_dimension_2d` texels per side take `Cpu`.
+    /// Bound as read-only storage textures on CPU adapters, which load
+    /// those faster than they fetch sampled texels, else as sampled textures.
     Texture,
+    /// `Texture` with A and B bound as sampled textures (`texture_2d`).
+    SampledTexture,
+    /// `Texture` with A and B bound as read-only storage textures
+    /// (`texture_storage_2d`); sampled textures where the device cannot
+    /// bind two of them in a kernel.
+    StorageTexture,
     /// Register-tiled, no workgroup memory, reading storage buffers. Operands
     /// whose layout it cannot read in place (transposed, or a contiguous
     /// dimension not a multiple of 4) are packed first.
@@ -178,8 +212,9 @@ pub enum GemmVariant {
 }
 
 impl GemmVariant {
-    /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`, `cpu`, `tiled`,
-    /// `generic`; anything else means `Auto`), read once per process.
+    /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
+    /// `sampled-texture`, `storage-texture`, `cpu`, `tiled`, `generic`;
+    /// anything else means `Auto`), read once per process.
     fn from_env() -> GemmVariant {
         static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
         *VARIANT.get_or_init(|| {
@@ -189,6 +224,8 @@ impl GemmVariant {
                 .as_str()
             {
                 "texture" => GemmVariant::Texture,
+                "sampled-texture" => GemmVariant::SampledTexture,
+                "storage-texture" => GemmVariant::StorageTexture,
                 "cpu" => GemmVariant::Cpu,
                 "tiled" => GemmVariant::Tiled,
                 "generic" => GemmVariant::Generic,
@@ -352,8 +389,9 @@ pub fn gemm_with(
     };
     // Operands past the device's textures take the buffer kernel.
     let variant = match variant {
-        GemmVariant::Texture => {
-            if texture_gemm(a, b, &opts, precision, flags, &out, (m, n, k))? {
+        GemmVariant::Texture | GemmVariant::SampledTexture | GemmVariant::StorageTexture => {
+            let reads = texture_reads(a, variant)?;
+            if texture_gemm(a, b, &opts, precision, flags, &out, (m, n, k), reads)? {
                 return Ok(out);
             }
             GemmVariant::Cpu
@@ -429,9 +467,29 @@ pub fn gemm_with(
     Ok(out)
 }
 
-/// The register kernel reading A and B from textures, recorded into `out`;
-/// `false` (nothing recorded) where K is 0 or an operand is larger than the
-/// device's textures.
+/// How a texture variant binds A and B on `a`'s device: storage textures
+/// where asked for, or by default on CPU adapters (lavapipe and GL
+/// llvmpipe, where they ran 1.2–1.6× as fast), if the device can bind two
+/// of them.
+fn texture_reads(a: &LocalTensor, variant: GemmVariant) -> Result<Reads> {
+    let device = a.device();
+    let storage = match variant {
+        GemmVariant::SampledTexture => false,
+        GemmVariant::StorageTexture => true,
+        _ => device.is_cpu(),
+    };
+    let format = texel_format("gemm", a.dtype())?;
+    Ok(if storage && storage_textures_work(device, format) {
+        Reads::StorageTextures
+    } else {
+        Reads::Textures
+    })
+}
+
+/// The register kernel reading A and B from textures (`reads`), recorded
+/// into `out`; `false` (nothing recorded) where K is 0 or an operand is
+/// larger than the device's textures.
+#[allow(clippy::too_many_arguments)]
 fn texture_gemm(
     a: &LocalTensor,
     b: &LocalTensor,
@@ -440,6 +498,7 @@ fn texture_gemm(
     flags: u32,
     out: &LocalTensor,
     (m, n, k): (usize, usize, usize),
+    reads: Reads,
 ) -> Result<bool> {
     const OP: &str = "gemm";
     let (m4, n4, k4) = (
@@ -448,7 +507,7 @@ fn texture_gemm(
         k.next_multiple_of(4),
     );
     let macs = m as u64 * n as u64 * k as u64;
-    let tile = Tile::for_device(a.device(), Reads::Textures, macs);
+    let tile = Tile::for_device(a.device(), reads, macs);
     // Operands the kernel reads as stored; the others are packed (all of
     // them for small products: one pipeline, not one per layout).
     let transposes_in_place = tile.reads_transposed() && !small_product(macs);
@@ -482,7 +541,7 @@ fn texture_gemm(
             let pitch = (4 * texels).next_multiple_of(align);
             (pack(OP, t, transpose, rows, pitch)?, pitch)
         };
-        src.to_texture(OP, rows, texels, pitch)
+        src.to_texture(OP, rows, texels, pitch, reads == Reads::StorageTextures)
     };
     let a_as_is = match (opts.trans_a, stored.trans_a) {
         (false, _) => k % align == 0,
@@ -496,8 +555,13 @@ fn texture_gemm(
     };
     let a_tex = texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?;
     let b_tex = texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?;
-    let (entry, source) = tile.program(precision, Reads::Textures, stored);
-    let spec = KernelSpec::new(precision.family(), source, TEXTURE_BINDINGS, entry);
+    let (entry, source) = tile.program(precision, reads, stored);
+    let bindings = match (reads, precision.input()) {
+        (Reads::StorageTextures, DType::F16) => STORAGE_TEXTURE_BINDINGS_F16,
+        (Reads::StorageTextures, _) => STORAGE_TEXTURE_BINDINGS_F32,
+        _ => TEXTURE_BINDINGS,
+    };
+    let spec = KernelSpec::new(precision.family(), source, bindings, entry);
     let params = Params::new(m, n, k, flags, tile.span(), (k4, n4))?;
     // Absent bias/accumulate bind `a` and `b` in their place (unread: the
     // flags say so), which also names the operands in traces.

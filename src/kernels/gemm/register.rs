@@ -16,14 +16,29 @@ use std::sync::OnceLock;
 
 use super::{Precision, interned};
 use crate::device::Device;
+use crate::element::DType;
 
 /// Where the register kernel reads A and B: storage buffers of vec4s, or
 /// RGBA textures (a texel per four elements of a row; device/texture.rs),
-/// which Mesa's CPU drivers fetch 2–14× faster.
+/// which Mesa's CPU drivers fetch 2–14× faster, bound as sampled or as
+/// read-only storage textures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Reads {
     Buffers,
+    /// `texture_2d<f32>`, read with `textureLoad(t, xy, 0)`.
     Textures,
+    /// `texture_storage_2d<rgba32float | rgba16float, read>`: on lavapipe
+    /// a load is a ~70-instruction call against ~90–200 for a sampled
+    /// fetch (no mip-level logic), which made the GEMM 1.2–1.6× as fast
+    /// there and on GL llvmpipe (BENCHMARKS.md, round 6).
+    StorageTextures,
+}
+
+impl Reads {
+    /// Whether A and B are textures (sampled or storage).
+    fn texels(self) -> bool {
+        self != Reads::Buffers
+    }
 }
 
 const XYZW: [&str; 4] = ["x", "y", "z", "w"];
@@ -99,6 +114,7 @@ impl Tile {
             match reads {
                 Reads::Buffers => "cpu",
                 Reads::Textures => "tex",
+                Reads::StorageTextures => "img",
             },
             self.tm,
             self.tnv * 4,
@@ -137,20 +153,39 @@ impl Tile {
         s.push_str(HEADER);
         let entry = self.entry(reads, stored);
         let Stored { trans_a, trans_b } = stored;
+        let texels = "fetches a and b as texels of four (a: K/4 × M, or M/4 × K stored [K, M];\n\
+                      // b: N/4 × K, or K/4 × N stored [N, K]; K rounded up to 4, zero past K)";
         let (operands, how) = match reads {
             Reads::Buffers => (
                 "@group(0) @binding(1) var<storage, read> a: array<vec4<AIn>>;\n\
-                 @group(0) @binding(2) var<storage, read> b: array<vec4<AIn>>;",
+                 @group(0) @binding(2) var<storage, read> b: array<vec4<AIn>>;"
+                    .to_string(),
                 "reads a and b as aligned vec4s (lda, ldb multiples of 4; rows of b past K are\n\
                  // zero)",
             ),
             Reads::Textures => (
                 "@group(0) @binding(1) var a: texture_2d<f32>;\n\
-                 @group(0) @binding(2) var b: texture_2d<f32>;",
-                "fetches a and b as texels of four (a: K/4 × M, or M/4 × K stored [K, M];\n\
-                 // b: N/4 × K, or K/4 × N stored [N, K]; K rounded up to 4, zero past K)",
+                 @group(0) @binding(2) var b: texture_2d<f32>;"
+                    .to_string(),
+                texels,
             ),
+            Reads::StorageTextures => {
+                let format = if precision.input() == DType::F16 {
+                    "rgba16float"
+                } else {
+                    "rgba32float"
+                };
+                (
+                    format!(
+                        "@group(0) @binding(1) var a: texture_storage_2d<{format}, read>;\n\
+                         @group(0) @binding(2) var b: texture_storage_2d<{format}, read>;"
+                    ),
+                    texels,
+                )
+            }
         };
+        // Storage textures have no mip levels to name.
+        let level = if reads == Reads::Textures { ", 0" } else { "" };
         let (m0, n0) = if lanes == Lanes::Rows {
             (
                 "((g / p.groups_n) * WG + lid) * TM",
@@ -192,10 +227,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     let ldb = p.ldb / 4u;
 "#
         );
-        let row_stride = match reads {
-            Reads::Buffers => " * lda",
-            Reads::Textures => "",
-        };
+        let row_stride = if reads.texels() { "" } else { " * lda" };
         // Shared rows: lane l fetches rows l, l + WG, … (`f*`) and each row
         // reaches every lane by subgroupBroadcast (`a*`).
         let fetched = if shared { tm.div_ceil(wg) } else { tm };
@@ -239,17 +271,17 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         s.push_str("    let kq = (p.k + 3u) / 4u;\n    for (var q = 0u; q < kq; q++) {\n");
         let fetch = if shared { "f" } else { "a" };
         for i in 0..fetched {
-            let _ = match (reads, trans_a) {
-                (Reads::Buffers, _) => {
+            let _ = match (reads.texels(), trans_a) {
+                (false, _) => {
                     writeln!(s, "        let {fetch}{i} = vec4<f32>(a[ra{i} + q]);")
                 }
-                (Reads::Textures, false) => writeln!(
+                (true, false) => writeln!(
                     s,
-                    "        let {fetch}{i} = textureLoad(a, vec2<u32>(q, ra{i}), 0);"
+                    "        let {fetch}{i} = textureLoad(a, vec2<u32>(q, ra{i}){level});"
                 ),
-                (Reads::Textures, true) => writeln!(
+                (true, true) => writeln!(
                     s,
-                    "        let f{i} = textureLoad(a, vec2<u32>(ax{i}, 4u * q + ay{i}), 0);"
+                    "        let f{i} = textureLoad(a, vec2<u32>(ax{i}, 4u * q + ay{i}){level});"
                 ),
             };
         }
@@ -275,7 +307,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             for c in 0..4 * tnv {
                 let _ = writeln!(
                     s,
-                    "        let w{c} = textureLoad(b, vec2<u32>(q, cbt{c}), 0);"
+                    "        let w{c} = textureLoad(b, vec2<u32>(q, cbt{c}){level});"
                 );
             }
             // In SIMD-across-lanes code these vectors are only renamings.
@@ -287,9 +319,10 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 }
             }
         } else {
-            let (row_step, next_row) = match reads {
-                Reads::Buffers => (" * ldb", "ldb"),
-                Reads::Textures => ("", "1u"),
+            let (row_step, next_row) = if reads.texels() {
+                ("", "1u")
+            } else {
+                (" * ldb", "ldb")
             };
             let _ = writeln!(s, "        let r0 = 4u * q{row_step};");
             for t in 1..4 {
@@ -297,14 +330,13 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             }
             for t in 0..4 {
                 for j in 0..tnv {
-                    let _ = match reads {
-                        Reads::Buffers => {
-                            writeln!(s, "        let b{t}_{j} = vec4<f32>(b[r{t} + cb{j}]);")
-                        }
-                        Reads::Textures => writeln!(
+                    let _ = if reads.texels() {
+                        writeln!(
                             s,
-                            "        let b{t}_{j} = textureLoad(b, vec2<u32>(cb{j}, r{t}), 0);"
-                        ),
+                            "        let b{t}_{j} = textureLoad(b, vec2<u32>(cb{j}, r{t}){level});"
+                        )
+                    } else {
+                        writeln!(s, "        let b{t}_{j} = vec4<f32>(b[r{t} + cb{j}]);")
                     };
                 }
             }
@@ -352,19 +384,20 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         let info = device.adapter_info();
         let old_mesa = mesa_major(&info.driver_info).is_some_and(|major| major < 24);
         let small = small_product(macs);
+        // Storage and sampled textures take the same tiles.
         match (
-            reads,
+            reads.texels(),
             subgroup,
             info.backend == wgpu::Backend::Gl || old_mesa,
         ) {
-            (Reads::Textures, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
-            (Reads::Textures, None, _) if small => TILE_TEXTURES_SMALL,
-            (Reads::Textures, Some(size), false) => TILE_TEXTURES_SHARED.with_wg(size),
-            (Reads::Textures, Some(size), true) => TILE_TEXTURES_SHARED_OLD_MESA.with_wg(size),
-            (Reads::Textures, None, true) => TILE_TEXTURES_OLD_MESA,
-            (Reads::Textures, None, false) => TILE_TEXTURES,
-            (Reads::Buffers, _, true) => TILE_LOAD_BOUND,
-            (Reads::Buffers, _, false) => TILE_DEFAULT,
+            (true, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
+            (true, None, _) if small => TILE_TEXTURES_SMALL,
+            (true, Some(size), false) => TILE_TEXTURES_SHARED.with_wg(size),
+            (true, Some(size), true) => TILE_TEXTURES_SHARED_OLD_MESA.with_wg(size),
+            (true, None, true) => TILE_TEXTURES_OLD_MESA,
+            (true, None, false) => TILE_TEXTURES,
+            (false, _, true) => TILE_LOAD_BOUND,
+            (false, _, false) => TILE_DEFAULT,
         }
     }
 
@@ -465,6 +498,12 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES_SHARED_OLD_MESA, Reads::Textures),
         (TILE_TEXTURES_SHARED_SMALL, Reads::Textures),
         (TILE_TEXTURES_SMALL, Reads::Textures),
+        (TILE_TEXTURES, Reads::StorageTextures),
+        (TILE_TEXTURES_OLD_MESA, Reads::StorageTextures),
+        (TILE_TEXTURES_SHARED, Reads::StorageTextures),
+        (TILE_TEXTURES_SHARED_OLD_MESA, Reads::StorageTextures),
+        (TILE_TEXTURES_SHARED_SMALL, Reads::StorageTextures),
+        (TILE_TEXTURES_SMALL, Reads::StorageTextures),
     ] {
         for precision in Precision::ALL {
             let layouts = if tile.reads_transposed() {
