@@ -17,7 +17,9 @@
 //!   into): for CPU adapters (lavapipe, llvmpipe), whose drivers fetch a
 //!   texel per lane at once but load storage buffers lane by lane inside
 //!   loops; each invocation keeps a tile of C in vec4 registers, no
-//!   workgroup memory. The tile is chosen per adapter: where the device has
+//!   workgroup memory. The textures are bound as read-only storage
+//!   textures, whose loads skip the sampler's level logic (1.15–1.6× as
+//!   fast there; `SampledTexture` / `StorageTexture` force either). The tile is chosen per adapter: where the device has
 //!   subgroups (lavapipe), each lane owns columns and the subgroup fetches
 //!   A's rows once and broadcasts them (32×8 per lane from Mesa ≥ 24, 16×8
 //!   on Mesa < 24, which compiles larger kernels slowly); without them
@@ -32,7 +34,8 @@
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
 //! register tile, for tuning.
 //!
-//! `WGPU_TP_GEMM_VARIANT=texture|cpu|tiled|generic` forces one for [`gemm`]
+//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|cpu|tiled|generic`
+//! forces one for [`gemm`]
 //! (read once per process); [`gemm_with`] picks one per call.
 //!
 //! Mixed precision: A and B may both be f16 (on adapters with `SHADER_F16`);
