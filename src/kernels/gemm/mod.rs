@@ -57,40 +57,30 @@ pub(crate) use self::register::register_sources;
 use self::register::{Reads, Stored, Tile, small_product};
 use super::transpose::pack;
 
-const BINDINGS: &[Access] = &[
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::ReadWrite,
-];
+/// A GEMM kernel's bindings after the uniform: A and B bound as `operands`,
+/// then bias, accumulate (read) and C (written).
+const fn gemm_bindings(operands: Access) -> [Access; 5] {
+    [
+        operands,
+        operands,
+        Access::Read,
+        Access::Read,
+        Access::ReadWrite,
+    ]
+}
 
-/// The register kernel reading A and B from textures.
-const TEXTURE_BINDINGS: &[Access] = &[
-    Access::Texture,
-    Access::Texture,
-    Access::Read,
-    Access::Read,
-    Access::ReadWrite,
-];
+const BINDINGS: &[Access] = &gemm_bindings(Access::Read);
+
+/// The register kernel reading A and B from sampled textures.
+const TEXTURE_BINDINGS: &[Access] = &gemm_bindings(Access::Texture);
 
 /// The register kernel reading A and B from f32 storage textures.
-const STORAGE_TEXTURE_BINDINGS_F32: &[Access] = &[
-    Access::StorageTexture(wgpu::TextureFormat::Rgba32Float),
-    Access::StorageTexture(wgpu::TextureFormat::Rgba32Float),
-    Access::Read,
-    Access::Read,
-    Access::ReadWrite,
-];
+const STORAGE_TEXTURE_BINDINGS_F32: &[Access] =
+    &gemm_bindings(Access::StorageTexture(wgpu::TextureFormat::Rgba32Float));
 
 /// The register kernel reading A and B from f16 storage textures.
-const STORAGE_TEXTURE_BINDINGS_F16: &[Access] = &[
-    Access::StorageTexture(wgpu::TextureFormat::Rgba16Float),
-    Access::StorageTexture(wgpu::TextureFormat::Rgba16Float),
-    Access::Read,
-    Access::Read,
-    Access::ReadWrite,
-];
+const STORAGE_TEXTURE_BINDINGS_F16: &[Access] =
+    &gemm_bindings(Access::StorageTexture(wgpu::TextureFormat::Rgba16Float));
 
 const TILED_TILE: usize = 64;
 
