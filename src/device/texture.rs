@@ -27,13 +27,12 @@ pub(crate) fn texel_format(op: &'static str, dtype: DType) -> Result<wgpu::Textu
 /// Whether `device` can bind two `format` textures as read-only storage
 /// textures in one compute kernel.
 pub(crate) fn storage_textures_work(device: &super::Device, format: wgpu::TextureFormat) -> bool {
+    let features = format.guaranteed_format_features(device.features());
     device.limits().max_storage_textures_per_shader_stage >= 2
-        && format
-            .guaranteed_format_features(device.features())
+        && features
             .allowed_usages
             .contains(wgpu::TextureUsages::STORAGE_BINDING)
-        && format
-            .guaranteed_format_features(device.features())
+        && features
             .flags
             .contains(wgpu::TextureFormatFeatureFlags::STORAGE_READ_ONLY)
 }

@@ -19,9 +19,10 @@
 //!   loops; each invocation keeps a tile of C in vec4 registers, no
 //!   workgroup memory. The textures are bound as read-only storage
 //!   textures, whose loads skip the sampler's level logic (1.15–1.6× as
-//!   fast there; `SampledTexture` / `StorageTexture` force either). The tile is chosen per adapter: where the device has
-//!   subgroups (lavapipe), each lane owns columns and the subgroup fetches
-//!   A's rows once and broadcasts them (32×8 per lane from Mesa ≥ 24, 16×8
+//!   fast there; `SampledTexture` / `StorageTexture` force either). The
+//!   tile is chosen per adapter: where the device has subgroups
+//!   (lavapipe), each lane owns columns and the subgroup fetches A's rows
+//!   once and broadcasts them (32×8 per lane from Mesa ≥ 24, 16×8
 //!   on Mesa < 24, which compiles larger kernels slowly); without them
 //!   (GL llvmpipe) 16×16 or 8×16 per lane, each fetching its own rows.
 //!   Products under 2^24 multiply-adds take tiles that compile fast (8×8
@@ -35,8 +36,8 @@
 //! register tile, for tuning.
 //!
 //! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|cpu|tiled|generic`
-//! forces one for [`gemm`]
-//! (read once per process); [`gemm_with`] picks one per call.
+//! forces one for [`gemm`] (read once per process); [`gemm_with`] picks one
+//! per call.
 //!
 //! Mixed precision: A and B may both be f16 (on adapters with `SHADER_F16`);
 //! the kernels widen each load and accumulate in f32, add the f32 bias and
@@ -183,8 +184,8 @@ pub enum GemmVariant {
     /// by subgroup and the product is large): the fastest on CPU adapters,
     /// whose drivers fetch texels much faster than storage loads. Operands
     /// larger than `max_texture_dimension_2d` texels per side take `Cpu`.
-    /// Bound as read-only storage textures on CPU adapters, which load
-    /// those faster than they fetch sampled texels, else as sampled textures.
+    /// On CPU adapters the textures are bound as read-only storage textures
+    /// (loaded faster than sampled texels there), elsewhere as sampled ones.
     Texture,
     /// `Texture` with A and B bound as sampled textures (`texture_2d`).
     SampledTexture,
