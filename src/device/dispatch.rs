@@ -136,8 +136,15 @@ impl Dispatch<'_> {
                 "the buffers and textures supplied do not match the kernel's bindings",
             ));
         }
+        let bound_bytes = |t: &LocalTensor| {
+            if self.spec.vec4s {
+                t.byte_len().next_multiple_of(16).max(16)
+            } else {
+                t.word_bytes().max(4)
+            }
+        };
         for b in self.buffers {
-            device.check_binding(self.spec.entry, b.byte_len())?;
+            device.check_binding(self.spec.entry, bound_bytes(b))?;
         }
         let (x, y) = fold_workgroups(
             self.workgroups,
@@ -163,7 +170,7 @@ impl Dispatch<'_> {
                 }
             } else {
                 let b = buffers.next().ok_or_else(missing)?;
-                binding(slot, b.buffer(), b.word_bytes().max(4))
+                binding(slot, b.buffer(), bound_bytes(b))
             });
         }
         let bind_group = device.raw.create_bind_group(&wgpu::BindGroupDescriptor {

@@ -47,6 +47,9 @@ pub(crate) struct KernelSpec {
     pub bindings: &'static [Access],
     /// Values for WGSL `override` constants.
     pub constants: Vec<(&'static str, f64)>,
+    /// Storage buffers declared as `array<vec4<f32>>`: bound in whole
+    /// vec4s ([`KernelSpec::in_vec4s`]).
+    pub vec4s: bool,
 }
 
 impl KernelSpec {
@@ -64,7 +67,20 @@ impl KernelSpec {
             entry,
             bindings,
             constants: Vec::new(),
+            vec4s: false,
         }
+    }
+
+    /// The same kernel with its storage buffers read and written as
+    /// `array<vec4<f32>>`: each is bound with its size rounded up to 16
+    /// bytes (pooled buffers come in 256-byte buckets, so the room is
+    /// there), and the kernel may write the pad past a tensor's last
+    /// element, which nothing reads. Lavapipe loads storage lane by lane,
+    /// so a vec4 per invocation made element-wise kernels 2.5× as fast
+    /// (BENCHMARKS.md, round 7).
+    pub(crate) fn in_vec4s(mut self) -> Self {
+        self.vec4s = true;
+        self
     }
 
     /// The same kernel with these values for its WGSL `override` constants.

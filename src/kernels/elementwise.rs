@@ -1,6 +1,7 @@
 //! Element-wise kernels (`shaders/elementwise.wgsl`): `alpha·a + beta·b`
 //! (add, scale, axpy) and the activations GELU (tanh form), ReLU and SiLU with
-//! their backward `dy · act'(x)`.
+//! their backward `dy · act'(x)`. One invocation per four elements, read and
+//! written as vec4s ([`KernelSpec::in_vec4s`]).
 
 use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
@@ -24,7 +25,7 @@ pub enum Activation {
 }
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec::new("elementwise", SOURCE, BINDINGS, entry)
+    KernelSpec::new("elementwise", SOURCE, BINDINGS, entry).in_vec4s()
 }
 
 #[repr(C)]
@@ -62,7 +63,7 @@ fn run(
         spec: &spec(entry),
         params: bytemuck::bytes_of(&params),
         buffers: &[a, b, &out],
-        workgroups: grid_groups(a.device(), n as usize),
+        workgroups: grid_groups(a.device(), n.div_ceil(4) as usize),
     }
     .record(a.device())?;
     Ok(out)
@@ -129,7 +130,7 @@ pub fn add_row(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
         spec: &spec("add_row"),
         params: bytemuck::bytes_of(&params),
         buffers: &[a, b, &out],
-        workgroups: grid_groups(a.device(), n as usize),
+        workgroups: grid_groups(a.device(), n.div_ceil(4) as usize),
     }
     .record(a.device())?;
     Ok(out)

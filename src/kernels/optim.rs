@@ -32,7 +32,7 @@ struct Params {
 }
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec::new("optim", SOURCE, BINDINGS, entry)
+    KernelSpec::new("optim", SOURCE, BINDINGS, entry).in_vec4s()
 }
 
 fn check(op: &'static str, param: &LocalTensor, others: &[&LocalTensor]) -> Result<u32> {
@@ -114,7 +114,7 @@ pub fn sgd_step(
         spec: &spec("sgd"),
         params: bytemuck::bytes_of(&params),
         buffers: &[grad, param, momentum_buf.unwrap_or(spare[0]), spare[1]],
-        workgroups: grid_groups(param.device(), n as usize),
+        workgroups: grid_groups(param.device(), n.div_ceil(4) as usize),
     }
     .record(param.device())
 }
@@ -165,7 +165,7 @@ pub fn adamw_step(
         spec: &spec("adamw"),
         params: bytemuck::bytes_of(&params),
         buffers: &[grad, param, m, v],
-        workgroups: grid_groups(param.device(), n as usize),
+        workgroups: grid_groups(param.device(), n.div_ceil(4) as usize),
     }
     .record(param.device())
 }

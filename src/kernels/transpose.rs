@@ -73,13 +73,7 @@ pub(crate) fn pack(
         _pad: [0; 2],
     };
     Dispatch {
-        spec: &KernelSpec {
-            family,
-            source,
-            entry: "pack",
-            bindings: BINDINGS,
-            constants: Vec::new(),
-        },
+        spec: &KernelSpec::new(family, source, BINDINGS, "pack"),
         params: bytemuck::bytes_of(&params),
         buffers: &[x, &out],
         workgroups: groups,

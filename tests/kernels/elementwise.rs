@@ -83,6 +83,35 @@ fn activations_and_backward_match_f64() {
 }
 
 #[test]
+fn add_row_matches_f64_for_every_row_width() {
+    // Widths off and on a multiple of 4 (the kernel's vec4 fast path), and
+    // totals that end mid-vec4.
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("add_row");
+    for &(rows, cols) in &[
+        (1usize, 1usize),
+        (5, 3),
+        (3, 4),
+        (7, 13),
+        (2, 8),
+        (17, 7),
+        (4, 17),
+    ] {
+        let (a, b) = (rng.vec(rows * cols), rng.vec(cols));
+        let ta = r.upload(&[rows, cols], &a).unwrap();
+        let tb = r.upload(&[cols], &b).unwrap();
+        let got = kernels::add_row(&ta, &tb).unwrap().to_vec().unwrap();
+        let want: Vec<f64> = a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| *x as f64 + b[i % cols] as f64)
+            .collect();
+        assert_close(&format!("add_row {rows}x{cols}"), &got, &want, 1e-6);
+    }
+}
+
+#[test]
 fn shape_and_rank_errors_leave_mesh_usable() {
     let m = mesh(2);
     let a = m.ranks()[0].upload(&[3], &[1.0, 2.0, 3.0]).unwrap();
