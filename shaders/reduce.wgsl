@@ -2,8 +2,10 @@
 // x is [rows, N], out is [chunks, N], row-major f32. sum_rows (src/kernels/reduce.rs)
 // applies it repeatedly until one row is left; each sum runs in row order, so
 // the result depends only on the shape (deterministic, unlike atomics).
-// Grid: 64 invocations per workgroup, one per (chunk, column); workgroups
-// folded into x/y (see fold_workgroups); linear id = wg.y * nwg.x + wg.x.
+// Both buffers are arrays of vec4s bound in whole vec4s (KernelSpec::in_vec4s;
+// lavapipe loads storage lane by lane): one invocation per four adjacent
+// outputs, 64 per workgroup; workgroups folded into x/y (see
+// fold_workgroups); linear id = wg.y * nwg.x + wg.x.
 
 struct Params {
     rows: u32,
@@ -13,24 +15,48 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
 
-@compute @workgroup_size(64)
-fn sum_rows_chunk(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                  @builtin(local_invocation_index) li: u32) {
-    let i = (wg.y * nwg.x + wg.x) * 64u + li;
-    // chunks · n fits u32 (checked on the host); adjacent lanes take adjacent columns.
-    if (i >= p.chunks * p.n) {
-        return;
+// Output e = (chunk, column) of the chunks · n; 0 past them.
+fn chunk_sum(e: u32) -> f32 {
+    if (e >= p.chunks * p.n) {
+        return 0.0;
     }
-    let ci = i / p.n;
-    let col = i % p.n;
+    let ci = e / p.n;
+    let col = e % p.n;
     let r0 = ci * p.chunk;
     let r1 = min(r0 + p.chunk, p.rows);
     var s = 0.0;
     for (var r = r0; r < r1; r++) {
-        s += x[r * p.n + col];
+        let i = r * p.n + col;
+        s += x[i / 4u][i % 4u];
     }
-    out[i] = s;
+    return s;
+}
+
+@compute @workgroup_size(64)
+fn sum_rows_chunk(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) li: u32) {
+    let q = (wg.y * nwg.x + wg.x) * 64u + li;
+    // chunks · n fits u32 (checked on the host); adjacent lanes take adjacent columns.
+    if (q >= (p.chunks * p.n + 3u) / 4u) {
+        return;
+    }
+    let e = 4u * q;
+    if (p.n % 4u != 0u) {
+        out[q] = vec4<f32>(chunk_sum(e), chunk_sum(e + 1u), chunk_sum(e + 2u), chunk_sum(e + 3u));
+        return;
+    }
+    // Four columns of one chunk, read as one vec4 per row.
+    let ci = e / p.n;
+    let r0 = ci * p.chunk;
+    let r1 = min(r0 + p.chunk, p.rows);
+    let n4 = p.n / 4u;
+    let c4 = q - ci * n4;
+    var s = vec4<f32>(0.0);
+    for (var r = r0; r < r1; r++) {
+        s += x[r * n4 + c4];
+    }
+    out[q] = s;
 }

@@ -28,8 +28,8 @@ fn chunk_sums(x: &LocalTensor, rows: usize, n: usize) -> Result<LocalTensor> {
     const OP: &str = "sum_rows";
     let chunks = rows.div_ceil(CHUNK).max(1);
     let out = x.rank().alloc(OP, &[chunks, n], DType::F32)?;
-    let lanes = chunks as u64 * n as u64;
-    if lanes > u32::MAX as u64 / 2 {
+    let outputs = chunks as u64 * n as u64;
+    if outputs > u32::MAX as u64 / 2 {
         return Err(Error::invalid(OP, "more than 2^31 column sums"));
     }
     let params = Params {
@@ -39,10 +39,10 @@ fn chunk_sums(x: &LocalTensor, rows: usize, n: usize) -> Result<LocalTensor> {
         chunks: chunks as u32,
     };
     Dispatch {
-        spec: &KernelSpec::new("reduce", SOURCE, BINDINGS, "sum_rows_chunk"),
+        spec: &KernelSpec::new("reduce", SOURCE, BINDINGS, "sum_rows_chunk").in_vec4s(),
         params: bytemuck::bytes_of(&params),
         buffers: &[x, &out],
-        workgroups: lanes.div_ceil(WORKGROUP),
+        workgroups: outputs.div_ceil(4 * WORKGROUP),
     }
     .record(x.device())?;
     Ok(out)

@@ -43,12 +43,16 @@ fn pieces_on_a_padded_shard_match_f64() {
     let r = &m.ranks()[0];
     let mut rng = Rng::fresh("ce_pieces");
     // (T, Vr, start, valid_vocab): padding inside the shard, a shard wholly in
-    // padding, and one with no padding.
+    // padding, and one with no padding; widths off and on a multiple of 4
+    // (the kernels' whole-vec4 rows), valid columns ending mid-vec4.
     for &(t_rows, vr, start, valid) in &[
         (7usize, 13usize, 5usize, 14usize),
         (13, 17, 34, 40),
         (17, 7, 21, 21),
         (5, 9, 9, 100),
+        (7, 12, 5, 14),
+        (6, 16, 0, 16),
+        (3, 8, 8, 10),
     ] {
         let shard = VocabShard {
             start,
