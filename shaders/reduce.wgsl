@@ -45,7 +45,14 @@ fn sum_rows_chunk(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups)
     }
     let e = 4u * q;
     if (p.n % 4u != 0u) {
-        out[q] = vec4<f32>(chunk_sum(e), chunk_sum(e + 1u), chunk_sum(e + 2u), chunk_sum(e + 3u));
+        // Outputs one at a time, in a loop of unknown trip count (so not
+        // unrolled: four copies slowed lavapipe's compile), filled by
+        // select: FXC cannot store to a component by a runtime index.
+        var v = vec4<f32>();
+        for (var k = 0u; k < min(4u, p.chunks * p.n - e); k++) {
+            v = select(v, vec4<f32>(chunk_sum(e + k)), vec4<u32>(0u, 1u, 2u, 3u) == vec4<u32>(k));
+        }
+        out[q] = v;
         return;
     }
     // Four columns of one chunk, read as one vec4 per row.

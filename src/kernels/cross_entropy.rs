@@ -34,9 +34,8 @@ const BINDINGS: &[Access] = &[
     Access::Read,
     Access::ReadWrite,
 ];
-/// Per-row kernels: one invocation per four rows (see the shader), 64 per
-/// workgroup.
-const ROW_WORKGROUP: u64 = 64 * 4;
+/// Per-row kernels: one invocation per row (see the shader).
+const ROW_WORKGROUP: u64 = 64;
 /// Which global vocab columns a logits shard holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VocabShard {
@@ -67,7 +66,7 @@ pub struct CrossEntropyOptions {
 }
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec::new("cross_entropy", SOURCE, BINDINGS, entry).in_vec4s()
+    KernelSpec::new("cross_entropy", SOURCE, BINDINGS, entry)
 }
 
 #[repr(C)]
@@ -161,8 +160,7 @@ fn row_operand(
     Ok(())
 }
 
-/// Record one entry over `elements` rows or logits, `per_workgroup` of them
-/// per workgroup; `inputs` fill bindings 1..=6 (None → any input, unused).
+/// Record one entry; `inputs` fill bindings 1..=6 (None → any input, unused).
 fn run(
     entry: &'static str,
     op: &'static str,
@@ -170,7 +168,7 @@ fn run(
     inputs: [Option<&LocalTensor>; 6],
     out_shape: &[usize],
     elements: u64,
-    per_workgroup: u64,
+    workgroup: u64,
 ) -> Result<LocalTensor> {
     let any = inputs
         .iter()
@@ -184,7 +182,7 @@ fn run(
         spec: &spec(entry),
         params: bytemuck::bytes_of(params),
         buffers: &[b[0], b[1], b[2], b[3], b[4], b[5], &out],
-        workgroups: elements.div_ceil(per_workgroup),
+        workgroups: elements.div_ceil(workgroup),
     }
     .record(any.device())?;
     Ok(out)
@@ -316,7 +314,7 @@ pub fn ce_grad(
         ins,
         &[t, v],
         (t * v) as u64,
-        4 * u64::from(z.device().grid_workgroup()),
+        z.device().grid_workgroup().into(),
     )
 }
 
