@@ -76,8 +76,8 @@ impl KernelSpec {
     /// bytes (pooled buffers come in 256-byte buckets, so the room is
     /// there), and the kernel may write the pad past a tensor's last
     /// element, which nothing reads. Lavapipe loads storage lane by lane,
-    /// so a vec4 per invocation made element-wise kernels 2.5× as fast
-    /// (BENCHMARKS.md, round 7).
+    /// so a vec4 per invocation made element-wise kernels 2.5× as fast, at
+    /// 2–3× their compile time (BENCHMARKS.md, round 7).
     pub(crate) fn in_vec4s(mut self) -> Self {
         self.vec4s = true;
         self
