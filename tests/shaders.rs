@@ -408,8 +408,16 @@ fn external(tool: &str, args: &[&str], file: &str, bytes: &[u8]) {
 }
 
 /// A glslang resource file with GLES 3.1's minimum compute limits (work
-/// groups of 128 × 128 × 64), or None without glslangValidator.
+/// groups of 128 × 128 × 64), or None without glslangValidator. Written
+/// once: the workers validate in parallel, and rewriting the file while
+/// another worker's glslangValidator read it gave that one a truncated file,
+/// whose limits rejected dropout's work group (CI, 684729f).
 fn gles31_limits_conf() -> Option<String> {
+    static CONF: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    CONF.get_or_init(write_gles31_limits_conf).clone()
+}
+
+fn write_gles31_limits_conf() -> Option<String> {
     if !have("glslangValidator") {
         return None;
     }
