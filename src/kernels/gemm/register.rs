@@ -186,16 +186,14 @@ impl Tile {
         };
         // Storage textures have no mip levels to name.
         let level = if reads == Reads::Textures { ", 0" } else { "" };
+        // Consecutive workgroups walk down M and share one panel of B
+        // (column block × all K) while it is in cache: walking along N
+        // instead streamed all of B once per block of rows, which made
+        // 2048³ 1.2–1.4× slower on lavapipe (BENCHMARKS.md, round 8).
         let (m0, n0) = if lanes == Lanes::Rows {
-            (
-                "((g / p.groups_n) * WG + lid) * TM",
-                "(g % p.groups_n) * TNV",
-            )
+            ("((g % gm) * WG + lid) * TM", "(g / gm) * TNV")
         } else {
-            (
-                "(g / p.groups_n) * TM",
-                "((g % p.groups_n) * WG + lid) * TNV",
-            )
+            ("(g % gm) * TM", "((g / gm) * WG + lid) * TNV")
         };
         let lane = if shared {
             ", @builtin(subgroup_invocation_id) lane: u32"
@@ -221,6 +219,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     if (g >= p.groups) {{
         return;
     }}
+    let gm = p.groups / p.groups_n;
     let m0 = {m0};
     let n0 = {n0};
     let lda = p.lda / 4u;
