@@ -3,6 +3,13 @@
 // aligned vec4 loads). x is [rows, cols] row-major; op = transpose when
 // p.trans != 0 (a runtime flag, so one pipeline serves both).
 //
+// With p.block = B > 0 the output is instead op(x) in blocks of B rows for
+// the GEMM's shared-rows kernel: texel L (4 elements) = row blk·B + r,
+// columns 4q..4q+4, where L = (blk·Q + q)·B + r and Q = op(x)'s columns / 4
+// rounded up; so the texels a kernel reads for one step of K are adjacent
+// rather than one per row, a row apart (BENCHMARKS.md, round 8). Its
+// [out_rows, ld] is only storage for the texels.
+//
 // Each invocation writes 4 consecutive elements of one output row; element
 // stores stay scalar so any `ld` works. Grid: p.groups workgroups folded into
 // x/y; linear id = wg.y * nwg.x + wg.x. The element type Elem (f32 or f16)
@@ -16,8 +23,9 @@ struct Params {
     ld: u32,
     trans: u32,
     groups: u32,
-    _pad0: u32,
-    _pad1: u32,
+    // Rows per block of the blocked layout, or 0 for row-major.
+    block: u32,
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -47,20 +55,29 @@ fn pack(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let w = (p.ld + 3u) / 4u;
     let q = g * 64u + lid;
-    let i = q / w;
-    if (i >= p.out_rows) {
+    if (q / w >= p.out_rows) {
         return;
     }
-    let j = (q % w) * 4u;
-    let o = i * p.ld + j;
+    // Output column jo of row q / w; source element (i, j).
+    let jo = (q % w) * 4u;
+    let o = (q / w) * p.ld + jo;
+    var i = q / w;
+    var j = jo;
+    if (p.block != 0u) {
+        // q is the texel's index L; p.ld is a multiple of 4.
+        let cols = select(p.cols, p.rows, p.trans != 0u);
+        let per_block = (cols + 3u) / 4u * p.block;
+        i = q / per_block * p.block + q % p.block;
+        j = q % per_block / p.block * 4u;
+    }
     out[o] = at(i, j);
-    if (j + 1u < p.ld) {
+    if (jo + 1u < p.ld) {
         out[o + 1u] = at(i, j + 1u);
     }
-    if (j + 2u < p.ld) {
+    if (jo + 2u < p.ld) {
         out[o + 2u] = at(i, j + 2u);
     }
-    if (j + 3u < p.ld) {
+    if (jo + 3u < p.ld) {
         out[o + 3u] = at(i, j + 3u);
     }
 }

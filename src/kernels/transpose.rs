@@ -31,7 +31,8 @@ struct Params {
     ld: u32,
     trans: u32,
     groups: u32,
-    _pad: [u32; 2],
+    block: u32,
+    _pad: u32,
 }
 
 /// `op(x)` (`x` 2-D f32 or f16, `op` = transpose when `trans`) written into a
@@ -41,6 +42,36 @@ pub(crate) fn pack(
     op: &'static str,
     x: &LocalTensor,
     trans: bool,
+    out_rows: usize,
+    ld: usize,
+) -> Result<LocalTensor> {
+    pack_layout(op, x, trans, 0, out_rows, ld)
+}
+
+/// `op(x)` in blocks of `block` rows (`shaders/transpose.wgsl`): texel `L`
+/// (four elements) of a fresh `[out_rows, ld]` tensor holds row
+/// `blk·block + r`, columns `4q..4q+4` of `op(x)`, where `L = (blk·Q + q)·block
+/// + r` and `Q` = `op(x)`'s columns / 4 rounded up; zeros past `op(x)`. The
+/// GEMM's shared-rows kernel reads A so. Needs `ld` a multiple of 4 and room
+/// for every block: `out_rows·ld ≥ 4·Q·block·⌈rows / block⌉`.
+pub(crate) fn pack_blocks(
+    op: &'static str,
+    x: &LocalTensor,
+    trans: bool,
+    block: usize,
+    out_rows: usize,
+    ld: usize,
+) -> Result<LocalTensor> {
+    debug_assert!(block > 0 && ld.is_multiple_of(4));
+    pack_layout(op, x, trans, block, out_rows, ld)
+}
+
+/// [`pack`] (`block` 0) or [`pack_blocks`].
+fn pack_layout(
+    op: &'static str,
+    x: &LocalTensor,
+    trans: bool,
+    block: usize,
     out_rows: usize,
     ld: usize,
 ) -> Result<LocalTensor> {
@@ -56,7 +87,11 @@ pub(crate) fn pack(
         ref s => return Err(Error::shape(op, "a 2-D tensor", s)),
     };
     let (orows, ocols) = if trans { (cols, rows) } else { (rows, cols) };
-    debug_assert!(out_rows >= orows && ld >= ocols);
+    debug_assert!(if block == 0 {
+        out_rows >= orows && ld >= ocols
+    } else {
+        out_rows * ld >= ocols.div_ceil(4) * 4 * orows.next_multiple_of(block)
+    });
     let out = x.rank().alloc(op, &[out_rows, ld], x.dtype())?;
     if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
         return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
@@ -70,7 +105,8 @@ pub(crate) fn pack(
         ld: ld as u32,
         trans: trans as u32,
         groups: groups as u32,
-        _pad: [0; 2],
+        block: block as u32,
+        _pad: 0,
     };
     Dispatch {
         spec: &KernelSpec::new(family, source, BINDINGS, "pack"),

@@ -338,6 +338,20 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
                 .any(|n| n.contains(prefix) && n.ends_with(lanes)),
             "expected a {prefix}*{lanes} kernel for {variant:?}: {names:?}"
         );
+        // Large products with shared rows read A packed in blocks of rows
+        // (`_bn`, `_bt`); the (257, 131, 515) case above checked them.
+        if *lanes == "s" {
+            m.start_trace().unwrap();
+            let a = r.upload(&[257, 515], &rng.vec(257 * 515)).unwrap();
+            let b = r.upload(&[515, 131], &rng.vec(515 * 131)).unwrap();
+            kernels::gemm_with(&a, &b, GemmOptions::default(), *variant).unwrap();
+            let trace = m.stop_trace().unwrap();
+            let names: Vec<_> = trace.kernels().map(|e| e.name.clone()).collect();
+            assert!(
+                names.iter().any(|n| n.ends_with("_bn")),
+                "expected a blocked-A kernel for {variant:?}: {names:?}"
+            );
+        }
     }
 }
 

@@ -55,8 +55,8 @@ use crate::error::{Error, Result};
 mod register;
 
 pub(crate) use self::register::register_sources;
-use self::register::{Reads, Stored, Tile, small_product};
-use super::transpose::pack;
+use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, small_product};
+use super::transpose::{pack, pack_blocks};
 
 /// A GEMM kernel's bindings after the uniform: A and B bound as `operands`,
 /// then bias, accumulate (read) and C (written).
@@ -505,13 +505,26 @@ fn texture_gemm(
     // Operands the kernel reads as stored; the others are packed (all of
     // them for small products: one pipeline, not one per layout).
     let transposes_in_place = tile.reads_transposed() && !small_product(macs);
-    let stored = Stored {
+    let mut stored = Stored {
         trans_a: opts.trans_a && transposes_in_place,
         trans_b: opts.trans_b && transposes_in_place,
+        blocked_a: !opts.trans_a && transposes_in_place && tile.reads_blocked(),
     };
+    // A blocked: BLOCKED_TEXELS wide, rows enough for every block of tm
+    // rows (tile.span().0) of K/4 texels.
+    let (tm, kq) = (tile.span().0, k4 / 4);
+    let blocked_sides = (
+        BLOCKED_TEXELS,
+        (m.div_ceil(tm) * tm * kq).div_ceil(BLOCKED_TEXELS),
+    );
+    if stored.blocked_a && !a.texture_fits(blocked_sides.1, blocked_sides.0) {
+        stored.blocked_a = false;
+    }
     // Texture sides (texels, rows; K, M and N rounded up to 4): A is K/4 ×
     // M, or M/4 × K stored [K, M]; B is N/4 × K, or K/4 × N stored [N, K].
-    let a_sides = if stored.trans_a {
+    let a_sides = if stored.blocked_a {
+        blocked_sides
+    } else if stored.trans_a {
         (m4 / 4, k4)
     } else {
         (k4 / 4, m)
@@ -547,7 +560,18 @@ fn texture_gemm(
         (true, true) => k % align == 0,
         (true, false) => false,
     };
-    let a_tex = texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?;
+    let a_tex = if stored.blocked_a {
+        let (texels, rows) = blocked_sides;
+        pack_blocks(OP, a, false, tm, rows, 4 * texels)?.to_texture(
+            OP,
+            rows,
+            texels,
+            4 * texels,
+            reads == Reads::StorageTextures,
+        )?
+    } else {
+        texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?
+    };
     let b_tex = texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?;
     let (entry, source) = tile.program(precision, reads, stored);
     let bindings = match (reads, precision.input()) {

@@ -50,7 +50,17 @@ const XYZW: [&str; 4] = ["x", "y", "z", "w"];
 pub(crate) struct Stored {
     pub(crate) trans_a: bool,
     pub(crate) trans_b: bool,
+    /// A (not transposed) packed in blocks of `tm` rows
+    /// (`transpose::pack_blocks`), [`BLOCKED_TEXELS`] texels a texture row:
+    /// the subgroup's fetches for one step of K are adjacent texels instead
+    /// of one per row, `lda` apart. Only shared-rows tiles read A so.
+    pub(crate) blocked_a: bool,
 }
+
+/// Texels per texture row of a blocked A ([`Stored::blocked_a`]): 4 KiB
+/// of f32, 2 KiB of f16 (whole 256-byte copy rows either way); a power of
+/// two so the kernel's `%` and `/` are masks and shifts.
+pub(crate) const BLOCKED_TEXELS: usize = 256;
 
 /// `Params`, bindings 0 and 3–5 and the store helpers: the one copy every
 /// GEMM kernel starts with.
@@ -103,11 +113,13 @@ impl Tile {
     }
 
     fn entry(self, reads: Reads, stored: Stored) -> String {
-        let layout = match (stored.trans_a, stored.trans_b) {
-            (false, false) => "",
-            (true, false) => "_tn",
-            (false, true) => "_nt",
-            (true, true) => "_tt",
+        let layout = match (stored.trans_a, stored.trans_b, stored.blocked_a) {
+            (false, false, false) => "",
+            (true, false, _) => "_tn",
+            (false, true, false) => "_nt",
+            (true, true, _) => "_tt",
+            (false, false, true) => "_bn",
+            (false, true, true) => "_bt",
         };
         format!(
             "gemm_{}_{}x{}_{}{}{layout}",
@@ -152,7 +164,11 @@ impl Tile {
         let mut s = precision.prelude();
         s.push_str(HEADER);
         let entry = self.entry(reads, stored);
-        let Stored { trans_a, trans_b } = stored;
+        let Stored {
+            trans_a,
+            trans_b,
+            blocked_a,
+        } = stored;
         let texels = "fetches a and b as texels of four (a: K/4 × M, or M/4 × K stored [K, M];\n\
                       // b: N/4 × K, or K/4 × N stored [N, K]; K rounded up to 4, zero past K)";
         let (operands, how) = match reads {
@@ -234,7 +250,9 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         // fetches TM/4 texels × 4 k, lane l the l-th, (l + WG)-th, …
         let row_groups = tm / 4;
         for u in 0..fetched {
-            let _ = if trans_a {
+            let _ = if blocked_a {
+                Ok(())
+            } else if trans_a {
                 writeln!(
                     s,
                     "    let ax{u} = min(m0 / 4u + ({}u + lane) % {row_groups}u, (p.m + 3u) / 4u - 1u);\n    \
@@ -267,10 +285,24 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 let _ = writeln!(s, "    var c{i}_{j} = vec4<f32>();");
             }
         }
-        s.push_str("    let kq = (p.k + 3u) / 4u;\n    for (var q = 0u; q < kq; q++) {\n");
+        s.push_str("    let kq = (p.k + 3u) / 4u;\n");
+        if blocked_a {
+            // Texel index of this lane's first row in block g % gm at q = 0.
+            let _ = writeln!(
+                s,
+                "    const BW: u32 = {BLOCKED_TEXELS}u;\n    let la = (m0 / TM) * kq * TM + lane;"
+            );
+        }
+        s.push_str("    for (var q = 0u; q < kq; q++) {\n");
         let fetch = if shared { "f" } else { "a" };
         for i in 0..fetched {
             let _ = match (reads.texels(), trans_a) {
+                _ if blocked_a => writeln!(
+                    s,
+                    "        let l{i} = la + q * TM + {}u;\n        \
+                     let {fetch}{i} = textureLoad(a, vec2<u32>(l{i} % BW, l{i} / BW){level});",
+                    i * wg
+                ),
                 (false, _) => {
                     writeln!(s, "        let {fetch}{i} = vec4<f32>(a[ra{i} + q]);")
                 }
@@ -406,6 +438,13 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         self.lanes == Lanes::SharedRows && self.tm.is_multiple_of(4)
     }
 
+    /// Whether this tile can read A in blocks of its rows
+    /// ([`Stored::blocked_a`]): shared-rows tiles whose rows the subgroup
+    /// fetches in whole rounds, so no lane reads past its block.
+    pub(crate) fn reads_blocked(self) -> bool {
+        self.reads_transposed() && self.tm.is_multiple_of(self.wg)
+    }
+
     fn with_wg(self, wg: usize) -> Tile {
         Tile { wg, ..self }
     }
@@ -418,6 +457,14 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         reads: Reads,
         stored: Stored,
     ) -> (&'static str, &'static str) {
+        // Blocked A only where this kernel reads it so (one name per source).
+        let stored = Stored {
+            blocked_a: stored.blocked_a
+                && !stored.trans_a
+                && self.reads_blocked()
+                && reads.texels(),
+            ..stored
+        };
         let entry = self.entry(reads, stored);
         let source = interned(
             &format!("register {self:?} {precision:?} {reads:?} {stored:?}"),
@@ -505,13 +552,30 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES_SMALL, Reads::StorageTextures),
     ] {
         for precision in Precision::ALL {
-            let layouts = if tile.reads_transposed() {
-                &[(false, false), (true, false), (false, true), (true, true)][..]
-            } else {
-                &[(false, false)][..]
+            // (trans_a, trans_b, blocked_a); small tiles have A packed row-major.
+            let layouts = match (tile.reads_transposed(), tile.reads_blocked()) {
+                (true, true) => &[
+                    (false, false, false),
+                    (true, false, false),
+                    (false, true, false),
+                    (true, true, false),
+                    (false, false, true),
+                    (false, true, true),
+                ][..],
+                (true, false) => &[
+                    (false, false, false),
+                    (true, false, false),
+                    (false, true, false),
+                    (true, true, false),
+                ][..],
+                _ => &[(false, false, false)][..],
             };
-            for &(trans_a, trans_b) in layouts {
-                let stored = Stored { trans_a, trans_b };
+            for &(trans_a, trans_b, blocked_a) in layouts {
+                let stored = Stored {
+                    trans_a,
+                    trans_b,
+                    blocked_a,
+                };
                 let (entry, source) = tile.program(precision, reads, stored);
                 let name = format!("{}::{entry}", precision.family());
                 out.push((interned(&name, || name.clone()), source));
