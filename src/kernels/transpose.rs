@@ -45,29 +45,17 @@ pub(crate) fn pack(
     out_rows: usize,
     ld: usize,
 ) -> Result<LocalTensor> {
-    pack_layout(op, x, trans, 0, out_rows, ld)
+    pack_blocks(op, x, trans, 0, out_rows, ld)
 }
 
-/// `op(x)` in blocks of `block` rows (`shaders/transpose.wgsl`): texel `L`
-/// (four elements) of a fresh `[out_rows, ld]` tensor holds row
-/// `blk·block + r`, columns `4q..4q+4` of `op(x)`, where `L = (blk·Q + q)·block
-/// + r` and `Q` = `op(x)`'s columns / 4 rounded up; zeros past `op(x)`. The
-/// GEMM's shared-rows kernel reads A so. Needs `ld` a multiple of 4 and room
-/// for every block: `out_rows·ld ≥ 4·Q·block·⌈rows / block⌉`.
+/// [`pack`] when `block` is 0; otherwise `op(x)` in blocks of `block` rows
+/// (`shaders/transpose.wgsl`): texel `L` (four elements) of a fresh
+/// `[out_rows, ld]` tensor holds row `blk·block + r`, columns `4q..4q+4` of
+/// `op(x)`, where `L = (blk·Q + q)·block + r` and `Q` = `op(x)`'s columns / 4
+/// rounded up; zeros past `op(x)`. The GEMM's shared-rows kernel reads A so.
+/// Blocked, needs `ld` a multiple of 4 and room for every block:
+/// `out_rows·ld ≥ 4·Q·block·⌈rows / block⌉`.
 pub(crate) fn pack_blocks(
-    op: &'static str,
-    x: &LocalTensor,
-    trans: bool,
-    block: usize,
-    out_rows: usize,
-    ld: usize,
-) -> Result<LocalTensor> {
-    debug_assert!(block > 0 && ld.is_multiple_of(4));
-    pack_layout(op, x, trans, block, out_rows, ld)
-}
-
-/// [`pack`] (`block` 0) or [`pack_blocks`].
-fn pack_layout(
     op: &'static str,
     x: &LocalTensor,
     trans: bool,
@@ -90,7 +78,8 @@ fn pack_layout(
     debug_assert!(if block == 0 {
         out_rows >= orows && ld >= ocols
     } else {
-        out_rows * ld >= ocols.div_ceil(4) * 4 * orows.next_multiple_of(block)
+        ld.is_multiple_of(4)
+            && out_rows * ld >= ocols.div_ceil(4) * 4 * orows.next_multiple_of(block)
     });
     let out = x.rank().alloc(op, &[out_rows, ld], x.dtype())?;
     if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {

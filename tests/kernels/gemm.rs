@@ -240,17 +240,29 @@ fn gemm_past_the_texture_limit_reads_buffers() {
     // the limit, buffers past it.
     let textures = texture_prefix(r, GemmVariant::Texture);
     for ((mm, n, k), kernel) in [((8, 256, 8), textures), ((70, 16, 8), "gemm_cpu_")] {
-        m.start_trace().unwrap();
-        let a = r.upload(&[mm, k], &rng.vec(mm * k)).unwrap();
-        let b = r.upload(&[k, n], &rng.vec(k * n)).unwrap();
-        kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Texture).unwrap();
-        let trace = m.stop_trace().unwrap();
-        let names: Vec<_> = trace.kernels().map(|e| e.name.clone()).collect();
+        let names = traced_gemm(&m, r, &mut rng, (mm, n, k), GemmVariant::Texture);
         assert!(
             names.iter().any(|n| n.contains(kernel)),
             "{mm}x{n}x{k}: {names:?}"
         );
     }
+}
+
+/// The kernels one `[M, K]·[K, N]` GEMM of random operands ran on `r`
+/// (`variant`), by name, from a trace of `mesh`.
+fn traced_gemm(
+    mesh: &wgpu_tp::Mesh,
+    r: &Rank,
+    rng: &mut Rng,
+    (m, n, k): (usize, usize, usize),
+    variant: GemmVariant,
+) -> Vec<String> {
+    mesh.start_trace().unwrap();
+    let a = r.upload(&[m, k], &rng.vec(m * k)).unwrap();
+    let b = r.upload(&[k, n], &rng.vec(k * n)).unwrap();
+    kernels::gemm_with(&a, &b, GemmOptions::default(), variant).unwrap();
+    let trace = mesh.stop_trace().unwrap();
+    trace.kernels().map(|e| e.name.clone()).collect()
 }
 
 /// The entry-name prefix of the texture kernel `variant` runs on `r`:
@@ -325,12 +337,7 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
                 check_variant(r, &mut rng, shape, ta, tb, true, true, *variant);
             }
         }
-        m.start_trace().unwrap();
-        let a = r.upload(&[40, 64], &rng.vec(40 * 64)).unwrap();
-        let b = r.upload(&[64, 64], &rng.vec(64 * 64)).unwrap();
-        kernels::gemm_with(&a, &b, GemmOptions::default(), *variant).unwrap();
-        let trace = m.stop_trace().unwrap();
-        let names: Vec<_> = trace.kernels().map(|e| e.name.clone()).collect();
+        let names = traced_gemm(m, r, &mut rng, (40, 64, 64), *variant);
         let prefix = texture_prefix(r, *variant);
         assert!(
             names
@@ -341,12 +348,7 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
         // Large products with shared rows read A packed in blocks of rows
         // (`_bn`, `_bt`); the (257, 131, 515) case above checked them.
         if *lanes == "s" {
-            m.start_trace().unwrap();
-            let a = r.upload(&[257, 515], &rng.vec(257 * 515)).unwrap();
-            let b = r.upload(&[515, 131], &rng.vec(515 * 131)).unwrap();
-            kernels::gemm_with(&a, &b, GemmOptions::default(), *variant).unwrap();
-            let trace = m.stop_trace().unwrap();
-            let names: Vec<_> = trace.kernels().map(|e| e.name.clone()).collect();
+            let names = traced_gemm(m, r, &mut rng, (257, 131, 515), *variant);
             assert!(
                 names.iter().any(|n| n.ends_with("_bn")),
                 "expected a blocked-A kernel for {variant:?}: {names:?}"
