@@ -81,3 +81,33 @@ fn pack(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         out[o + 3u] = at(i, j + 3u);
     }
 }
+
+// The blocked layout of a non-transposed x whose rows are a whole number of
+// vec4s (p.cols % 4 == 0): each invocation moves texel L as one vec4, where
+// `pack` moves four scalars and evaluates `at` four times. Lavapipe loads
+// storage lane by lane, so this is several times as fast (BENCHMARKS.md,
+// round 9). The same bindings viewed as vec4s.
+@group(0) @binding(1) var<storage, read> x4: array<vec4<Elem>>;
+@group(0) @binding(2) var<storage, read_write> out4: array<vec4<Elem>>;
+
+@compute @workgroup_size(64)
+fn pack_blocks4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let g = wg.y * nwg.x + wg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let texel = g * 64u + lid;
+    if (texel >= p.out_rows * (p.ld / 4u)) {
+        return;
+    }
+    let quads = p.cols / 4u;
+    let per_block = quads * p.block;
+    let i = texel / per_block * p.block + texel % p.block;
+    let q = texel % per_block / p.block;
+    var v = vec4<Elem>(Elem(0.0));
+    if (i < p.rows) {
+        v = x4[i * quads + q];
+    }
+    out4[texel] = v;
+}

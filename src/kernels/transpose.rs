@@ -54,7 +54,8 @@ pub(crate) fn pack(
 /// `op(x)`, where `L = (blk·Q + q)·block + r` and `Q` = `op(x)`'s columns / 4
 /// rounded up; zeros past `op(x)`. The GEMM's shared-rows kernel reads A so.
 /// Blocked, needs `ld` a multiple of 4 and room for every block:
-/// `out_rows·ld ≥ 4·Q·block·⌈rows / block⌉`.
+/// `out_rows·ld ≥ 4·Q·block·⌈rows / block⌉`. Non-transposed rows of a
+/// multiple of 4 elements take the vec4 entry `pack_blocks4`.
 pub(crate) fn pack_blocks(
     op: &'static str,
     x: &LocalTensor,
@@ -97,8 +98,14 @@ pub(crate) fn pack_blocks(
         block: block as u32,
         _pad: 0,
     };
+    // Blocked rows of whole vec4s move a texel per invocation.
+    let entry = if block != 0 && !trans && cols.is_multiple_of(4) {
+        "pack_blocks4"
+    } else {
+        "pack"
+    };
     Dispatch {
-        spec: &KernelSpec::new(family, source, BINDINGS, "pack"),
+        spec: &KernelSpec::new(family, source, BINDINGS, entry),
         params: bytemuck::bytes_of(&params),
         buffers: &[x, &out],
         workgroups: groups,

@@ -325,13 +325,15 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
     for (m, lanes, variant, layouts) in &runs {
         let r = &m.ranks()[0];
         r.device().set_poison(true);
-        // The last shape is over 2^24 multiply-adds: the large tile.
+        // The last two shapes are over 2^24 multiply-adds: the large tile,
+        // A packed in blocks by the scalar pack (K % 4 != 0) and the vec4 one.
         for shape in [
             (45, 70, 13),
             (33, 9, 130),
             (1, 1, 1),
             (100, 200, 64),
             (257, 131, 515),
+            (259, 131, 516),
         ] {
             for &(ta, tb) in *layouts {
                 check_variant(r, &mut rng, shape, ta, tb, true, true, *variant);
