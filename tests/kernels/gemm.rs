@@ -240,7 +240,7 @@ fn gemm_past_the_texture_limit_reads_buffers() {
     // the limit, buffers past it.
     let textures = texture_prefix(r, GemmVariant::Texture);
     for ((mm, n, k), kernel) in [((8, 256, 8), textures), ((70, 16, 8), "gemm_cpu_")] {
-        let names = traced_gemm(&m, r, &mut rng, (mm, n, k), GemmVariant::Texture);
+        let names = traced_gemm(&m, r, &mut rng, (mm, n, k), GemmVariant::Texture, false);
         assert!(
             names.iter().any(|n| n.contains(kernel)),
             "{mm}x{n}x{k}: {names:?}"
@@ -249,18 +249,25 @@ fn gemm_past_the_texture_limit_reads_buffers() {
 }
 
 /// The kernels one `[M, K]·[K, N]` GEMM of random operands ran on `r`
-/// (`variant`), by name, from a trace of `mesh`.
+/// (`variant`; B stored `[N, K]` when `trans_b`), by name, from a trace of
+/// `mesh`.
 fn traced_gemm(
     mesh: &wgpu_tp::Mesh,
     r: &Rank,
     rng: &mut Rng,
     (m, n, k): (usize, usize, usize),
     variant: GemmVariant,
+    trans_b: bool,
 ) -> Vec<String> {
     mesh.start_trace().unwrap();
     let a = r.upload(&[m, k], &rng.vec(m * k)).unwrap();
-    let b = r.upload(&[k, n], &rng.vec(k * n)).unwrap();
-    kernels::gemm_with(&a, &b, GemmOptions::default(), variant).unwrap();
+    let b_shape = if trans_b { [n, k] } else { [k, n] };
+    let b = r.upload(&b_shape, &rng.vec(k * n)).unwrap();
+    let opts = GemmOptions {
+        trans_b,
+        ..Default::default()
+    };
+    kernels::gemm_with(&a, &b, opts, variant).unwrap();
     let trace = mesh.stop_trace().unwrap();
     trace.kernels().map(|e| e.name.clone()).collect()
 }
@@ -339,7 +346,7 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
                 check_variant(r, &mut rng, shape, ta, tb, true, true, *variant);
             }
         }
-        let names = traced_gemm(m, r, &mut rng, (40, 64, 64), *variant);
+        let names = traced_gemm(m, r, &mut rng, (40, 64, 64), *variant, false);
         let prefix = texture_prefix(r, *variant);
         assert!(
             names
@@ -348,13 +355,16 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
             "expected a {prefix}*{lanes} kernel for {variant:?}: {names:?}"
         );
         // Large products with shared rows read A packed in blocks of rows
-        // (`_bn`, `_bt`); the (257, 131, 515) case above checked them.
+        // and B stored [N, K] in blocks of columns (`_bn`, `_bb`, `_tb`);
+        // the large cases above checked them.
         if *lanes == "s" {
-            let names = traced_gemm(m, r, &mut rng, (257, 131, 515), *variant);
-            assert!(
-                names.iter().any(|n| n.ends_with("_bn")),
-                "expected a blocked-A kernel for {variant:?}: {names:?}"
-            );
+            for (trans_b, layout) in [(false, "_bn"), (true, "_bb")] {
+                let names = traced_gemm(m, r, &mut rng, (257, 131, 515), *variant, trans_b);
+                assert!(
+                    names.iter().any(|n| n.ends_with(layout)),
+                    "expected a {layout} kernel for {variant:?}: {names:?}"
+                );
+            }
         }
     }
 }

@@ -13,7 +13,10 @@
 //! a training step, more than the compiles. It does pack a non-transposed
 //! A, into blocks of its tile's rows (`transpose::pack_blocks`), so that
 //! the subgroup's fetches for one step of K are adjacent texels: that made
-//! the GEMM 1.1–1.5× as fast on lavapipe, more than the pack costs.
+//! the GEMM 1.1–1.5× as fast on lavapipe, more than the pack costs. B
+//! stored `[N, K]` (the forward's `x·Wᵀ`) is packed the same way in blocks
+//! of the workgroup's columns: 0.41–0.52× sgemm → 0.49–0.60× on the layer
+//! shapes (BENCHMARKS.md, round 9).
 //! The kernels ([`GemmVariant`]), chosen per adapter:
 //! - `Texture` (the register kernel, generated per tile in
 //!   `gemm/register.rs`, reading A and B from RGBA textures they are copied
@@ -508,31 +511,35 @@ fn texture_gemm(
     // Operands the kernel reads as stored; the others are packed (all of
     // them for small products: one pipeline, not one per layout).
     let transposes_in_place = tile.reads_transposed() && !small_product(macs);
+    let blocks = transposes_in_place && tile.reads_blocked();
     let mut stored = Stored {
         trans_a: opts.trans_a && transposes_in_place,
         trans_b: opts.trans_b && transposes_in_place,
-        blocked_a: !opts.trans_a && transposes_in_place && tile.reads_blocked(),
+        blocked_a: !opts.trans_a && blocks,
+        blocked_b: opts.trans_b && blocks,
     };
-    // A blocked: BLOCKED_TEXELS wide, rows enough for every block of tm
-    // rows (tile.span().0) of K/4 texels.
-    let (tm, kq) = (tile.span().0, k4 / 4);
-    let blocked_sides = (
-        BLOCKED_TEXELS,
-        (m.div_ceil(tm) * tm * kq).div_ceil(BLOCKED_TEXELS),
-    );
-    if stored.blocked_a && !a.texture_fits(blocked_sides.1, blocked_sides.0) {
-        stored.blocked_a = false;
-    }
+    // A blocked in the workgroup's rows, B stored [N, K] in its columns:
+    // BLOCKED_TEXELS wide, rows enough for every block of K/4 texels.
+    let (block_a, block_b) = tile.span();
+    let blocked_sides = |rows: usize, block: usize| {
+        let texels = rows.div_ceil(block) * block * (k4 / 4);
+        (BLOCKED_TEXELS, texels.div_ceil(BLOCKED_TEXELS))
+    };
+    let (a_blocked, b_blocked) = (blocked_sides(m, block_a), blocked_sides(n, block_b));
+    stored.blocked_a &= a.texture_fits(a_blocked.1, a_blocked.0);
+    stored.blocked_b &= a.texture_fits(b_blocked.1, b_blocked.0);
     // Texture sides (texels, rows; K, M and N rounded up to 4): A is K/4 ×
     // M, or M/4 × K stored [K, M]; B is N/4 × K, or K/4 × N stored [N, K].
     let a_sides = if stored.blocked_a {
-        blocked_sides
+        a_blocked
     } else if stored.trans_a {
         (m4 / 4, k4)
     } else {
         (k4 / 4, m)
     };
-    let b_sides = if stored.trans_b {
+    let b_sides = if stored.blocked_b {
+        b_blocked
+    } else if stored.trans_b {
         (k4 / 4, n)
     } else {
         (n4 / 4, k4)
@@ -544,6 +551,7 @@ fn texture_gemm(
     // be summed: operands not so are packed (transposed unless the kernel
     // reads them as stored).
     let align = texture_row_align(a.dtype());
+    let storage = reads == Reads::StorageTextures;
     let texture = |t: &LocalTensor, (texels, rows): (usize, usize), copy_as_is, transpose| {
         let (src, pitch) = if copy_as_is {
             (t.clone(), t.shape()[1])
@@ -551,7 +559,17 @@ fn texture_gemm(
             let pitch = (4 * texels).next_multiple_of(align);
             (pack(OP, t, transpose, rows, pitch)?, pitch)
         };
-        src.to_texture(OP, rows, texels, pitch, reads == Reads::StorageTextures)
+        src.to_texture(OP, rows, texels, pitch, storage)
+    };
+    // Either operand, not transposed as packed, in blocks of `block` rows.
+    let blocked_texture = |t: &LocalTensor, (texels, rows): (usize, usize), block| {
+        pack_blocks(OP, t, false, block, rows, 4 * texels)?.to_texture(
+            OP,
+            rows,
+            texels,
+            4 * texels,
+            storage,
+        )
     };
     let a_as_is = match (opts.trans_a, stored.trans_a) {
         (false, _) => k % align == 0,
@@ -564,18 +582,15 @@ fn texture_gemm(
         (true, false) => false,
     };
     let a_tex = if stored.blocked_a {
-        let (texels, rows) = blocked_sides;
-        pack_blocks(OP, a, false, tm, rows, 4 * texels)?.to_texture(
-            OP,
-            rows,
-            texels,
-            4 * texels,
-            reads == Reads::StorageTextures,
-        )?
+        blocked_texture(a, a_sides, block_a)?
     } else {
         texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?
     };
-    let b_tex = texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?;
+    let b_tex = if stored.blocked_b {
+        blocked_texture(b, b_sides, block_b)?
+    } else {
+        texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?
+    };
     let (entry, source) = tile.program(precision, reads, stored);
     let bindings = match (reads, precision.input()) {
         (Reads::StorageTextures, DType::F16) => STORAGE_TEXTURE_BINDINGS_F16,

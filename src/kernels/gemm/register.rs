@@ -55,6 +55,11 @@ pub(crate) struct Stored {
     /// the subgroup's fetches for one step of K are adjacent texels instead
     /// of one per row, `lda` apart. Only shared-rows tiles read A so.
     pub(crate) blocked_a: bool,
+    /// B stored `[N, K]` (`trans_b`) packed the same way in blocks of the
+    /// workgroup's columns (`span().1`): a lane's texels for one step of K
+    /// are adjacent, and the subgroup's, where they were one per column of
+    /// B, a row of the texture apart.
+    pub(crate) blocked_b: bool,
 }
 
 /// Texels per texture row of a blocked A ([`Stored::blocked_a`]): 4 KiB
@@ -113,13 +118,18 @@ impl Tile {
     }
 
     fn entry(self, reads: Reads, stored: Stored) -> String {
-        let layout = match (stored.trans_a, stored.trans_b, stored.blocked_a) {
-            (false, false, false) => "",
-            (true, false, _) => "_tn",
-            (false, true, false) => "_nt",
-            (true, true, _) => "_tt",
-            (false, false, true) => "_bn",
-            (false, true, true) => "_bt",
+        // n: as the kernel's one layout; t: transposed as stored; b: blocked.
+        let side = |trans, blocked| match (trans, blocked) {
+            (_, true) => 'b',
+            (true, false) => 't',
+            (false, false) => 'n',
+        };
+        let layout = match (
+            side(stored.trans_a, stored.blocked_a && !stored.trans_a),
+            side(stored.trans_b, stored.blocked_b),
+        ) {
+            ('n', 'n') => String::new(),
+            (a, b) => format!("_{a}{b}"),
         };
         format!(
             "gemm_{}_{}x{}_{}{}{layout}",
@@ -168,6 +178,7 @@ impl Tile {
             trans_a,
             trans_b,
             blocked_a,
+            blocked_b,
         } = stored;
         let texels = "fetches a and b as texels of four (a: K/4 × M, or M/4 × K stored [K, M];\n\
                       // b: N/4 × K, or K/4 × N stored [N, K]; K rounded up to 4, zero past K)";
@@ -270,7 +281,9 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 writeln!(s, "    let ra{u} = min(m0 + {u}u, p.m - 1u){row_stride};")
             };
         }
-        if trans_b {
+        if blocked_b {
+            // Set after kq, below.
+        } else if trans_b {
             // B stored [N, K]: one texel per column of this lane holds four k.
             for c in 0..4 * tnv {
                 let _ = writeln!(s, "    let cbt{c} = min(4u * n0 + {c}u, p.n - 1u);");
@@ -286,11 +299,20 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             }
         }
         s.push_str("    let kq = (p.k + 3u) / 4u;\n");
+        if blocked_a || blocked_b {
+            let _ = writeln!(s, "    const BW: u32 = {BLOCKED_TEXELS}u;");
+        }
         if blocked_a {
             // Texel index of this lane's first row in block g % gm at q = 0.
+            let _ = writeln!(s, "    let la = (m0 / TM) * kq * TM + lane;");
+        }
+        if blocked_b {
+            // This lane's first column's texel in block g / gm (the
+            // workgroup's SN columns) at q = 0; its 4·TNV columns' texels are
+            // adjacent and, SN and BW being multiples of 4·TNV, in one row.
             let _ = writeln!(
                 s,
-                "    const BW: u32 = {BLOCKED_TEXELS}u;\n    let la = (m0 / TM) * kq * TM + lane;"
+                "    const SN: u32 = WG * 4u * TNV;\n    let lb = (g / gm) * kq * SN + lid * 4u * TNV;"
             );
         }
         s.push_str("    for (var q = 0u; q < kq; q++) {\n");
@@ -335,11 +357,24 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             }
         }
         if trans_b {
-            for c in 0..4 * tnv {
+            if blocked_b {
                 let _ = writeln!(
                     s,
-                    "        let w{c} = textureLoad(b, vec2<u32>(q, cbt{c}){level});"
+                    "        let lq = lb + q * SN;\n        let bx = lq % BW;\n        let by = lq / BW;"
                 );
+            }
+            for c in 0..4 * tnv {
+                let _ = if blocked_b {
+                    writeln!(
+                        s,
+                        "        let w{c} = textureLoad(b, vec2<u32>(bx + {c}u, by){level});"
+                    )
+                } else {
+                    writeln!(
+                        s,
+                        "        let w{c} = textureLoad(b, vec2<u32>(q, cbt{c}){level});"
+                    )
+                };
             }
             // In SIMD-across-lanes code these vectors are only renamings.
             for (t, x) in XYZW.iter().enumerate() {
@@ -457,12 +492,12 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         reads: Reads,
         stored: Stored,
     ) -> (&'static str, &'static str) {
-        // Blocked A only where this kernel reads it so (one name per source).
+        // Blocked operands only where this kernel reads them so (one name
+        // per source).
+        let blocks = self.reads_blocked() && reads.texels();
         let stored = Stored {
-            blocked_a: stored.blocked_a
-                && !stored.trans_a
-                && self.reads_blocked()
-                && reads.texels(),
+            blocked_a: stored.blocked_a && !stored.trans_a && blocks,
+            blocked_b: stored.blocked_b && stored.trans_b && blocks,
             ..stored
         };
         let entry = self.entry(reads, stored);
@@ -552,29 +587,33 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES_SMALL, Reads::StorageTextures),
     ] {
         for precision in Precision::ALL {
-            // (trans_a, trans_b, blocked_a); small tiles have A packed row-major.
+            // (trans_a, trans_b, blocked_a, blocked_b); small tiles have A
+            // packed row-major.
             let layouts = match (tile.reads_transposed(), tile.reads_blocked()) {
                 (true, true) => &[
-                    (false, false, false),
-                    (true, false, false),
-                    (false, true, false),
-                    (true, true, false),
-                    (false, false, true),
-                    (false, true, true),
+                    (false, false, false, false),
+                    (true, false, false, false),
+                    (false, true, false, false),
+                    (true, true, false, false),
+                    (false, false, true, false),
+                    (false, true, true, false),
+                    (false, true, true, true),
+                    (true, true, false, true),
                 ][..],
                 (true, false) => &[
-                    (false, false, false),
-                    (true, false, false),
-                    (false, true, false),
-                    (true, true, false),
+                    (false, false, false, false),
+                    (true, false, false, false),
+                    (false, true, false, false),
+                    (true, true, false, false),
                 ][..],
-                _ => &[(false, false, false)][..],
+                _ => &[(false, false, false, false)][..],
             };
-            for &(trans_a, trans_b, blocked_a) in layouts {
+            for &(trans_a, trans_b, blocked_a, blocked_b) in layouts {
                 let stored = Stored {
                     trans_a,
                     trans_b,
                     blocked_a,
+                    blocked_b,
                 };
                 let (entry, source) = tile.program(precision, reads, stored);
                 let name = format!("{}::{entry}", precision.family());
