@@ -151,3 +151,30 @@ fn grad(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     out[idx] = row_aux[r] * g;
 }
+
+// `grad` for rows of whole vec4s (p.cols % 4 == 0): four columns of one row
+// per invocation, so the row's statistics and target are loaded once per
+// four elements and z and out move as vec4s (lavapipe loads storage lane by
+// lane; BENCHMARKS.md, round 9). The same bindings viewed as vec4s.
+@group(0) @binding(1) var<storage, read> z4: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> out4: array<vec4<f32>>;
+
+@compute @workgroup_size(WG)
+fn grad4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) li: u32) {
+    let idx = linear_id(wg, nwg, li);
+    let quads = p.cols / 4u;
+    if (idx >= p.rows * quads) { return; }
+    let r = idx / quads;
+    let j = vec4<u32>(4u * (idx - r * quads)) + vec4<u32>(0u, 1u, 2u, 3u);
+    let t = targets[r];
+    if (ignored(t)) {
+        out4[idx] = vec4<f32>();
+        return;
+    }
+    var g = exp(z4[idx] - row_max[r]) / row_sexp[r] - p.alpha * p.inv_k;
+    // -1 (no column) when t is not owned.
+    let owned = owned_col(t);
+    g -= select(vec4<f32>(), vec4<f32>(1.0 - p.alpha), vec4<i32>(j) == vec4<i32>(owned));
+    out4[idx] = select(vec4<f32>(), row_aux[r] * g, j < vec4<u32>(p.valid_cols));
+}

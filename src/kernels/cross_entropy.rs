@@ -307,13 +307,19 @@ pub fn ce_grad(
         None,
         Some(targets),
     ];
+    // Rows of whole vec4s take four columns per invocation.
+    let (entry, invocations) = if v.is_multiple_of(4) {
+        ("grad4", t * v / 4)
+    } else {
+        ("grad", t * v)
+    };
     run(
-        "grad",
+        entry,
         OP,
         &p,
         ins,
         &[t, v],
-        (t * v) as u64,
+        invocations as u64,
         z.device().grid_workgroup().into(),
     )
 }
