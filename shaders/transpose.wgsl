@@ -83,10 +83,14 @@ fn pack(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 }
 
 // The blocked layout of a non-transposed x whose rows are a whole number of
-// vec4s (p.cols % 4 == 0): each invocation moves texel L as one vec4, where
-// `pack` moves four scalars and evaluates `at` four times. Lavapipe loads
-// storage lane by lane, so this is several times as fast (BENCHMARKS.md,
-// round 9). The same bindings viewed as vec4s.
+// vec4s (p.cols % 4 == 0): invocation i moves row i = blk·block + r one vec4
+// texel at a time, q = 0, 1, …, to texel (blk·Q + q)·block + r. `pack`
+// evaluates `at` four times per texel and finds each texel's row and column
+// by dividing by runtime values, which lavapipe does lane by lane; this loop
+// divides once per row, so it runs several times as fast (BENCHMARKS.md,
+// round 9). The last block's rows past x are left unwritten: the GEMM reads
+// them only into rows (A) or columns (B) of C that it does not store. The
+// same bindings viewed as vec4s; p.groups counts workgroups of rows.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<Elem>>;
 @group(0) @binding(2) var<storage, read_write> out4: array<vec4<Elem>>;
 
@@ -97,17 +101,18 @@ fn pack_blocks4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     if (g >= p.groups) {
         return;
     }
-    let texel = g * 64u + lid;
-    if (texel >= p.out_rows * (p.ld / 4u)) {
+    let i = g * 64u + lid;
+    let quads = p.cols / 4u;
+    if (i >= p.rows) {
         return;
     }
-    let quads = p.cols / 4u;
-    let per_block = quads * p.block;
-    let i = texel / per_block * p.block + texel % p.block;
-    let q = texel % per_block / p.block;
-    var v = vec4<Elem>(Elem(0.0));
-    if (i < p.rows) {
-        v = x4[i * quads + q];
+    // Texel (blk·Q + q)·block + r for q = 0, then steps of block texels.
+    let blk = i / p.block;
+    var o = blk * quads * p.block + (i - blk * p.block);
+    var s = i * quads;
+    for (var q = 0u; q < quads; q++) {
+        out4[o] = x4[s];
+        o += p.block;
+        s += 1u;
     }
-    out4[texel] = v;
 }

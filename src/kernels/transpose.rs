@@ -55,7 +55,10 @@ pub(crate) fn pack(
 /// rounded up; zeros past `op(x)`. The GEMM's shared-rows kernel reads A so.
 /// Blocked, needs `ld` a multiple of 4 and room for every block:
 /// `out_rows·ld ≥ 4·Q·block·⌈rows / block⌉`. Non-transposed rows of a
-/// multiple of 4 elements take the vec4 entry `pack_blocks4`.
+/// multiple of 4 elements take the vec4 entry `pack_blocks4`, an invocation
+/// per row, which leaves the last block's rows past x (and texels past the
+/// last block) unwritten: only the GEMM reads this layout, and it stores
+/// nothing computed from them.
 pub(crate) fn pack_blocks(
     op: &'static str,
     x: &LocalTensor,
@@ -86,8 +89,15 @@ pub(crate) fn pack_blocks(
     if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
         return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
     }
-    let quads = out_rows as u64 * ld.div_ceil(4) as u64;
-    let groups = quads.div_ceil(WORKGROUP);
+    // Blocked rows of whole vec4s take an invocation per row (pack_blocks4),
+    // the rest one per four output elements.
+    let row_loop = block != 0 && !trans && cols.is_multiple_of(4);
+    let invocations = if row_loop {
+        rows as u64
+    } else {
+        out_rows as u64 * ld.div_ceil(4) as u64
+    };
+    let groups = invocations.div_ceil(WORKGROUP);
     let params = Params {
         rows: rows as u32,
         cols: cols as u32,
@@ -98,12 +108,7 @@ pub(crate) fn pack_blocks(
         block: block as u32,
         _pad: 0,
     };
-    // Blocked rows of whole vec4s move a texel per invocation.
-    let entry = if block != 0 && !trans && cols.is_multiple_of(4) {
-        "pack_blocks4"
-    } else {
-        "pack"
-    };
+    let entry = if row_loop { "pack_blocks4" } else { "pack" };
     Dispatch {
         spec: &KernelSpec::new(family, source, BINDINGS, entry),
         params: bytemuck::bytes_of(&params),
