@@ -516,7 +516,7 @@ fn texture_gemm(
         trans_a: opts.trans_a && transposes_in_place,
         trans_b: opts.trans_b && transposes_in_place,
         blocked_a: !opts.trans_a && blocks,
-        blocked_b: opts.trans_b && blocks,
+        blocked_b: opts.trans_b && blocks && tile.reads_blocked_b(),
     };
     // A blocked in the workgroup's rows, B stored [N, K] in its columns:
     // BLOCKED_TEXELS wide, rows enough for every block of K/4 texels.

@@ -480,6 +480,15 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         self.reads_transposed() && self.tm.is_multiple_of(self.wg)
     }
 
+    /// Whether this tile can read B stored `[N, K]` in blocks of its
+    /// workgroup's columns ([`Stored::blocked_b`]): as
+    /// [`Tile::reads_blocked`], and a lane's `4·tnv` texels of one step of
+    /// K never straddle a texture row (the kernel addresses them from the
+    /// first).
+    pub(crate) fn reads_blocked_b(self) -> bool {
+        self.reads_blocked() && BLOCKED_TEXELS.is_multiple_of(4 * self.tnv)
+    }
+
     fn with_wg(self, wg: usize) -> Tile {
         Tile { wg, ..self }
     }
@@ -497,7 +506,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         let blocks = self.reads_blocked() && reads.texels();
         let stored = Stored {
             blocked_a: stored.blocked_a && !stored.trans_a && blocks,
-            blocked_b: stored.blocked_b && stored.trans_b && blocks,
+            blocked_b: stored.blocked_b && stored.trans_b && blocks && self.reads_blocked_b(),
             ..stored
         };
         let entry = self.entry(reads, stored);
@@ -663,6 +672,16 @@ mod tests {
         for bad in ["", "32x8", "32x2/8s", "0x8/8s", "ax8/8m", "32x8/s"] {
             assert_eq!(Tile::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn blocked_b_only_where_a_lanes_texels_share_a_texture_row() {
+        // 32×12 (WGPU_TP_GEMM_TILE=32x12/8s): 12 texels a lane, which cross
+        // 256-texel rows; its products were wrong when B was blocked.
+        assert!(Tile::new(32, 8, 8, Lanes::SharedRows).reads_blocked_b());
+        assert!(Tile::new(16, 8, 16, Lanes::SharedRows).reads_blocked_b());
+        assert!(!Tile::new(32, 12, 8, Lanes::SharedRows).reads_blocked_b());
+        assert!(!Tile::new(32, 8, 8, Lanes::Rows).reads_blocked_b());
     }
 
     #[test]
