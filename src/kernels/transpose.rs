@@ -52,7 +52,8 @@ pub(crate) fn pack(
 /// (`shaders/transpose.wgsl`): texel `L` (four elements) of a fresh
 /// `[out_rows, ld]` tensor holds row `blk·block + r`, columns `4q..4q+4` of
 /// `op(x)`, where `L = (blk·Q + q)·block + r` and `Q` = `op(x)`'s columns / 4
-/// rounded up; zeros past `op(x)`. The GEMM's shared-rows kernel reads A so.
+/// rounded up; zeros past `op(x)`. The GEMM's shared-rows kernel reads A,
+/// and B stored `[N, K]`, so.
 /// Blocked, needs `ld` a multiple of 4 and room for every block:
 /// `out_rows·ld ≥ 4·Q·block·⌈rows / block⌉`. Non-transposed rows of a
 /// multiple of 4 elements take the vec4 entry `pack_blocks4`, an invocation

@@ -8,9 +8,10 @@
 //! the cheap `transpose` kernel, so a run compiles one GEMM pipeline, not
 //! one per layout: shader compilation, not arithmetic, was most of a fresh
 //! run's time. The exception is the shared-rows texture kernel on large
-//! products (≥ 2^24 multiply-adds), which reads A `[K, M]` and B `[N, K]`
-//! as stored, one pipeline per layout used: there the packs cost 8–13 % of
-//! a training step, more than the compiles. It does pack a non-transposed
+//! products (≥ 2^24 multiply-adds), which reads A `[K, M]` as stored (and
+//! B `[N, K]` where blocking does not apply), one pipeline per layout used:
+//! there the transposing packs cost 8–13 % of a training step, more than
+//! the compiles. It does pack a non-transposed
 //! A, into blocks of its tile's rows (`transpose::pack_blocks`), so that
 //! the subgroup's fetches for one step of K are adjacent texels: that made
 //! the GEMM 1.1–1.5× as fast on lavapipe, more than the pack costs. B
