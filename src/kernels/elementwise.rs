@@ -1,7 +1,7 @@
 //! Element-wise kernels (`shaders/elementwise.wgsl`): `alpha·a + beta·b`
 //! (add, scale, axpy) and the activations GELU (tanh form), ReLU and SiLU with
 //! their backward `dy · act'(x)`. One invocation per four elements, read and
-//! written as vec4s ([`KernelSpec::in_vec4s`]).
+//! written as vec4s (`KernelSpec::in_vec4s` in `device/pipeline.rs`).
 
 use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
