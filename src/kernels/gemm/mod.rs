@@ -509,16 +509,19 @@ fn texture_gemm(
     );
     let macs = m as u64 * n as u64 * k as u64;
     let tile = Tile::for_device(a.device(), reads, macs);
-    // Operands the kernel reads as stored; the others are packed (all of
-    // them for small products: one pipeline, not one per layout).
-    let transposes_in_place = tile.reads_transposed() && !small_product(macs);
-    let blocks = transposes_in_place && tile.reads_blocked();
-    let mut stored = Stored {
-        trans_a: opts.trans_a && transposes_in_place,
-        trans_b: opts.trans_b && transposes_in_place,
-        blocked_a: !opts.trans_a && blocks,
-        blocked_b: opts.trans_b && blocks && tile.reads_blocked_b(),
-    };
+    // Operands the kernel reads as stored or blocked, where the tile can
+    // (Tile::layout); the others are packed (all of them for small
+    // products: one pipeline, not one per layout).
+    let large = !small_product(macs);
+    let mut stored = tile.layout(
+        reads,
+        Stored {
+            trans_a: opts.trans_a && large,
+            trans_b: opts.trans_b && large,
+            blocked_a: !opts.trans_a && large,
+            blocked_b: opts.trans_b && large,
+        },
+    );
     // A blocked in the workgroup's rows, B stored [N, K] in its columns:
     // BLOCKED_TEXELS wide, rows enough for every block of K/4 texels.
     let (block_a, block_b) = tile.span();

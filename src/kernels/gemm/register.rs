@@ -125,7 +125,7 @@ impl Tile {
             (false, false) => 'n',
         };
         let layout = match (
-            side(stored.trans_a, stored.blocked_a && !stored.trans_a),
+            side(stored.trans_a, stored.blocked_a),
             side(stored.trans_b, stored.blocked_b),
         ) {
             ('n', 'n') => String::new(),
@@ -260,10 +260,9 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         // A stored [K, M]: a texel holds four rows at one k; the subgroup
         // fetches TM/4 texels × 4 k, lane l the l-th, (l + WG)-th, …
         let row_groups = tm / 4;
-        for u in 0..fetched {
-            let _ = if blocked_a {
-                Ok(())
-            } else if trans_a {
+        // A blocked is addressed in the K loop, from `la`.
+        for u in (0..fetched).filter(|_| !blocked_a) {
+            let _ = if trans_a {
                 writeln!(
                     s,
                     "    let ax{u} = min(m0 / 4u + ({}u + lane) % {row_groups}u, (p.m + 3u) / 4u - 1u);\n    \
@@ -282,7 +281,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             };
         }
         if blocked_b {
-            // Set after kq, below.
+            // Addressed in the K loop, from `lb`.
         } else if trans_b {
             // B stored [N, K]: one texel per column of this lane holds four k.
             for c in 0..4 * tnv {
@@ -480,13 +479,27 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         self.reads_transposed() && self.tm.is_multiple_of(self.wg)
     }
 
-    /// Whether this tile can read B stored `[N, K]` in blocks of its
-    /// workgroup's columns ([`Stored::blocked_b`]): as
-    /// [`Tile::reads_blocked`], and a lane's `4·tnv` texels of one step of
-    /// K never straddle a texture row (the kernel addresses them from the
-    /// first).
-    pub(crate) fn reads_blocked_b(self) -> bool {
-        self.reads_blocked() && BLOCKED_TEXELS.is_multiple_of(4 * self.tnv)
+    /// What this tile reads of `wanted` (the operands the caller would
+    /// have read as stored, or blocked): transposed operands only where it
+    /// reads them so ([`Tile::reads_transposed`]); blocked ones only from
+    /// textures, on tiles that can ([`Tile::reads_blocked`]), A only when
+    /// not transposed and B only when stored `[N, K]`, and B only where a
+    /// lane's `4·tnv` texels of one step of K never straddle a texture row
+    /// (the kernel addresses them from the first). The one place these
+    /// rules live: [`Tile::program`] and the GEMM both go through it.
+    pub(crate) fn layout(self, reads: Reads, wanted: Stored) -> Stored {
+        let transposed = self.reads_transposed();
+        let blocks = self.reads_blocked() && reads.texels();
+        let (trans_a, trans_b) = (wanted.trans_a && transposed, wanted.trans_b && transposed);
+        Stored {
+            trans_a,
+            trans_b,
+            blocked_a: wanted.blocked_a && !trans_a && blocks,
+            blocked_b: wanted.blocked_b
+                && trans_b
+                && blocks
+                && BLOCKED_TEXELS.is_multiple_of(4 * self.tnv),
+        }
     }
 
     fn with_wg(self, wg: usize) -> Tile {
@@ -501,14 +514,8 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         reads: Reads,
         stored: Stored,
     ) -> (&'static str, &'static str) {
-        // Blocked operands only where this kernel reads them so (one name
-        // per source).
-        let blocks = self.reads_blocked() && reads.texels();
-        let stored = Stored {
-            blocked_a: stored.blocked_a && !stored.trans_a && blocks,
-            blocked_b: stored.blocked_b && stored.trans_b && blocks && self.reads_blocked_b(),
-            ..stored
-        };
+        // One name per source: only what this kernel reads.
+        let stored = self.layout(reads, stored);
         let entry = self.entry(reads, stored);
         let source = interned(
             &format!("register {self:?} {precision:?} {reads:?} {stored:?}"),
@@ -596,34 +603,21 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES_SMALL, Reads::StorageTextures),
     ] {
         for precision in Precision::ALL {
-            // (trans_a, trans_b, blocked_a, blocked_b); small tiles have A
-            // packed row-major.
-            let layouts = match (tile.reads_transposed(), tile.reads_blocked()) {
-                (true, true) => &[
-                    (false, false, false, false),
-                    (true, false, false, false),
-                    (false, true, false, false),
-                    (true, true, false, false),
-                    (false, false, true, false),
-                    (false, true, true, false),
-                    (false, true, true, true),
-                    (true, true, false, true),
-                ][..],
-                (true, false) => &[
-                    (false, false, false, false),
-                    (true, false, false, false),
-                    (false, true, false, false),
-                    (true, true, false, false),
-                ][..],
-                _ => &[(false, false, false, false)][..],
-            };
-            for &(trans_a, trans_b, blocked_a, blocked_b) in layouts {
-                let stored = Stored {
-                    trans_a,
-                    trans_b,
-                    blocked_a,
-                    blocked_b,
-                };
+            // Every layout the tile reads: each wish, as the tile takes it.
+            let mut seen = std::collections::HashSet::new();
+            for wish in 0..16u8 {
+                let stored = tile.layout(
+                    reads,
+                    Stored {
+                        trans_a: wish & 1 != 0,
+                        trans_b: wish & 2 != 0,
+                        blocked_a: wish & 4 != 0,
+                        blocked_b: wish & 8 != 0,
+                    },
+                );
+                if !seen.insert(stored) {
+                    continue;
+                }
                 let (entry, source) = tile.program(precision, reads, stored);
                 let name = format!("{}::{entry}", precision.family());
                 out.push((interned(&name, || name.clone()), source));
@@ -653,7 +647,7 @@ fn mesa_major(driver_info: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Lanes, Tile, mesa_major};
+    use super::{Lanes, Reads, Stored, Tile, mesa_major};
 
     #[test]
     fn tiles_are_parsed_from_their_names() {
@@ -678,10 +672,22 @@ mod tests {
     fn blocked_b_only_where_a_lanes_texels_share_a_texture_row() {
         // 32×12 (WGPU_TP_GEMM_TILE=32x12/8s): 12 texels a lane, which cross
         // 256-texel rows; its products were wrong when B was blocked.
-        assert!(Tile::new(32, 8, 8, Lanes::SharedRows).reads_blocked_b());
-        assert!(Tile::new(16, 8, 16, Lanes::SharedRows).reads_blocked_b());
-        assert!(!Tile::new(32, 12, 8, Lanes::SharedRows).reads_blocked_b());
-        assert!(!Tile::new(32, 8, 8, Lanes::Rows).reads_blocked_b());
+        let wanted = Stored {
+            trans_a: false,
+            trans_b: true,
+            blocked_a: true,
+            blocked_b: true,
+        };
+        let blocked_b = |t: Tile| t.layout(Reads::StorageTextures, wanted).blocked_b;
+        assert!(blocked_b(Tile::new(32, 8, 8, Lanes::SharedRows)));
+        assert!(blocked_b(Tile::new(16, 8, 16, Lanes::SharedRows)));
+        assert!(!blocked_b(Tile::new(32, 12, 8, Lanes::SharedRows)));
+        assert!(!blocked_b(Tile::new(32, 8, 8, Lanes::Rows)));
+        assert!(
+            !Tile::new(32, 8, 8, Lanes::SharedRows)
+                .layout(Reads::Buffers, wanted)
+                .blocked_b
+        );
     }
 
     #[test]
