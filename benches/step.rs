@@ -10,9 +10,11 @@
 //!
 //! Also prints, per configuration, the split of one step into forward /
 //! backward / optimiser (each followed by a synchronize, so these add up to
-//! more than the pipelined step) and the collectives per step; then, per
-//! configuration, the top kernels by total time in one traced step (device
-//! timestamps where the adapter has them, see `Mesh::start_trace`).
+//! more than the pipelined step), the collectives per step and how many
+//! CPUs the process kept busy (on a CPU adapter: whether the step is
+//! compute-bound); then, per configuration, the top kernels by total time
+//! in one traced step (device timestamps where the adapter has them, see
+//! `Mesh::start_trace`).
 //!
 //! `cargo bench --bench step`; `WGPU_TP_BENCH_STEPS` sets N (default 6).
 
@@ -42,6 +44,9 @@ struct Timing {
     calls_per_step: u64,
     bytes_per_step: u64,
     allocs_per_step: f64,
+    /// Process CPU time over wall time in the timed steps (all threads,
+    /// the driver's workers included); `None` off Linux.
+    cores_busy: Option<f64>,
     /// One more step, traced.
     trace: Trace,
 }
@@ -87,11 +92,16 @@ fn time_case(mesh: &Mesh, steps: usize) -> Timing {
     mesh.reset_comm_stats();
     let allocs0 = allocations(mesh);
     let mut times = Vec::with_capacity(steps);
+    let cpu0 = process_cpu_time();
     for _ in 0..steps {
         let t = Instant::now();
         step(mesh, &mut model, &mut opt, &ids, &tg);
         times.push(t.elapsed());
     }
+    let wall: Duration = times.iter().sum();
+    let cores_busy = cpu0
+        .zip(process_cpu_time())
+        .map(|(a, b)| (b - a).as_secs_f64() / wall.as_secs_f64());
     let allocs = allocations(mesh) - allocs0;
     let stats = mesh.comm_stats();
     let calls: u64 = stats.values().map(|c| c.calls).sum();
@@ -131,6 +141,7 @@ fn time_case(mesh: &Mesh, steps: usize) -> Timing {
         calls_per_step: calls / steps as u64,
         bytes_per_step: bytes / steps as u64,
         allocs_per_step: allocs as f64 / steps as f64,
+        cores_busy,
         trace,
     }
 }
@@ -157,6 +168,17 @@ fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
+}
+
+/// User + system CPU time of this process, all threads (Linux
+/// `/proc/self/stat`, in clock ticks of 1/100 s).
+fn process_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    // utime and stime: fields 14 and 15 of the line; the first after ")" is field 3.
+    Some(Duration::from_millis(10 * (ticks(11)? + ticks(12)?)))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -199,7 +221,7 @@ fn main() {
     );
     println!("load at start: {}", load());
     println!(
-        "\n{:<11} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8}",
+        "\n{:<11} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>6}",
         "case",
         "best_ms",
         "median_ms",
@@ -209,7 +231,8 @@ fn main() {
         "opt_ms",
         "comm/step",
         "MB/step",
-        "allocs"
+        "allocs",
+        "cores"
     );
     let mut base = None;
     let mut traces = Vec::new();
@@ -217,7 +240,7 @@ fn main() {
         let t = time_case(&c.mesh, steps);
         let base_ms = *base.get_or_insert(ms(t.median));
         println!(
-            "{:<11} {:>9.1} {:>9.1} {:>7.2}x {:>8.1} {:>8.1} {:>8.1} {:>10} {:>10.2} {:>8.1}",
+            "{:<11} {:>9.1} {:>9.1} {:>7.2}x {:>8.1} {:>8.1} {:>8.1} {:>10} {:>10.2} {:>8.1} {:>6}",
             c.name,
             ms(t.best),
             ms(t.median),
@@ -227,11 +250,17 @@ fn main() {
             ms(t.optim),
             t.calls_per_step,
             t.bytes_per_step as f64 / 1e6,
-            t.allocs_per_step
+            t.allocs_per_step,
+            t.cores_busy.map_or("?".into(), |c| format!("{c:.2}"))
         );
         traces.push((c.name, t.trace));
     }
     println!("\nvs_P=1 = median(P) / median(P=1) (target for P=4: <= 1.2)");
+    println!(
+        "cores = process CPU time / wall time over the timed steps, of {} CPUs (a step that keeps \
+         every CPU busy is compute-bound: only faster kernels make it faster)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     for (name, trace) in &traces {
         print_top_kernels(name, trace);
     }

@@ -19,7 +19,8 @@ backward, update) is one jit-compiled function; parameters are donated, so
 it updates in place like the Rust step. Compilation and 2 warm-up steps are
 not timed; then N steps are timed one by one, each ended by
 block_until_ready (the counterpart of `Mesh::synchronize`), and the best and
-median ms/step are printed.
+median ms/step are printed, with the CPUs the process kept busy (as the step
+bench's `cores` column: CPU time of all threads over wall time).
 
 Run (see benches/peers/README.md):
     python benches/peers/jax_step.py            # P = 4, 20 timed steps
@@ -225,11 +226,13 @@ def main():
         params, loss = step(params, ids, tg)
         jax.block_until_ready((params, loss))
     times = []
+    cpu0 = time.process_time()  # all threads: XLA's workers included
     for _ in range(ARGS.steps):
         t = time.perf_counter()
         params, loss = step(params, ids, tg)
         jax.block_until_ready((params, loss))
         times.append(time.perf_counter() - t)
+    cores = (time.process_time() - cpu0) / sum(times)
     times.sort()
     best, median = times[0] * 1e3, times[len(times) // 2] * 1e3
     try:
@@ -237,7 +240,8 @@ def main():
     except OSError:
         load = "?"
     print(f"loss after {ARGS.warmup + ARGS.steps + 1} steps: {float(loss):.4f}; load {load}")
-    print(f"P={p}: best {best:.1f} ms/step, median {median:.1f} ms/step")
+    print(f"P={p}: best {best:.1f} ms/step, median {median:.1f} ms/step; "
+          f"cores busy {cores:.2f} of {os.cpu_count()}")
 
 
 if __name__ == "__main__":
