@@ -406,6 +406,10 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 }
             }
         }
+        // Row by row, each accumulator's four k at once. LLVM keeps the
+        // order, and it sets how much the loop spills: columns outer ran
+        // 6 % slower on lavapipe, k before columns 8 % (a K loop 11 % larger,
+        // 22 % more spill moves; BENCHMARKS.md, round 10).
         for i in 0..tm {
             for j in 0..tnv {
                 for (t, x) in XYZW.iter().enumerate() {
