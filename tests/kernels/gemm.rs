@@ -240,7 +240,14 @@ fn gemm_past_the_texture_limit_reads_buffers() {
     // the limit, buffers past it.
     let textures = texture_prefix(r, GemmVariant::Texture);
     for ((mm, n, k), kernel) in [((8, 256, 8), textures), ((70, 16, 8), "gemm_cpu_")] {
-        let names = traced_gemm(&m, r, &mut rng, (mm, n, k), GemmVariant::Texture, false);
+        let names = traced_gemm(
+            &m,
+            r,
+            &mut rng,
+            (mm, n, k),
+            GemmVariant::Texture,
+            (false, false),
+        );
         assert!(
             names.iter().any(|n| n.contains(kernel)),
             "{mm}x{n}x{k}: {names:?}"
@@ -257,19 +264,29 @@ fn traced_gemm(
     rng: &mut Rng,
     (m, n, k): (usize, usize, usize),
     variant: GemmVariant,
-    trans_b: bool,
+    (trans_a, trans_b): (bool, bool),
 ) -> Vec<String> {
     mesh.start_trace().unwrap();
-    let a = r.upload(&[m, k], &rng.vec(m * k)).unwrap();
+    let a_shape = if trans_a { [k, m] } else { [m, k] };
+    let a = r.upload(&a_shape, &rng.vec(m * k)).unwrap();
     let b_shape = if trans_b { [n, k] } else { [k, n] };
     let b = r.upload(&b_shape, &rng.vec(k * n)).unwrap();
     let opts = GemmOptions {
+        trans_a,
         trans_b,
         ..Default::default()
     };
     kernels::gemm_with(&a, &b, opts, variant).unwrap();
     let trace = mesh.stop_trace().unwrap();
     trace.kernels().map(|e| e.name.clone()).collect()
+}
+
+/// The Mesa major version in `r`'s driver string (`Mesa 25.0.7 (LLVM …)`).
+fn mesa_major(r: &Rank) -> Option<u32> {
+    let info = r.device().adapter_info();
+    let rest = &info.driver_info[info.driver_info.find("Mesa ")? + 5..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// The entry-name prefix of the texture kernel `variant` runs on `r`:
@@ -346,7 +363,7 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
                 check_variant(r, &mut rng, shape, ta, tb, true, true, *variant);
             }
         }
-        let names = traced_gemm(m, r, &mut rng, (40, 64, 64), *variant, false);
+        let names = traced_gemm(m, r, &mut rng, (40, 64, 64), *variant, (false, false));
         let prefix = texture_prefix(r, *variant);
         assert!(
             names
@@ -359,12 +376,30 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
         // the large cases above checked them.
         if *lanes == "s" {
             for (trans_b, layout) in [(false, "_bn"), (true, "_bb")] {
-                let names = traced_gemm(m, r, &mut rng, (257, 131, 515), *variant, trans_b);
+                let names =
+                    traced_gemm(m, r, &mut rng, (257, 131, 515), *variant, (false, trans_b));
                 assert!(
                     names.iter().any(|n| n.ends_with(layout)),
                     "expected a {layout} kernel for {variant:?}: {names:?}"
                 );
             }
+            // A read transposed as stored over a long K takes its own tile
+            // on Mesa >= 24 (32 rows, against 16 elsewhere): ragged M, N
+            // and K through it, and its name.
+            let long_k = (67, 131, 2053);
+            for &(ta, tb) in layouts.iter().filter(|(ta, _)| *ta) {
+                check_variant(r, &mut rng, long_k, ta, tb, true, true, *variant);
+            }
+            let tile = if mesa_major(r).is_some_and(|v| v >= 24) {
+                "_32x8_"
+            } else {
+                "_16x8_"
+            };
+            let names = traced_gemm(m, r, &mut rng, long_k, *variant, (true, false));
+            assert!(
+                names.iter().any(|n| n.contains(tile) && n.ends_with("_tn")),
+                "expected a {tile}*_tn kernel for {variant:?}: {names:?}"
+            );
         }
     }
 }

@@ -29,8 +29,8 @@
 //!   fast there; `SampledTexture` / `StorageTexture` force either). The
 //!   tile is chosen per adapter: where the device has subgroups
 //!   (lavapipe), each lane owns columns and the subgroup fetches A's rows
-//!   once and broadcasts them (32×8 per lane from Mesa ≥ 24, 16×8
-//!   on Mesa < 24, which compiles larger kernels slowly); without them
+//!   once and broadcasts them (16×8 per lane; 32×8 on Mesa ≥ 24 where A
+//!   is read transposed over K > 2048); without them
 //!   (GL llvmpipe) 16×16 or 8×16 per lane, each fetching its own rows.
 //!   Products under 2^24 multiply-adds take tiles that compile fast (8×8
 //!   shared, 4×8 without subgroups): compiling is what they wait for.
@@ -443,8 +443,8 @@ pub fn gemm_with(
             (TILED_TILE, TILED_TILE),
         ),
         _ => {
-            let macs = m as u64 * n as u64 * k as u64;
-            let tile = Tile::for_device(a.device(), Reads::Buffers, macs);
+            // Everything is packed for the buffer kernel: nothing transposed.
+            let tile = Tile::for_device(a.device(), Reads::Buffers, (m, n, k), false);
             let (entry, source) = tile.program(precision, Reads::Buffers, Stored::default());
             (entry, source, tile.span())
         }
@@ -508,7 +508,7 @@ fn texture_gemm(
         k.next_multiple_of(4),
     );
     let macs = m as u64 * n as u64 * k as u64;
-    let tile = Tile::for_device(a.device(), reads, macs);
+    let tile = Tile::for_device(a.device(), reads, (m, n, k), opts.trans_a);
     // Operands the kernel reads as stored or blocked, where the tile can
     // (Tile::layout); the others are packed (all of them for small
     // products: one pipeline, not one per layout).

@@ -434,10 +434,15 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         s
     }
 
-    /// The tile for this device reading this way for a product of `macs`
-    /// multiply-adds (M·N·K), or `WGPU_TP_GEMM_TILE` when set (a
+    /// The tile for this device reading this way for an M×N×K product
+    /// (`trans_a`: A stored `[K, M]`), or `WGPU_TP_GEMM_TILE` when set (a
     /// shared-rows tile only where the device can run it).
-    pub(crate) fn for_device(device: &Device, reads: Reads, macs: u64) -> Tile {
+    pub(crate) fn for_device(
+        device: &Device,
+        reads: Reads,
+        (m, n, k): (usize, usize, usize),
+        trans_a: bool,
+    ) -> Tile {
         static ENV: OnceLock<Option<Tile>> = OnceLock::new();
         let subgroup = fixed_subgroup_size(device);
         let env = ENV.get_or_init(|| {
@@ -452,7 +457,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
         let info = device.adapter_info();
         let old_mesa = mesa_major(&info.driver_info).is_some_and(|major| major < 24);
-        let small = small_product(macs);
+        let small = small_product(m as u64 * n as u64 * k as u64);
         // Storage and sampled textures take the same tiles.
         match (
             reads.texels(),
@@ -461,8 +466,10 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         ) {
             (true, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
             (true, None, _) if small => TILE_TEXTURES_SMALL,
-            (true, Some(size), false) => TILE_TEXTURES_SHARED.with_wg(size),
-            (true, Some(size), true) => TILE_TEXTURES_SHARED_OLD_MESA.with_wg(size),
+            (true, Some(size), false) if trans_a && k > LONG_K => {
+                TILE_TEXTURES_SHARED_LONG_K.with_wg(size)
+            }
+            (true, Some(size), _) => TILE_TEXTURES_SHARED.with_wg(size),
             (true, None, true) => TILE_TEXTURES_OLD_MESA,
             (true, None, false) => TILE_TEXTURES,
             (false, _, true) => TILE_LOAD_BOUND,
@@ -541,12 +548,25 @@ const TILE_DEFAULT: Tile = Tile::new(4, 4, 8, Lanes::Rows);
 /// in 1–2 s; larger tiles are faster still but take 5–45 s to compile.
 const TILE_LOAD_BOUND: Tile = Tile::new(4, 16, 8, Lanes::Rows);
 
-/// The texture-reading kernel's tile where subgroups work, on lavapipe from
-/// Mesa ≥ 24: 32 rows × 8 columns per lane, the rows shared by the
-/// subgroup, ran 0.27–0.48× sgemm (1.3–1.8× `TILE_TEXTURES` in the same
-/// minutes), compiling in 1.1 s (BENCHMARKS.md, round 5). `wg` becomes the
-/// subgroup size.
-const TILE_TEXTURES_SHARED: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
+/// The texture-reading kernel's tile where subgroups work (lavapipe): 16
+/// rows × 8 columns per lane, the rows shared by the subgroup. With A and
+/// B read in blocks it made the standard step 9–10 % faster than 32×8 on
+/// Mesa 25 (forward products 0.69–0.78× sgemm against 0.60–0.65), and it
+/// compiles in half the time; 8×8, 24×8, 48×8 and 16×16 were slower
+/// (BENCHMARKS.md, round 10). On Mesa 22.3, which compiles 32×8 in 6 s,
+/// it ran 0.28–0.44× sgemm in round 5 and 0.55–0.76× in round 10. `wg`
+/// becomes the subgroup size.
+const TILE_TEXTURES_SHARED: Tile = Tile::new(16, 8, 8, Lanes::SharedRows);
+
+/// K above which a product reading A transposed as stored (`[K, M]`, the
+/// weight gradient's dyᵀ) takes `TILE_TEXTURES_SHARED_LONG_K` on Mesa ≥ 24.
+const LONG_K: usize = 2048;
+
+/// The shared-rows tile for A read transposed over a long K on Mesa ≥ 24:
+/// there 16×8 fell to 0.46–0.51× sgemm at K = 4096 while 32×8, with twice
+/// the rows per texel row read, held 0.61–0.62 (equal at K = 2048, 16×8
+/// ahead at K = 512; BENCHMARKS.md, round 10).
+const TILE_TEXTURES_SHARED_LONG_K: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
 
 /// Whether a product of `macs` multiply-adds is below 2^24 (256³): such
 /// products take `TILE_TEXTURES_SHARED_SMALL` or `TILE_TEXTURES_SMALL` and
@@ -568,11 +588,6 @@ const TILE_TEXTURES_SHARED_SMALL: Tile = Tile::new(8, 8, 8, Lanes::SharedRows);
 /// device, which made up most of the GL test suite's time (BENCHMARKS.md,
 /// round 5).
 const TILE_TEXTURES_SMALL: Tile = Tile::new(4, 8, 8, Lanes::Rows);
-
-/// The shared-rows tile on Mesa < 24 (lavapipe 22.3), which compiles the
-/// 32×8 tile in 6 s: 16×8 compiles in 2.1 s and ran 0.28–0.44× sgemm
-/// (1.3–1.5× `TILE_TEXTURES_OLD_MESA`).
-const TILE_TEXTURES_SHARED_OLD_MESA: Tile = Tile::new(16, 8, 8, Lanes::SharedRows);
 
 /// The texture-reading kernel's tile on lavapipe from Mesa ≥ 24 without
 /// subgroups: 16×16 ran
@@ -596,13 +611,13 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES, Reads::Textures),
         (TILE_TEXTURES_OLD_MESA, Reads::Textures),
         (TILE_TEXTURES_SHARED, Reads::Textures),
-        (TILE_TEXTURES_SHARED_OLD_MESA, Reads::Textures),
+        (TILE_TEXTURES_SHARED_LONG_K, Reads::Textures),
         (TILE_TEXTURES_SHARED_SMALL, Reads::Textures),
         (TILE_TEXTURES_SMALL, Reads::Textures),
         (TILE_TEXTURES, Reads::StorageTextures),
         (TILE_TEXTURES_OLD_MESA, Reads::StorageTextures),
         (TILE_TEXTURES_SHARED, Reads::StorageTextures),
-        (TILE_TEXTURES_SHARED_OLD_MESA, Reads::StorageTextures),
+        (TILE_TEXTURES_SHARED_LONG_K, Reads::StorageTextures),
         (TILE_TEXTURES_SHARED_SMALL, Reads::StorageTextures),
         (TILE_TEXTURES_SMALL, Reads::StorageTextures),
     ] {
