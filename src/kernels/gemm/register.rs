@@ -551,8 +551,8 @@ const TILE_LOAD_BOUND: Tile = Tile::new(4, 16, 8, Lanes::Rows);
 /// The texture-reading kernel's tile where subgroups work (lavapipe): 16
 /// rows × 8 columns per lane, the rows shared by the subgroup. With A and
 /// B read in blocks it made the standard step 9–10 % faster than 32×8 on
-/// Mesa 25 (forward products 0.69–0.78× sgemm against 0.60–0.65), and it
-/// compiles in half the time; 8×8, 24×8, 48×8 and 16×16 were slower
+/// Mesa 25 (forward products 0.62–0.78× sgemm, most ≥ 0.69, against
+/// 0.60–0.66), and it compiles 2.3× as fast; 8×8, 24×8, 48×8 and 16×16 were slower
 /// (BENCHMARKS.md, round 10). On Mesa 22.3, which compiles 32×8 in 6 s,
 /// it ran 0.28–0.44× sgemm in round 5 and 0.55–0.76× in round 10. `wg`
 /// becomes the subgroup size.
