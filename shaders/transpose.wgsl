@@ -23,9 +23,11 @@ struct Params {
     ld: u32,
     trans: u32,
     groups: u32,
-    // Rows per block of the blocked layout, or 0 for row-major.
+    // Rows per block of the blocked layout, or 0 for row-major
+    // (pack_column_blocks4: texels per step of K in a block of columns).
     block: u32,
-    _pad: u32,
+    // pack_column_blocks4: texels a lane reads per k (the tile's TNV).
+    lane_texels: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -114,5 +116,52 @@ fn pack_blocks4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
         out4[o] = x4[s];
         o += p.block;
         s += 1u;
+    }
+}
+
+// B stored [K, N] (p.rows = K, p.cols = N, both multiples of 4) in blocks of
+// the GEMM workgroup's columns, for its shared-rows kernel: in a block of
+// p.block / 4 column texels, lane l reads p.lane_texels of them at each k,
+// and for one step of K (4 k) its 4·p.lane_texels texels are adjacent:
+// source texel (k, c) goes to (blk·Q + k/4)·p.block + l·4·TNV + (k%4)·TNV + j
+// with c = blk·(p.block/4) + l·TNV + j, TNV = p.lane_texels, Q = K/4. A texel
+// is already four columns at one k, so nothing is transposed; as in
+// pack_blocks4, invocation k walks its row and texels past N in the last
+// block are left unwritten (columns of C that are not stored).
+@compute @workgroup_size(64)
+fn pack_column_blocks4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                       @builtin(local_invocation_index) lid: u32) {
+    let g = wg.y * nwg.x + wg.x;
+    if (g >= p.groups) {
+        return;
+    }
+    let k = g * 64u + lid;
+    if (k >= p.rows) {
+        return;
+    }
+    let quads = p.cols / 4u;
+    let tnv = p.lane_texels;
+    let per_lane = 4u * tnv;
+    let lanes = p.block / per_lane;
+    let block_stride = (p.rows / 4u) * p.block;
+    // Texel of column texel 0 (block 0, lane 0, j 0) for this k.
+    let row_base = (k / 4u) * p.block + (k % 4u) * tnv;
+    var o = row_base;
+    var lane = 0u;
+    var j = 0u;
+    var s = k * quads;
+    for (var c = 0u; c < quads; c++) {
+        out4[o + j] = x4[s];
+        s += 1u;
+        j += 1u;
+        if (j == tnv) {
+            j = 0u;
+            lane += 1u;
+            o += per_lane;
+            if (lane == lanes) {
+                lane = 0u;
+                o += block_stride - lanes * per_lane;
+            }
+        }
     }
 }

@@ -32,7 +32,7 @@ struct Params {
     trans: u32,
     groups: u32,
     block: u32,
-    _pad: u32,
+    lane_texels: u32,
 }
 
 /// `op(x)` (`x` 2-D f32 or f16, `op` = transpose when `trans`) written into a
@@ -107,11 +107,77 @@ pub(crate) fn pack_blocks(
         trans: trans as u32,
         groups: groups as u32,
         block: block as u32,
-        _pad: 0,
+        lane_texels: 0,
     };
     let entry = if row_loop { "pack_blocks4" } else { "pack" };
     Dispatch {
         spec: &KernelSpec::new(family, source, BINDINGS, entry),
+        params: bytemuck::bytes_of(&params),
+        buffers: &[x, &out],
+        workgroups: groups,
+    }
+    .record(x.device())?;
+    Ok(out)
+}
+
+/// B stored `[K, N]` (`x`, f32 or f16, K and N multiples of 4) in blocks of
+/// the GEMM workgroup's columns, for the shared-rows kernel reading it
+/// blocked (`shaders/transpose.wgsl`, `pack_column_blocks4`): `block`
+/// texels per step of K in a block (the workgroup's columns), of which a
+/// lane reads `4·lane_texels` adjacent ones. Written into a fresh
+/// `[out_rows, ld]` tensor of at least `⌈N / block⌉·block·K` elements (a
+/// block spans `block` columns); texels past N in the last block are left unwritten, as
+/// [`pack_blocks`] leaves its last block's rows.
+pub(crate) fn pack_column_blocks(
+    op: &'static str,
+    x: &LocalTensor,
+    block: usize,
+    lane_texels: usize,
+    out_rows: usize,
+    ld: usize,
+) -> Result<LocalTensor> {
+    let (family, source) = match x.dtype() {
+        DType::F16 => ("transpose_f16", SOURCE_F16),
+        _ => {
+            x.expect_dtype(op, DType::F32)?;
+            ("transpose", SOURCE)
+        }
+    };
+    let (k, n) = match *x.shape() {
+        [k, n] if k % 4 == 0 && n % 4 == 0 => (k, n),
+        ref s => {
+            return Err(Error::shape(
+                op,
+                "a 2-D tensor [K, N], K and N multiples of 4",
+                s,
+            ));
+        }
+    };
+    if lane_texels == 0 || block == 0 || !block.is_multiple_of(4 * lane_texels) {
+        return Err(Error::invalid(
+            op,
+            format!("a block of {block} texels cannot hold lanes of {lane_texels} texels per k"),
+        ));
+    }
+    // A block spans `block` columns (block / 4 texels of four).
+    debug_assert!(ld.is_multiple_of(4) && out_rows * ld >= n.div_ceil(block) * block * k);
+    let out = x.rank().alloc(op, &[out_rows, ld], x.dtype())?;
+    if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
+        return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
+    }
+    let groups = (k as u64).div_ceil(WORKGROUP);
+    let params = Params {
+        rows: k as u32,
+        cols: n as u32,
+        out_rows: out_rows as u32,
+        ld: ld as u32,
+        trans: 0,
+        groups: groups as u32,
+        block: block as u32,
+        lane_texels: lane_texels as u32,
+    };
+    Dispatch {
+        spec: &KernelSpec::new(family, source, BINDINGS, "pack_column_blocks4"),
         params: bytemuck::bytes_of(&params),
         buffers: &[x, &out],
         workgroups: groups,

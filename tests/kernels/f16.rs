@@ -77,10 +77,11 @@ fn f16_gemm_accumulates_in_f32_every_layout_and_variant() {
         (33, 9, 130),
         // Rows of 128 halves: the texture kernel copies both operands in place.
         (20, 128, 128),
-        // Over 2^24 multiply-adds, K % 4 == 0: A (and B stored [N, K])
-        // packed in blocks by the vec4 pack (`_bn`, `_bb`). Texture kernel
-        // and f32 output only, to keep the large tile's compiles few.
-        (259, 131, 516),
+        // Over 2^24 multiply-adds, K and N % 4 == 0: A and B packed in
+        // blocks by the vec4 packs, B from [K, N] or [N, K] (`_bk`, `_bb`).
+        // Texture kernel and f32 output only, to keep the large tile's
+        // compiles few.
+        (259, 132, 516),
     ];
     let variants = [
         GemmVariant::Auto,

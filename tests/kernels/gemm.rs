@@ -349,8 +349,9 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
     for (m, lanes, variant, layouts) in &runs {
         let r = &m.ranks()[0];
         r.device().set_poison(true);
-        // The last two shapes are over 2^24 multiply-adds: the large tile,
-        // A packed in blocks by the scalar pack (K % 4 != 0) and the vec4 one.
+        // The last three shapes are over 2^24 multiply-adds: the large tile,
+        // A packed in blocks by the scalar pack (K % 4 != 0) and the vec4
+        // one, and B [K, N] in blocks of columns (K, N % 4 == 0).
         for shape in [
             (45, 70, 13),
             (33, 9, 130),
@@ -358,6 +359,7 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
             (100, 200, 64),
             (257, 131, 515),
             (259, 131, 516),
+            (259, 132, 516),
         ] {
             for &(ta, tb) in *layouts {
                 check_variant(r, &mut rng, shape, ta, tb, true, true, *variant);
@@ -372,21 +374,26 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
             "expected a {prefix}*{lanes} kernel for {variant:?}: {names:?}"
         );
         // Large products with shared rows read A packed in blocks of rows
-        // and B stored [N, K] in blocks of columns (`_bn`, `_bb`, `_tb`);
-        // the large cases above checked them.
+        // and B in blocks of columns, from [N, K] (`_bb`, `_tb`) or, where
+        // K and N are whole texels, from [K, N] (`_bk`, `_tk`; else `_bn`,
+        // `_tn`); the large cases above checked them.
         if *lanes == "s" {
-            for (trans_b, layout) in [(false, "_bn"), (true, "_bb")] {
-                let names =
-                    traced_gemm(m, r, &mut rng, (257, 131, 515), *variant, (false, trans_b));
+            for (shape, trans, layout) in [
+                ((257, 131, 515), (false, false), "_bn"),
+                ((257, 131, 515), (false, true), "_bb"),
+                ((259, 132, 516), (false, false), "_bk"),
+                ((259, 132, 516), (true, false), "_tk"),
+            ] {
+                let names = traced_gemm(m, r, &mut rng, shape, *variant, trans);
                 assert!(
                     names.iter().any(|n| n.ends_with(layout)),
                     "expected a {layout} kernel for {variant:?}: {names:?}"
                 );
             }
             // A read transposed as stored over a long K takes its own tile
-            // on Mesa >= 24 (32 rows, against 16 elsewhere): ragged M, N
-            // and K through it, and its name.
-            let long_k = (67, 131, 2053);
+            // on Mesa >= 24 (32 rows, against 16 elsewhere): ragged M and N
+            // through it, B from either layout, and its name.
+            let long_k = (67, 132, 2052);
             for &(ta, tb) in layouts.iter().filter(|(ta, _)| *ta) {
                 check_variant(r, &mut rng, long_k, ta, tb, true, true, *variant);
             }
@@ -397,8 +404,8 @@ fn gemm_texture_kernel_with_and_without_subgroups() {
             };
             let names = traced_gemm(m, r, &mut rng, long_k, *variant, (true, false));
             assert!(
-                names.iter().any(|n| n.contains(tile) && n.ends_with("_tn")),
-                "expected a {tile}*_tn kernel for {variant:?}: {names:?}"
+                names.iter().any(|n| n.contains(tile) && n.ends_with("_tk")),
+                "expected a {tile}*_tk kernel for {variant:?}: {names:?}"
             );
         }
     }

@@ -17,7 +17,9 @@
 //! the GEMM 1.1–1.5× as fast on lavapipe, more than the pack costs. B
 //! stored `[N, K]` (the forward's `x·Wᵀ`) is packed the same way in blocks
 //! of the workgroup's columns: 0.41–0.52× sgemm → 0.49–0.60× on the layer
-//! shapes (BENCHMARKS.md, round 9).
+//! shapes (BENCHMARKS.md, round 9); so is B stored `[K, N]` (dx's W, dW's
+//! x) where K and N are whole texels (`transpose::pack_column_blocks`):
+//! 0.60–0.68× → 0.66–0.74× for dx and, at K ≤ 2048, dW (round 10).
 //! The kernels ([`GemmVariant`]), chosen per adapter:
 //! - `Texture` (the register kernel, generated per tile in
 //!   `gemm/register.rs`, reading A and B from RGBA textures they are copied
@@ -63,7 +65,7 @@ mod register;
 
 pub(crate) use self::register::register_sources;
 use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, small_product};
-use super::transpose::{pack, pack_blocks};
+use super::transpose::{pack, pack_blocks, pack_column_blocks};
 
 /// A GEMM kernel's bindings after the uniform: A and B bound as `operands`,
 /// then bias, accumulate (read) and C (written).
@@ -519,7 +521,8 @@ fn texture_gemm(
             trans_a: opts.trans_a && large,
             trans_b: opts.trans_b && large,
             blocked_a: !opts.trans_a && large,
-            blocked_b: opts.trans_b && large,
+            // From [K, N] only by the vec4 pack, which needs whole texels.
+            blocked_b: large && (opts.trans_b || (k % 4 == 0 && n % 4 == 0)),
         },
     );
     // A blocked in the workgroup's rows, B stored [N, K] in its columns:
@@ -590,7 +593,17 @@ fn texture_gemm(
     } else {
         texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?
     };
-    let b_tex = if stored.blocked_b {
+    let b_tex = if stored.blocked_b && !stored.trans_b {
+        // A block of block_b columns holds block_b texels per step of K.
+        let (texels, rows) = b_sides;
+        pack_column_blocks(OP, b, block_b, tile.lane_texels(), rows, 4 * texels)?.to_texture(
+            OP,
+            rows,
+            texels,
+            4 * texels,
+            storage,
+        )?
+    } else if stored.blocked_b {
         blocked_texture(b, b_sides, block_b)?
     } else {
         texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?

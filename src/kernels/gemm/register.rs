@@ -55,10 +55,11 @@ pub(crate) struct Stored {
     /// the subgroup's fetches for one step of K are adjacent texels instead
     /// of one per row, `lda` apart. Only shared-rows tiles read A so.
     pub(crate) blocked_a: bool,
-    /// B stored `[N, K]` (`trans_b`) packed the same way in blocks of the
-    /// workgroup's columns (`span().1`): a lane's texels for one step of K
-    /// are adjacent, and the subgroup's, where they were one per column of
-    /// B, a row of the texture apart.
+    /// B packed in blocks of the workgroup's columns (`span().1`), so that
+    /// a lane's texels for one step of K are adjacent, and the subgroup's:
+    /// stored `[N, K]` (`trans_b`) by `transpose::pack_blocks`, where they
+    /// were one per column of B, a texture row apart; stored `[K, N]` by
+    /// `transpose::pack_column_blocks`, where they were in four rows.
     pub(crate) blocked_b: bool,
 }
 
@@ -109,6 +110,12 @@ impl Tile {
         }
     }
 
+    /// Texels of four columns of C each lane holds (per k, the texels of
+    /// B it reads).
+    pub(crate) fn lane_texels(self) -> usize {
+        self.tnv
+    }
+
     /// C rows and columns one workgroup covers.
     pub(crate) fn span(self) -> (usize, usize) {
         match self.lanes {
@@ -118,16 +125,18 @@ impl Tile {
     }
 
     fn entry(self, reads: Reads, stored: Stored) -> String {
-        // n: as the kernel's one layout; t: transposed as stored; b: blocked.
+        // n: as the kernel's one layout; t: transposed as stored; b: blocked
+        // (B: from [N, K]); k: B blocked from [K, N].
         let side = |trans, blocked| match (trans, blocked) {
             (_, true) => 'b',
             (true, false) => 't',
             (false, false) => 'n',
         };
-        let layout = match (
-            side(stored.trans_a, stored.blocked_a),
-            side(stored.trans_b, stored.blocked_b),
-        ) {
+        let b_side = match (stored.trans_b, stored.blocked_b) {
+            (false, true) => 'k',
+            (trans, blocked) => side(trans, blocked),
+        };
+        let layout = match (side(stored.trans_a, stored.blocked_a), b_side) {
             ('n', 'n') => String::new(),
             (a, b) => format!("_{a}{b}"),
         };
@@ -355,13 +364,24 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
                 let _ = writeln!(s, "        let a{i} = subgroupBroadcast(f{f}, {l}u);");
             }
         }
-        if trans_b {
-            if blocked_b {
-                let _ = writeln!(
-                    s,
-                    "        let lq = lb + q * SN;\n        let bx = lq % BW;\n        let by = lq / BW;"
-                );
+        if blocked_b {
+            let _ = writeln!(
+                s,
+                "        let lq = lb + q * SN;\n        let bx = lq % BW;\n        let by = lq / BW;"
+            );
+        }
+        if blocked_b && !trans_b {
+            // From [K, N]: texel t·TNV + j is four columns at k = 4q + t.
+            for t in 0..4 {
+                for j in 0..tnv {
+                    let _ = writeln!(
+                        s,
+                        "        let b{t}_{j} = textureLoad(b, vec2<u32>(bx + {}u, by){level});",
+                        t * tnv + j
+                    );
+                }
             }
+        } else if trans_b {
             for c in 0..4 * tnv {
                 let _ = if blocked_b {
                     writeln!(
@@ -494,7 +514,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     /// have read as stored, or blocked): transposed operands only where it
     /// reads them so ([`Tile::reads_transposed`]); blocked ones only from
     /// textures, on tiles that can ([`Tile::reads_blocked`]), A only when
-    /// not transposed and B only when stored `[N, K]`, and B only where a
+    /// not transposed (B either way), and B only where a
     /// lane's `4·tnv` texels of one step of K never straddle a texture row
     /// (the kernel addresses them from the first). The one place these
     /// rules live: [`Tile::program`] and the GEMM both go through it.
@@ -506,10 +526,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             trans_a,
             trans_b,
             blocked_a: wanted.blocked_a && !trans_a && blocks,
-            blocked_b: wanted.blocked_b
-                && trans_b
-                && blocks
-                && BLOCKED_TEXELS.is_multiple_of(4 * self.tnv),
+            blocked_b: wanted.blocked_b && blocks && BLOCKED_TEXELS.is_multiple_of(4 * self.tnv),
         }
     }
 
