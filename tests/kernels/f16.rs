@@ -78,9 +78,9 @@ fn f16_gemm_accumulates_in_f32_every_layout_and_variant() {
         // Rows of 128 halves: the texture kernel copies both operands in place.
         (20, 128, 128),
         // Over 2^24 multiply-adds, K and N % 4 == 0: A and B packed in
-        // blocks by the vec4 packs, B from [K, N] or [N, K] (`_bk`, `_bb`).
-        // Texture kernel and f32 output only, to keep the large tile's
-        // compiles few.
+        // blocks by the vec4 packs, B from [K, N] (`_bk`, Mesa >= 24) or
+        // [N, K] (`_bb`). Texture kernel and f32 output only, to keep the
+        // large tile's compiles few.
         (259, 132, 516),
     ];
     let variants = [

@@ -18,8 +18,9 @@
 //! stored `[N, K]` (the forward's `x·Wᵀ`) is packed the same way in blocks
 //! of the workgroup's columns: 0.41–0.52× sgemm → 0.49–0.60× on the layer
 //! shapes (BENCHMARKS.md, round 9); so is B stored `[K, N]` (dx's W, dW's
-//! x) where K and N are whole texels (`transpose::pack_column_blocks`):
-//! 0.60–0.68× → 0.66–0.74× for dx and, at K ≤ 2048, dW (round 10).
+//! x) where K and N are whole texels (`transpose::pack_column_blocks`), on
+//! Mesa ≥ 24: 0.60–0.68× → 0.66–0.74× for dx and, at K ≤ 2048, dW (round
+//! 10; slower on Mesa 22.3, which keeps B as stored).
 //! The kernels ([`GemmVariant`]), chosen per adapter:
 //! - `Texture` (the register kernel, generated per tile in
 //!   `gemm/register.rs`, reading A and B from RGBA textures they are copied
@@ -64,7 +65,7 @@ use crate::error::{Error, Result};
 mod register;
 
 pub(crate) use self::register::register_sources;
-use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, small_product};
+use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, column_blocks_pay, small_product};
 use super::transpose::{pack, pack_blocks, pack_column_blocks};
 
 /// A GEMM kernel's bindings after the uniform: A and B bound as `operands`,
@@ -521,8 +522,10 @@ fn texture_gemm(
             trans_a: opts.trans_a && large,
             trans_b: opts.trans_b && large,
             blocked_a: !opts.trans_a && large,
-            // From [K, N] only by the vec4 pack, which needs whole texels.
-            blocked_b: large && (opts.trans_b || (k % 4 == 0 && n % 4 == 0)),
+            // From [K, N] only by the vec4 pack, which needs whole texels,
+            // and where that pays.
+            blocked_b: large
+                && (opts.trans_b || (k % 4 == 0 && n % 4 == 0 && column_blocks_pay(a.device()))),
         },
     );
     // A blocked in the workgroup's rows, B stored [N, K] in its columns:

@@ -476,7 +476,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             _ => {}
         }
         let info = device.adapter_info();
-        let old_mesa = mesa_major(&info.driver_info).is_some_and(|major| major < 24);
+        let old_mesa = old_mesa(device);
         let small = small_product(m as u64 * n as u64 * k as u64);
         // Storage and sampled textures take the same tiles.
         match (
@@ -671,6 +671,21 @@ fn fixed_subgroup_size(device: &Device) -> Option<usize> {
     let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
     (device.features().contains(wgpu::Features::SUBGROUP) && min == max && (4..=64).contains(&min))
         .then_some(min as usize)
+}
+
+/// Whether the device runs a Mesa older than 24 (lavapipe 22.3, Debian 12's
+/// stock GL llvmpipe), whose compiler wants other tiles and layouts.
+fn old_mesa(device: &Device) -> bool {
+    mesa_major(&device.adapter_info().driver_info).is_some_and(|major| major < 24)
+}
+
+/// Whether products reading B stored `[K, N]` should take it in blocks of
+/// the workgroup's columns (`transpose::pack_column_blocks`): on Mesa 25
+/// lavapipe dx and dW ran 0.60–0.68× sgemm as stored and 0.66–0.74× so;
+/// on Mesa 22.3 they fell from 0.62–0.76× to 0.53–0.62× (BENCHMARKS.md,
+/// round 10).
+pub(crate) fn column_blocks_pay(device: &Device) -> bool {
+    !old_mesa(device)
 }
 
 /// The Mesa major version in a driver string such as `Mesa 22.3.6 (LLVM
