@@ -68,13 +68,7 @@ pub(crate) fn pack_blocks(
     out_rows: usize,
     ld: usize,
 ) -> Result<LocalTensor> {
-    let (family, source) = match x.dtype() {
-        DType::F16 => ("transpose_f16", SOURCE_F16),
-        _ => {
-            x.expect_dtype(op, DType::F32)?;
-            ("transpose", SOURCE)
-        }
-    };
+    let (family, source) = family(op, x)?;
     let (rows, cols) = match *x.shape() {
         [r, c] => (r, c),
         ref s => return Err(Error::shape(op, "a 2-D tensor", s)),
@@ -86,10 +80,7 @@ pub(crate) fn pack_blocks(
         ld.is_multiple_of(4)
             && out_rows * ld >= ocols.div_ceil(4) * 4 * orows.next_multiple_of(block)
     });
-    let out = x.rank().alloc(op, &[out_rows, ld], x.dtype())?;
-    if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
-        return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
-    }
+    let out = output(op, x, out_rows, ld)?;
     // Blocked rows of whole vec4s take an invocation per row (pack_blocks4),
     // the rest one per four output elements.
     let row_loop = block != 0 && !trans && cols.is_multiple_of(4);
@@ -126,8 +117,8 @@ pub(crate) fn pack_blocks(
 /// texels per step of K in a block (the workgroup's columns), of which a
 /// lane reads `4·lane_texels` adjacent ones. Written into a fresh
 /// `[out_rows, ld]` tensor of at least `⌈N / block⌉·block·K` elements (a
-/// block spans `block` columns); texels past N in the last block are left unwritten, as
-/// [`pack_blocks`] leaves its last block's rows.
+/// block spans `block` columns); texels past N in the last block are left
+/// unwritten, as [`pack_blocks`] leaves its last block's rows.
 pub(crate) fn pack_column_blocks(
     op: &'static str,
     x: &LocalTensor,
@@ -136,13 +127,7 @@ pub(crate) fn pack_column_blocks(
     out_rows: usize,
     ld: usize,
 ) -> Result<LocalTensor> {
-    let (family, source) = match x.dtype() {
-        DType::F16 => ("transpose_f16", SOURCE_F16),
-        _ => {
-            x.expect_dtype(op, DType::F32)?;
-            ("transpose", SOURCE)
-        }
-    };
+    let (family, source) = family(op, x)?;
     let (k, n) = match *x.shape() {
         [k, n] if k % 4 == 0 && n % 4 == 0 => (k, n),
         ref s => {
@@ -161,10 +146,7 @@ pub(crate) fn pack_column_blocks(
     }
     // A block spans `block` columns (block / 4 texels of four).
     debug_assert!(ld.is_multiple_of(4) && out_rows * ld >= n.div_ceil(block) * block * k);
-    let out = x.rank().alloc(op, &[out_rows, ld], x.dtype())?;
-    if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
-        return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
-    }
+    let out = output(op, x, out_rows, ld)?;
     let groups = (k as u64).div_ceil(WORKGROUP);
     let params = Params {
         rows: k as u32,
@@ -183,6 +165,28 @@ pub(crate) fn pack_column_blocks(
         workgroups: groups,
     }
     .record(x.device())?;
+    Ok(out)
+}
+
+/// The pipeline family and source for x's element type: f32, or f16 (needs
+/// `SHADER_F16`).
+fn family(op: &'static str, x: &LocalTensor) -> Result<(&'static str, &'static str)> {
+    match x.dtype() {
+        DType::F16 => Ok(("transpose_f16", SOURCE_F16)),
+        _ => {
+            x.expect_dtype(op, DType::F32)?;
+            Ok(("transpose", SOURCE))
+        }
+    }
+}
+
+/// A fresh `[out_rows, ld]` tensor of x's type for a pack of x, refused
+/// when either is too large for the kernel's u32 indices.
+fn output(op: &'static str, x: &LocalTensor, out_rows: usize, ld: usize) -> Result<LocalTensor> {
+    let out = x.rank().alloc(op, &[out_rows, ld], x.dtype())?;
+    if out.len() > u32::MAX as usize / 2 || x.len() > u32::MAX as usize / 2 {
+        return Err(Error::invalid(op, "a tensor has more than 2^31 elements"));
+    }
     Ok(out)
 }
 
