@@ -528,7 +528,7 @@ fn texture_gemm(
                 && (opts.trans_b || (k % 4 == 0 && n % 4 == 0 && column_blocks_pay(a.device()))),
         },
     );
-    // A blocked in the workgroup's rows, B stored [N, K] in its columns:
+    // A blocked in the workgroup's rows, B (either layout) in its columns:
     // BLOCKED_TEXELS wide, rows enough for every block of K/4 texels.
     let (block_a, block_b) = tile.span();
     let blocked_sides = |rows: usize, block: usize| {
