@@ -11,6 +11,15 @@
 //! sample of each (the machine may be shared). Where the adapter has
 //! `SHADER_F16`, also the f16 GEMM (f32 accumulation) against the f32 one on
 //! 1024³ and the 512×512×2048 forward. `cargo bench --bench gemm`.
+//!
+//! The baseline's speed depends on the CPU's vector ISA: matrixmultiply
+//! (default features) runs its AVX-512 kernel where the CPU has `avx512f`,
+//! ~1.8× its AVX2+FMA one, while lavapipe compiles 256-bit code with the
+//! multiply and add split. The bench prints which kernel ran;
+//! `MMTEST_FEATURE=fma,avx2,avx cargo bench --bench gemm` (read when
+//! matrixmultiply is compiled) takes the AVX2+FMA kernel on such a CPU, the
+//! baseline of the machines without AVX-512 that the figures in
+//! BENCHMARKS.md were first taken on.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -65,6 +74,33 @@ fn best_time(c: &mut Criterion, id: &str, mut f: impl FnMut()) -> f64 {
     best.get()
 }
 
+/// Which of matrixmultiply's sgemm kernels runs here: it picks the widest
+/// the CPU has, among those `MMTEST_FEATURE` allows (a compile-time
+/// variable of matrixmultiply's, seen here because cargo compiles this
+/// bench in the same environment).
+fn sgemm_kernel() -> String {
+    let allowed = option_env!("MMTEST_FEATURE").filter(|f| !f.is_empty());
+    let allows = |f: &str| allowed.is_none_or(|list| list.split(',').any(|x| x.trim() == f));
+    #[cfg(target_arch = "x86_64")]
+    let kernel = if allows("avx512f") && std::arch::is_x86_feature_detected!("avx512f") {
+        "AVX-512 kernel"
+    } else if allows("fma")
+        && allows("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("avx2")
+    {
+        "AVX2+FMA kernel"
+    } else {
+        "a pre-AVX2 kernel"
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let kernel = "its kernel for this architecture";
+    match allowed {
+        Some(list) => format!("matrixmultiply, one thread, {kernel} (MMTEST_FEATURE={list})"),
+        None => format!("matrixmultiply, one thread, {kernel}"),
+    }
+}
+
 fn main() {
     let mut c = Criterion::default()
         .sample_size(10)
@@ -74,6 +110,8 @@ fn main() {
     let mesh = Mesh::simulated(1).expect("a wgpu adapter");
     let r = &mesh.ranks()[0];
     println!("adapter: {}", mesh.adapter_summary());
+    let baseline = sgemm_kernel();
+    println!("sgemm baseline: {baseline}");
     let mut lines = Vec::new();
     let mut rates = Vec::new();
     for &(m, n, k, op, ta, tb) in CASES {
@@ -169,7 +207,7 @@ fn main() {
             aligned / ragged
         ));
     }
-    println!("\nsummary ({}):", mesh.adapter_summary());
+    println!("\nsummary ({}; sgemm: {baseline}):", mesh.adapter_summary());
     for l in lines {
         println!("{l}");
     }
