@@ -486,8 +486,8 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         ) {
             (true, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
             (true, None, _) if small => TILE_TEXTURES_SMALL,
-            (true, Some(size), false) if trans_a && k > LONG_K => {
-                TILE_TEXTURES_SHARED_LONG_K.with_wg(size)
+            (true, Some(size), false) if (trans_a && k > LONG_K) || intel_cpu() => {
+                TILE_TEXTURES_SHARED_TALL.with_wg(size)
             }
             (true, Some(size), _) => TILE_TEXTURES_SHARED.with_wg(size),
             (true, None, true) => TILE_TEXTURES_OLD_MESA,
@@ -568,22 +568,29 @@ const TILE_LOAD_BOUND: Tile = Tile::new(4, 16, 8, Lanes::Rows);
 /// The texture-reading kernel's tile where subgroups work (lavapipe): 16
 /// rows × 8 columns per lane, the rows shared by the subgroup. With A and
 /// B read in blocks it made the standard step 9–10 % faster than 32×8 on
-/// Mesa 25 (forward products 0.62–0.78× sgemm, most ≥ 0.69, against
-/// 0.60–0.66), and it compiles 2.3× as fast; 8×8, 24×8, 48×8 and 16×16 were slower
-/// (BENCHMARKS.md, round 10). On Mesa 22.3, which compiles 32×8 in 6 s,
+/// Mesa 25 on an AMD EPYC (Zen 3; forward products 0.62–0.78× sgemm, most
+/// ≥ 0.69, against 0.60–0.66), and it compiles 2.3× as fast; 8×8, 24×8,
+/// 48×8 and 16×16 were slower (BENCHMARKS.md, round 10). Intel CPUs take
+/// `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24 instead (round 11). On Mesa 22.3, which compiles 32×8 in 6 s,
 /// it ran 0.28–0.44× sgemm in round 5 and 0.55–0.76× in round 10. `wg`
 /// becomes the subgroup size.
 const TILE_TEXTURES_SHARED: Tile = Tile::new(16, 8, 8, Lanes::SharedRows);
 
 /// K above which a product reading A transposed as stored (`[K, M]`, the
-/// weight gradient's dyᵀ) takes `TILE_TEXTURES_SHARED_LONG_K` on Mesa ≥ 24.
+/// weight gradient's dyᵀ) takes `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24.
 const LONG_K: usize = 2048;
 
-/// The shared-rows tile for A read transposed over a long K on Mesa ≥ 24:
-/// there 16×8 fell to 0.46–0.51× sgemm at K = 4096 while 32×8, with twice
-/// the rows per texel row read, held 0.61–0.62 (equal at K = 2048, 16×8
-/// ahead at K = 512; BENCHMARKS.md, round 10).
-const TILE_TEXTURES_SHARED_LONG_K: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
+/// The shared-rows tile with 32 rows a lane, on Mesa ≥ 24 for every large
+/// product on Intel CPUs and, elsewhere, for A read transposed over a long
+/// K. On an Intel Xeon (AVX-512, ~4 GHz) it ran the standard step 5–7 %
+/// faster than 16×8 in five interleaved pairs (GEMM 74–82 against 60–74
+/// GFLOP/s at 1024³ and 2048³), the opposite of the AMD EPYC (Zen 3)
+/// the 16×8 default was chosen on (BENCHMARKS.md, rounds 10 and 11). On
+/// that EPYC, 16×8 fell to 0.46–0.51× sgemm for A transposed at K = 4096
+/// while 32×8, with twice the rows per texel row read, held 0.61–0.62
+/// (equal at K = 2048, 16×8 ahead at K = 512). It compiles in 0.85 s per
+/// layout and device against 0.36 s, which only large products pay.
+const TILE_TEXTURES_SHARED_TALL: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
 
 /// Whether a product of `macs` multiply-adds is below 2^24 (256³): such
 /// products take `TILE_TEXTURES_SHARED_SMALL` or `TILE_TEXTURES_SMALL` and
@@ -628,13 +635,13 @@ pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
         (TILE_TEXTURES, Reads::Textures),
         (TILE_TEXTURES_OLD_MESA, Reads::Textures),
         (TILE_TEXTURES_SHARED, Reads::Textures),
-        (TILE_TEXTURES_SHARED_LONG_K, Reads::Textures),
+        (TILE_TEXTURES_SHARED_TALL, Reads::Textures),
         (TILE_TEXTURES_SHARED_SMALL, Reads::Textures),
         (TILE_TEXTURES_SMALL, Reads::Textures),
         (TILE_TEXTURES, Reads::StorageTextures),
         (TILE_TEXTURES_OLD_MESA, Reads::StorageTextures),
         (TILE_TEXTURES_SHARED, Reads::StorageTextures),
-        (TILE_TEXTURES_SHARED_LONG_K, Reads::StorageTextures),
+        (TILE_TEXTURES_SHARED_TALL, Reads::StorageTextures),
         (TILE_TEXTURES_SHARED_SMALL, Reads::StorageTextures),
         (TILE_TEXTURES_SMALL, Reads::StorageTextures),
     ] {
@@ -671,6 +678,33 @@ fn fixed_subgroup_size(device: &Device) -> Option<usize> {
     let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
     (device.features().contains(wgpu::Features::SUBGROUP) && min == max && (4..=64).contains(&min))
         .then_some(min as usize)
+}
+
+/// Whether this process runs on an Intel CPU, which is where a CPU
+/// adapter's kernels run. Its cores ran the shared-rows GEMM faster with
+/// 32 rows a lane, AMD's (Zen 3) with 16; the vendor rather than a feature
+/// flag, since the difference lies in the cores, not in the code lavapipe
+/// emits (256-bit either way).
+fn intel_cpu() -> bool {
+    static INTEL: OnceLock<bool> = OnceLock::new();
+    *INTEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Leaf 0: the vendor string in EBX, EDX, ECX.
+            #[allow(unused_unsafe)]
+            // SAFETY: every x86-64 CPU has CPUID leaf 0.
+            let id = unsafe { std::arch::x86_64::__cpuid(0) };
+            let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx]
+                .iter()
+                .flat_map(|r| r.to_le_bytes())
+                .collect();
+            vendor == b"GenuineIntel"
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// Whether the device runs a Mesa older than 24 (lavapipe 22.3, Debian 12's
