@@ -571,9 +571,9 @@ const TILE_LOAD_BOUND: Tile = Tile::new(4, 16, 8, Lanes::Rows);
 /// Mesa 25 on an AMD EPYC (Zen 3; forward products 0.62–0.78× sgemm, most
 /// ≥ 0.69, against 0.60–0.66), and it compiles 2.3× as fast; 8×8, 24×8,
 /// 48×8 and 16×16 were slower (BENCHMARKS.md, round 10). Intel CPUs take
-/// `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24 instead (round 11). On Mesa 22.3, which compiles 32×8 in 6 s,
-/// it ran 0.28–0.44× sgemm in round 5 and 0.55–0.76× in round 10. `wg`
-/// becomes the subgroup size.
+/// `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24 instead (round 11). On Mesa
+/// 22.3, which compiles 32×8 in 6 s, it ran 0.28–0.44× sgemm in round 5
+/// and 0.55–0.76× in round 10. `wg` becomes the subgroup size.
 const TILE_TEXTURES_SHARED: Tile = Tile::new(16, 8, 8, Lanes::SharedRows);
 
 /// K above which a product reading A transposed as stored (`[K, M]`, the
@@ -583,7 +583,7 @@ const LONG_K: usize = 2048;
 /// The shared-rows tile with 32 rows a lane, on Mesa ≥ 24 for every large
 /// product on Intel CPUs and, elsewhere, for A read transposed over a long
 /// K. On an Intel Xeon (AVX-512, ~4 GHz) it ran the standard step 5–7 %
-/// faster than 16×8 in five interleaved pairs (GEMM 74–82 against 60–74
+/// faster than 16×8 in ten interleaved pairs (GEMM 74–82 against 60–74
 /// GFLOP/s at 1024³ and 2048³), the opposite of the AMD EPYC (Zen 3)
 /// the 16×8 default was chosen on (BENCHMARKS.md, rounds 10 and 11). On
 /// that EPYC, 16×8 fell to 0.46–0.51× sgemm for A transposed at K = 4096
