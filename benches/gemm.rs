@@ -19,7 +19,8 @@
 //! `MMTEST_FEATURE=fma,avx2,avx cargo bench --bench gemm` (read when
 //! matrixmultiply is compiled) takes the AVX2+FMA kernel on such a CPU, the
 //! baseline of the machines without AVX-512 that the figures in
-//! BENCHMARKS.md were first taken on.
+//! BENCHMARKS.md were first taken on. (matrixmultiply builds its AVX-512
+//! kernel only with rustc ≥ 1.89; the label assumes such a compiler.)
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -80,7 +81,7 @@ fn best_time(c: &mut Criterion, id: &str, mut f: impl FnMut()) -> f64 {
 /// bench in the same environment).
 fn sgemm_kernel() -> String {
     let allowed = option_env!("MMTEST_FEATURE").filter(|f| !f.is_empty());
-    let allows = |f: &str| allowed.is_none_or(|list| list.split(',').any(|x| x.trim() == f));
+    let allows = |f: &str| allowed.is_none_or(|list| list.split(',').any(|x| x == f));
     #[cfg(target_arch = "x86_64")]
     let kernel = if allows("avx512f") && std::arch::is_x86_feature_detected!("avx512f") {
         "AVX-512 kernel"

@@ -289,8 +289,12 @@ fn mesa_major(r: &Rank) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Whether /proc/cpuinfo names an Intel CPU (`None` where it cannot be read).
+/// Whether /proc/cpuinfo names an Intel CPU (`None` where it cannot be
+/// read, or off x86-64, where the library does not ask).
 fn intel_cpu() -> Option<bool> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     let vendor = info.lines().find(|l| l.starts_with("vendor_id"))?;
     Some(vendor.contains("GenuineIntel"))

@@ -32,8 +32,9 @@
 //!   fast there; `SampledTexture` / `StorageTexture` force either). The
 //!   tile is chosen per adapter: where the device has subgroups
 //!   (lavapipe), each lane owns columns and the subgroup fetches A's rows
-//!   once and broadcasts them (16×8 per lane; 32×8 on Mesa ≥ 24 on Intel
-//!   CPUs, and elsewhere where A is read transposed over K > 2048); without them
+//!   once and broadcasts them (16×8 per lane; on Mesa ≥ 24, 32×8 for every
+//!   large product on Intel CPUs and elsewhere for A read transposed over
+//!   K > 2048); without them
 //!   (GL llvmpipe) 16×16 or 8×16 per lane, each fetching its own rows.
 //!   Products under 2^24 multiply-adds take tiles that compile fast (8×8
 //!   shared, 4×8 without subgroups): compiling is what they wait for.

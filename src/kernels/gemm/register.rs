@@ -478,6 +478,8 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         let info = device.adapter_info();
         let old_mesa = old_mesa(device);
         let small = small_product(m as u64 * n as u64 * k as u64);
+        // The vendor rule is about the cores a CPU adapter runs on.
+        let cpu = info.device_type == wgpu::DeviceType::Cpu;
         // Storage and sampled textures take the same tiles.
         match (
             reads.texels(),
@@ -486,7 +488,7 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         ) {
             (true, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
             (true, None, _) if small => TILE_TEXTURES_SMALL,
-            (true, Some(size), false) if (trans_a && k > LONG_K) || intel_cpu() => {
+            (true, Some(size), false) if (trans_a && k > LONG_K) || (cpu && intel_cpu()) => {
                 TILE_TEXTURES_SHARED_TALL.with_wg(size)
             }
             (true, Some(size), _) => TILE_TEXTURES_SHARED.with_wg(size),
@@ -589,9 +591,10 @@ const LONG_K: usize = 2048;
 /// that EPYC, 16×8 fell to 0.46–0.51× sgemm for A transposed at K = 4096
 /// while 32×8, with twice the rows per texel row read, held 0.61–0.62
 /// (equal at K = 2048, 16×8 ahead at K = 512). It compiles in 0.85 s per
-/// layout and device against 0.36 s, which only large products pay: the
-/// standard step's first call at P = 4 on a fresh shader cache took 3.8 s
-/// against 2.6 s. 64×8 ran 5 % faster still on that Xeon but took 9.6 s.
+/// layout and device against 0.36 s (on the EPYC), which only large
+/// products pay: on the Xeon the standard step's first call at P = 4 on a
+/// fresh shader cache took 3.8 s against 2.6 s. 64×8 ran 5 % faster still
+/// there but took 9.6 s.
 const TILE_TEXTURES_SHARED_TALL: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
 
 /// Whether a product of `macs` multiply-adds is below 2^24 (256³): such
