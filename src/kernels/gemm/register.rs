@@ -478,8 +478,6 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         let info = device.adapter_info();
         let old_mesa = old_mesa(device);
         let small = small_product(m as u64 * n as u64 * k as u64);
-        // The vendor rule is about the cores a CPU adapter runs on.
-        let cpu = info.device_type == wgpu::DeviceType::Cpu;
         // Storage and sampled textures take the same tiles.
         match (
             reads.texels(),
@@ -488,7 +486,9 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
         ) {
             (true, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
             (true, None, _) if small => TILE_TEXTURES_SMALL,
-            (true, Some(size), false) if (trans_a && k > LONG_K) || (cpu && intel_cpu()) => {
+            (true, Some(size), false)
+                if (trans_a && k > LONG_K) || (device.is_cpu() && intel_cpu()) =>
+            {
                 TILE_TEXTURES_SHARED_TALL.with_wg(size)
             }
             (true, Some(size), _) => TILE_TEXTURES_SHARED.with_wg(size),
