@@ -156,6 +156,9 @@ fn main() {
                 1,
             );
         });
+        if !(wgpu.is_finite() && sgemm.is_finite()) {
+            continue; // filtered out by the command line's criterion filter
+        }
         let (x, y) = (flops / wgpu / 1e9, flops / sgemm / 1e9);
         rates.push((op, m, x));
         let line = format!(
@@ -190,6 +193,9 @@ fn main() {
                 kernels::gemm(&a32, &b32, opts).unwrap();
                 mesh.synchronize().unwrap();
             });
+            if !(t16.is_finite() && t32.is_finite()) {
+                continue; // filtered out
+            }
             let (x, y) = (flops / t16 / 1e9, flops / t32 / 1e9);
             let line = format!(
                 "{name} f16 (f32 accumulation): {x:.1} GFLOP/s, f32 {y:.1} GFLOP/s, ratio {:.2}",
