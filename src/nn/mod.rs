@@ -42,4 +42,4 @@ pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
-pub use parameter::{Module, Parameter, prefixed, prefixed_mut};
+pub use parameter::{Module, ParamId, Parameter, prefixed, prefixed_mut};

@@ -1,7 +1,9 @@
 //! Optimisers over sharded parameters: each rank updates its own shard in
 //! place with the same rule, so a sharded model steps exactly like the serial
 //! one. Gradients accumulate across `backward` calls until
-//! [`Module::zero_grad`]; state is kept per parameter name.
+//! [`Module::zero_grad`]; state is kept per parameter identity
+//! ([`Parameter::id`]), so one optimiser can step any set of modules, even
+//! ones whose parameters share names.
 //!
 //! State (momentum, moments) is created at a parameter's first step in
 //! buffers of its own, not taken from the device pool's free list: the first
@@ -9,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::parameter::{Module, Parameter};
+use super::parameter::{Module, ParamId, Parameter};
 use crate::device::LocalTensor;
 use crate::error::{Error, Result};
 use crate::kernels::optim::{AdamWStep, SgdStep, adamw_step, sgd_step};
@@ -24,7 +26,7 @@ pub struct Sgd {
     pub momentum: f32,
     /// Weight decay.
     pub weight_decay: f32,
-    buffers: HashMap<String, Vec<LocalTensor>>,
+    buffers: HashMap<ParamId, Vec<LocalTensor>>,
     /// Per rank, two 1-element tensors for the state slots SGD leaves unused.
     spares: Vec<(LocalTensor, LocalTensor)>,
 }
@@ -55,21 +57,26 @@ impl Sgd {
 
     /// Update every parameter that has a gradient.
     pub fn step(&mut self, model: &mut dyn Module) -> Result<()> {
-        for (name, p) in model.named_parameters_mut() {
-            self.step_one(&name, p)?;
+        let mut params = model.named_parameters_mut();
+        // Every check before the first update, so a refused step changes nothing.
+        for (name, p) in &params {
+            if let Some(b) = self.buffers.get(&p.id()) {
+                check_state("Sgd::step", name, b, p)?;
+            }
+        }
+        for (_, p) in &mut params {
+            self.step_one(p)?;
         }
         Ok(())
     }
 
-    fn step_one(&mut self, name: &str, p: &mut Parameter) -> Result<()> {
+    fn step_one(&mut self, p: &mut Parameter) -> Result<()> {
         let Some(grad) = p.grad.clone() else {
             return Ok(());
         };
+        let id = p.id();
         p.own_buffers()?;
-        if let Some(b) = self.buffers.get(name) {
-            check_state("Sgd::step", name, b, p)?;
-        }
-        let first = !self.buffers.contains_key(name);
+        let first = !self.buffers.contains_key(&id);
         if self.spares.is_empty() {
             // Kept for the optimiser's life: taken during a step they would
             // come from the pool's free list and cost the next step new buffers.
@@ -94,10 +101,10 @@ impl Sgd {
                 .iter()
                 .map(|s| s.rank().zeros_persistent(s.shape(), s.dtype()))
                 .collect::<Result<Vec<_>>>()?;
-            self.buffers.insert(name.to_string(), bufs);
+            self.buffers.insert(id, bufs);
         }
         for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
-            let buf = self.buffers.get(name).map(|b| &b[r]);
+            let buf = self.buffers.get(&id).map(|b| &b[r]);
             let spare = &spares[r];
             sgd_step(
                 w,
@@ -129,7 +136,7 @@ pub struct AdamW {
     pub eps: f32,
     /// Decoupled weight decay.
     pub weight_decay: f32,
-    state: HashMap<String, (u32, Vec<LocalTensor>, Vec<LocalTensor>)>,
+    state: HashMap<ParamId, (u32, Vec<LocalTensor>, Vec<LocalTensor>)>,
 }
 
 impl AdamW {
@@ -153,22 +160,28 @@ impl AdamW {
 
     /// Update every parameter that has a gradient.
     pub fn step(&mut self, model: &mut dyn Module) -> Result<()> {
-        for (name, p) in model.named_parameters_mut() {
+        let params = model.named_parameters_mut();
+        // Every check before the first update, so a refused step changes nothing.
+        for (name, p) in &params {
+            if let Some((_, m, _)) = self.state.get(&p.id()) {
+                check_state("AdamW::step", name, m, p)?;
+            }
+        }
+        for (_, p) in params {
             let Some(grad) = p.grad.clone() else { continue };
+            let id = p.id();
             p.own_buffers()?;
-            if !self.state.contains_key(&name) {
-                let zeros = |_: ()| {
+            if let std::collections::hash_map::Entry::Vacant(slot) = self.state.entry(id) {
+                let zeros = || {
                     p.value
                         .shards()
                         .iter()
                         .map(|s| s.rank().zeros_persistent(s.shape(), s.dtype()))
                         .collect::<Result<Vec<_>>>()
                 };
-                let (m, v) = (zeros(())?, zeros(())?);
-                self.state.insert(name.clone(), (0, m, v));
+                slot.insert((0, zeros()?, zeros()?));
             }
-            let (step, m, v) = self.state.get_mut(&name).expect("inserted above");
-            check_state("AdamW::step", &name, m, p)?;
+            let (step, m, v) = self.state.get_mut(&id).expect("inserted above");
             *step += 1;
             for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
                 adamw_step(
@@ -191,8 +204,8 @@ impl AdamW {
     }
 }
 
-/// State is kept by parameter name: refuse state whose shards do not match the
-/// parameter (e.g. one optimiser stepping two modules that both have "weight").
+/// Refuse state whose shards no longer match the parameter (its `value` was
+/// replaced by a tensor of another shape or on other ranks).
 fn check_state(op: &'static str, name: &str, state: &[LocalTensor], p: &Parameter) -> Result<()> {
     let same = state.len() == p.value.shards().len()
         && state
@@ -205,7 +218,7 @@ fn check_state(op: &'static str, name: &str, state: &[LocalTensor], p: &Paramete
     Err(Error::invalid(
         op,
         format!(
-            "optimiser state for {name:?} does not match the parameter {:?}; use one optimiser per model (state is kept by parameter name)",
+            "optimiser state for {name:?} was made for other shards than the parameter {:?} now has (was its value replaced by one of another shape or mesh?); use a new optimiser for it",
             p.shape()
         ),
     ))

@@ -3,6 +3,8 @@
 //! weights and a shard `unit` for keeping whole attention heads on a rank.
 //! The [`Module`] trait lists a layer's parameters by name.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -22,6 +24,21 @@ pub struct Parameter {
     /// Each block is split in whole units of this many entries (1, or
     /// `head_dim` so a rank holds whole heads).
     unit: usize,
+    /// Who this parameter is, for optimiser state: names repeat across
+    /// modules (`weight`), identities do not.
+    id: ParamId,
+}
+
+/// A parameter's identity: unique per [`Parameter`] created in this process,
+/// kept by clones (which share its buffers) and by [`Parameter::load_master`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ParamId(u64);
+
+impl ParamId {
+    fn fresh() -> ParamId {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        ParamId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 /// Row order of a strided split: entry i of the rank-contiguous layout is
@@ -102,6 +119,12 @@ impl Parameter {
         if stride == 0 || unit == 0 {
             return Err(Error::invalid(OP, "stride and unit must be at least 1"));
         }
+        let want = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| Error::invalid(OP, format!("shape {shape:?} overflows usize")))?;
+        // Before the strided reorder, which indexes the master by `shape`.
+        check_master(OP, "the master value", master.len(), want)?;
         let data = match placement {
             Placement::Shard(d) => {
                 let n = shape.get(d).copied().unwrap_or(0);
@@ -124,6 +147,7 @@ impl Parameter {
             grad: None,
             stride,
             unit,
+            id: ParamId::fresh(),
         })
     }
 
@@ -225,6 +249,11 @@ impl Parameter {
     /// Fused-weight stride.
     pub fn stride(&self) -> usize {
         self.stride
+    }
+
+    /// This parameter's identity (optimisers key their state by it).
+    pub fn id(&self) -> ParamId {
+        self.id
     }
 }
 

@@ -2,7 +2,9 @@
 //! correction) on sharded and replicated parameters against the f64 rules in
 //! `util::reference`; replicated parameters over one shared buffer update once
 //! (and the raw SGD kernel refuses such a buffer); parameters without a
-//! gradient are skipped; one optimiser cannot serve two models.
+//! gradient are skipped; one optimiser steps any set of modules (state is
+//! kept per parameter, not per name); state that no longer fits its
+//! parameter is an error that changes nothing.
 
 use super::TOL;
 use crate::util::reference::{self, widen};
@@ -229,28 +231,97 @@ fn optimiser_skips_parameters_without_gradient_p3() {
     assert_eq!(model.b.master().unwrap(), b0);
 }
 
+/// The README's MLP at P = 4: `fc1`'s and `fc2`'s weight shards are both
+/// [16, 16] and their bias shards both [16], so state kept by name would mix
+/// them. One optimiser for both must step exactly as one per layer.
 #[test]
-fn one_optimiser_on_two_models_with_clashing_names_is_an_error() {
-    use wgpu_tp::nn::{ColumnParallelConfig, ColumnParallelLinear, InitRng};
-    let m = mesh(2);
-    let mut rng = InitRng::new(3);
-    let mut a = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(4, 6), &mut rng).unwrap();
-    let mut b = ColumnParallelLinear::new(&m, ColumnParallelConfig::new(5, 6), &mut rng).unwrap();
-    for (layer, inp) in [(&mut a, 4usize), (&mut b, 5)] {
-        let x =
-            DTensor::from_host(&m, &[2, inp], &vec![1.0; 2 * inp], Placement::Replicate).unwrap();
-        let y = layer.forward(&x).unwrap();
-        let dy = DTensor::from_host(&m, &[2, 6], &[1.0; 12], y.placement()).unwrap();
-        layer.backward(&dy).unwrap();
+fn one_optimiser_steps_two_modules_with_clashing_names_p4() {
+    use wgpu_tp::nn::{
+        ColumnParallelConfig, ColumnParallelLinear, InitRng, RowParallelConfig, RowParallelLinear,
+    };
+    let m = mesh(4);
+    let mut rng = Rng::fresh("one_optimiser_two_modules");
+    let x = rng.vec(8 * 16);
+    let run = |shared: bool, adam: bool| {
+        let mut init = InitRng::new(5);
+        let mut fc1 =
+            ColumnParallelLinear::new(&m, ColumnParallelConfig::new(16, 64), &mut init).unwrap();
+        let mut fc2 =
+            RowParallelLinear::new(&m, RowParallelConfig::new(64, 16), &mut init).unwrap();
+        let (mut sgd1, mut sgd2) = (
+            Sgd::new(0.1).with_momentum(0.9),
+            Sgd::new(0.1).with_momentum(0.9),
+        );
+        let (mut adam1, mut adam2) = (AdamW::new(0.05), AdamW::new(0.05));
+        for _ in 0..3 {
+            let input = DTensor::from_host(&m, &[8, 16], &x, Placement::Replicate).unwrap();
+            let y = fc2.forward(&fc1.forward(&input).unwrap()).unwrap();
+            let dy = DTensor::from_host(&m, &[8, 16], &x, y.placement()).unwrap();
+            fc1.backward(&fc2.backward(&dy).unwrap()).unwrap();
+            match (adam, shared) {
+                (false, true) => {
+                    sgd1.step(&mut fc1).unwrap();
+                    sgd1.step(&mut fc2).unwrap();
+                }
+                (false, false) => {
+                    sgd1.step(&mut fc1).unwrap();
+                    sgd2.step(&mut fc2).unwrap();
+                }
+                (true, true) => {
+                    adam1.step(&mut fc1).unwrap();
+                    adam1.step(&mut fc2).unwrap();
+                }
+                (true, false) => {
+                    adam1.step(&mut fc1).unwrap();
+                    adam2.step(&mut fc2).unwrap();
+                }
+            }
+            fc1.zero_grad();
+            fc2.zero_grad();
+        }
+        let mut out = fc1.master_weight().unwrap();
+        out.extend(fc2.master_weight().unwrap());
+        out
+    };
+    for adam in [false, true] {
+        assert_eq!(run(true, adam), run(false, adam), "adam: {adam}");
     }
-    let mut opt = Sgd::new(0.1).with_momentum(0.9);
-    opt.step(&mut a).unwrap();
-    let before = b.master_weight().unwrap();
-    let err = opt.step(&mut b).unwrap_err();
-    assert!(err.to_string().contains("one optimiser per model"), "{err}");
+}
+
+#[test]
+fn optimiser_state_that_no_longer_matches_its_parameter_is_an_error() {
+    let m = mesh(2);
+    let mut rng = Rng::fresh("state_mismatch");
+    let (w0, b0) = (rng.vec(35), rng.vec(5));
+    let mut model = Pair::new(&m, &w0, &b0);
+    model.backward(&rng.vec(35), &rng.vec(5));
+    let mut sgd = Sgd::new(0.1).with_momentum(0.9);
+    let mut adam = AdamW::new(0.1);
+    sgd.step(&mut model).unwrap();
+    adam.step(&mut model).unwrap();
+    // Replace the value by one of another shape behind the optimisers' back.
+    let w = vec![0.5; 6 * 5];
+    model.w.value = DTensor::from_host(&m, &[6, 5], &w, Placement::Shard(0)).unwrap();
+    model.w.zero_grad();
+    model
+        .w
+        .accumulate_grad(DTensor::from_host(&m, &[6, 5], &w, Placement::Shard(0)).unwrap())
+        .unwrap();
+    let b_before = model.b.master().unwrap();
+    for err in [
+        sgd.step(&mut model).unwrap_err(),
+        adam.step(&mut model).unwrap_err(),
+    ] {
+        assert!(err.to_string().contains("new optimiser"), "{err}");
+    }
     assert_eq!(
-        b.master_weight().unwrap(),
-        before,
-        "the refused step changed nothing"
+        model.w.master().unwrap(),
+        w,
+        "a refused step changes nothing"
+    );
+    assert_eq!(
+        model.b.master().unwrap(),
+        b_before,
+        "nor the other parameters"
     );
 }

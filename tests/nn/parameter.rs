@@ -50,3 +50,33 @@ fn gradients_accumulate_until_zero_grad_p3() {
     assert!(acc.fc1.weight.grad.is_none() && acc.fc1.bias.as_ref().unwrap().grad.is_none());
     assert!(acc.fc2.weight.grad.is_some());
 }
+
+/// A master of the wrong length on a strided parameter (the fused `c_attn`)
+/// is an error naming the lengths, not a panic in the reorder, and the value
+/// stays as it was; so for an unstrided one.
+#[test]
+fn load_master_of_the_wrong_length_is_an_error_p1_2_3_4_8() {
+    use wgpu_tp::Placement;
+    use wgpu_tp::nn::Parameter;
+    let mut rng = Rng::fresh("load_master_len");
+    // [3·6, 5]: stride 3 (q, k, v) of 6 rows each, in units of 2 (head_dim).
+    let shape = [18, 5];
+    let w = rng.vec(18 * 5);
+    for p in [1, 2, 3, 4, 8] {
+        let m = mesh(p);
+        for (stride, unit) in [(3, 2), (1, 1)] {
+            let mut param =
+                Parameter::from_master_in_units(&m, &shape, &w, Placement::Shard(0), stride, unit)
+                    .unwrap();
+            for bad in [w.len() - 1, w.len() + 1, 0] {
+                let err = param.load_master(&vec![1.0; bad]).unwrap_err();
+                assert!(
+                    err.to_string()
+                        .contains(&format!("has {bad} values, expected 90")),
+                    "P = {p}, stride {stride}: {err}"
+                );
+                assert_eq!(param.master().unwrap(), w, "P = {p}: value unchanged");
+            }
+        }
+    }
+}
