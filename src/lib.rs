@@ -57,8 +57,9 @@ pub use comm::{Collective, CommCount, CommStats, Transport};
 #[allow(deprecated)]
 pub use device::Gpu;
 pub use device::{
-    AdapterReport, Device, DeviceLayout, EventKind, KernelTotal, LocalTensor, Mesh, MeshBuilder,
-    Rank, Trace, TraceClock, TraceEvent, TraceTrack, adapters, download_many, parse_backends,
+    AdapterReport, Device, DeviceLayout, EventKind, KernelTotal, LocalTensor, MemoryStats, Mesh,
+    MeshBuilder, Rank, Trace, TraceClock, TraceEvent, TraceTrack, adapters, download_many,
+    parse_backends,
 };
 pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};

@@ -42,6 +42,7 @@ mod trace;
 pub use adapters::{AdapterReport, adapters, parse_backends};
 pub use context::Device;
 pub use mesh::{DeviceLayout, Mesh};
+pub use pool::MemoryStats;
 pub use rank::Rank;
 pub use readback::download_many;
 pub use select::MeshBuilder;

@@ -21,6 +21,33 @@ struct Lists {
     write_staging: HashMap<u64, Vec<wgpu::Buffer>>,
     /// Buffers created since the device was opened (pool misses).
     allocations: u64,
+    /// Bytes of every storage buffer that exists (in use, free or retired).
+    storage_bytes: u64,
+    /// Bytes of the storage buffers in `free` and `retired`.
+    idle_bytes: u64,
+    /// Bytes of the staging buffers that exist.
+    staging_bytes: u64,
+}
+
+/// Device memory held by one wgpu device's pools, in bytes. On CPU adapters
+/// (lavapipe, llvmpipe) this memory is the process's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Storage buffers that back live tensors (or wait for a submit).
+    pub in_use: u64,
+    /// Storage buffers pooled for reuse ([`Device::trim_pool`] frees them).
+    ///
+    /// [`Device::trim_pool`]: crate::Device::trim_pool
+    pub pooled: u64,
+    /// Download and upload staging buffers.
+    pub staging: u64,
+}
+
+impl MemoryStats {
+    /// Everything held: in use, pooled and staging.
+    pub fn total(&self) -> u64 {
+        self.in_use + self.pooled + self.staging
+    }
 }
 
 /// The pools of one device.
@@ -57,9 +84,29 @@ impl BufferPool {
         self.lists().allocations
     }
 
+    /// Bytes held, by kind.
+    pub(super) fn memory(&self) -> MemoryStats {
+        let l = self.lists();
+        MemoryStats {
+            in_use: l.storage_bytes - l.idle_bytes,
+            pooled: l.idle_bytes,
+            staging: l.staging_bytes,
+        }
+    }
+
     /// Drop every pooled buffer that nothing uses.
     pub(super) fn trim(&self) {
         let mut l = self.lists();
+        let sizes = |m: &HashMap<u64, Vec<wgpu::Buffer>>| -> u64 {
+            m.iter().map(|(s, v)| s * v.len() as u64).sum()
+        };
+        let (free, staging) = (
+            sizes(&l.free),
+            sizes(&l.read_staging) + sizes(&l.write_staging),
+        );
+        l.storage_bytes -= free;
+        l.idle_bytes -= free;
+        l.staging_bytes -= staging;
         l.free.clear();
         l.read_staging.clear();
         l.write_staging.clear();
@@ -68,9 +115,12 @@ impl BufferPool {
     /// A storage buffer of at least `bytes` from the pool (or a new one), and its size.
     pub(crate) fn take(&self, bytes: u64) -> (u64, wgpu::Buffer) {
         let size = bucket(bytes);
-        if let Some(b) = pop(&mut self.lists().free, size) {
+        let mut l = self.lists();
+        if let Some(b) = pop(&mut l.free, size) {
+            l.idle_bytes -= size;
             return (size, b);
         }
+        drop(l);
         self.create(bytes)
     }
 
@@ -81,7 +131,11 @@ impl BufferPool {
     /// would allocate again.
     pub(crate) fn create(&self, bytes: u64) -> (u64, wgpu::Buffer) {
         let size = bucket(bytes);
-        self.lists().allocations += 1;
+        {
+            let mut l = self.lists();
+            l.allocations += 1;
+            l.storage_bytes += size;
+        }
         let b = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgpu-tp pooled"),
             size,
@@ -98,6 +152,7 @@ impl BufferPool {
     /// the retired list for [`BufferPool::release_retired`].
     pub(super) fn retire(&self, size: u64, buffer: wgpu::Buffer, pending: bool) {
         let mut l = self.lists();
+        l.idle_bytes += size;
         if pending {
             l.retired.push((size, buffer));
         } else {
@@ -122,6 +177,7 @@ impl BufferPool {
             return b;
         }
         l.allocations += 1;
+        l.staging_bytes += size;
         drop(l);
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgpu-tp staging"),
@@ -155,6 +211,7 @@ impl BufferPool {
             return (b, false);
         }
         l.allocations += 1;
+        l.staging_bytes += size;
         drop(l);
         let b = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgpu-tp upload staging"),
@@ -175,5 +232,12 @@ impl BufferPool {
             .entry(size)
             .or_default()
             .push(buffer);
+    }
+}
+
+impl super::context::Device {
+    /// Device memory this device's pools hold now (see [`MemoryStats`]).
+    pub fn memory(&self) -> MemoryStats {
+        self.pool.memory()
     }
 }

@@ -1,8 +1,10 @@
 //! Adapter selection: clear errors (never panics) for names and backends that
 //! match nothing or make no sense, and software adapters that work without a GPU;
-//! `limits` (weaker device limits) and `trace` (the per-kernel timeline).
+//! `limits` (weaker device limits), `memory` (bytes the pools hold) and `trace`
+//! (the per-kernel timeline).
 
 mod limits;
+mod memory;
 mod trace;
 
 use crate::util::mesh_env;
