@@ -206,9 +206,10 @@ fn gemm_layer_shapes_cpu_kernels() {
 }
 
 #[test]
-fn gemm_past_the_texture_limit_reads_buffers() {
-    // Operands with a side over max_texture_dimension_2d texels take the
-    // storage-buffer kernel, with the same result.
+fn gemm_past_the_texture_limit_runs_in_parts_on_textures() {
+    // Operands with a side over max_texture_dimension_2d texels run as
+    // parts that fit (gemm/split.rs), with the same result; the
+    // storage-buffer kernel runs only where it is asked for.
     let limits = wgpu::Limits {
         max_texture_dimension_2d: 64,
         ..mesh(1).ranks()[0].device().limits().clone()
@@ -237,21 +238,21 @@ fn gemm_past_the_texture_limit_reads_buffers() {
         }
     }
     // The kernel that ran: textures (sampled `tex`, storage `img`) within
-    // the limit, buffers past it.
+    // the limit and past it, in parts; buffers only when forced.
     let textures = texture_prefix(r, GemmVariant::Texture);
-    for ((mm, n, k), kernel) in [((8, 256, 8), textures), ((70, 16, 8), "gemm_cpu_")] {
-        let names = traced_gemm(
-            &m,
-            r,
-            &mut rng,
-            (mm, n, k),
-            GemmVariant::Texture,
-            (false, false),
-        );
+    for ((mm, n, k), kernel, variant) in [
+        ((8, 256, 8), textures, GemmVariant::Texture),
+        ((70, 16, 8), textures, GemmVariant::Texture),
+        ((70, 16, 8), "gemm_cpu_", GemmVariant::Cpu),
+    ] {
+        let names = traced_gemm(&m, r, &mut rng, (mm, n, k), variant, (false, false));
         assert!(
             names.iter().any(|n| n.contains(kernel)),
             "{mm}x{n}x{k}: {names:?}"
         );
+        if variant == GemmVariant::Texture {
+            assert!(!names.iter().any(|n| n.contains("gemm_cpu_")), "{names:?}");
+        }
     }
 }
 

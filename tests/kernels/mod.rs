@@ -5,6 +5,7 @@
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
 //!   the single-rank loss and gradient;
+//! - `gemm_split`: products past the device's textures, run in parts;
 //! - `slicing`: `narrow` and `concat`;
 //! - `transpose`: the pack kernel the GEMM uses for transposed operands;
 //! - `attention`: causal attention forward, backward and cached decoding;
@@ -20,5 +21,6 @@ mod elementwise;
 mod embedding;
 mod f16;
 mod gemm;
+mod gemm_split;
 mod slicing;
 mod transpose;

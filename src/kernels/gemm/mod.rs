@@ -39,8 +39,9 @@
 //!   Products under 2^24 multiply-adds take tiles that compile fast (8×8
 //!   shared, 4×8 without subgroups): compiling is what they wait for.
 //! - `Cpu`: the same register kernel reading storage buffers (4×4 on Mesa ≥
-//!   24, 4×16 on Mesa < 24 and GL), for operands larger than the device's
-//!   textures.
+//!   24, 4×16 on Mesa < 24 and GL), for operands the texture kernel cannot
+//!   take even in parts (`gemm/split.rs` splits products with a side past
+//!   the device's textures).
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
 //!
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
@@ -64,6 +65,7 @@ use crate::element::DType;
 use crate::error::{Error, Result};
 
 mod register;
+mod split;
 
 pub(crate) use self::register::register_sources;
 use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, column_blocks_pay, small_product};
@@ -184,17 +186,16 @@ pub(crate) fn tiled_sources() -> Vec<(&'static str, &'static str)> {
 /// Which GEMM kernel to run (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum GemmVariant {
-    /// `WGPU_TP_GEMM_VARIANT` if set, else `Texture` on CPU adapters (`Cpu`
-    /// where an operand is larger than the device's textures) and `Tiled` on
-    /// other adapters.
+    /// `WGPU_TP_GEMM_VARIANT` if set, else `Texture` on CPU adapters and
+    /// `Tiled` on other adapters.
     #[default]
     Auto,
     /// The register kernel reading A and B from RGBA textures they are
     /// copied into (packed first where a row is not a multiple of 64 f32 /
     /// 128 f16 elements, and where transposed unless the kernel shares rows
     /// by subgroup and the product is large): the fastest on CPU adapters,
-    /// whose drivers fetch texels much faster than storage loads. Operands
-    /// larger than `max_texture_dimension_2d` texels per side take `Cpu`.
+    /// whose drivers fetch texels much faster than storage loads. Products
+    /// with a side over `max_texture_dimension_2d` run as parts that fit.
     /// On CPU adapters the textures are bound as read-only storage textures
     /// (loaded faster than sampled texels there), elsewhere as sampled ones.
     Texture,
@@ -398,6 +399,9 @@ pub fn gemm_with(
             let reads = texture_reads(a, variant)?;
             if texture_gemm(a, b, &opts, precision, flags, &out, (m, n, k), reads)? {
                 return Ok(out);
+            }
+            if let Some(c) = split::split_for_textures(a, b, &opts, variant, (m, n, k))? {
+                return Ok(c);
             }
             GemmVariant::Cpu
         }

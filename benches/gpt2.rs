@@ -1,0 +1,210 @@
+//! GPT-2 124M training at real size: the step time at P = 1, 2 and 4
+//! simulated ranks, the device memory per rank, and the process's peak RSS
+//! against the state a step must hold.
+//!
+//! Model: vocab 50257, context 1024, width 768, 12 heads, 12 layers (random
+//! weights, seed 0); batch 2 × 256 tokens; `Gpt::forward` + `backward` +
+//! AdamW step + zero-grad, then `Mesh::synchronize`. One untimed step
+//! compiles the pipelines and creates the AdamW moments; the figure is the
+//! best and the median of N steps.
+//!
+//! Memory, per configuration:
+//! - `state`: what must exist, summed over ranks: parameters, gradients and
+//!   the two AdamW moments (4 × the bytes of every parameter shard) plus the
+//!   activations forward leaves for backward (device bytes in use after
+//!   forward minus before it);
+//! - `device/rank`: the largest device's pools (in use + pooled + staging);
+//! - `peak RSS`: the process's high-water mark over this configuration
+//!   (reset before it through `/proc/self/clear_refs`), and its ratio to
+//!   `state` (on a CPU adapter device memory is the process's memory).
+//!
+//! `cargo bench --bench gpt2`; `WGPU_TP_GPT2_RANKS=2,4` picks the
+//! configurations, `WGPU_TP_GPT2_LAYERS` the depth (quick runs),
+//! `WGPU_TP_BENCH_STEPS` N (default 3). `WGPU_TP_LIMITS=webgpu` opens the
+//! devices with WebGPU's default limits. The JAX peer of the same step is
+//! `benches/peers/jax_gpt2_step.py`.
+
+use std::time::{Duration, Instant};
+
+use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Module};
+use wgpu_tp::{Mesh, MeshBuilder};
+
+const BATCH: usize = 2;
+const SEQ: usize = 256;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn config() -> GptConfig {
+    GptConfig::new(50257, 1024, 768, 12, env_usize("WGPU_TP_GPT2_LAYERS", 12))
+}
+
+/// The same LCG batch for every configuration (and the JAX peer).
+fn batch(vocab: usize) -> (Vec<i32>, Vec<i32>) {
+    let mut s: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 33) % vocab as u64) as i32
+    };
+    let ids: Vec<i32> = (0..BATCH * SEQ).map(|_| next()).collect();
+    // Next-token targets within each sequence; the last one wraps.
+    let targets = (0..BATCH * SEQ)
+        .map(|i| ids[(i / SEQ) * SEQ + (i % SEQ + 1) % SEQ])
+        .collect();
+    (ids, targets)
+}
+
+/// Bytes in use over every distinct device of the mesh.
+fn in_use(mesh: &Mesh) -> u64 {
+    mesh.devices().iter().map(|d| d.memory().in_use).sum()
+}
+
+/// The process's peak resident set (VmHWM), in bytes; Linux only.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Start a new high-water mark at the current RSS (Linux ≥ 4.0).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+struct Figures {
+    build: Duration,
+    first: Duration,
+    best: Duration,
+    median: Duration,
+    loss: f32,
+    params: u64,
+    activations: u64,
+    device_max: u64,
+    peak: Option<u64>,
+}
+
+fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
+    reset_peak_rss();
+    let t0 = Instant::now();
+    let mesh = MeshBuilder::new().ranks(p).build()?;
+    let mut gpt = Gpt::new(&mesh, config(), 0)?;
+    mesh.synchronize()?;
+    let build = t0.elapsed();
+    let (ids, targets) = batch(gpt.config().vocab);
+    let mut opt = AdamW::new(3e-4);
+    let params: u64 = gpt
+        .named_parameters()
+        .iter()
+        .flat_map(|(_, p)| p.value.shards().iter().map(|s| s.byte_len()))
+        .sum();
+    let mut activations = 0;
+    let mut times = Vec::new();
+    let mut loss = f32::NAN;
+    for i in 0..=steps {
+        let t = Instant::now();
+        let before = in_use(&mesh);
+        let l = gpt.forward(&ids, &targets, SEQ)?;
+        if i == 0 {
+            // Only the untimed step waits here to read what forward holds.
+            mesh.synchronize()?;
+            activations = in_use(&mesh).saturating_sub(before);
+        }
+        gpt.backward()?;
+        opt.step(&mut gpt)?;
+        gpt.zero_grad();
+        loss = l.to_host()?[0];
+        mesh.synchronize()?;
+        times.push(t.elapsed());
+        if i == 0 {
+            eprintln!("  P = {p}: first step {:.2?}, loss {loss:.4}", times[0]);
+        }
+    }
+    let first = times.remove(0);
+    times.sort();
+    let device_max = mesh
+        .devices()
+        .iter()
+        .map(|d| d.memory().total())
+        .max()
+        .unwrap_or(0);
+    Ok(Figures {
+        build,
+        first,
+        best: times[0],
+        median: times[times.len() / 2],
+        loss,
+        params,
+        activations,
+        device_max,
+        peak: peak_rss(),
+    })
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not supported.
+    let ranks: Vec<usize> = std::env::var("WGPU_TP_GPT2_RANKS")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let steps = env_usize("WGPU_TP_BENCH_STEPS", 3).max(1);
+    let c = config();
+    println!(
+        "GPT-2: vocab {}, ctx {}, width {}, {} heads, {} layers; batch {BATCH} x {SEQ}; AdamW; {steps} timed steps",
+        c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
+    );
+    println!(
+        "{:>3} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6}",
+        "P",
+        "build",
+        "best",
+        "median",
+        "loss",
+        "4x params",
+        "activ.",
+        "state",
+        "device/rank",
+        "peak RSS",
+        "RSS/st"
+    );
+    for p in ranks {
+        match run(p, steps) {
+            Ok(f) => {
+                let state = 4 * f.params + f.activations;
+                let (peak, ratio) = match f.peak {
+                    Some(b) => (
+                        format!("{:.0} MiB", mib(b)),
+                        format!("{:.2}", b as f64 / state as f64),
+                    ),
+                    None => ("n/a".into(), "n/a".into()),
+                };
+                println!(
+                    "{p:>3} {:>9.2?} {:>9.2?} {:>9.2?} {:>8.4} {:>6.0} MiB {:>6.0} MiB {:>6.0} MiB {:>7.0} MiB {:>10} {:>6}",
+                    f.build,
+                    f.best,
+                    f.median,
+                    f.loss,
+                    mib(4 * f.params),
+                    mib(f.activations),
+                    mib(state),
+                    mib(f.device_max),
+                    peak,
+                    ratio
+                );
+                eprintln!("  P = {p}: first step {:.2?}", f.first);
+            }
+            Err(e) => println!("{p:>3} skipped: {e}"),
+        }
+    }
+}
