@@ -1,53 +1,28 @@
-//! Reading a Hugging Face GPT-2 directory: open and memory-map every weight
-//! file and parse its header ([`HfCheckpoint::open`]), match each expected
+//! Reading a Hugging Face GPT-2 directory: parse `config.json` and every
+//! weight file's header ([`HfCheckpoint::open`]), match each expected
 //! parameter to a tensor and check dtype and shape, the tied head and any
 //! stray tensor ([`HfCheckpoint::plan`]), and only then convert one tensor at
 //! a time (widen, transpose a `Conv1D`) and shard it through
 //! [`Parameter::load_master`](crate::nn::Parameter::load_master)
 //! ([`HfCheckpoint::load_into`]).
 
-use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
-use safetensors::{Dtype, SafeTensors};
-use serde_json::Value;
+use safetensors::Dtype;
 
 use super::config::HfGpt2Config;
-use super::{CONFIG_FILE, INDEX_FILE, MODEL_FILE, hf_shape, is_conv1d, transpose};
+use super::files::{Found, WeightFiles, bad};
+use super::{CONFIG_FILE, hf_shape, is_conv1d, transpose};
 use crate::error::{Error, Result};
 use crate::nn::gpt::{Gpt, GptConfig};
 use crate::nn::parameter::Module;
-
-/// `message` about `path` as a checkpoint error.
-fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
-    Error::Checkpoint(format!("{}: {message}", path.display()))
-}
-
-/// One memory-mapped weight file.
-struct WeightFile {
-    path: PathBuf,
-    map: Mmap,
-}
-
-/// Where a tensor lives: file, its name there, dtype, shape, byte range.
-#[derive(Clone, Debug)]
-pub(super) struct Found {
-    file: usize,
-    name: String,
-    dtype: Dtype,
-    shape: Vec<usize>,
-    bytes: (usize, usize),
-}
 
 /// An opened checkpoint directory whose headers all parsed.
 pub(super) struct HfCheckpoint {
     config: HfGpt2Config,
     config_path: PathBuf,
-    files: Vec<WeightFile>,
-    /// By name without the `transformer.` prefix.
-    tensors: HashMap<String, Found>,
+    weights: WeightFiles,
 }
 
 /// Our parameter names and shapes for a GPT-2 of `c` (the order of
@@ -88,68 +63,6 @@ pub(super) fn model_params(gpt: &Gpt) -> Vec<(String, Vec<usize>)> {
         .collect()
 }
 
-/// Memory-map `path` and parse its safetensors header.
-fn open_weights(path: &Path) -> Result<(WeightFile, Vec<(String, Found)>)> {
-    let file = File::open(path).map_err(|e| bad(path, format!("cannot open it ({e})")))?;
-    // SAFETY: the map is only read, and every range read is checked against
-    // the header below. Another process truncating the file while it is
-    // mapped could fault the read; safetensors' own loaders accept the same.
-    let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(path, format!("cannot map it ({e})")))?;
-    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| {
-        bad(
-            path,
-            format!("not a valid safetensors file ({e}); it may be truncated or corrupt, download or save it again"),
-        )
-    })?;
-    let start = 8 + n;
-    let tensors = meta
-        .tensors()
-        .into_iter()
-        .map(|(name, info)| {
-            let (b, e) = info.data_offsets;
-            let found = Found {
-                file: 0,
-                name: name.clone(),
-                dtype: info.dtype,
-                shape: info.shape.clone(),
-                bytes: (start + b, start + e),
-            };
-            (name, found)
-        })
-        .collect();
-    let path = path.to_path_buf();
-    Ok((WeightFile { path, map }, tensors))
-}
-
-/// The shard files an index names, in order, and its tensor → file map.
-fn read_index(path: &Path) -> Result<(Vec<String>, BTreeMap<String, String>)> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| bad(path, format!("cannot read it ({e})")))?;
-    let value: Value =
-        serde_json::from_str(&text).map_err(|e| bad(path, format!("not valid JSON ({e})")))?;
-    let map = value
-        .get("weight_map")
-        .and_then(Value::as_object)
-        .ok_or_else(|| bad(path, "has no weight_map object"))?;
-    let mut weight_map = BTreeMap::new();
-    for (name, file) in map {
-        let file = file
-            .as_str()
-            .filter(|f| !f.contains('/') && !f.contains('\\') && !f.starts_with('.'))
-            .ok_or_else(|| {
-                bad(
-                    path,
-                    format!("weight_map[{name:?}] = {file} is not a file name in this directory"),
-                )
-            })?;
-        weight_map.insert(name.clone(), file.to_string());
-    }
-    let mut files: Vec<String> = weight_map.values().cloned().collect();
-    files.sort();
-    files.dedup();
-    Ok((files, weight_map))
-}
-
 impl HfCheckpoint {
     /// Read `config.json`, map every weight file and parse its header.
     pub(super) fn open(dir: &Path) -> Result<Self> {
@@ -161,82 +74,29 @@ impl HfCheckpoint {
         }
         let config_path = dir.join(CONFIG_FILE);
         let config = HfGpt2Config::read(&config_path)?;
-        let (single, index) = (dir.join(MODEL_FILE), dir.join(INDEX_FILE));
-        let (names, weight_map) = if single.is_file() {
-            (vec![MODEL_FILE.to_string()], None)
-        } else if index.is_file() {
-            let (files, map) = read_index(&index)?;
-            (files, Some(map))
-        } else {
-            return Err(bad(
-                dir,
-                format!(
-                    "neither {MODEL_FILE} nor {INDEX_FILE} is there; download the weights (huggingface-cli download <model> config.json {MODEL_FILE})"
-                ),
-            ));
-        };
-        let mut files = Vec::new();
-        let mut tensors: HashMap<String, Found> = HashMap::new();
-        for (i, name) in names.iter().enumerate() {
-            let (file, found) = open_weights(&dir.join(name))?;
-            for (name, mut f) in found {
-                f.file = i;
-                let key = name
-                    .strip_prefix("transformer.")
-                    .unwrap_or(&name)
-                    .to_string();
-                if let Some(other) = tensors.get(&key) {
-                    return Err(bad(
-                        &file.path,
-                        format!(
-                            "tensor {name:?} appears twice (also as {:?} in {})",
-                            other.name,
-                            files
-                                .get(other.file)
-                                .map_or(file.path.display(), |w: &WeightFile| w.path.display())
-                        ),
-                    ));
-                }
-                tensors.insert(key, f);
-            }
-            files.push(file);
-        }
-        if let Some(map) = weight_map {
-            for (name, file) in map {
-                let key = name.strip_prefix("transformer.").unwrap_or(&name);
-                let in_file = tensors.get(key).map(|f| &files[f.file].path);
-                if in_file != Some(&dir.join(&file)) {
-                    return Err(bad(
-                        &dir.join(INDEX_FILE),
-                        format!(
-                            "says tensor {name:?} is in {file}, but that file does not hold it"
-                        ),
-                    ));
-                }
-            }
-        }
+        let weights = WeightFiles::open(dir)?;
         Ok(HfCheckpoint {
             config,
             config_path,
-            files,
-            tensors,
+            weights,
         })
     }
 
-    /// The parsed `config.json`.
-    pub(super) fn config(&self) -> &HfGpt2Config {
-        &self.config
-    }
-
-    /// Where a tensor is, for messages: `dir/model.safetensors: tensor "x"`.
-    fn at(&self, f: &Found) -> String {
-        format!("{}: tensor {:?}", self.files[f.file].path.display(), f.name)
+    /// The model `config.json` describes; errors name its path.
+    pub(super) fn gpt_config(&self) -> Result<GptConfig> {
+        self.config.to_gpt_config().map_err(|e| match e {
+            Error::Checkpoint(m) => {
+                let m = m.strip_prefix("config.json: ").unwrap_or(&m);
+                bad(&self.config_path, m)
+            }
+            e => e,
+        })
     }
 
     /// A model built from `c` must agree with `config.json` on everything the
     /// weights do not show (heads, activation, epsilon) as well as the sizes.
     pub(super) fn check_config(&self, c: &GptConfig) -> Result<()> {
-        let want = self.config.to_gpt_config()?;
+        let want = self.gpt_config()?;
         let ours = (
             c.vocab,
             c.n_ctx,
@@ -274,7 +134,8 @@ impl HfCheckpoint {
     pub(super) fn plan(&self, expected: &[(String, Vec<usize>)]) -> Result<HashMap<String, Found>> {
         let c = &self.config;
         let sizes = format!(
-            "config.json: vocab_size {}, n_positions {}, n_embd {}, n_layer {}, n_inner {}",
+            "{} (vocab_size {}, n_positions {}, n_embd {}, n_layer {}, n_inner {})",
+            self.config_path.display(),
             c.vocab_size,
             c.n_positions,
             c.n_embd,
@@ -283,21 +144,16 @@ impl HfCheckpoint {
         );
         let mut plan = HashMap::new();
         for (name, shape) in expected {
-            let f = self.tensors.get(name).ok_or_else(|| {
-                let files: Vec<String> = self
-                    .files
-                    .iter()
-                    .map(|f| f.path.display().to_string())
-                    .collect();
+            let f = self.weights.get(name).ok_or_else(|| {
                 Error::Checkpoint(format!(
-                    "{}: tensor {name:?} is missing ({sizes})",
-                    files.join(", ")
+                    "{}: tensor {name:?} is missing, and {sizes} needs it",
+                    self.weights.paths()
                 ))
             })?;
             if !matches!(f.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
                 return Err(Error::Checkpoint(format!(
                     "{} is {:?}; only F32, F16 and BF16 load",
-                    self.at(f),
+                    self.weights.at(f),
                     f.dtype
                 )));
             }
@@ -305,13 +161,13 @@ impl HfCheckpoint {
             if f.shape != want {
                 return Err(Error::Checkpoint(format!(
                     "{} has shape {:?}, but {sizes} needs {want:?}",
-                    self.at(f),
+                    self.weights.at(f),
                     f.shape
                 )));
             }
             plan.insert(name.clone(), f.clone());
         }
-        for (key, f) in &self.tensors {
+        for (key, f) in self.weights.iter() {
             if plan.contains_key(key)
                 || key.ends_with(".attn.bias")
                 || key.ends_with(".attn.masked_bias")
@@ -324,7 +180,7 @@ impl HfCheckpoint {
             }
             return Err(Error::Checkpoint(format!(
                 "{} matches no parameter of a GPT-2 of {sizes}",
-                self.at(f)
+                self.weights.at(f)
             )));
         }
         Ok(plan)
@@ -335,13 +191,13 @@ impl HfCheckpoint {
         let Some(wte) = wte else {
             return Err(Error::Checkpoint(format!(
                 "{}: there is no wte.weight to tie it to",
-                self.at(head)
+                self.weights.at(head)
             )));
         };
         if head.dtype != wte.dtype {
             return Err(Error::Checkpoint(format!(
                 "{} is {:?}, but wte.weight is {:?}; Gpt ties its head to wte, so they must be the same tensor",
-                self.at(head),
+                self.weights.at(head),
                 head.dtype,
                 wte.dtype
             )));
@@ -349,7 +205,7 @@ impl HfCheckpoint {
         if head.shape != wte.shape {
             return Err(Error::Checkpoint(format!(
                 "{} has shape {:?}, but wte.weight is {:?}; Gpt ties its head to wte",
-                self.at(head),
+                self.weights.at(head),
                 head.shape,
                 wte.shape
             )));
@@ -359,12 +215,15 @@ impl HfCheckpoint {
         let cols = wte.shape.last().copied().unwrap_or(1).max(1);
         for start in (0..n).step_by(BLOCK) {
             let end = (start + BLOCK).min(n);
-            let (a, b) = (self.values(head, start..end), self.values(wte, start..end));
+            let (a, b) = (
+                self.weights.values(head, start..end),
+                self.weights.values(wte, start..end),
+            );
             if let Some(k) = (0..a.len()).find(|&k| a[k].to_bits() != b[k].to_bits()) {
                 let i = start + k;
                 return Err(Error::Checkpoint(format!(
                     "{} differs from wte.weight at [{}, {}] ({} vs {}): this is an untied head, and Gpt ties its head to wte",
-                    self.at(head),
+                    self.weights.at(head),
                     i / cols,
                     i % cols,
                     a[k],
@@ -373,27 +232,6 @@ impl HfCheckpoint {
             }
         }
         Ok(())
-    }
-
-    /// Elements `range` of tensor `f`, widened to f32.
-    fn values(&self, f: &Found, range: std::ops::Range<usize>) -> Vec<f32> {
-        let size = f.dtype.bitsize() / 8;
-        let bytes =
-            &self.files[f.file].map[f.bytes.0..f.bytes.1][range.start * size..range.end * size];
-        match f.dtype {
-            Dtype::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            _ => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        }
     }
 
     /// Convert and shard each planned tensor into `gpt`, one at a time.
@@ -407,13 +245,13 @@ impl HfCheckpoint {
             if f.shape != hf_shape(&name, p.shape()) {
                 return Err(Error::Checkpoint(format!(
                     "{} has shape {:?}, the model's {name} is {:?}",
-                    self.at(f),
+                    self.weights.at(f),
                     f.shape,
                     p.shape()
                 )));
             }
             let n = f.shape.iter().product();
-            let mut data = self.values(f, 0..n);
+            let mut data = self.weights.values(f, 0..n);
             if is_conv1d(&name) {
                 // HF [in, out] → our [out, in].
                 data = transpose(&data, f.shape[0], f.shape[1]);

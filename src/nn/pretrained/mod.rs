@@ -15,6 +15,7 @@
 //! [`save_safetensors`]: crate::nn::save_safetensors
 
 mod config;
+mod files;
 mod load;
 mod save;
 
@@ -79,7 +80,7 @@ impl Gpt {
     /// for other settings build a [`Gpt`] and call [`Gpt::load_pretrained`].
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<Gpt> {
         let ckpt = load::HfCheckpoint::open(dir.as_ref())?;
-        let config = ckpt.config().to_gpt_config()?;
+        let config = ckpt.gpt_config()?;
         let plan = ckpt.plan(&load::expected_params(&config))?;
         // Initialisation values are overwritten below; any seed will do.
         let mut gpt = Gpt::new(mesh, config, 0)?;
