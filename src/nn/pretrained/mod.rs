@@ -75,9 +75,11 @@ impl Gpt {
     /// device memory is used, and a bad directory is an
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file and
     /// tensor; the mesh stays usable. Tensors are read one at a time from a
-    /// memory map, so the host never holds a second copy of the model. The
-    /// model uses f32 activations without sequence parallelism or dropout;
-    /// for other settings build a [`Gpt`] and call [`Gpt::load_pretrained`].
+    /// memory map, so the host never holds a second copy of the model (the
+    /// model is first built by [`Gpt::new`], whose random values each load
+    /// replaces). The model uses f32 activations without sequence
+    /// parallelism or dropout; for other settings build a [`Gpt`] and call
+    /// [`Gpt::load_pretrained`].
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<Gpt> {
         let ckpt = load::HfCheckpoint::open(dir.as_ref())?;
         let config = ckpt.gpt_config()?;
