@@ -16,7 +16,9 @@
 //! - `norm`: LayerNorm and RMSNorm, replicated and sequence-parallel;
 //! - `dropout`: masks independent of the world size and placement;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
-//!   decoding, GPT-2 names and checkpoints across world sizes.
+//!   decoding, GPT-2 names and checkpoints across world sizes;
+//! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
+//!   numpy GPT-2, saved and loaded across world sizes, and bad directories.
 
 /// Relative tolerance of every layer-level f64 comparison (docs/MATH.md,
 /// "How it is tested: tolerances and coverage").
@@ -34,5 +36,6 @@ mod model;
 mod norm;
 mod optim;
 mod parameter;
+mod pretrained;
 mod sequence_parallel;
 mod shard_units;
