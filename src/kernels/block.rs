@@ -150,12 +150,29 @@ pub(crate) fn copy_block(src: &LocalTensor, dst: &LocalTensor, b: Block) -> Resu
             "copy_block",
             "strided copies move 32-bit words; widen f16 tensors first (kernels::cast)",
         )),
+        // Long runs (a column block of GPT-2's logits: 16k words a row) as
+        // one buffer copy each: a memcpy, where the kernel moves a word per
+        // invocation with index arithmetic.
+        None if b.len * b.inner >= LONG_RUN && b.outer <= MAX_RUN_COPIES => {
+            let run = b.len * b.inner;
+            for o in 0..b.outer {
+                let s = (o * b.src_dim + b.src_start) * b.inner;
+                let d = (o * b.dst_dim + b.dst_start) * b.inner;
+                copy_region(src, s, dst, d, run)?;
+            }
+            Ok(())
+        }
         None => {
             let spec = KernelSpec::new("block", SOURCE, COPY_BINDINGS, "copy_block");
             dispatch("copy_block", spec, &[src, dst], b)
         }
     }
 }
+
+/// Words in a run from which [`copy_block`] copies run by run.
+const LONG_RUN: usize = 4096;
+/// At most this many runs are copied one by one (each is a command).
+const MAX_RUN_COPIES: usize = 4096;
 
 /// Record `dst[block] = srcs[0][block] ∘ srcs[1][block] ∘ ...` (∘ = `how`,
 /// folded left to right; `dst`'s old value first when `accumulate`): one
