@@ -4,8 +4,10 @@
 //! not fit one binding (the smaller of `max_storage_buffer_binding_size` and
 //! `max_buffer_size`) is kept as a list of ordinary one-buffer tensors, each
 //! holding whole rows along dim 0: block `b` holds rows
-//! `[b·R, min((b+1)·R, rows))` with `R = ⌊limit / (4·row)⌋` (made even for an
-//! odd row, so every f16 block starts on a word). Counting 4 bytes whatever
+//! `[b·R, min((b+1)·R, rows))` with `R = ⌊limit / (4·row)⌋` rounded down to a
+//! multiple of 64 where it is that large (so the GEMM's padded packs of a
+//! block fit one binding too), else of 4 or 2 (so every f16 block starts on
+//! a word). Counting 4 bytes whatever
 //! the dtype makes an f16 and an f32 tensor of one shape block identically,
 //! so a cast, an add or an optimiser step runs block by block. Only a single
 //! row over the limit is an error.
@@ -61,9 +63,15 @@ pub(crate) fn row_layout(
             limit_name,
         });
     }
+    // Whole multiples of 64 rows where possible: the GEMM packs a transposed
+    // operand with rows padded to 64 elements (256-byte texture rows), which
+    // must fit one binding too; else of 4 (vec4 packs), else even (f16 words).
     let mut per = (limit / row_bytes) as usize;
-    if row % 2 == 1 && per > 1 {
-        per -= per % 2;
+    for align in [64, 4, 2] {
+        if per >= align {
+            per -= per % align;
+            break;
+        }
     }
     let rows = shape[0];
     Ok(Some(

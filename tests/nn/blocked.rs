@@ -1,0 +1,154 @@
+//! A GPT whose vocab-parallel `wte` (and its gradient and AdamW moments) is
+//! stored as row blocks: devices allow 48 KiB per binding, so every other
+//! tensor fits one binding (`c_attn` is exactly 48 KiB; logits of 12 tokens
+//! are [12, 773] at P = 1) while `wte`'s shard does not at P = 1..4. The
+//! width is 64 because the GEMM pads packed operands to rows of 64 elements,
+//! which must fit one binding too (blocks are 192 rows here). Loss,
+//! every gradient, AdamW steps, greedy decoding and checkpoints equal the
+//! same model on unlimited devices and the f64 reference.
+
+use std::collections::BTreeMap;
+
+use crate::util::transformer::{self, Dims, Params};
+use crate::util::{Rng, assert_close, limited_mesh, mesh};
+use wgpu_tp::nn::{
+    AdamW, Gpt, GptConfig, Module, Sampling, from_safetensors_bytes, to_safetensors_bytes,
+};
+
+const LIMIT: u64 = 48 * 1024;
+const TOL: f64 = 1e-5;
+const VOCAB: usize = 773;
+const HIDDEN: usize = 64;
+const HEADS: usize = 2;
+const FFN: usize = 64;
+const LAYERS: usize = 1;
+
+fn config() -> GptConfig {
+    let mut cfg = GptConfig::new(VOCAB, 8, HIDDEN, HEADS, LAYERS);
+    cfg.ffn = FFN;
+    cfg
+}
+
+fn masters(m: &impl Module) -> BTreeMap<String, Vec<f32>> {
+    m.named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.master().unwrap()))
+        .collect()
+}
+
+fn master_grads(m: &impl Module) -> BTreeMap<String, Vec<f32>> {
+    m.named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.master_grad().unwrap().expect("a gradient")))
+        .collect()
+}
+
+fn close_maps(what: &str, got: &BTreeMap<String, Vec<f32>>, want: &BTreeMap<String, Vec<f32>>) {
+    assert_eq!(got.len(), want.len(), "{what}: same parameters");
+    for (name, g) in got {
+        let w: Vec<f64> = want[name].iter().map(|&v| v as f64).collect();
+        assert_close(&format!("{what} {name}"), g, &w, TOL);
+    }
+}
+
+#[test]
+fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
+    let mut rng = Rng::fresh("gpt-blocked");
+    let seed = rng.next_u64();
+    let (seq, batch) = (6, 2);
+    let ids: Vec<i32> = (0..seq * batch).map(|_| rng.below(VOCAB) as i32).collect();
+    let targets: Vec<i32> = (0..seq * batch).map(|_| rng.below(VOCAB) as i32).collect();
+    let dims = Dims {
+        hidden: HIDDEN,
+        heads: HEADS,
+        ffn: FFN,
+        eps: 1e-5,
+    };
+    for p in [1, 2, 3, 4] {
+        let (small, big) = (limited_mesh(p, LIMIT, p > 1), mesh(p));
+        let mut blocked = Gpt::new(&small, config(), seed).unwrap();
+        let mut plain = Gpt::new(&big, config(), seed).unwrap();
+        for s in blocked.wte.weight().value.shards() {
+            assert!(
+                s.is_blocked(),
+                "P={p}: wte shard {:?} is blocked",
+                s.shape()
+            );
+        }
+        let what = format!("blocked wte P={p}");
+        // ε well above the rounding noise of gradients that are zero in exact
+        // arithmetic (the key bias): Adam would scale that noise to ±lr.
+        let adamw = || {
+            let mut o = AdamW::new(1e-2);
+            o.eps = 1e-3;
+            o
+        };
+        let mut opt = (adamw(), adamw());
+        for step in 0..2 {
+            let loss = blocked
+                .forward(&ids, &targets, seq)
+                .unwrap()
+                .to_host()
+                .unwrap()[0];
+            let want = plain
+                .forward(&ids, &targets, seq)
+                .unwrap()
+                .to_host()
+                .unwrap()[0];
+            assert_close(
+                &format!("{what} step {step} loss"),
+                &[loss],
+                &[want as f64],
+                TOL,
+            );
+            blocked.backward().unwrap();
+            plain.backward().unwrap();
+            let grads = master_grads(&blocked);
+            close_maps(
+                &format!("{what} step {step} d"),
+                &grads,
+                &master_grads(&plain),
+            );
+            for s in blocked.wte.weight().grad.as_ref().unwrap().shards() {
+                assert!(s.is_blocked(), "{what}: the wte gradient is blocked");
+            }
+            if step == 0 {
+                let params: Params = masters(&blocked)
+                    .into_iter()
+                    .map(|(n, v)| (n, v.iter().map(|&x| x as f64).collect()))
+                    .collect();
+                let (want_loss, want) =
+                    transformer::gpt_loss_and_grads(&params, &ids, &targets, seq, LAYERS, dims);
+                assert_close(&format!("{what} loss vs f64"), &[loss], &[want_loss], TOL);
+                for (name, g) in &grads {
+                    assert_close(&format!("{what} d{name} vs f64"), g, &want[name], TOL);
+                }
+            }
+            opt.0.step(&mut blocked).unwrap();
+            opt.1.step(&mut plain).unwrap();
+            blocked.zero_grad();
+            plain.zero_grad();
+            close_maps(
+                &format!("{what} after AdamW step {step}"),
+                &masters(&blocked),
+                &masters(&plain),
+            );
+        }
+        // Greedy decoding with the KV cache gives the unlimited model's tokens.
+        let prompt = &ids[..3];
+        assert_eq!(
+            blocked.generate(prompt, 4, Sampling::Greedy).unwrap(),
+            plain.generate(prompt, 4, Sampling::Greedy).unwrap(),
+            "{what}: greedy tokens"
+        );
+        // Checkpoints: saved from blocked storage and loaded into it, exactly.
+        let bytes = to_safetensors_bytes(&blocked).unwrap();
+        let mut fresh = Gpt::new(&small, config(), seed ^ 1).unwrap();
+        from_safetensors_bytes(&mut fresh, &bytes).unwrap();
+        assert_eq!(
+            masters(&fresh),
+            masters(&blocked),
+            "{what}: checkpoint round trip"
+        );
+    }
+}
