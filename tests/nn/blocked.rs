@@ -152,3 +152,65 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
         );
     }
 }
+
+/// GPT-2 124M at P = 1 (random weights): builds with `wte` past one binding,
+/// runs a training step and greedy decoding. Slow and memory-hungry (about
+/// 2 GB of device state), so a manual check:
+/// `cargo test --test tests gpt2_124m -- --ignored --nocapture`, also with
+/// `WGPU_TP_LIMITS=webgpu`.
+#[test]
+#[ignore]
+fn gpt2_124m_trains_and_decodes_at_p1() {
+    use std::time::Instant;
+    crate::util::mesh_env();
+    let m = wgpu_tp::MeshBuilder::new().ranks(1).build().unwrap();
+    let l = m.ranks()[0].device().limits();
+    eprintln!(
+        "[gpt2] {} binding {} buffer {}",
+        m.adapter_summary(),
+        l.max_storage_buffer_binding_size,
+        l.max_buffer_size
+    );
+    let t = Instant::now();
+    let mut gpt = Gpt::new(&m, GptConfig::new(50257, 1024, 768, 12, 12), 0).unwrap();
+    let wte = &gpt.wte.weight().value.shards()[0];
+    eprintln!(
+        "[gpt2] Gpt::new {:.1} s; wte {:?} in blocks of {:?} rows",
+        t.elapsed().as_secs_f64(),
+        wte.shape(),
+        wte.blocks()
+            .iter()
+            .map(|b| b.shape()[0])
+            .collect::<Vec<_>>()
+    );
+    let (seq, batch) = (8, 2);
+    let ids: Vec<i32> = (0..seq * batch)
+        .map(|i| (i * 3137 % 50257) as i32)
+        .collect();
+    let targets: Vec<i32> = (0..seq * batch)
+        .map(|i| (i * 7919 % 50257) as i32)
+        .collect();
+    let mut opt = AdamW::new(1e-4);
+    for step in 0..2 {
+        let t = Instant::now();
+        let loss = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        gpt.backward().unwrap();
+        opt.step(&mut gpt).unwrap();
+        gpt.zero_grad();
+        let after = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        eprintln!(
+            "[gpt2] step {step}: loss {loss:.4} -> {after:.4}, {:.1} s (fwd+bwd+AdamW+fwd)",
+            t.elapsed().as_secs_f64()
+        );
+        assert!(loss.is_finite() && after < loss, "the step lowers the loss");
+    }
+    let t = Instant::now();
+    let out = gpt.generate(&ids[..4], 4, Sampling::Greedy).unwrap();
+    eprintln!(
+        "[gpt2] greedy 4 tokens after a 4-token prompt: {out:?}, {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let w = gpt.wte.weight().master().unwrap();
+    assert_eq!(w.len(), 50257 * 768);
+    assert!(w.iter().all(|v| v.is_finite()));
+}
