@@ -52,7 +52,7 @@ pub use tensor::LocalTensor;
 pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};
 
-pub(crate) use blocks::{for_each_block, map_blocks};
+pub(crate) use blocks::{blocked_error, common_blocks, for_each_block, map_blocks};
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
