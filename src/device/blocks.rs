@@ -1,16 +1,16 @@
 //! Tensors larger than one storage binding, stored as **row blocks**.
 //!
-//! A tensor whose elements, counted at 4 bytes each whatever the dtype, do
-//! not fit one binding (the smaller of `max_storage_buffer_binding_size` and
-//! `max_buffer_size`) is kept as a list of ordinary one-buffer tensors, each
-//! holding whole rows along dim 0: block `b` holds rows
-//! `[b·R, min((b+1)·R, rows))` with `R = ⌊limit / (4·row)⌋` rounded down to a
-//! multiple of 64 where it is that large (so the GEMM's padded packs of a
-//! block fit one binding too), else of 4 or 2 (so every f16 block starts on
-//! a word). Counting 4 bytes whatever
-//! the dtype makes an f16 and an f32 tensor of one shape block identically,
-//! so a cast, an add or an optimiser step runs block by block. Only a single
-//! row over the limit is an error.
+//! A tensor whose bytes do not fit one binding (the smaller of
+//! `max_storage_buffer_binding_size` and `max_buffer_size`) is kept as a list
+//! of ordinary one-buffer tensors, each holding whole rows along dim 0: block
+//! `b` holds rows `[b·R, min((b+1)·R, rows))` with `R = ⌊limit / (4·row)⌋`
+//! rounded down to a multiple of 64 where it is that large (so the GEMM's
+//! padded packs of a block fit one binding too), else of 4 or 2 (so every
+//! f16 block starts on a word). Rows are counted at 4 bytes per element
+//! whatever the dtype, so an f16 and an f32 tensor of one shape that are both
+//! blocked block identically, and a cast, an add or an optimiser step runs
+//! block by block (a cast keeps its input's blocks even where the output
+//! would fit one binding). Only a single row over the limit is an error.
 //!
 //! Kernels bind one buffer per operand, so a kernel meeting a blocked tensor
 //! fails with [`Error::TooLarge`] naming itself and the limit
@@ -19,7 +19,8 @@
 //! ([`LocalTensor::from_blocks`]).
 
 use super::context::Device;
-use super::tensor::LocalTensor;
+use super::tensor::{LocalTensor, copy_region};
+use crate::element::DType;
 use crate::error::{Error, Result};
 
 /// Bytes one block may hold on `device`, and the name of the limit that
@@ -39,16 +40,16 @@ pub(crate) fn block_limit(device: &Device) -> (u64, &'static str) {
     ((limit / 256 * 256).max(256), name)
 }
 
-/// Rows of each block of a tensor of `shape` (`n` elements) on `device`, or
-/// `None` when it fits one binding. A row over the limit is an error naming it.
+/// Rows of each block of a tensor of `shape` (`bytes` in all) on `device`,
+/// or `None` when it fits one binding. A row over the limit is an error
+/// naming it.
 pub(crate) fn row_layout(
     device: &Device,
     op: &'static str,
     shape: &[usize],
-    n: usize,
+    bytes: u64,
 ) -> Result<Option<Vec<usize>>> {
     let (limit, limit_name) = block_limit(device);
-    let bytes = (n as u64).saturating_mul(4);
     if bytes <= limit || shape.is_empty() {
         return Ok(None);
     }
@@ -184,6 +185,31 @@ impl LocalTensor {
         let mut shape = first.shape().to_vec();
         shape[0] = flat.iter().map(|b| b.shape()[0]).sum();
         Ok(LocalTensor::blocked(flat, shape))
+    }
+
+    /// This tensor in the row blocks a tensor of its shape in `dtype` needs
+    /// (a copy), or itself when it is blocked already or `dtype` needs none:
+    /// how a cast to a wider dtype finds room for its output.
+    pub(crate) fn blocked_as(&self, op: &'static str, dtype: DType) -> Result<LocalTensor> {
+        let bytes = (self.len() as u64 * dtype.size_bytes() as u64).next_multiple_of(4);
+        if self.is_blocked() {
+            return Ok(self.clone());
+        }
+        let Some(rows) = row_layout(self.device(), op, self.shape(), bytes)? else {
+            return Ok(self.clone());
+        };
+        let rank = self.rank();
+        let blocks = rows
+            .into_iter()
+            .map(|n| {
+                let mut shape = self.shape().to_vec();
+                shape[0] = n;
+                rank.alloc(op, &shape, self.dtype())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let out = LocalTensor::from_blocks(blocks)?;
+        copy_region(self, 0, &out, 0, self.len())?;
+        Ok(out)
     }
 
     /// Index of the first row of each block (`[0]` for a one-buffer tensor).

@@ -175,7 +175,10 @@ impl Rank {
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows usize")))?;
         self.device.check_dtype(op, dtype)?;
-        if let Some(rows) = row_layout(&self.device, op, shape, n)? {
+        let bytes = (n as u64)
+            .saturating_mul(dtype.size_bytes() as u64)
+            .next_multiple_of(4);
+        if let Some(rows) = row_layout(&self.device, op, shape, bytes)? {
             let blocks = rows
                 .into_iter()
                 .map(|r| {
@@ -186,9 +189,6 @@ impl Rank {
                 .collect::<Result<Vec<_>>>()?;
             return LocalTensor::from_blocks(blocks);
         }
-        let bytes = (n as u64)
-            .saturating_mul(dtype.size_bytes() as u64)
-            .next_multiple_of(4);
         self.device.check_binding(op, bytes)?;
         let (size, buffer) = if fresh {
             self.device.pool.create(bytes)

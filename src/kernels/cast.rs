@@ -41,9 +41,14 @@ struct Params {
 /// `x` as `dtype`: f32 ↔ f16 (a fresh tensor of the same shape), or `x`
 /// itself when it already has that dtype. f16 needs an adapter with
 /// `SHADER_F16`; i32 tensors cannot be cast. A blocked tensor is cast block
-/// by block (both dtypes block alike).
+/// by block (both dtypes block alike), keeping its blocks.
 pub fn cast(x: &LocalTensor, dtype: DType) -> Result<LocalTensor> {
-    map_blocks("cast", &[x], |p| cast_one(p[0], dtype))
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    // Widening may need blocks where the input had none: copy it into them.
+    let x = x.blocked_as("cast", dtype)?;
+    map_blocks("cast", &[&x], |p| cast_one(p[0], dtype))
 }
 
 fn cast_one(x: &LocalTensor, dtype: DType) -> Result<LocalTensor> {

@@ -32,14 +32,20 @@ fn rank() -> Rank {
 
 /// Blocks hold whole rows, each within the limit, and add up to the tensor.
 fn check_layout(t: &LocalTensor) {
-    let n: usize = t.shape().iter().product();
-    assert_eq!(t.is_blocked(), n * 4 > LIMIT as usize, "{:?}", t.shape());
+    let bytes = t.len() * t.dtype().size_bytes();
+    assert_eq!(t.is_blocked(), bytes > LIMIT as usize, "{:?}", t.shape());
     let mut rows = 0;
     for (b, start) in t.blocks().iter().zip(t.block_row_starts()) {
         assert_eq!(start, rows);
         assert!(!b.is_blocked());
         assert_eq!(b.shape()[1..], t.shape()[1..]);
-        assert!(b.len() as u64 * 4 <= LIMIT, "block {:?}", b.shape());
+        // Blocks are sized at 4 bytes per element whatever the dtype.
+        let unit = if t.is_blocked() {
+            4
+        } else {
+            t.dtype().size_bytes()
+        };
+        assert!((b.len() * unit) as u64 <= LIMIT, "block {:?}", b.shape());
         rows += b.shape()[0];
     }
     assert_eq!(rows, t.shape()[0]);
@@ -67,16 +73,26 @@ fn blocked_tensors_round_trip_exactly_in_every_dtype() {
             let h: Vec<half::f16> = x.iter().map(|&v| half::f16::from_f32(v)).collect();
             let th = r.upload_f16(shape, &h).unwrap();
             check_layout(&th);
-            // One shape, one layout, whatever the dtype.
+            // One shape, one layout, whatever the dtype (where both are blocked).
             let rows = |t: &LocalTensor| t.block_row_starts();
-            assert_eq!(rows(&th), rows(&t), "f16 blocks like f32 {shape:?}");
+            if th.is_blocked() {
+                assert_eq!(rows(&th), rows(&t), "f16 blocks like f32 {shape:?}");
+            }
             assert_eq!(th.to_vec_f16().unwrap(), h, "f16 {shape:?}");
             // Casts run per block.
             let wide = kernels::cast(&th, DType::F32).unwrap();
-            let back = kernels::cast(&wide, DType::F16).unwrap();
+            let back = kernels::cast(&t, DType::F16).unwrap();
+            assert_eq!(rows(&back), rows(&t), "a cast keeps its input's blocks");
             let want: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
             assert_eq!(wide.to_vec().unwrap(), want, "f16 -> f32 {shape:?}");
             assert_eq!(back.to_vec_f16().unwrap(), h, "f32 -> f16 {shape:?}");
+            assert_eq!(
+                kernels::cast(&wide, DType::F16)
+                    .unwrap()
+                    .to_vec_f16()
+                    .unwrap(),
+                h
+            );
             assert_eq!(th.deep_copy().unwrap().to_vec_f16().unwrap(), h);
         }
         // Fills, zeros and copies.
@@ -257,7 +273,7 @@ fn a_row_over_the_limit_is_an_error_naming_it() {
     for err in [
         r.zeros(&[3, cols], DType::F32).unwrap_err(),
         r.upload(&[2, cols], &vec![0.0; 2 * cols]).unwrap_err(),
-        // f16 rows count 4 bytes per element too, so layouts match f32's.
+        // Any dtype.
         r.zeros(&[1, cols], DType::I32).unwrap_err(),
     ] {
         assert!(matches!(err, Error::TooLarge { .. }), "{err:?}");

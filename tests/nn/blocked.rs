@@ -214,3 +214,53 @@ fn gpt2_124m_trains_and_decodes_at_p1() {
     assert_eq!(w.len(), 50257 * 768);
     assert!(w.iter().all(|v| v.is_finite()));
 }
+
+/// Sequence parallelism (P = 2, 3) and mixed precision (f16 activations,
+/// P = 1, 2, where the adapter has `SHADER_F16`) with the blocked `wte`:
+/// loss and gradients equal the same model on unlimited devices (f16: to
+/// 1e-3, the d_h sum over blocks may round an f16 differently).
+#[test]
+fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
+    let mut rng = Rng::fresh("gpt-blocked-sp-f16");
+    let seed = rng.next_u64();
+    let (seq, batch) = (6, 2);
+    let ids: Vec<i32> = (0..seq * batch).map(|_| rng.below(VOCAB) as i32).collect();
+    let targets: Vec<i32> = (0..seq * batch).map(|_| rng.below(VOCAB) as i32).collect();
+    let f16 = limited_mesh(1, LIMIT, false).ranks()[0].device().has_f16();
+    let mut cases = vec![(2, true, false), (3, true, false)];
+    if f16 {
+        cases.extend([(1, false, true), (2, false, true)]);
+    } else {
+        eprintln!("[gpt-blocked] f16 cases skipped: no SHADER_F16");
+    }
+    for (p, sp, half) in cases {
+        let mut cfg = config();
+        cfg.sequence_parallel = sp;
+        if half {
+            cfg.dtype = wgpu_tp::DType::F16;
+        }
+        let tol = if half { 1e-3 } else { TOL };
+        let what = format!("P={p} sp={sp} f16={half}");
+        let mut blocked = Gpt::new(&limited_mesh(p, LIMIT, p > 1), cfg, seed).unwrap();
+        let mut plain = Gpt::new(&mesh(p), cfg, seed).unwrap();
+        assert!(blocked.wte.weight().value.shards()[0].is_blocked());
+        let loss = blocked
+            .forward(&ids, &targets, seq)
+            .unwrap()
+            .to_host()
+            .unwrap()[0];
+        let want = plain
+            .forward(&ids, &targets, seq)
+            .unwrap()
+            .to_host()
+            .unwrap()[0];
+        assert_close(&format!("{what} loss"), &[loss], &[want as f64], tol);
+        blocked.backward().unwrap();
+        plain.backward().unwrap();
+        let (got, want) = (master_grads(&blocked), master_grads(&plain));
+        for (name, g) in &got {
+            let w: Vec<f64> = want[name].iter().map(|&v| v as f64).collect();
+            assert_close(&format!("{what} d{name}"), g, &w, tol);
+        }
+    }
+}
