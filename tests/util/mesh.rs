@@ -159,7 +159,8 @@ pub fn shard_f32(
 /// row blocks; one per (n, binding, shared) for the whole binary. With
 /// `shared`, the ranks share one wgpu device (one pipeline cache).
 pub fn limited_mesh(n: usize, binding: u64, shared: bool) -> Mesh {
-    static MESHES: OnceLock<Mutex<HashMap<(usize, u64, bool), Mesh>>> = OnceLock::new();
+    type Meshes = Mutex<HashMap<(usize, u64, bool), Mesh>>;
+    static MESHES: OnceLock<Meshes> = OnceLock::new();
     mesh_env();
     let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
     let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
