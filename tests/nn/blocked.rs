@@ -5,7 +5,8 @@
 //! width is 64 because the GEMM pads packed operands to rows of 64 elements,
 //! which must fit one binding too (blocks are 192 rows here). Loss,
 //! every gradient, AdamW steps, greedy decoding and checkpoints equal the
-//! same model on unlimited devices and the f64 reference.
+//! same model on unlimited devices and the f64 reference; logits past one
+//! binding are an error naming the limit.
 
 use std::collections::BTreeMap;
 
@@ -141,6 +142,15 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
             plain.generate(prompt, 4, Sampling::Greedy).unwrap(),
             "{what}: greedy tokens"
         );
+        // Logits past one binding ([16, 773] f32 at P = 1) are an error naming
+        // the limit, and the model still works afterwards.
+        if p == 1 {
+            let many: Vec<i32> = (0..16).map(|i| i * 7 % VOCAB as i32).collect();
+            let err = blocked.forward(&many, &many, 8).unwrap_err();
+            assert!(matches!(err, wgpu_tp::Error::TooLarge { .. }), "{err:?}");
+            assert!(err.to_string().contains("max_storage_buffer_binding_size"));
+            blocked.forward(&ids, &targets, seq).unwrap();
+        }
         // Checkpoints: saved from blocked storage and loaded into it, exactly.
         let bytes = to_safetensors_bytes(&blocked).unwrap();
         let mut fresh = Gpt::new(&small, config(), seed ^ 1).unwrap();
