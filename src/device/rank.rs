@@ -144,6 +144,14 @@ impl Rank {
         Ok(t)
     }
 
+    /// Rows of each block a tensor of `shape` and `dtype` is stored in on
+    /// this rank (`None`: one buffer); see `blocks.rs`.
+    pub(crate) fn row_blocks(&self, shape: &[usize], dtype: DType) -> Result<Option<Vec<usize>>> {
+        let n: usize = shape.iter().product();
+        let bytes = (n as u64 * dtype.size_bytes() as u64).next_multiple_of(4);
+        row_layout(&self.device, "row_blocks", shape, bytes)
+    }
+
     /// An uninitialised tensor for a kernel to write (poisoned when the
     /// device's poison mode is on).
     pub(crate) fn alloc(

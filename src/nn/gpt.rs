@@ -23,10 +23,11 @@ use super::embedding::{Embedding, EmbeddingConfig, VocabParallelEmbedding};
 use super::init::{Init, InitRng};
 use super::norm::{LayerNorm, NormConfig};
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
-use crate::device::{LocalTensor, Mesh};
+use super::tied_head;
+use crate::device::Mesh;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::kernels::{self, Activation, GemmOptions};
+use crate::kernels::{Activation, GemmOptions};
 use crate::tensor::{DTensor, Mapping, Placement};
 
 /// Sizes and settings of a [`Gpt`].
@@ -255,23 +256,12 @@ impl Gpt {
             trans_b: true,
             ..Default::default()
         };
-        // A vocab shard past one binding is row blocks: one GEMM per block,
-        // the logits joined along the vocab (they must fit one binding).
+        // Per block past one binding (`tied_head.rs`).
         let logits = h
             .shards()
             .iter()
             .zip(table.shards())
-            .map(|(h, e)| {
-                let parts = e
-                    .blocks()
-                    .iter()
-                    .map(|b| kernels::gemm(h, b, opts))
-                    .collect::<Result<Vec<_>>>()?;
-                match parts.len() {
-                    1 => Ok(parts.into_iter().next().expect("one part")),
-                    _ => kernels::concat(&parts.iter().collect::<Vec<_>>(), 1),
-                }
-            })
+            .map(|(h, e)| tied_head::logits(h, e, opts))
             .collect::<Result<Vec<_>>>()?;
         let shape = vec![x.shape()[0], self.config.vocab];
         let logits = table.with_shards(logits, shape, Placement::Shard(1));
@@ -316,25 +306,9 @@ impl Gpt {
                 out_dtype: Some(DType::F32),
                 ..Default::default()
             };
-            if !e.is_blocked() {
-                d_wte.push(kernels::gemm(dl, h, grad)?);
-                d_h.push(kernels::gemm(dl, e, partial)?);
-                continue;
-            }
-            // Row blocks of the vocab shard: d_wte block by block, d_h summed
-            // over the blocks by GEMM accumulation.
-            let (mut blocks, mut acc) = (Vec::new(), None::<LocalTensor>);
-            for (b, row) in e.blocks().iter().zip(e.block_row_starts()) {
-                let dl_b = kernels::narrow(dl, 1, row, b.shape()[0])?;
-                blocks.push(kernels::gemm(&dl_b, h, grad)?);
-                let opts = GemmOptions {
-                    accumulate: acc.as_ref(),
-                    ..partial
-                };
-                acc = Some(kernels::gemm(&dl_b, b, opts)?);
-            }
-            d_wte.push(LocalTensor::from_blocks(blocks)?);
-            d_h.push(acc.expect("a blocked tensor has blocks"));
+            let (de, dh) = tied_head::backward(dl, h, e, (grad, partial))?;
+            d_wte.push(de);
+            d_h.push(dh);
         }
         // The tied head's gradient joins the embedding's in `wte.weight`.
         let d_wte = table.with_shards(d_wte, table.shape().to_vec(), table.placement());

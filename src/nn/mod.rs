@@ -22,6 +22,7 @@ mod model;
 mod norm;
 mod optim;
 mod parameter;
+mod tied_head;
 
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};

@@ -5,8 +5,8 @@
 //! width is 64 because the GEMM pads packed operands to rows of 64 elements,
 //! which must fit one binding too (blocks are 192 rows here). Loss,
 //! every gradient, AdamW steps, greedy decoding and checkpoints equal the
-//! same model on unlimited devices and the f64 reference; logits past one
-//! binding are an error naming the limit.
+//! same model on unlimited devices and the f64 reference; so do logits past
+//! one binding (more tokens), stored in token-row blocks.
 
 use std::collections::BTreeMap;
 
@@ -142,15 +142,6 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
             plain.generate(prompt, 4, Sampling::Greedy).unwrap(),
             "{what}: greedy tokens"
         );
-        // Logits past one binding ([16, 773] f32 at P = 1) are an error naming
-        // the limit, and the model still works afterwards.
-        if p == 1 {
-            let many: Vec<i32> = (0..16).map(|i| i * 7 % VOCAB as i32).collect();
-            let err = blocked.forward(&many, &many, 8).unwrap_err();
-            assert!(matches!(err, wgpu_tp::Error::TooLarge { .. }), "{err:?}");
-            assert!(err.to_string().contains("max_storage_buffer_binding_size"));
-            blocked.forward(&ids, &targets, seq).unwrap();
-        }
         // Checkpoints: saved from blocked storage and loaded into it, exactly.
         let bytes = to_safetensors_bytes(&blocked).unwrap();
         let mut fresh = Gpt::new(&small, config(), seed ^ 1).unwrap();
@@ -272,5 +263,55 @@ fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
             let w: Vec<f64> = want[name].iter().map(|&v| v as f64).collect();
             assert_close(&format!("{what} d{name}"), g, &w, tol);
         }
+    }
+}
+
+/// Logits past one binding ([16, 773] at P = 1, [32, 387] at P = 2) are
+/// stored in token-row blocks: the head, the cross-entropy and the head's
+/// backward run per (token block, vocab block); loss and gradients equal
+/// unlimited devices.
+#[test]
+fn logits_past_one_binding_run_in_token_blocks_p1_2() {
+    let mut rng = Rng::fresh("gpt-blocked-logits");
+    let seed = rng.next_u64();
+    let seq = 8;
+    for (p, batch) in [(1, 2), (2, 4)] {
+        let n = seq * batch;
+        let ids: Vec<i32> = (0..n).map(|_| rng.below(VOCAB) as i32).collect();
+        let targets: Vec<i32> = (0..n).map(|_| rng.below(VOCAB) as i32).collect();
+        let what = format!("P={p} {n} tokens");
+        let mut blocked = Gpt::new(&limited_mesh(p, LIMIT, p > 1), config(), seed).unwrap();
+        let mut plain = Gpt::new(&mesh(p), config(), seed).unwrap();
+        let logits = blocked.logits(&ids, seq).unwrap();
+        assert!(
+            logits.shards()[0].is_blocked(),
+            "{what}: logits are blocked"
+        );
+        let want = plain.logits(&ids, seq).unwrap().to_host().unwrap();
+        let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+        assert_close(
+            &format!("{what} logits"),
+            &logits.to_host().unwrap(),
+            &want,
+            TOL,
+        );
+        let loss = blocked
+            .forward(&ids, &targets, seq)
+            .unwrap()
+            .to_host()
+            .unwrap()[0];
+        let want = plain
+            .forward(&ids, &targets, seq)
+            .unwrap()
+            .to_host()
+            .unwrap()[0];
+        assert_close(&format!("{what} loss"), &[loss], &[want as f64], TOL);
+        blocked.backward().unwrap();
+        plain.backward().unwrap();
+        close_maps(
+            &format!("{what} d"),
+            &master_grads(&blocked),
+            &master_grads(&plain),
+        );
     }
 }
