@@ -2,7 +2,7 @@
 //! with a 1 KiB binding limit: exact upload / download round trips (every
 //! dtype, ragged rows), fills, copies, reshape, and every kernel that runs
 //! per block (casts, element-wise ops, optimiser steps, embedding lookup and
-//! scatter-add) against an f64 reference with poisoned outputs; a row over
+//! scatter-add, cross-entropy over token blocks) against an f64 reference with poisoned outputs; a row over
 //! the limit and kernels that bind one buffer are errors naming the limit,
 //! never panics.
 
@@ -311,5 +311,41 @@ fn kernels_that_bind_one_buffer_refuse_blocked_tensors_with_an_error() {
     assert_eq!(
         kernels::add(&small, &small).unwrap().to_vec().unwrap(),
         vec![0.5; 39]
+    );
+}
+
+#[test]
+fn cross_entropy_runs_per_token_block_of_blocked_logits() {
+    let r = rank();
+    let mut rng = Rng::fresh("blocks-cross-entropy");
+    // [37, 13]: blocks of 16 token rows; label smoothing and an ignored row.
+    let (t, v) = (37, 13);
+    let z = rng.vec(t * v);
+    let mut targets: Vec<i32> = (0..t).map(|_| rng.below(v) as i32).collect();
+    targets[5] = -100;
+    let tz = r.upload(&[t, v], &z).unwrap();
+    assert!(tz.is_blocked());
+    let tt = r.upload_i32(&[t], &targets).unwrap();
+    let opts = kernels::CrossEntropyOptions {
+        ignore_index: Some(-100),
+        label_smoothing: 0.1,
+    };
+    let ce = kernels::cross_entropy(&tz, &tt, &opts).unwrap();
+    let scale = vec![1.0; t];
+    let want = reference::cross_entropy(&z, (v, v), &targets, 0.1, Some(-100), &scale);
+    assert_close(
+        "blocked cross-entropy loss",
+        &ce.loss.to_vec().unwrap(),
+        &want.loss,
+        1e-5,
+    );
+    let ones = r.upload(&[t], &vec![1.0; t]).unwrap();
+    let dz = kernels::cross_entropy_backward(&tz, &tt, &ce, &ones, &opts).unwrap();
+    check_layout(&dz);
+    assert_close(
+        "blocked cross-entropy grad",
+        &dz.to_vec().unwrap(),
+        &want.grad,
+        1e-5,
     );
 }

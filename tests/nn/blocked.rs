@@ -156,7 +156,8 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
 
 /// GPT-2 124M at P = 1 (random weights): builds with `wte` past one binding,
 /// runs a training step and greedy decoding. Slow and memory-hungry (about
-/// 2 GB of device state), so a manual check:
+/// 2 GB of device state), so a manual check (`GPT2_SEQ`, `GPT2_BATCH` set
+/// the batch, 8 × 2 by default):
 /// `cargo test --test tests gpt2_124m -- --ignored --nocapture`, also with
 /// `WGPU_TP_LIMITS=webgpu`.
 #[test]
@@ -184,7 +185,13 @@ fn gpt2_124m_trains_and_decodes_at_p1() {
             .map(|b| b.shape()[0])
             .collect::<Vec<_>>()
     );
-    let (seq, batch) = (8, 2);
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (seq, batch) = (env("GPT2_SEQ", 8), env("GPT2_BATCH", 2));
     let ids: Vec<i32> = (0..seq * batch)
         .map(|i| (i * 3137 % 50257) as i32)
         .collect();
@@ -199,9 +206,11 @@ fn gpt2_124m_trains_and_decodes_at_p1() {
         opt.step(&mut gpt).unwrap();
         gpt.zero_grad();
         let after = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        let secs = t.elapsed().as_secs_f64();
+        let blocks = gpt.logits(&ids, seq).unwrap().shards()[0].blocks().len();
         eprintln!(
-            "[gpt2] step {step}: loss {loss:.4} -> {after:.4}, {:.1} s (fwd+bwd+AdamW+fwd)",
-            t.elapsed().as_secs_f64()
+            "[gpt2] step {step}: loss {loss:.4} -> {after:.4}, {:.1} s (fwd+bwd+AdamW+fwd); logits in {blocks} block(s)",
+            secs
         );
         assert!(loss.is_finite() && after < loss, "the step lowers the loss");
     }
