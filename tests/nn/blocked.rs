@@ -157,7 +157,7 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
 /// GPT-2 124M at P = 1 (random weights): builds with `wte` past one binding,
 /// runs a training step and greedy decoding. Slow and memory-hungry (about
 /// 2 GB of device state), so a manual check (`GPT2_SEQ`, `GPT2_BATCH` set
-/// the batch, 8 × 2 by default):
+/// the batch, 8 × 2 by default; `GPT2_RANKS` the world size, 1):
 /// `cargo test --test tests gpt2_124m -- --ignored --nocapture`, also with
 /// `WGPU_TP_LIMITS=webgpu`.
 #[test]
@@ -165,7 +165,16 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
 fn gpt2_124m_trains_and_decodes_at_p1() {
     use std::time::Instant;
     crate::util::mesh_env();
-    let m = wgpu_tp::MeshBuilder::new().ranks(1).build().unwrap();
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let m = wgpu_tp::MeshBuilder::new()
+        .ranks(env("GPT2_RANKS", 1))
+        .build()
+        .unwrap();
     let l = m.ranks()[0].device().limits();
     eprintln!(
         "[gpt2] {} binding {} buffer {}",
@@ -185,12 +194,6 @@ fn gpt2_124m_trains_and_decodes_at_p1() {
             .map(|b| b.shape()[0])
             .collect::<Vec<_>>()
     );
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
     let (seq, batch) = (env("GPT2_SEQ", 8), env("GPT2_BATCH", 2));
     let ids: Vec<i32> = (0..seq * batch)
         .map(|i| (i * 3137 % 50257) as i32)
@@ -221,7 +224,7 @@ fn gpt2_124m_trains_and_decodes_at_p1() {
         t.elapsed().as_secs_f64()
     );
     let w = gpt.wte.weight().master().unwrap();
-    assert_eq!(w.len(), 50257 * 768);
+    assert_eq!(w.len(), 50257 * 768, "the master gathers every rank's rows");
     assert!(w.iter().all(|v| v.is_finite()));
 }
 
