@@ -1,6 +1,9 @@
 //! The collectives: check the group, run the mesh's transport, count the call
 //! (and, on a traced mesh, time it: `trace.rs`). A group of one returns its
-//! input (no copy) and still counts.
+//! input (no copy) and still counts. Shards stored in row blocks (past one
+//! binding) are moved block by block where blocks map to blocks (all-reduce,
+//! broadcast, reduce-scatter along a dim other than 0); the others refuse
+//! them with an error naming the limit.
 
 use super::group::{
     bytes_of, check_dim, check_group, check_rooted, check_same_except, check_same_shapes,
@@ -10,7 +13,7 @@ use super::stats::Collective;
 use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
 use super::{host, shared};
-use crate::device::{LocalTensor, Mesh, Rank};
+use crate::device::{LocalTensor, Mesh, Rank, blocked_error, common_blocks};
 use crate::element::ReduceOp;
 use crate::error::Result;
 
@@ -24,8 +27,10 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
         shards.to_vec()
     } else {
         match mesh.transport() {
-            Transport::HostStaged => host::all_reduce(shards, &ranks, op)?,
-            Transport::SharedDevice => shared::all_reduce(shards, &ranks, op)?,
+            Transport::HostStaged => per_block(OP, shards, |s| host::all_reduce(s, &ranks, op))?,
+            Transport::SharedDevice => {
+                per_block(OP, shards, |s| shared::all_reduce(s, &ranks, op))?
+            }
         }
     };
     mesh.record_comm(Collective::AllReduce, bytes_of(shards));
@@ -40,6 +45,7 @@ pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec
     let ranks = check_group(OP, mesh, shards)?;
     check_dim(OP, "dim", dim, shards[0].shape().len())?;
     check_same_except(OP, shards, dim)?;
+    check_unblocked(OP, shards)?;
     let span = CommSpan::begin(mesh, Collective::AllGather, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
@@ -66,13 +72,20 @@ pub fn reduce_scatter(
     let ranks = check_group(OP, mesh, shards)?;
     check_dim(OP, "dim", dim, shards[0].shape().len())?;
     check_same_shapes(OP, shards)?;
+    if dim == 0 {
+        check_unblocked(OP, shards)?;
+    }
     let span = CommSpan::begin(mesh, Collective::ReduceScatter, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
     } else {
         match mesh.transport() {
-            Transport::HostStaged => host::reduce_scatter(shards, &ranks, dim, op)?,
-            Transport::SharedDevice => shared::reduce_scatter(shards, &ranks, dim, op)?,
+            Transport::HostStaged => {
+                per_block(OP, shards, |s| host::reduce_scatter(s, &ranks, dim, op))?
+            }
+            Transport::SharedDevice => {
+                per_block(OP, shards, |s| shared::reduce_scatter(s, &ranks, dim, op))?
+            }
         }
     };
     mesh.record_comm(Collective::ReduceScatter, bytes_of(shards));
@@ -89,8 +102,12 @@ pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<L
         vec![src.clone()]
     } else {
         match mesh.transport() {
-            Transport::HostStaged => host::broadcast(src, &ranks, root)?,
-            Transport::SharedDevice => shared::broadcast(src, &ranks, root)?,
+            Transport::HostStaged => per_block(OP, std::slice::from_ref(src), |s| {
+                host::broadcast(&s[0], &ranks, root)
+            })?,
+            Transport::SharedDevice => per_block(OP, std::slice::from_ref(src), |s| {
+                shared::broadcast(&s[0], &ranks, root)
+            })?,
         }
     };
     mesh.record_comm(Collective::Broadcast, src.byte_len());
@@ -109,6 +126,7 @@ pub fn scatter(
     const OP: &str = "scatter";
     check_dim(OP, "dim", dim, src.shape().len())?;
     let (ranks, _root) = check_rooted(OP, mesh, src, ranks)?;
+    check_unblocked(OP, std::slice::from_ref(src))?;
     let span = CommSpan::begin(mesh, Collective::Scatter, rooted(src, &ranks));
     let out = if ranks.len() == 1 {
         vec![src.clone()]
@@ -140,6 +158,7 @@ pub fn all_to_all(
     check_dim(OP, "split_dim", split_dim, ndim)?;
     check_dim(OP, "concat_dim", concat_dim, ndim)?;
     check_same_except(OP, shards, concat_dim)?;
+    check_unblocked(OP, shards)?;
     let span = CommSpan::begin(mesh, Collective::AllToAll, contributions(shards));
     let out = if shards.len() == 1 {
         shards.to_vec()
@@ -153,6 +172,37 @@ pub fn all_to_all(
     mesh.record_comm(Collective::AllToAll, bytes_of(shards));
     finish_span(span);
     Ok(out)
+}
+
+/// Run a transport call on `shards`, block by block when they are stored in
+/// row blocks (every shard alike), joining each output's blocks.
+fn per_block(
+    op: &'static str,
+    shards: &[LocalTensor],
+    f: impl Fn(&[LocalTensor]) -> Result<Vec<LocalTensor>>,
+) -> Result<Vec<LocalTensor>> {
+    let refs: Vec<&LocalTensor> = shards.iter().collect();
+    let Some(n) = common_blocks(op, &refs)? else {
+        return f(shards);
+    };
+    let mut outs: Vec<Vec<LocalTensor>> = Vec::new();
+    for b in 0..n {
+        let parts: Vec<LocalTensor> = shards.iter().map(|s| s.blocks()[b].clone()).collect();
+        let got = f(&parts)?;
+        outs.resize_with(got.len(), Vec::new);
+        for (o, t) in outs.iter_mut().zip(got) {
+            o.push(t);
+        }
+    }
+    outs.into_iter().map(LocalTensor::from_blocks).collect()
+}
+
+/// Collectives whose pieces cross row blocks refuse blocked shards up front.
+fn check_unblocked(op: &'static str, shards: &[LocalTensor]) -> Result<()> {
+    match shards.iter().find(|s| s.is_blocked()) {
+        Some(s) => Err(blocked_error(op, s)),
+        None => Ok(()),
+    }
 }
 
 /// (rank, bytes) of each participant of a many-to-many collective.

@@ -144,6 +144,8 @@ impl Dispatch<'_> {
             }
         };
         for b in self.buffers {
+            // A blocked tensor has no one buffer: an error naming the kernel.
+            b.buffer(self.spec.entry)?;
             device.check_binding(self.spec.entry, bound_bytes(b))?;
         }
         let (x, y) = fold_workgroups(
@@ -170,7 +172,7 @@ impl Dispatch<'_> {
                 }
             } else {
                 let b = buffers.next().ok_or_else(missing)?;
-                binding(slot, b.buffer(), bound_bytes(b))
+                binding(slot, b.buffer(self.spec.entry)?, bound_bytes(b))
             });
         }
         let bind_group = device.raw.create_bind_group(&wgpu::BindGroupDescriptor {

@@ -10,7 +10,9 @@
 //!   spans;
 //! - `context.rs`: [`Device`], one wgpu device + queue with its pending
 //!   encoder, error capture, pool, pipelines and trace recorder;
-//! - `tensor.rs`: [`LocalTensor`], a buffer on one rank;
+//! - `tensor.rs`: [`LocalTensor`], a buffer (or row blocks) on one rank;
+//! - `blocks.rs`: the row-block layout of tensors past one binding, and
+//!   running a kernel block by block;
 //! - `rank.rs`: [`Rank`] and tensor allocation;
 //! - `texture.rs`: a matrix copied into an RGBA texture (how CPU adapters
 //!   read GEMM operands fastest);
@@ -25,6 +27,7 @@
 //! - `select.rs`: adapter choice and [`MeshBuilder`].
 
 mod adapters;
+mod blocks;
 mod context;
 mod dispatch;
 mod mesh;
@@ -50,6 +53,7 @@ pub use tensor::LocalTensor;
 pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};
 
+pub(crate) use blocks::{blocked_error, common_blocks, for_each_block, map_blocks};
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};

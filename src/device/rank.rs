@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::blocks::row_layout;
 use super::context::Device;
 use super::tensor::{LocalTensor, Storage, copy_region};
 use crate::element::DType;
@@ -71,15 +72,22 @@ impl Rank {
         }
         self.device.check()?;
         let t = self.alloc_raw(op, shape, dtype)?;
-        if !bytes.is_empty() {
+        let mut at = 0;
+        for b in t.blocks() {
+            let part = &bytes[at..at + b.byte_len() as usize];
+            at += part.len();
+            if part.is_empty() {
+                continue;
+            }
             // Lands before the next submit's commands (see context.rs);
             // wgpu writes whole words, so an odd f16 count gets a zero pad.
-            if bytes.len().is_multiple_of(4) {
-                self.device.queue.write_buffer(t.buffer(), 0, bytes);
+            let buf = b.buffer(op)?;
+            if part.len().is_multiple_of(4) {
+                self.device.queue.write_buffer(buf, 0, part);
             } else {
-                let mut padded = bytes.to_vec();
-                padded.resize(bytes.len().next_multiple_of(4), 0);
-                self.device.queue.write_buffer(t.buffer(), 0, &padded);
+                let mut padded = part.to_vec();
+                padded.resize(part.len().next_multiple_of(4), 0);
+                self.device.queue.write_buffer(buf, 0, &padded);
             }
         }
         Ok(t)
@@ -113,10 +121,13 @@ impl Rank {
     }
 
     fn fill(&self, t: LocalTensor, bits: u32) -> Result<LocalTensor> {
-        let (n, words) = (t.len(), t.word_bytes());
-        if n > 0 {
+        for b in t.blocks() {
+            let (n, words) = (b.len(), b.word_bytes());
+            if n == 0 {
+                continue;
+            }
+            let buf = b.buffer("fill")?.clone();
             if bits == 0 {
-                let buf = t.buffer().clone();
                 self.device
                     .record(|enc| enc.clear_buffer(&buf, 0, Some(words)));
             } else {
@@ -127,10 +138,18 @@ impl Rank {
                 let data = vec![word; words as usize / 4];
                 self.device
                     .queue
-                    .write_buffer(t.buffer(), 0, bytemuck::cast_slice(&data));
+                    .write_buffer(&buf, 0, bytemuck::cast_slice(&data));
             }
         }
         Ok(t)
+    }
+
+    /// Rows of each block a tensor of `shape` and `dtype` is stored in on
+    /// this rank (`None`: one buffer); see `blocks.rs`.
+    pub(crate) fn row_blocks(&self, shape: &[usize], dtype: DType) -> Result<Option<Vec<usize>>> {
+        let n: usize = shape.iter().product();
+        let bytes = (n as u64 * dtype.size_bytes() as u64).next_multiple_of(4);
+        row_layout(&self.device, "row_blocks", shape, bytes)
     }
 
     /// An uninitialised tensor for a kernel to write (poisoned when the
@@ -142,7 +161,9 @@ impl Rank {
         dtype: DType,
     ) -> Result<LocalTensor> {
         let t = self.alloc_raw(op, shape, dtype)?;
-        self.device.maybe_poison(t.buffer(), t.word_bytes());
+        for b in t.blocks() {
+            self.device.maybe_poison(b.buffer(op)?, b.word_bytes());
+        }
         Ok(t)
     }
 
@@ -165,6 +186,17 @@ impl Rank {
         let bytes = (n as u64)
             .saturating_mul(dtype.size_bytes() as u64)
             .next_multiple_of(4);
+        if let Some(rows) = row_layout(&self.device, op, shape, bytes)? {
+            let blocks = rows
+                .into_iter()
+                .map(|r| {
+                    let mut s = shape.to_vec();
+                    s[0] = r;
+                    self.alloc_with(op, &s, dtype, fresh)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return LocalTensor::from_blocks(blocks);
+        }
         self.device.check_binding(op, bytes)?;
         let (size, buffer) = if fresh {
             self.device.pool.create(bytes)
@@ -200,7 +232,14 @@ impl LocalTensor {
                 b: rank.index,
             });
         }
-        let storage = self.storage();
+        let Some(storage) = self.storage() else {
+            let blocks = self
+                .blocks()
+                .iter()
+                .map(|b| b.alias_on(rank))
+                .collect::<Result<Vec<_>>>()?;
+            return LocalTensor::from_blocks(blocks);
+        };
         if rank.index != self.rank_index() {
             storage.shared_across_ranks.store(true, Ordering::Relaxed);
         }

@@ -10,14 +10,26 @@ use crate::error::Result;
 /// Read several tensors (on any ranks and devices) back to the host with one
 /// wait per device: copy each into a MAP_READ staging buffer, submit every
 /// device, map all, then poll each device once.
+/// A blocked tensor is read block by block and joined on the host.
 pub fn download_many(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
     let mut x = Exchange::with_capacity(tensors.len(), 0);
     for t in tensors {
-        x.read(t)?;
+        for b in t.blocks() {
+            x.read(b)?;
+        }
     }
     let mapped = x.map()?;
-    Ok((0..tensors.len())
-        .map(|i| mapped.input(i).to_vec())
+    let mut next = 0;
+    Ok(tensors
+        .iter()
+        .map(|t| {
+            let mut out = Vec::with_capacity(t.byte_len() as usize);
+            for _ in t.blocks() {
+                out.extend_from_slice(mapped.input(next));
+                next += 1;
+            }
+            out
+        })
         .collect())
 }
 

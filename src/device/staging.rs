@@ -87,9 +87,11 @@ impl Exchange {
         let device = t.device();
         device.check()?;
         let (bytes, words) = (t.byte_len(), t.word_bytes());
+        // Blocked tensors are read block by block (`download_many`).
+        let src = t.buffer("exchange")?.clone();
         let staging = device.pool.take_read_staging(words.max(4));
         if bytes > 0 {
-            let (src, dst) = (t.buffer().clone(), staging.clone());
+            let dst = staging.clone();
             device.record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(words)));
         }
         self.downs.push(Down {
@@ -104,6 +106,8 @@ impl Exchange {
     /// A fresh output tensor on `rank`, filled from its mapped view.
     pub(crate) fn write(&mut self, rank: &Rank, shape: &[usize], dtype: DType) -> Result<()> {
         let out = rank.alloc("exchange", shape, dtype)?;
+        // A collective's output is one buffer: a blocked one is an error here.
+        out.buffer("exchange")?;
         let (staging, mapped) = if out.byte_len() >= POOLED_UPLOAD_MIN_BYTES {
             let (b, mapped) = rank.device.pool.take_write_staging(out.word_bytes());
             (Some(b), mapped)
@@ -303,7 +307,7 @@ impl Mapped {
                 let size = (bytes.len().max(4) as u64).try_into().expect("non-zero");
                 // An empty output still gets a 4-byte view (inside its pooled
                 // buffer of >= 256 bytes); the caller writes nothing to it.
-                let (buf, start) = (u.out.buffer(), bytes.start as u64);
+                let (buf, start) = (u.out.buffer("exchange")?, bytes.start as u64);
                 let v = u
                     .device
                     .queue
@@ -325,7 +329,7 @@ impl Mapped {
             u.mapped = false;
             let bytes = u.out.word_bytes();
             if bytes > 0 {
-                let (src, dst) = (b.clone(), u.out.buffer().clone());
+                let (src, dst) = (b.clone(), u.out.buffer("exchange")?.clone());
                 u.device
                     .record(|enc| enc.copy_buffer_to_buffer(&src, 0, &dst, 0, Some(bytes)));
             }

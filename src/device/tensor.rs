@@ -10,12 +10,16 @@
 //! rank can observe the sharing. The one exception, in-place optimiser
 //! updates, refuses such buffers ([`LocalTensor::is_shared_across_ranks`]).
 //!
+//! A tensor larger than one storage binding is stored as row blocks, each
+//! itself a one-buffer `LocalTensor` (`blocks.rs`).
+//!
 //! The rank a tensor belongs to is in `rank.rs`, reading it back in
 //! `staging.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::blocks::blocked_error;
 use super::context::Device;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -37,10 +41,21 @@ impl Drop for Storage {
     }
 }
 
-/// A dense, row-major tensor living on one rank. Cloning is cheap (shared buffer).
+/// Where a tensor's bytes live.
+#[derive(Clone)]
+enum Body {
+    /// One buffer.
+    Buffer(Arc<Storage>),
+    /// Row blocks along dim 0 (at least two), each a one-buffer tensor.
+    Blocks(Arc<[LocalTensor]>),
+}
+
+/// A dense, row-major tensor living on one rank. Cloning is cheap (shared
+/// buffers). Past one storage binding it is stored as row blocks
+/// ([`LocalTensor::blocks`]).
 #[derive(Clone)]
 pub struct LocalTensor {
-    storage: Arc<Storage>,
+    body: Body,
     shape: Vec<usize>,
     dtype: DType,
     rank: usize,
@@ -52,6 +67,7 @@ impl std::fmt::Debug for LocalTensor {
             .field("shape", &self.shape)
             .field("dtype", &self.dtype)
             .field("rank", &self.rank)
+            .field("blocks", &self.blocks().len())
             .finish()
     }
 }
@@ -59,11 +75,37 @@ impl std::fmt::Debug for LocalTensor {
 impl LocalTensor {
     pub(super) fn new(storage: Arc<Storage>, shape: Vec<usize>, dtype: DType, rank: usize) -> Self {
         LocalTensor {
-            storage,
+            body: Body::Buffer(storage),
             shape,
             dtype,
             rank,
         }
+    }
+
+    /// A tensor of `shape` stored as `blocks` (two or more one-buffer
+    /// tensors of one rank and dtype whose rows add up to `shape[0]`).
+    pub(super) fn blocked(blocks: Vec<LocalTensor>, shape: Vec<usize>) -> Self {
+        let (dtype, rank) = (blocks[0].dtype, blocks[0].rank);
+        LocalTensor {
+            body: Body::Blocks(blocks.into()),
+            shape,
+            dtype,
+            rank,
+        }
+    }
+
+    /// The one-buffer tensors holding its rows, in order: itself for a tensor
+    /// within one binding, else its row blocks (see `device/blocks.rs`).
+    pub fn blocks(&self) -> &[LocalTensor] {
+        match &self.body {
+            Body::Buffer(_) => std::slice::from_ref(self),
+            Body::Blocks(b) => b,
+        }
+    }
+
+    /// Whether it is stored as several row blocks.
+    pub fn is_blocked(&self) -> bool {
+        matches!(self.body, Body::Blocks(_))
     }
 
     /// The shape.
@@ -93,14 +135,17 @@ impl LocalTensor {
 
     /// The device it lives on.
     pub fn device(&self) -> &Arc<Device> {
-        &self.storage.device
+        match &self.body {
+            Body::Buffer(s) => &s.device,
+            Body::Blocks(b) => b[0].device(),
+        }
     }
 
     /// Old name of [`LocalTensor::device`].
     #[doc(hidden)]
     #[deprecated(note = "renamed to device()")]
     pub fn gpu(&self) -> &Arc<Device> {
-        &self.storage.device
+        self.device()
     }
 
     /// Bytes of data (len × the dtype's size).
@@ -115,19 +160,27 @@ impl LocalTensor {
         self.byte_len().next_multiple_of(4)
     }
 
-    /// The buffer and its bookkeeping, shared by every view of it.
-    pub(super) fn storage(&self) -> &Arc<Storage> {
-        &self.storage
+    /// The buffer and its bookkeeping, shared by every view of it (`None`
+    /// for a blocked tensor).
+    pub(super) fn storage(&self) -> Option<&Arc<Storage>> {
+        match &self.body {
+            Body::Buffer(s) => Some(s),
+            Body::Blocks(_) => None,
+        }
     }
 
-    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
-        self.storage
-            .buffer
-            .as_ref()
-            .expect("buffer present until drop")
+    /// The one buffer, for binding or copying; a blocked tensor has none,
+    /// which is an error naming `op` and the limit.
+    pub(crate) fn buffer(&self, op: &'static str) -> Result<&wgpu::Buffer> {
+        match &self.body {
+            Body::Buffer(s) => Ok(s.buffer.as_ref().expect("buffer present until drop")),
+            Body::Blocks(_) => Err(blocked_error(op, self)),
+        }
     }
 
-    /// The same data under another shape with as many elements (no copy).
+    /// The same data under another shape with as many elements (no copy). A
+    /// blocked tensor keeps its blocks, so each block must hold whole rows of
+    /// the new shape.
     pub fn reshape(&self, shape: &[usize]) -> Result<LocalTensor> {
         let n: usize = shape.iter().product();
         if n != self.len() {
@@ -137,12 +190,36 @@ impl LocalTensor {
                 shape,
             ));
         }
-        Ok(LocalTensor::new(
-            self.storage.clone(),
-            shape.to_vec(),
-            self.dtype,
-            self.rank,
-        ))
+        match &self.body {
+            Body::Buffer(s) => Ok(LocalTensor::new(
+                s.clone(),
+                shape.to_vec(),
+                self.dtype,
+                self.rank,
+            )),
+            Body::Blocks(blocks) => {
+                let row: usize = shape.get(1..).map_or(1, |r| r.iter().product());
+                if shape.is_empty() || blocks.iter().any(|b| row == 0 || b.len() % row != 0) {
+                    return Err(Error::invalid(
+                        "reshape",
+                        format!(
+                            "{:?} is stored in row blocks of {:?} rows, which are not whole rows of {shape:?}; reshape so that rows stay whole",
+                            self.shape,
+                            blocks.iter().map(|b| b.shape()[0]).collect::<Vec<_>>()
+                        ),
+                    ));
+                }
+                let parts = blocks
+                    .iter()
+                    .map(|b| {
+                        let mut s = shape.to_vec();
+                        s[0] = b.len() / row;
+                        b.reshape(&s)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(LocalTensor::blocked(parts, shape.to_vec()))
+            }
+        }
     }
 
     /// Check that `other` lives on the same rank and device as `self`.
@@ -174,13 +251,63 @@ impl LocalTensor {
     /// like reading any tensor; in-place updates (the optimiser kernels)
     /// refuse it, and [`LocalTensor::deep_copy`] gives a buffer of its own.
     pub fn is_shared_across_ranks(&self) -> bool {
-        self.storage.shared_across_ranks.load(Ordering::Relaxed)
+        match &self.body {
+            Body::Buffer(s) => s.shared_across_ranks.load(Ordering::Relaxed),
+            Body::Blocks(b) => b.iter().any(|b| b.is_shared_across_ranks()),
+        }
     }
 }
 
 /// Record a copy of `count` elements from `src[src_off..]` into `dst[dst_off..]`
-/// (same device; offsets in elements).
+/// (same device; offsets in elements), block by block where either is blocked.
 pub(crate) fn copy_region(
+    src: &LocalTensor,
+    src_off: usize,
+    dst: &LocalTensor,
+    dst_off: usize,
+    count: usize,
+) -> Result<()> {
+    if !src.is_blocked() && !dst.is_blocked() {
+        return copy_one(src, src_off, dst, dst_off, count);
+    }
+    if src_off + count > src.len() || dst_off + count > dst.len() {
+        return Err(Error::invalid("copy", "copy region out of bounds"));
+    }
+    // Walk both block lists over the copied range, one copy per overlap.
+    let spans = |t: &LocalTensor| {
+        let mut at = 0;
+        t.blocks()
+            .iter()
+            .map(|b| {
+                at += b.len();
+                (at - b.len(), b.clone())
+            })
+            .collect::<Vec<_>>()
+    };
+    let (s, d) = (spans(src), spans(dst));
+    let mut done = 0;
+    while done < count {
+        let (from, to) = (src_off + done, dst_off + done);
+        let find = |spans: &[(usize, LocalTensor)], at: usize| {
+            spans
+                .iter()
+                .rev()
+                .find(|(start, b)| *start <= at && at < start + b.len())
+                .cloned()
+                .expect("offset within the tensor")
+        };
+        let ((s0, sb), (d0, db)) = (find(&s, from), find(&d, to));
+        let n = (count - done)
+            .min(s0 + sb.len() - from)
+            .min(d0 + db.len() - to);
+        copy_one(&sb, from - s0, &db, to - d0, n)?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// [`copy_region`] between one-buffer tensors.
+fn copy_one(
     src: &LocalTensor,
     src_off: usize,
     dst: &LocalTensor,
@@ -220,7 +347,7 @@ pub(crate) fn copy_region(
             "f16 regions must start at an even element and have an even length (or end the destination); cast to f32 to move odd f16 regions",
         ));
     }
-    let (s, d) = (src.buffer().clone(), dst.buffer().clone());
+    let (s, d) = (src.buffer("copy")?.clone(), dst.buffer("copy")?.clone());
     src.device().record(|enc| {
         enc.copy_buffer_to_buffer(
             &s,

@@ -98,10 +98,11 @@ impl LocalTensor {
             },
             view_formats: &[],
         });
+        let buffer = self.buffer(op)?;
         device.record(|enc| {
             enc.copy_buffer_to_texture(
                 wgpu::TexelCopyBufferInfo {
-                    buffer: self.buffer(),
+                    buffer,
                     layout: wgpu::TexelCopyBufferLayout {
                         offset: 0,
                         bytes_per_row: Some((pitch * size) as u32),

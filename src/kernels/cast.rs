@@ -5,7 +5,7 @@
 //! lavapipe; WGSL lets a driver pick either neighbour); widening is exact.
 
 use super::grid::grid_groups;
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, map_blocks};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -40,8 +40,18 @@ struct Params {
 
 /// `x` as `dtype`: f32 ↔ f16 (a fresh tensor of the same shape), or `x`
 /// itself when it already has that dtype. f16 needs an adapter with
-/// `SHADER_F16`; i32 tensors cannot be cast.
+/// `SHADER_F16`; i32 tensors cannot be cast. A blocked tensor is cast block
+/// by block (both dtypes block alike), keeping its blocks.
 pub fn cast(x: &LocalTensor, dtype: DType) -> Result<LocalTensor> {
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    // Widening may need blocks where the input had none: copy it into them.
+    let x = x.blocked_as("cast", dtype)?;
+    map_blocks("cast", &[&x], |p| cast_one(p[0], dtype))
+}
+
+fn cast_one(x: &LocalTensor, dtype: DType) -> Result<LocalTensor> {
     const OP: &str = "cast";
     let (family, source) = match (x.dtype(), dtype) {
         (from, to) if from == to => return Ok(x.clone()),

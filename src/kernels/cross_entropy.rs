@@ -16,9 +16,11 @@
 //! communication. [`cross_entropy`] runs the chain on one rank.
 //!
 //! Targets outside the global vocab (other than `ignore_index`) are the
-//! layer's check; these kernels treat them as not owned.
+//! layer's check; these kernels treat them as not owned. Logits stored in
+//! token-row blocks (past one binding) run block by block.
 
 use super::grid::grid_source;
+use super::row_blocks::by_row_blocks;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -170,6 +172,32 @@ fn run(
     elements: u64,
     workgroup: u64,
 ) -> Result<LocalTensor> {
+    // Logits past one binding are token-row blocks: one dispatch per block.
+    if let Some(z) = inputs[0].filter(|z| z.is_blocked()) {
+        let per_row_elements = elements / out_shape[0] as u64;
+        return by_row_blocks(z, &inputs[1..], |block, rows| {
+            let n = block.shape()[0];
+            let mut ins = [Some(block), None, None, None, None, None];
+            ins[1..].copy_from_slice(rows);
+            let (mut shape, p) = (
+                out_shape.to_vec(),
+                Params {
+                    rows: n as u32,
+                    ..*params
+                },
+            );
+            shape[0] = n;
+            run(
+                entry,
+                op,
+                &p,
+                ins,
+                &shape,
+                per_row_elements * n as u64,
+                workgroup,
+            )
+        });
+    }
     let any = inputs
         .iter()
         .flatten()

@@ -4,7 +4,7 @@
 //! written as vec4s (`KernelSpec::in_vec4s` in `device/pipeline.rs`).
 
 use super::grid::{grid_groups, grid_source};
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, map_blocks};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -37,7 +37,22 @@ struct Params {
     beta: f32,
 }
 
+/// One kernel per block when the operands are blocked (same shape, so same blocks).
 fn run(
+    entry: &'static str,
+    op: &'static str,
+    a: &LocalTensor,
+    b: &LocalTensor,
+    alpha: f32,
+    beta: f32,
+) -> Result<LocalTensor> {
+    if a.shape() != b.shape() {
+        return Err(Error::shape(op, a.shape(), b.shape()));
+    }
+    map_blocks(op, &[a, b], |p| run_one(entry, op, p[0], p[1], alpha, beta))
+}
+
+fn run_one(
     entry: &'static str,
     op: &'static str,
     a: &LocalTensor,
@@ -110,6 +125,10 @@ pub fn activation_backward(
 
 /// `a[i, j] + b[j]`: a bias row `b` (`[cols]`) added to every row of `a` (`[.., cols]`).
 pub fn add_row(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
+    map_blocks("add_row", &[a], |p| add_row_one(p[0], b))
+}
+
+fn add_row_one(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     const OP: &str = "add_row";
     a.expect_dtype(OP, DType::F32)?;
     b.expect_dtype(OP, DType::F32)?;

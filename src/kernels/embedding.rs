@@ -11,6 +11,7 @@
 //! Rejecting ids outside the *global* vocab is the layer's job; here they are
 //! simply not owned.
 
+use super::elementwise::add;
 use super::grid::{grid_groups, grid_source};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
 use crate::element::DType;
@@ -51,8 +52,22 @@ fn start_i32(op: &'static str, start: i64, rows: usize) -> Result<i32> {
 
 /// Look up `ids` (I32, any shape, flattened to `n`) in `table` (F32
 /// `[rows, dim]`, global rows `[start, start + rows)`): returns `[n, dim]`,
-/// with zero rows for ids this table does not own.
+/// with zero rows for ids this table does not own. A blocked table is looked
+/// up block by block and the partial lookups summed (each row comes from
+/// one block, the others add exact zeros).
 pub fn embedding_lookup(table: &LocalTensor, ids: &LocalTensor, start: i64) -> Result<LocalTensor> {
+    let mut out: Option<LocalTensor> = None;
+    for (block, row) in table.blocks().iter().zip(table.block_row_starts()) {
+        let part = lookup_one(block, ids, start + row as i64)?;
+        out = Some(match out {
+            None => part,
+            Some(acc) => add(&acc, &part)?,
+        });
+    }
+    Ok(out.expect("a tensor has at least one block"))
+}
+
+fn lookup_one(table: &LocalTensor, ids: &LocalTensor, start: i64) -> Result<LocalTensor> {
     const OP: &str = "embedding_lookup";
     table.expect_dtype(OP, DType::F32)?;
     ids.expect_dtype(OP, DType::I32)?;
@@ -113,7 +128,7 @@ pub fn embedding_backward(
             ));
         }
     };
-    let start = start_i32(OP, start, rows)?;
+    start_i32(OP, start, rows)?;
     let rank = ids.rank();
     let out = match accumulate {
         Some(acc) => {
@@ -131,19 +146,23 @@ pub fn embedding_backward(
     if n == 0 || rows == 0 {
         return Ok(out);
     }
-    let params = Params {
-        total: 0,
-        n: to_u32(OP, "n", n)?,
-        dim: to_u32(OP, "dim", dim)?,
-        rows: to_u32(OP, "rows", rows)?,
-        start,
-    };
-    Dispatch {
-        spec: &spec("scatter_add"),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[ids, dout, &out],
-        workgroups: (dim as u64).div_ceil(64),
+    // A table past one binding is blocked: each block takes the ids of its rows.
+    for (block, row) in out.blocks().iter().zip(out.block_row_starts()) {
+        let rows = block.shape()[0];
+        let params = Params {
+            total: 0,
+            n: to_u32(OP, "n", n)?,
+            dim: to_u32(OP, "dim", dim)?,
+            rows: to_u32(OP, "rows", rows)?,
+            start: start_i32(OP, start + row as i64, rows)?,
+        };
+        Dispatch {
+            spec: &spec("scatter_add"),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[ids, dout, block],
+            workgroups: (dim as u64).div_ceil(64),
+        }
+        .record(ids.device())?;
     }
-    .record(ids.device())?;
     Ok(out)
 }

@@ -15,6 +15,7 @@ mod grid;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
+mod row_blocks;
 pub mod slicing;
 pub mod transpose;
 

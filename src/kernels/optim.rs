@@ -4,7 +4,7 @@
 //! nothing.
 
 use super::grid::{grid_groups, grid_source};
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, for_each_block};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -92,7 +92,7 @@ pub fn sgd_step(
     if s.momentum != 0.0 && momentum_buf.is_none() {
         return Err(Error::invalid(OP, "momentum needs a momentum buffer"));
     }
-    let n = check(OP, param, &[grad])?;
+    check(OP, param, &[grad])?;
     check_writable(OP, &[param])?;
     if let Some(b) = momentum_buf {
         check(OP, param, &[b])?;
@@ -102,21 +102,27 @@ pub fn sgd_step(
         t.expect_dtype(OP, DType::F32)?;
         param.same_rank(OP, t)?;
     }
-    let params = Params {
-        n,
-        first_step: u32::from(s.first_step),
-        lr: s.lr,
-        weight_decay: s.weight_decay,
-        momentum: s.momentum,
-        ..Default::default()
-    };
-    Dispatch {
-        spec: &spec("sgd"),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[grad, param, momentum_buf.unwrap_or(spare[0]), spare[1]],
-        workgroups: grid_groups(param.device(), n.div_ceil(4) as usize),
-    }
-    .record(param.device())
+    // Block by block for a parameter past one binding (state blocks alike).
+    let mut operands = vec![grad, param];
+    operands.extend(momentum_buf);
+    for_each_block(OP, &operands, |p| {
+        let n = p[1].len() as u32;
+        let params = Params {
+            n,
+            first_step: u32::from(s.first_step),
+            lr: s.lr,
+            weight_decay: s.weight_decay,
+            momentum: s.momentum,
+            ..Default::default()
+        };
+        Dispatch {
+            spec: &spec("sgd"),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[p[0], p[1], p.get(2).copied().unwrap_or(spare[0]), spare[1]],
+            workgroups: grid_groups(param.device(), n.div_ceil(4) as usize),
+        }
+        .record(param.device())
+    })
 }
 
 /// AdamW settings.
@@ -145,27 +151,31 @@ pub fn adamw_step(
     s: AdamWStep,
 ) -> Result<()> {
     const OP: &str = "adamw_step";
-    let n = check(OP, param, &[grad, m, v])?;
+    check(OP, param, &[grad, m, v])?;
     check_writable(OP, &[param, m, v])?;
     if s.step == 0 {
         return Err(Error::invalid(OP, "step counts from 1"));
     }
-    let params = Params {
-        n,
-        lr: s.lr,
-        weight_decay: s.weight_decay,
-        momentum: s.beta1,
-        beta2: s.beta2,
-        eps: s.eps,
-        bias_c1: 1.0 - s.beta1.powi(s.step as i32),
-        bias_c2: 1.0 - s.beta2.powi(s.step as i32),
-        ..Default::default()
-    };
-    Dispatch {
-        spec: &spec("adamw"),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[grad, param, m, v],
-        workgroups: grid_groups(param.device(), n.div_ceil(4) as usize),
-    }
-    .record(param.device())
+    // Block by block for a parameter past one binding (state blocks alike).
+    for_each_block(OP, &[grad, param, m, v], |p| {
+        let n = p[1].len() as u32;
+        let params = Params {
+            n,
+            lr: s.lr,
+            weight_decay: s.weight_decay,
+            momentum: s.beta1,
+            beta2: s.beta2,
+            eps: s.eps,
+            bias_c1: 1.0 - s.beta1.powi(s.step as i32),
+            bias_c2: 1.0 - s.beta2.powi(s.step as i32),
+            ..Default::default()
+        };
+        Dispatch {
+            spec: &spec("adamw"),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[p[0], p[1], p[2], p[3]],
+            workgroups: grid_groups(param.device(), n.div_ceil(4) as usize),
+        }
+        .record(param.device())
+    })
 }

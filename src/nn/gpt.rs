@@ -23,10 +23,11 @@ use super::embedding::{Embedding, EmbeddingConfig, VocabParallelEmbedding};
 use super::init::{Init, InitRng};
 use super::norm::{LayerNorm, NormConfig};
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
+use super::tied_head;
 use crate::device::Mesh;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::kernels::{self, Activation, GemmOptions};
+use crate::kernels::{Activation, GemmOptions};
 use crate::tensor::{DTensor, Mapping, Placement};
 
 /// Sizes and settings of a [`Gpt`].
@@ -255,11 +256,12 @@ impl Gpt {
             trans_b: true,
             ..Default::default()
         };
+        // Per block past one binding (`tied_head.rs`).
         let logits = h
             .shards()
             .iter()
             .zip(table.shards())
-            .map(|(h, e)| kernels::gemm(h, e, opts))
+            .map(|(h, e)| tied_head::logits(h, e, opts))
             .collect::<Result<Vec<_>>>()?;
         let shape = vec![x.shape()[0], self.config.vocab];
         let logits = table.with_shards(logits, shape, Placement::Shard(1));
@@ -304,8 +306,9 @@ impl Gpt {
                 out_dtype: Some(DType::F32),
                 ..Default::default()
             };
-            d_wte.push(kernels::gemm(dl, h, grad)?);
-            d_h.push(kernels::gemm(dl, e, partial)?);
+            let (de, dh) = tied_head::backward(dl, h, e, (grad, partial))?;
+            d_wte.push(de);
+            d_h.push(dh);
         }
         // The tied head's gradient joins the embedding's in `wte.weight`.
         let d_wte = table.with_shards(d_wte, table.shape().to_vec(), table.placement());

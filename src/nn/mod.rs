@@ -24,6 +24,7 @@ mod norm;
 mod optim;
 mod parameter;
 mod pretrained;
+mod tied_head;
 
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};

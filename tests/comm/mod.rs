@@ -7,6 +7,7 @@
 //! - `shared`: the shared-device transport's one-buffer replicated results;
 //! - `stats`: exact call and byte counters.
 
+mod blocks;
 mod collectives;
 mod host;
 mod ring;

@@ -24,6 +24,7 @@
 /// "How it is tested: tolerances and coverage").
 const TOL: f64 = 1e-5;
 
+mod blocked;
 mod checkpoint;
 mod cross_entropy;
 mod dropout;

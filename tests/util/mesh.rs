@@ -153,3 +153,30 @@ pub fn shard_f32(
         })
         .collect()
 }
+
+/// A poisoned mesh of `n` ranks whose devices allow only `binding` bytes per
+/// storage binding (WebGPU's other limits), so tensors past it are stored as
+/// row blocks; one per (n, binding, shared) for the whole binary. With
+/// `shared`, the ranks share one wgpu device (one pipeline cache).
+pub fn limited_mesh(n: usize, binding: u64, shared: bool) -> Mesh {
+    type Meshes = Mutex<HashMap<(usize, u64, bool), Mesh>>;
+    static MESHES: OnceLock<Meshes> = OnceLock::new();
+    mesh_env();
+    let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    map.entry((n, binding, shared))
+        .or_insert_with(|| {
+            let limits = wgpu::Limits {
+                max_storage_buffer_binding_size: binding,
+                ..wgpu::Limits::default()
+            };
+            let mut b = wgpu_tp::MeshBuilder::new().ranks(n).limits(limits);
+            if shared {
+                b = b.shared_device();
+            }
+            let m = b.build().expect("a GPU adapter");
+            m.set_poison(true);
+            m
+        })
+        .clone()
+}

@@ -1,0 +1,86 @@
+//! The tied output head's GEMMs on one rank, for tables and logits of any
+//! size: `logits = h · Eᵀ`, `dE = dlogitsᵀ · h`, `dh = dlogits · E`.
+//!
+//! Past one storage binding a vocab shard `E` is stored in row blocks of
+//! vocab rows, and the logits `[tokens, vocab rows]` in row blocks of tokens
+//! (`device/blocks.rs`). Logits are one GEMM per (token block, vocab block),
+//! joined along the vocab; `dE` is accumulated per vocab block over the
+//! token blocks (so it has `E`'s blocks), `dh` per token block over the
+//! vocab blocks; both sums by GEMM accumulation.
+
+use crate::device::LocalTensor;
+use crate::error::Result;
+use crate::kernels::{self, GemmOptions};
+
+/// `parts` joined along `dim`, without a copy for one part.
+fn join(mut parts: Vec<LocalTensor>, dim: usize) -> Result<LocalTensor> {
+    match parts.len() {
+        1 => Ok(parts.pop().expect("one part")),
+        _ => kernels::concat(&parts.iter().collect::<Vec<_>>(), dim),
+    }
+}
+
+/// Rows `start..start + n` of `x`, without a copy when that is all of it.
+fn rows(x: &LocalTensor, dim: usize, start: usize, n: usize) -> Result<LocalTensor> {
+    match start == 0 && n == x.shape()[dim] {
+        true => Ok(x.clone()),
+        false => kernels::narrow(x, dim, start, n),
+    }
+}
+
+/// `h · eᵀ` (`opts` has `trans_b`), in token-row blocks where the logits
+/// do not fit one binding.
+pub(super) fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Result<LocalTensor> {
+    let t = h.shape()[0];
+    let layout = h.rank().row_blocks(&[t, e.shape()[0]], h.dtype())?;
+    let (mut start, mut token_blocks) = (0, Vec::new());
+    for n in layout.unwrap_or_else(|| vec![t]) {
+        let h_t = rows(h, 0, start, n)?;
+        let parts = e
+            .blocks()
+            .iter()
+            .map(|b| kernels::gemm(&h_t, b, opts))
+            .collect::<Result<Vec<_>>>()?;
+        token_blocks.push(join(parts, 1)?);
+        start += n;
+    }
+    LocalTensor::from_blocks(token_blocks)
+}
+
+/// `(dlᵀ · h, dl · e)` with the GEMM options `grad` (`trans_a`) and
+/// `partial`, block by block where `dl` or `e` is blocked.
+pub(super) fn backward(
+    dl: &LocalTensor,
+    h: &LocalTensor,
+    e: &LocalTensor,
+    (grad, partial): (GemmOptions, GemmOptions),
+) -> Result<(LocalTensor, LocalTensor)> {
+    let (tb, vb) = (dl.blocks(), e.blocks());
+    if tb.len() == 1 && vb.len() == 1 {
+        return Ok((kernels::gemm(dl, h, grad)?, kernels::gemm(dl, e, partial)?));
+    }
+    let mut de: Vec<Option<LocalTensor>> = vec![None; vb.len()];
+    let mut dh = Vec::with_capacity(tb.len());
+    for (d, t0) in tb.iter().zip(dl.block_row_starts()) {
+        let h_t = rows(h, 0, t0, d.shape()[0])?;
+        let mut acc: Option<LocalTensor> = None;
+        for ((w, v0), slot) in vb.iter().zip(e.block_row_starts()).zip(de.iter_mut()) {
+            let d_tv = rows(d, 1, v0, w.shape()[0])?;
+            let accumulate = slot.as_ref();
+            let next = kernels::gemm(&d_tv, &h_t, GemmOptions { accumulate, ..grad })?;
+            *slot = Some(next);
+            let accumulate = acc.as_ref();
+            acc = Some(kernels::gemm(
+                &d_tv,
+                w,
+                GemmOptions {
+                    accumulate,
+                    ..partial
+                },
+            )?);
+        }
+        dh.extend(acc);
+    }
+    let de = LocalTensor::from_blocks(de.into_iter().flatten().collect())?;
+    Ok((de, join(dh, 0)?))
+}
