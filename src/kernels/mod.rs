@@ -11,6 +11,7 @@ pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
+pub mod gemv;
 mod grid;
 pub mod norm;
 pub mod optim;
@@ -64,6 +65,7 @@ pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     // in each (operand, output) precision.
     out.extend(gemm::tiled_sources());
     out.extend(gemm::register_sources());
+    out.extend(gemv::gemv_sources());
     // f16 families (used only where the adapter has SHADER_F16).
     out.push(("transpose_f16", transpose::SOURCE_F16));
     out.push(("cast_to_f16", cast::SOURCE_TO_F16));

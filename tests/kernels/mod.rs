@@ -1,6 +1,7 @@
 //! Layer 2, `src/kernels/`: each kernel family on one rank against the f64
 //! references in `util::reference`, plus its error cases:
 //! - `gemm`: gemm (transposes, bias, accumulate, every variant) and `sum_rows`;
+//! - `gemv`: the small-M GEMM reading B as stored;
 //! - `elementwise`: add/scale/axpby and activations with their backward;
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
@@ -20,5 +21,6 @@ mod elementwise;
 mod embedding;
 mod f16;
 mod gemm;
+mod gemv;
 mod slicing;
 mod transpose;

@@ -46,7 +46,7 @@
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
 //! register tile, for tuning.
 //!
-//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|cpu|tiled|generic`
+//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|cpu|tiled|generic|gemv`
 //! forces one for [`gemm`] (read once per process); [`gemm_with`] picks one
 //! per call.
 //!
@@ -67,6 +67,7 @@ mod register;
 
 pub(crate) use self::register::register_sources;
 use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, column_blocks_pay, small_product};
+use super::gemv::{GEMV_MAX_ROWS, gemv_into};
 use super::transpose::{pack, pack_blocks, pack_column_blocks};
 
 /// A GEMM kernel's bindings after the uniform: A and B bound as `operands`,
@@ -214,11 +215,15 @@ pub enum GemmVariant {
     /// The `Cpu` kernel with both operands always packed: the path ragged
     /// shapes take, forced (for tests and benchmarks).
     Generic,
+    /// The small-M kernel (`shaders/gemv.wgsl`): A of at most
+    /// [`GEMV_MAX_ROWS`] rows, B read where it is stored (no pack, no
+    /// texture). `Auto` takes it for such products on every adapter.
+    Gemv,
 }
 
 impl GemmVariant {
     /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
-    /// `sampled-texture`, `storage-texture`, `cpu`, `tiled`, `generic`;
+    /// `sampled-texture`, `storage-texture`, `cpu`, `tiled`, `generic`, `gemv`;
     /// anything else means `Auto`), read once per process.
     fn from_env() -> GemmVariant {
         static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
@@ -234,6 +239,7 @@ impl GemmVariant {
                 "cpu" => GemmVariant::Cpu,
                 "tiled" => GemmVariant::Tiled,
                 "generic" => GemmVariant::Generic,
+                "gemv" => GemmVariant::Gemv,
                 _ => GemmVariant::Auto,
             }
         })
@@ -378,6 +384,12 @@ pub fn gemm_with(
     }
     let flags = opts.bias.is_some() as u32 | (opts.accumulate.is_some() as u32) << 1;
     let variant = match variant {
+        // One token (or a few): stream B once, as stored.
+        GemmVariant::Auto
+            if m <= GEMV_MAX_ROWS && k > 0 && GemmVariant::from_env() == GemmVariant::Auto =>
+        {
+            GemmVariant::Gemv
+        }
         GemmVariant::Auto => match GemmVariant::from_env() {
             GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
             // The tiled kernel's 16×16 workgroup needs 256 invocations; the
@@ -392,6 +404,23 @@ pub fn gemm_with(
         },
         v => v,
     };
+    if variant == GemmVariant::Gemv && k > 0 {
+        // A transposed is at most GEMV_MAX_ROWS columns: packing it is cheap.
+        let a = if opts.trans_a && k > 0 {
+            &pack(OP, a, true, m, k)?
+        } else {
+            a
+        };
+        gemv_into(
+            a,
+            b,
+            opts.trans_b,
+            (opts.bias, opts.accumulate),
+            &out,
+            (m, n, k),
+        )?;
+        return Ok(out);
+    }
     // Operands past the device's textures take the buffer kernel.
     let variant = match variant {
         GemmVariant::Texture | GemmVariant::SampledTexture | GemmVariant::StorageTexture => {
