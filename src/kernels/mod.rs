@@ -17,6 +17,7 @@ pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod slicing;
+pub mod topk;
 pub mod transpose;
 
 /// Old name of [`slicing`], kept so existing paths compile.
@@ -39,6 +40,7 @@ pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_with, matmul};
 pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
 pub use slicing::{concat, narrow};
+pub use topk::top_k;
 pub use transpose::transpose;
 
 /// Every fixed shader family's WGSL source by name (f32); [`all_shaders`]
@@ -54,6 +56,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
     ("transpose", transpose::SOURCE),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
+    ("topk", include_str!("../../shaders/topk.wgsl")),
 ];
 
 /// Every shader the crate builds: [`SHADERS`] plus the GEMM register

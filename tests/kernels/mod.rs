@@ -7,6 +7,7 @@
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
 //!   the single-rank loss and gradient;
 //! - `slicing`: `narrow` and `concat`;
+//! - `topk`: the on-device top-k of a logits row (greedy / top-k decoding);
 //! - `transpose`: the pack kernel the GEMM uses for transposed operands;
 //! - `attention`: causal attention forward, backward and cached decoding;
 //!   `attention_dropout`: dropout on its probabilities;
@@ -23,4 +24,5 @@ mod f16;
 mod gemm;
 mod gemv;
 mod slicing;
+mod topk;
 mod transpose;

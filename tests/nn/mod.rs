@@ -15,6 +15,7 @@
 //! - `shard_units`: linear layers that keep whole attention heads per rank;
 //! - `norm`: LayerNorm and RMSNorm, replicated and sequence-parallel;
 //! - `dropout`: masks independent of the world size and placement;
+//! - `generate`: the on-device greedy / top-k choice against the host sampler;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
 //!   decoding, GPT-2 names and checkpoints across world sizes.
 
@@ -26,6 +27,7 @@ mod checkpoint;
 mod cross_entropy;
 mod dropout;
 mod embedding;
+mod generate;
 mod gpt;
 mod init;
 mod linear;
