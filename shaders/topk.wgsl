@@ -4,10 +4,12 @@
 // vocab. Order is Rust's f32::total_cmp, descending (NaN and -0.0 have
 // their places), ties by the lower id: the host sampler's order exactly.
 //
-// One workgroup; pass j scans the row for the best entry strictly after
-// pass j-1's pick in that order (no state but the last pick), reducing each
-// invocation's best in workgroup memory. Passes past the row's length
-// write id -1.
+// Workgroup w takes columns [w·span, (w+1)·span) and writes its k best
+// to out[w·k ..]: the host merges the groups' candidates as it merges the
+// ranks'. Pass j scans the columns for the best entry strictly after pass
+// j-1's pick in that order (no state but the last pick), reducing each
+// invocation's best in workgroup memory. Passes past the columns write id
+// -1.
 
 struct Params {
     rows: u32,
@@ -16,7 +18,8 @@ struct Params {
     k: u32,
     // Global id of the shard's column 0.
     offset: u32,
-    _pad0: u32,
+    // Columns per workgroup.
+    span: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -45,14 +48,20 @@ fn before(ka: i32, ia: u32, kb: i32, ib: u32) -> bool {
 }
 
 @compute @workgroup_size(WG)
-fn top_k(@builtin(local_invocation_index) li: u32) {
+fn top_k(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wg: vec3<u32>,
+) {
     let base = p.row * p.cols;
+    let first = wg.x * p.span;
+    let end = min(first + p.span, p.cols);
+    let o = 2u * wg.x * p.k;
     var last_key = 0;
     var last_id = NONE;
     for (var j = 0u; j < p.k; j++) {
         var bk = -2147483647 - 1;
         var bi = NONE;
-        for (var c = li; c < p.cols; c += WG) {
+        for (var c = first + li; c < end; c += WG) {
             let key = total_key(x[base + c]);
             // Only entries after the last pick (none on the first pass).
             if ((j == 0u || before(last_key, last_id, key, c)) && before(key, c, bk, bi)) {
@@ -74,11 +83,11 @@ fn top_k(@builtin(local_invocation_index) li: u32) {
         last_id = ids[0];
         if (li == 0u) {
             if (last_id == NONE) {
-                out[2u * j] = 0;
-                out[2u * j + 1u] = -1;
+                out[o + 2u * j] = 0;
+                out[o + 2u * j + 1u] = -1;
             } else {
-                out[2u * j] = bitcast<i32>(x[base + last_id]);
-                out[2u * j + 1u] = i32(p.offset + last_id);
+                out[o + 2u * j] = bitcast<i32>(x[base + last_id]);
+                out[o + 2u * j + 1u] = i32(p.offset + last_id);
             }
         }
         workgroupBarrier();

@@ -23,14 +23,25 @@ struct Params {
     row: u32,
     k: u32,
     offset: u32,
-    _pad: [u32; 3],
+    span: u32,
+    _pad: [u32; 2],
 }
 
-/// The `k` largest entries of row `row` of `logits` (`[rows, cols]`, f32),
-/// best first, as an i32 `[k, 2]` tensor on the same rank: entry `j` is
-/// (the f32 bits of the value, `offset + column`), or `(0, -1)` past the
-/// row's length. `offset` is the shard's first global id, so candidates of
-/// several shards merge by value and id.
+/// Columns one workgroup scans: enough workgroups to keep a CPU adapter's
+/// threads (and a GPU) busy on a vocab shard, few enough that the
+/// candidates stay a few KB.
+const SPAN: usize = 1024;
+/// The most workgroups (candidate groups) per call.
+const MAX_GROUPS: usize = 64;
+
+/// Candidates for the `k` largest entries of row `row` of `logits`
+/// (`[rows, cols]`, f32), as an i32 `[g·k, 2]` tensor on the same rank: `g`
+/// groups of columns (see [`top_k_groups`]), each with its `k` best, best
+/// first, as (the f32 bits of the value, `offset + column`), or `(0, -1)`
+/// where the group has fewer columns. The `k` best of these (value
+/// descending by `f32::total_cmp`, ties by the lower id) are the row's.
+/// `offset` is the shard's first global id, so candidates of several shards
+/// merge the same way.
 pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Result<LocalTensor> {
     const OP: &str = "top_k";
     logits.expect_dtype(OP, DType::F32)?;
@@ -55,14 +66,17 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
     if offset + cols > i32::MAX as usize {
         return Err(Error::invalid(OP, "ids past i32::MAX"));
     }
-    let out = logits.rank().alloc(OP, &[k, 2], DType::I32)?;
+    let groups = top_k_groups(cols);
+    let span = cols.div_ceil(groups).max(1);
+    let out = logits.rank().alloc(OP, &[groups * k, 2], DType::I32)?;
     let params = Params {
         rows: rows as u32,
         cols: cols as u32,
         row: row as u32,
         k: k as u32,
         offset: offset as u32,
-        _pad: [0; 3],
+        span: span as u32,
+        _pad: [0; 2],
     };
     // An empty shard still binds a word.
     let x = if cols == 0 {
@@ -74,8 +88,13 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
         spec: &KernelSpec::new("topk", SOURCE, BINDINGS, "top_k"),
         params: bytemuck::bytes_of(&params),
         buffers: &[&x, &out],
-        workgroups: 1,
+        workgroups: groups as u64,
     }
     .record(logits.device())?;
     Ok(out)
+}
+
+/// Groups of columns [`top_k`] splits a row of `cols` into (at least 1).
+pub fn top_k_groups(cols: usize) -> usize {
+    cols.div_ceil(SPAN).clamp(1, MAX_GROUPS)
 }

@@ -11,6 +11,7 @@
 
 use super::attention::KvCache;
 use super::gpt::Gpt;
+use crate::device::download_many;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -148,9 +149,13 @@ pub fn vocab_top_k(logits: &DTensor, row: usize, k: usize) -> Result<Vec<(f32, u
         )?);
         offset += s.shape()[1];
     }
-    let p = shards.len();
-    let pairs = DTensor::from_shards(logits.mesh(), shards, &[p * k, 2], Placement::Shard(0))?
-        .to_host_i32()?;
+    // One wait per device for every rank's candidates.
+    let raw = download_many(&shards.iter().collect::<Vec<_>>())?;
+    let pairs: Vec<i32> = raw
+        .iter()
+        .flat_map(|b| b.chunks_exact(4))
+        .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
     let mut top: Vec<(f32, usize)> = pairs
         .chunks_exact(2)
         .filter(|c| c[1] >= 0)

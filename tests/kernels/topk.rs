@@ -21,7 +21,7 @@ fn top_k_equals_the_host_order_with_ties_and_specials() {
     let m = mesh(1);
     let r = &m.ranks()[0];
     let mut rng = Rng::fresh("top_k");
-    for (rows, cols) in [(1, 1), (3, 7), (2, 13), (1, 300), (2, 1031)] {
+    for (rows, cols) in [(1, 1), (3, 7), (2, 13), (1, 300), (2, 1031), (1, 5000)] {
         // Few distinct values: many ties, spread over the row.
         let mut x: Vec<f32> = (0..rows * cols)
             .map(|_| (rng.below(5) as f32 - 2.0) * 0.5)
@@ -45,20 +45,35 @@ fn top_k_equals_the_host_order_with_ties_and_specials() {
             for k in [1, 2, 5, cols.min(40), cols + 3] {
                 let k = k.min(kernels::topk::TOP_K_MAX);
                 let offset = rng.below(100);
-                let got = kernels::top_k(&t, row, k, offset)
-                    .unwrap()
-                    .to_vec_i32()
-                    .unwrap();
-                let want = host(&x[row * cols..(row + 1) * cols], k, offset);
-                for (j, pair) in got.chunks_exact(2).enumerate() {
-                    let what = format!("[{rows}, {cols}] row {row} k {k}: entry {j}");
-                    match want.get(j) {
-                        Some(&(bits, id)) => {
-                            assert_eq!((pair[0] as u32, pair[1]), (bits, id), "{what}")
-                        }
-                        None => assert_eq!(pair[1], -1, "{what}: past the row"),
-                    }
+                let out = kernels::top_k(&t, row, k, offset).unwrap();
+                let groups = kernels::topk::top_k_groups(cols);
+                assert_eq!(out.shape(), &[groups * k, 2]);
+                let what = format!("[{rows}, {cols}] row {row} k {k}");
+                // Each group's candidates come best first; merged, the row's k best.
+                let mut merged = Vec::new();
+                for group in out.to_vec_i32().unwrap().chunks_exact(2 * k) {
+                    let found: Vec<(u32, i32)> = group
+                        .chunks_exact(2)
+                        .filter(|c| c[1] >= 0)
+                        .map(|c| (c[0] as u32, c[1]))
+                        .collect();
+                    let mut sorted = found.clone();
+                    sorted.sort_by(|a, b| {
+                        f32::from_bits(b.0)
+                            .total_cmp(&f32::from_bits(a.0))
+                            .then(a.1.cmp(&b.1))
+                    });
+                    assert_eq!(found, sorted, "{what}: a group out of order");
+                    merged.extend(found);
                 }
+                merged.sort_by(|a, b| {
+                    f32::from_bits(b.0)
+                        .total_cmp(&f32::from_bits(a.0))
+                        .then(a.1.cmp(&b.1))
+                });
+                merged.truncate(k);
+                let want = host(&x[row * cols..(row + 1) * cols], k, offset);
+                assert_eq!(merged, want, "{what}");
             }
         }
     }
@@ -74,6 +89,7 @@ fn top_k_refuses_bad_requests_and_keeps_working() {
     assert!(kernels::top_k(&t, 0, kernels::topk::TOP_K_MAX + 1, 0).is_err());
     let ids = r.upload_i32(&[3], &[1, 2, 3]).unwrap();
     assert!(kernels::top_k(&ids, 0, 1, 0).is_err(), "i32 logits");
+    // One group for a short row: its candidates are the row's, ties by id.
     let got = kernels::top_k(&t, 1, 3, 10).unwrap().to_vec_i32().unwrap();
     let ids: Vec<i32> = got.chunks_exact(2).map(|c| c[1]).collect();
     assert_eq!(ids, vec![10, 11, 12], "ties by the lower id");
