@@ -24,19 +24,16 @@ struct Params {
     k: u32,
     offset: u32,
     span: u32,
-    _pad: [u32; 2],
+    chunks: u32,
+    _pad: u32,
 }
 
-/// Columns one workgroup scans: enough workgroups to keep a CPU adapter's
-/// threads (and a GPU) busy on a vocab shard, few enough that the
-/// candidates stay a few KB.
-const SPAN: usize = 1024;
-/// The most workgroups (candidate groups) per call.
-const MAX_GROUPS: usize = 64;
+/// Invocations per workgroup (`WG` in the shader).
+const WORKGROUP: usize = 64;
 
 /// Candidates for the `k` largest entries of row `row` of `logits`
 /// (`[rows, cols]`, f32), as an i32 `[g·k, 2]` tensor on the same rank: `g`
-/// groups of columns (see [`top_k_groups`]), each with its `k` best, best
+/// groups of adjacent columns ([`top_k_groups`]), each with its `k` best, best
 /// first, as (the f32 bits of the value, `offset + column`), or `(0, -1)`
 /// where the group has fewer columns. The `k` best of these (value
 /// descending by `f32::total_cmp`, ties by the lower id) are the row's.
@@ -66,8 +63,8 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
     if offset + cols > i32::MAX as usize {
         return Err(Error::invalid(OP, "ids past i32::MAX"));
     }
-    let groups = top_k_groups(cols);
-    let span = cols.div_ceil(groups).max(1);
+    let span = top_k_span(k);
+    let groups = top_k_groups(cols, k);
     let out = logits.rank().alloc(OP, &[groups * k, 2], DType::I32)?;
     let params = Params {
         rows: rows as u32,
@@ -76,7 +73,8 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
         k: k as u32,
         offset: offset as u32,
         span: span as u32,
-        _pad: [0; 2],
+        chunks: groups as u32,
+        _pad: 0,
     };
     // An empty shard still binds a word.
     let x = if cols == 0 {
@@ -88,13 +86,21 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
         spec: &KernelSpec::new("topk", SOURCE, BINDINGS, "top_k"),
         params: bytemuck::bytes_of(&params),
         buffers: &[&x, &out],
-        workgroups: groups as u64,
+        workgroups: groups.div_ceil(WORKGROUP) as u64,
     }
     .record(logits.device())?;
     Ok(out)
 }
 
-/// Groups of columns [`top_k`] splits a row of `cols` into (at least 1).
-pub fn top_k_groups(cols: usize) -> usize {
-    cols.div_ceil(SPAN).clamp(1, MAX_GROUPS)
+/// Columns one invocation scans for `k` candidates: enough that the
+/// candidates stay a small fraction of the row (at most k per 32·k
+/// columns), few enough that a vocab shard keeps many invocations busy.
+fn top_k_span(k: usize) -> usize {
+    (32 * k).max(256)
+}
+
+/// Groups of columns [`top_k`] splits a row of `cols` into for `k`
+/// candidates each (at least 1).
+pub fn top_k_groups(cols: usize, k: usize) -> usize {
+    cols.div_ceil(top_k_span(k)).max(1)
 }
