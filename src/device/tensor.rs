@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::context::Device;
+use super::derived::DerivedCache;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -27,6 +28,8 @@ pub(super) struct Storage {
     pub(super) device: Arc<Device>,
     /// Set once a tensor of another rank uses this buffer too (never cleared).
     pub(super) shared_across_ranks: AtomicBool,
+    /// Version (bumped by in-place writes) and operands derived from it.
+    pub(super) derived: DerivedCache,
 }
 
 impl Drop for Storage {
@@ -176,6 +179,33 @@ impl LocalTensor {
     pub fn is_shared_across_ranks(&self) -> bool {
         self.storage.shared_across_ranks.load(Ordering::Relaxed)
     }
+
+    /// The buffer's version: bumped by every in-place write to it.
+    pub fn version(&self) -> u64 {
+        self.storage.derived.version()
+    }
+
+    /// Record that the buffer is written in place (kernels writing it do
+    /// this when recorded): drops what was derived from it.
+    pub(crate) fn bump_version(&self) {
+        self.storage.derived.bump()
+    }
+
+    /// The operand derived from this view (`key` names the derivation and
+    /// must include the view's shape) for the buffer's current version,
+    /// made by `make` and kept with the buffer until it is written.
+    pub(crate) fn derived<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        self.storage.derived.get_or_make(key, make)
+    }
+
+    /// Derived operands kept with the buffer (0 after a write).
+    pub fn derived_count(&self) -> usize {
+        self.storage.derived.len()
+    }
 }
 
 /// Record a copy of `count` elements from `src[src_off..]` into `dst[dst_off..]`
@@ -220,6 +250,7 @@ pub(crate) fn copy_region(
             "f16 regions must start at an even element and have an even length (or end the destination); cast to f32 to move odd f16 regions",
         ));
     }
+    dst.bump_version();
     let (s, d) = (src.buffer().clone(), dst.buffer().clone());
     src.device().record(|enc| {
         enc.copy_buffer_to_buffer(

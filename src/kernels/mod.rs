@@ -36,7 +36,7 @@ pub use cross_entropy::{
 pub use dropout::{PhiloxKey, ShardWindow, dropout};
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use embedding::{embedding_backward, embedding_lookup};
-pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_with, matmul};
+pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_with, matmul};
 pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
 pub use slicing::{concat, narrow};

@@ -259,7 +259,7 @@ impl Gpt {
             .shards()
             .iter()
             .zip(table.shards())
-            .map(|(h, e)| kernels::gemm(h, e, opts))
+            .map(|(h, e)| kernels::gemm_weight(h, e, opts))
             .collect::<Result<Vec<_>>>()?;
         let shape = vec![x.shape()[0], self.config.vocab];
         let logits = table.with_shards(logits, shape, Placement::Shard(1));
@@ -305,7 +305,7 @@ impl Gpt {
                 ..Default::default()
             };
             d_wte.push(kernels::gemm(dl, h, grad)?);
-            d_h.push(kernels::gemm(dl, e, partial)?);
+            d_h.push(kernels::gemm_weight(dl, e, partial)?);
         }
         // The tied head's gradient joins the embedding's in `wte.weight`.
         let d_wte = table.with_shards(d_wte, table.shape().to_vec(), table.placement());

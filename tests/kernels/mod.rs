@@ -2,6 +2,7 @@
 //! references in `util::reference`, plus its error cases:
 //! - `gemm`: gemm (transposes, bias, accumulate, every variant) and `sum_rows`;
 //! - `gemv`: the small-M GEMM reading B as stored;
+//! - `pack_cache`: the packs `gemm_weight` keeps, dropped by in-place writes;
 //! - `elementwise`: add/scale/axpby and activations with their backward;
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
@@ -23,6 +24,7 @@ mod embedding;
 mod f16;
 mod gemm;
 mod gemv;
+mod pack_cache;
 mod slicing;
 mod topk;
 mod transpose;

@@ -9,6 +9,7 @@
 //! - `cross_entropy`: the vocab-parallel cross-entropy;
 //! - `parameter`: gradient accumulation and `zero_grad`;
 //! - `optim`: SGD and AdamW;
+//! - `pack_cache`: layers' kept weight packs follow optimiser steps;
 //! - `init`: initialisers;
 //! - `checkpoint`: safetensors save/load across world sizes;
 //! - `model`: a two-layer MLP and `MlpLanguageModel` training end to end;
@@ -35,6 +36,7 @@ mod mixed_precision;
 mod model;
 mod norm;
 mod optim;
+mod pack_cache;
 mod parameter;
 mod sequence_parallel;
 mod shard_units;

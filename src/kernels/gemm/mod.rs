@@ -336,6 +336,51 @@ pub fn gemm_with(
     opts: GemmOptions<'_>,
     variant: GemmVariant,
 ) -> Result<LocalTensor> {
+    gemm_impl(a, b, opts, variant, false)
+}
+
+/// [`gemm`] where B is a weight, used again before it changes (a layer's
+/// `x·Wᵀ` and `dy·W`): the pack or texture copy a kernel makes of B is kept
+/// with B's buffer and reused until B is written in place (an optimiser
+/// step bumps its [`LocalTensor::version`]), so evaluation and prefill
+/// stop re-packing every weight per call. Costs the kept copies' memory
+/// (about one more weight per layout used) until then;
+/// `WGPU_TP_PACK_CACHE=0` turns the keeping off.
+pub fn gemm_weight(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
+    gemm_impl(a, b, opts, GemmVariant::Auto, true)
+}
+
+/// `make()`, kept with `b`'s buffer under `key` when `cache` (B is a weight)
+/// and the pack cache is on.
+fn of_b<T: Clone + Send + Sync + 'static>(
+    b: &LocalTensor,
+    cache: bool,
+    key: impl FnOnce() -> String,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("WGPU_TP_PACK_CACHE").map_or(true, |v| v != "0"));
+    if !(cache && on) {
+        return make();
+    }
+    // The view's shape and rank are part of what was derived.
+    let key = format!(
+        "{}|{:?}|{:?}|rank {}",
+        key(),
+        b.shape(),
+        b.dtype(),
+        b.rank_index()
+    );
+    b.derived(key, make)
+}
+
+fn gemm_impl(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    opts: GemmOptions<'_>,
+    variant: GemmVariant,
+    cache_b: bool,
+) -> Result<LocalTensor> {
     const OP: &str = "gemm";
     let (ar, ac) = dims2(OP, if opts.trans_a { "A [K, M]" } else { "A [M, K]" }, a)?;
     let (br, bc) = dims2(OP, if opts.trans_b { "B [N, K]" } else { "B [K, N]" }, b)?;
@@ -425,6 +470,7 @@ pub fn gemm_with(
     let variant = match variant {
         GemmVariant::Texture | GemmVariant::SampledTexture | GemmVariant::StorageTexture => {
             let reads = texture_reads(a, variant)?;
+            let b = (b, cache_b);
             if texture_gemm(a, b, &opts, precision, flags, &out, (m, n, k), reads)? {
                 return Ok(out);
             }
@@ -449,7 +495,12 @@ pub fn gemm_with(
             a.clone()
         };
         b_p = if opts.trans_b {
-            pack(OP, b, true, k, n)?
+            of_b(
+                b,
+                cache_b,
+                || format!("pack t {k}x{n}"),
+                || pack(OP, b, true, k, n),
+            )?
         } else {
             b.clone()
         };
@@ -466,7 +517,9 @@ pub fn gemm_with(
         (b_p, ldb) = if b_in_place {
             (b.clone(), n)
         } else {
-            (pack(OP, b, opts.trans_b, k4, n4)?, n4)
+            let key = || format!("pack {} {k4}x{n4}", opts.trans_b);
+            let packed = of_b(b, cache_b, key, || pack(OP, b, opts.trans_b, k4, n4))?;
+            (packed, n4)
         };
     }
     let (entry, source, (tile_m, tile_n)) = match variant {
@@ -526,7 +579,7 @@ fn texture_reads(a: &LocalTensor, variant: GemmVariant) -> Result<Reads> {
 #[allow(clippy::too_many_arguments)]
 fn texture_gemm(
     a: &LocalTensor,
-    b: &LocalTensor,
+    (b, cache_b): (&LocalTensor, bool),
     opts: &GemmOptions<'_>,
     precision: Precision,
     flags: u32,
@@ -626,21 +679,26 @@ fn texture_gemm(
     } else {
         texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?
     };
-    let b_tex = if stored.blocked_b && !stored.trans_b {
-        // A block of block_b columns holds block_b texels per step of K.
-        let (texels, rows) = b_sides;
-        pack_column_blocks(OP, b, block_b, tile.lane_texels(), rows, 4 * texels)?.to_texture(
-            OP,
-            rows,
-            texels,
-            4 * texels,
-            storage,
-        )?
-    } else if stored.blocked_b {
-        blocked_texture(b, b_sides, block_b)?
-    } else {
-        texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?
+    let b_key = || {
+        format!(
+            "texture {stored:?} {b_sides:?} block {block_b}x{} as-is {b_as_is} storage {storage} t {}",
+            tile.lane_texels(),
+            opts.trans_b
+        )
     };
+    let b_tex =
+        of_b(b, cache_b, b_key, || {
+            Ok(if stored.blocked_b && !stored.trans_b {
+                // A block of block_b columns holds block_b texels per step of K.
+                let (texels, rows) = b_sides;
+                pack_column_blocks(OP, b, block_b, tile.lane_texels(), rows, 4 * texels)?
+                    .to_texture(OP, rows, texels, 4 * texels, storage)?
+            } else if stored.blocked_b {
+                blocked_texture(b, b_sides, block_b)?
+            } else {
+                texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?
+            })
+        })?;
     let (entry, source) = tile.program(precision, reads, stored);
     let bindings = match (reads, precision.input()) {
         (Reads::StorageTextures, DType::F16) => STORAGE_TEXTURE_BINDINGS_F16,
