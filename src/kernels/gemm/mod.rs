@@ -42,6 +42,12 @@
 //!   24, 4×16 on Mesa < 24 and GL), for operands larger than the device's
 //!   textures.
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
+//! - `Gemv` (`super::gemv`): A of at most 8 rows (a decoding step's tokens),
+//!   B read as stored, on every adapter: one token's product streams each
+//!   weight once, where a pack or texture copy would stream it twice more.
+//!
+//! [`gemm_weight`] keeps what the kernels derive from B (a weight: packs,
+//! texture copies) with B's buffer until a kernel writes it in place.
 //!
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
 //! register tile, for tuning.
