@@ -436,8 +436,12 @@ fn gemm_impl(
     let flags = opts.bias.is_some() as u32 | (opts.accumulate.is_some() as u32) << 1;
     let variant = match variant {
         // One token (or a few): stream B once, as stored.
+        // (It binds five storage buffers; downlevel devices allow four.)
         GemmVariant::Auto
-            if m <= GEMV_MAX_ROWS && k > 0 && GemmVariant::from_env() == GemmVariant::Auto =>
+            if m <= GEMV_MAX_ROWS
+                && k > 0
+                && GemmVariant::from_env() == GemmVariant::Auto
+                && a.device().limits().max_storage_buffers_per_shader_stage >= 5 =>
         {
             GemmVariant::Gemv
         }
