@@ -3,7 +3,7 @@
 //! where it is stored. A decoding step multiplies one token by every weight:
 //! its time is streaming the weights once, and the general kernels' packs
 //! and texture copies stream each weight twice more (BENCHMARKS.md). The
-//! GEMM ([`super::gemm`]) picks this kernel for `M ≤` [`GEMV_MAX_ROWS`].
+//! GEMM ([`super::gemm()`]) picks this kernel for `M ≤` [`GEMV_MAX_ROWS`].
 //!
 //! Each invocation owns four columns of C and every row, so a weight element
 //! is loaded once for all rows; operands whose rows are whole vec4s are bound

@@ -69,8 +69,10 @@ use crate::device::{
 use crate::element::DType;
 use crate::error::{Error, Result};
 
+mod kept;
 mod register;
 
+use self::kept::of_b;
 pub(crate) use self::register::register_sources;
 use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, column_blocks_pay, small_product};
 use super::gemv::{GEMV_MAX_ROWS, gemv_into};
@@ -354,30 +356,6 @@ pub fn gemm_with(
 /// `WGPU_TP_PACK_CACHE=0` turns the keeping off.
 pub fn gemm_weight(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
     gemm_impl(a, b, opts, GemmVariant::Auto, true)
-}
-
-/// `make()`, kept with `b`'s buffer under `key` when `cache` (B is a weight)
-/// and the pack cache is on.
-fn of_b<T: Clone + Send + Sync + 'static>(
-    b: &LocalTensor,
-    cache: bool,
-    key: impl FnOnce() -> String,
-    make: impl FnOnce() -> Result<T>,
-) -> Result<T> {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("WGPU_TP_PACK_CACHE").map_or(true, |v| v != "0"));
-    if !(cache && on) {
-        return make();
-    }
-    // The view's shape and rank are part of what was derived.
-    let key = format!(
-        "{}|{:?}|{:?}|rank {}",
-        key(),
-        b.shape(),
-        b.dtype(),
-        b.rank_index()
-    );
-    b.derived(key, make)
 }
 
 fn gemm_impl(
