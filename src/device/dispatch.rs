@@ -98,6 +98,14 @@ impl Dispatch<'_> {
         if self.workgroups == 0 {
             return Ok(());
         }
+        // What this kernel writes is changed: operands derived from it before
+        // (cached GEMM packs of a weight an optimiser updates) are stale.
+        let written = self.spec.bindings.iter().filter(|a| !a.is_texture());
+        for (t, a) in self.buffers.iter().zip(written) {
+            if *a == Access::ReadWrite {
+                t.bump_version();
+            }
+        }
         let clock = if device.tracing() {
             device.tracer.clock()
         } else {

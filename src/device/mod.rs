@@ -5,6 +5,8 @@
 //! Rooms, each importing only the ones listed before it:
 //! - `pool.rs`: buffer pools (storage, read staging, write staging);
 //! - `pipeline.rs`: [`KernelSpec`] and the per-device pipeline cache;
+//! - `derived.rs`: operands derived from a buffer (GEMM packs, textures),
+//!   kept until an in-place write bumps its version;
 //! - `trace/`: a device's trace recorder ([`TraceEvent`], [`TraceClock`]):
 //!   kernels timed by timestamp queries (`timestamps.rs`) or the host, host
 //!   spans;
@@ -29,6 +31,7 @@
 mod adapters;
 mod blocks;
 mod context;
+mod derived;
 mod dispatch;
 mod mesh;
 mod pipeline;

@@ -208,6 +208,7 @@ impl Rank {
             size,
             device: self.device.clone(),
             shared_across_ranks: AtomicBool::new(false),
+            derived: Default::default(),
         });
         Ok(LocalTensor::new(storage, shape.to_vec(), dtype, self.index))
     }

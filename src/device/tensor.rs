@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::blocks::blocked_error;
 use super::context::Device;
+use super::derived::DerivedCache;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -31,6 +32,8 @@ pub(super) struct Storage {
     pub(super) device: Arc<Device>,
     /// Set once a tensor of another rank uses this buffer too (never cleared).
     pub(super) shared_across_ranks: AtomicBool,
+    /// Version (bumped by in-place writes) and operands derived from it.
+    pub(super) derived: DerivedCache,
 }
 
 impl Drop for Storage {
@@ -256,6 +259,47 @@ impl LocalTensor {
             Body::Blocks(b) => b.iter().any(|b| b.is_shared_across_ranks()),
         }
     }
+
+    /// The buffer's version: bumped by every in-place write to it.
+    pub fn version(&self) -> u64 {
+        match &self.body {
+            Body::Buffer(s) => s.derived.version(),
+            // Changes whenever any block is written.
+            Body::Blocks(b) => b.iter().map(LocalTensor::version).sum(),
+        }
+    }
+
+    /// Record that the buffer is written in place (kernels writing it do
+    /// this when recorded): drops what was derived from it.
+    pub(crate) fn bump_version(&self) {
+        match &self.body {
+            Body::Buffer(s) => s.derived.bump(),
+            Body::Blocks(b) => b.iter().for_each(LocalTensor::bump_version),
+        }
+    }
+
+    /// The operand derived from this view (`key` names the derivation and
+    /// must include the view's shape) for the buffer's current version,
+    /// made by `make` and kept with the buffer until it is written.
+    pub(crate) fn derived<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        match &self.body {
+            Body::Buffer(s) => s.derived.get_or_make(key, make),
+            // Nothing binds a blocked view whole, so nothing is kept for it.
+            Body::Blocks(_) => make(),
+        }
+    }
+
+    /// Derived operands kept with the buffer (0 after a write).
+    pub fn derived_count(&self) -> usize {
+        match &self.body {
+            Body::Buffer(s) => s.derived.len(),
+            Body::Blocks(b) => b.iter().map(LocalTensor::derived_count).sum(),
+        }
+    }
 }
 
 /// Record a copy of `count` elements from `src[src_off..]` into `dst[dst_off..]`
@@ -347,6 +391,7 @@ fn copy_one(
             "f16 regions must start at an even element and have an even length (or end the destination); cast to f32 to move odd f16 regions",
         ));
     }
+    dst.bump_version();
     let (s, d) = (src.buffer("copy")?.clone(), dst.buffer("copy")?.clone());
     src.device().record(|enc| {
         enc.copy_buffer_to_buffer(

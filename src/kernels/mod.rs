@@ -11,12 +11,14 @@ pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
+pub mod gemv;
 mod grid;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
 mod row_blocks;
 pub mod slicing;
+pub mod topk;
 pub mod transpose;
 
 /// Old name of [`slicing`], kept so existing paths compile.
@@ -35,10 +37,11 @@ pub use cross_entropy::{
 pub use dropout::{PhiloxKey, ShardWindow, dropout};
 pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
 pub use embedding::{embedding_backward, embedding_lookup};
-pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_with, matmul};
+pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_with, matmul};
 pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
 pub use slicing::{concat, narrow};
+pub use topk::top_k;
 pub use transpose::transpose;
 
 /// Every fixed shader family's WGSL source by name (f32); [`all_shaders`]
@@ -54,6 +57,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("attention", include_str!("../../shaders/attention.wgsl")),
     ("transpose", transpose::SOURCE),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
+    ("topk", include_str!("../../shaders/topk.wgsl")),
 ];
 
 /// Every shader the crate builds: [`SHADERS`] plus the GEMM register
@@ -65,6 +69,7 @@ pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     // in each (operand, output) precision.
     out.extend(gemm::tiled_sources());
     out.extend(gemm::register_sources());
+    out.extend(gemv::gemv_sources());
     // f16 families (used only where the adapter has SHADER_F16).
     out.push(("transpose_f16", transpose::SOURCE_F16));
     out.push(("cast_to_f16", cast::SOURCE_TO_F16));

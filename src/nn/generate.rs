@@ -1,11 +1,21 @@
 //! Text generation with a [`Gpt`]: greedy or seeded temperature / top-k
 //! sampling, decoding incrementally with a key/value cache in which each
 //! rank keeps only its own heads, so a decoding step communicates only the
-//! row-parallel all-reduces (two per block) and the embedding's.
+//! row-parallel all-reduces (two per block) and the embedding's. Per token
+//! only what that token needs runs: the last position alone is normed and
+//! multiplied by the head, the one-row GEMMs read the weights as stored
+//! (`kernels::gemv`), and the greedy / top-k choice is reduced on each
+//! rank's vocab shard on the device ([`vocab_top_k`]), so only k (value,
+//! id) pairs per rank reach the host. The host sampler stays as the
+//! reference ([`Gpt::generate_uncached`]) and both give the same tokens.
 
 use super::attention::KvCache;
 use super::gpt::Gpt;
+use crate::device::download_many;
+use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::kernels;
+use crate::tensor::{DTensor, Placement};
 
 /// How the next token is chosen from the last position's logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -63,31 +73,108 @@ impl Sampler {
         ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// The next token from one position's logits.
-    fn pick(&mut self, logits: &[f32]) -> i32 {
-        let mut order: Vec<usize> = (0..logits.len()).collect();
-        // Most likely first; ties by id, so greedy is deterministic.
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    /// Candidates a choice needs: 1 (greedy) or k.
+    fn width(&self) -> usize {
         match self.sampling {
-            Sampling::Greedy => order[0] as i32,
-            Sampling::TopK { k, temperature, .. } => {
-                let top = &order[..k.min(order.len())];
-                let max = logits[top[0]] as f64;
+            Sampling::Greedy => 1,
+            Sampling::TopK { k, .. } => k,
+        }
+    }
+
+    /// The next token from the best candidates (value, id), best first
+    /// (`f32::total_cmp` descending, ties by the lower id): the first
+    /// `width()` of the vocab, or all of it if smaller.
+    fn choose(&mut self, top: &[(f32, usize)]) -> i32 {
+        match self.sampling {
+            Sampling::Greedy => top[0].1 as i32,
+            Sampling::TopK { temperature, .. } => {
+                let max = top[0].0 as f64;
                 let weights: Vec<f64> = top
                     .iter()
-                    .map(|&i| ((logits[i] as f64 - max) / temperature as f64).exp())
+                    .map(|&(v, _)| ((v as f64 - max) / temperature as f64).exp())
                     .collect();
                 let mut u = self.uniform() * weights.iter().sum::<f64>();
-                for (&i, w) in top.iter().zip(&weights) {
+                for (&(_, i), w) in top.iter().zip(&weights) {
                     if u < *w {
                         return i as i32;
                     }
                     u -= w;
                 }
-                top[top.len() - 1] as i32
+                top[top.len() - 1].1 as i32
             }
         }
     }
+
+    /// The next token from one position's logits, all on the host: the
+    /// reference the on-device choice ([`Gpt::generate`]) must equal.
+    fn pick(&mut self, logits: &[f32]) -> i32 {
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        // Most likely first; ties by id, so greedy is deterministic.
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        let top: Vec<(f32, usize)> = order
+            .iter()
+            .take(self.width())
+            .map(|&i| (logits[i], i))
+            .collect();
+        self.choose(&top)
+    }
+}
+
+/// The `k` largest entries of row `row` of vocab-sharded logits (`[rows,
+/// vocab]`, `Shard(1)`, f32 or f16) as (value, global id), best first in
+/// `f32::total_cmp` order, ties by the lower id; fewer where the vocab is
+/// smaller. Each rank finds its shard's best `k` on the device
+/// ([`kernels::top_k`]); the `k` pairs per rank are read back together (one
+/// wait per device) and merged, so the vocab never crosses to the host.
+pub fn vocab_top_k(logits: &DTensor, row: usize, k: usize) -> Result<Vec<(f32, usize)>> {
+    const OP: &str = "vocab_top_k";
+    if logits.shape().len() != 2 || logits.placement() != Placement::Shard(1) {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "logits must be [rows, vocab] split over ranks (Shard(1)), got {:?} {:?}",
+                logits.shape(),
+                logits.placement()
+            ),
+        ));
+    }
+    let mut offset = 0;
+    let mut shards = Vec::with_capacity(logits.shards().len());
+    for s in logits.shards() {
+        shards.push(kernels::top_k(
+            &kernels::cast(s, DType::F32)?,
+            row,
+            k,
+            offset,
+        )?);
+        offset += s.shape()[1];
+    }
+    // One wait per device for every rank's candidates.
+    let raw = download_many(&shards.iter().collect::<Vec<_>>())?;
+    let pairs: Vec<i32> = raw
+        .iter()
+        .flat_map(|b| b.chunks_exact(4))
+        .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect();
+    let mut top: Vec<(f32, usize)> = pairs
+        .chunks_exact(2)
+        .filter(|c| c[1] >= 0)
+        .map(|c| (f32::from_bits(c[0] as u32), c[1] as usize))
+        .collect();
+    top.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    top.truncate(k);
+    Ok(top)
+}
+
+/// Each row of `x` (`Replicate` `[rows, hidden]`) but the last dropped.
+fn last_row(x: &DTensor) -> Result<DTensor> {
+    let rows = x.shape()[0];
+    let shards = x
+        .shards()
+        .iter()
+        .map(|s| kernels::narrow(s, 0, rows - 1, 1))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(x.with_shards(shards, vec![1, x.shape()[1]], x.placement()))
 }
 
 impl Gpt {
@@ -100,14 +187,32 @@ impl Gpt {
         max_new: usize,
         sampling: Sampling,
     ) -> Result<Vec<i32>> {
+        self.generate_with(prompt, max_new, sampling, |_| Ok(()))
+    }
+
+    /// [`Gpt::generate`] calling `on_token` with each token as soon as it
+    /// is chosen (to stream text); an error from it stops generation and is
+    /// returned. Per token only the last position is normed and multiplied
+    /// by the head, and the greedy / top-k choice runs on each rank's vocab
+    /// shard on the device ([`kernels::top_k`]), so only k (value, id) pairs
+    /// per rank reach the host (the whole last row where k >
+    /// [`kernels::topk::TOP_K_MAX`]).
+    pub fn generate_with(
+        &mut self,
+        prompt: &[i32],
+        max_new: usize,
+        sampling: Sampling,
+        mut on_token: impl FnMut(i32) -> Result<()>,
+    ) -> Result<Vec<i32>> {
         let mut sampler = self.start_generation(prompt, max_new, sampling)?;
         let mut caches = vec![KvCache::default(); self.h.len()];
         let mut out = Vec::with_capacity(max_new);
         let mut step = prompt.to_vec();
         while out.len() < max_new {
-            let last = self.decode_step(&step, &mut caches)?;
-            let next = sampler.pick(&last);
+            let logits = self.decode_step(&step, &mut caches)?;
+            let next = self.next_token(&mut sampler, &logits)?;
             out.push(next);
+            on_token(next)?;
             step = vec![next];
         }
         self.clear_saved();
@@ -115,8 +220,8 @@ impl Gpt {
     }
 
     /// Run `ids` (the tokens after the cached ones) through the model and
-    /// return the logits of the last one.
-    fn decode_step(&mut self, ids: &[i32], caches: &mut [KvCache]) -> Result<Vec<f32>> {
+    /// return the logits of the last one (`[1, vocab]`, `Shard(1)`).
+    fn decode_step(&mut self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor> {
         let past = caches.first().map_or(0, KvCache::len);
         let positions: Vec<i32> = (past..past + ids.len()).map(|p| p as i32).collect();
         let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
@@ -125,11 +230,23 @@ impl Gpt {
         for (block, cache) in self.h.iter_mut().zip(caches.iter_mut()) {
             x = block.decode(&x, cache)?;
         }
-        let x = self.ln_f.forward(&x)?;
+        // Only the last position's next token is wanted: norm and head one row.
+        let x = self.ln_f.forward(&last_row(&x)?)?;
         let (_, logits) = self.head(&x)?;
-        let vocab = self.config().vocab;
-        let all = logits.to_host()?;
-        Ok(all[(ids.len() - 1) * vocab..].to_vec())
+        Ok(logits)
+    }
+
+    /// The next token from the last row of `logits` (`Shard(1)` over the
+    /// vocab), chosen from [`vocab_top_k`]'s candidates.
+    fn next_token(&self, sampler: &mut Sampler, logits: &DTensor) -> Result<i32> {
+        let width = sampler.width().min(self.config().vocab);
+        let row = logits.shape()[0] - 1;
+        if width > kernels::topk::TOP_K_MAX {
+            let all = logits.to_host()?;
+            return Ok(sampler.pick(&all[row * self.config().vocab..]));
+        }
+        let top = vocab_top_k(logits, row, width)?;
+        Ok(sampler.choose(&top))
     }
 
     /// Continue `prompt` by `max_new` tokens, re-running the whole sequence

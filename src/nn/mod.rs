@@ -35,7 +35,7 @@ pub use checkpoint::{
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
-pub use generate::Sampling;
+pub use generate::{Sampling, vocab_top_k};
 pub use gpt::{Gpt, GptConfig};
 pub use init::{Init, InitRng};
 pub use linear::{

@@ -39,7 +39,7 @@ pub(super) fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Res
         let parts = e
             .blocks()
             .iter()
-            .map(|b| kernels::gemm(&h_t, b, opts))
+            .map(|b| kernels::gemm_weight(&h_t, b, opts))
             .collect::<Result<Vec<_>>>()?;
         token_blocks.push(join(parts, 1)?);
         start += n;
@@ -57,7 +57,10 @@ pub(super) fn backward(
 ) -> Result<(LocalTensor, LocalTensor)> {
     let (tb, vb) = (dl.blocks(), e.blocks());
     if tb.len() == 1 && vb.len() == 1 {
-        return Ok((kernels::gemm(dl, h, grad)?, kernels::gemm(dl, e, partial)?));
+        return Ok((
+            kernels::gemm(dl, h, grad)?,
+            kernels::gemm_weight(dl, e, partial)?,
+        ));
     }
     let mut de: Vec<Option<LocalTensor>> = vec![None; vb.len()];
     let mut dh = Vec::with_capacity(tb.len());
@@ -70,7 +73,7 @@ pub(super) fn backward(
             let next = kernels::gemm(&d_tv, &h_t, GemmOptions { accumulate, ..grad })?;
             *slot = Some(next);
             let accumulate = acc.as_ref();
-            acc = Some(kernels::gemm(
+            acc = Some(kernels::gemm_weight(
                 &d_tv,
                 w,
                 GemmOptions {

@@ -1,12 +1,15 @@
 //! Layer 2, `src/kernels/`: each kernel family on one rank against the f64
 //! references in `util::reference`, plus its error cases:
 //! - `gemm`: gemm (transposes, bias, accumulate, every variant) and `sum_rows`;
+//! - `gemv`: the small-M GEMM reading B as stored;
+//! - `pack_cache`: the packs `gemm_weight` keeps, dropped by in-place writes;
 //! - `elementwise`: add/scale/axpby and activations with their backward;
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
 //!   the single-rank loss and gradient;
 //! - `gemm_split`: products past the device's textures, run in parts;
 //! - `slicing`: `narrow` and `concat`;
+//! - `topk`: the on-device top-k of a logits row (greedy / top-k decoding);
 //! - `transpose`: the pack kernel the GEMM uses for transposed operands;
 //! - `attention`: causal attention forward, backward and cached decoding;
 //!   `attention_dropout`: dropout on its probabilities;
@@ -22,5 +25,8 @@ mod embedding;
 mod f16;
 mod gemm;
 mod gemm_split;
+mod gemv;
+mod pack_cache;
 mod slicing;
+mod topk;
 mod transpose;

@@ -9,12 +9,14 @@
 //! - `cross_entropy`: the vocab-parallel cross-entropy;
 //! - `parameter`: gradient accumulation and `zero_grad`;
 //! - `optim`: SGD and AdamW;
+//! - `pack_cache`: layers' kept weight packs follow optimiser steps;
 //! - `init`: initialisers;
 //! - `checkpoint`: safetensors save/load across world sizes;
 //! - `model`: a two-layer MLP and `MlpLanguageModel` training end to end;
 //! - `shard_units`: linear layers that keep whole attention heads per rank;
 //! - `norm`: LayerNorm and RMSNorm, replicated and sequence-parallel;
 //! - `dropout`: masks independent of the world size and placement;
+//! - `generate`: the on-device greedy / top-k choice against the host sampler;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
 //!   decoding, GPT-2 names and checkpoints across world sizes;
 //! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
@@ -29,6 +31,7 @@ mod checkpoint;
 mod cross_entropy;
 mod dropout;
 mod embedding;
+mod generate;
 mod gpt;
 mod init;
 mod linear;
@@ -36,6 +39,7 @@ mod mixed_precision;
 mod model;
 mod norm;
 mod optim;
+mod pack_cache;
 mod parameter;
 mod pretrained;
 mod sequence_parallel;

@@ -43,11 +43,17 @@
 //!   take even in parts (`gemm/split.rs` splits products with a side past
 //!   the device's textures).
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
+//! - `Gemv` (`super::gemv`): A of at most 8 rows (a decoding step's tokens),
+//!   B read as stored, on every adapter: one token's product streams each
+//!   weight once, where a pack or texture copy would stream it twice more.
+//!
+//! [`gemm_weight`] keeps what the kernels derive from B (a weight: packs,
+//! texture copies) with B's buffer until a kernel writes it in place.
 //!
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
 //! register tile, for tuning.
 //!
-//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|cpu|tiled|generic`
+//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|cpu|tiled|generic|gemv`
 //! forces one for [`gemm`] (read once per process); [`gemm_with`] picks one
 //! per call.
 //!
@@ -64,11 +70,14 @@ use crate::device::{
 use crate::element::DType;
 use crate::error::{Error, Result};
 
+mod kept;
 mod register;
 mod split;
 
+use self::kept::of_b;
 pub(crate) use self::register::register_sources;
 use self::register::{BLOCKED_TEXELS, Reads, Stored, Tile, column_blocks_pay, small_product};
+use super::gemv::{GEMV_MAX_ROWS, gemv_into};
 use super::transpose::{pack, pack_blocks, pack_column_blocks};
 
 /// A GEMM kernel's bindings after the uniform: A and B bound as `operands`,
@@ -215,11 +224,15 @@ pub enum GemmVariant {
     /// The `Cpu` kernel with both operands always packed: the path ragged
     /// shapes take, forced (for tests and benchmarks).
     Generic,
+    /// The small-M kernel (`shaders/gemv.wgsl`): A of at most
+    /// [`GEMV_MAX_ROWS`] rows, B read where it is stored (no pack, no
+    /// texture). `Auto` takes it for such products on every adapter.
+    Gemv,
 }
 
 impl GemmVariant {
     /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
-    /// `sampled-texture`, `storage-texture`, `cpu`, `tiled`, `generic`;
+    /// `sampled-texture`, `storage-texture`, `cpu`, `tiled`, `generic`, `gemv`;
     /// anything else means `Auto`), read once per process.
     fn from_env() -> GemmVariant {
         static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
@@ -235,6 +248,7 @@ impl GemmVariant {
                 "cpu" => GemmVariant::Cpu,
                 "tiled" => GemmVariant::Tiled,
                 "generic" => GemmVariant::Generic,
+                "gemv" => GemmVariant::Gemv,
                 _ => GemmVariant::Auto,
             }
         })
@@ -331,6 +345,27 @@ pub fn gemm_with(
     opts: GemmOptions<'_>,
     variant: GemmVariant,
 ) -> Result<LocalTensor> {
+    gemm_impl(a, b, opts, variant, false)
+}
+
+/// [`gemm`] where B is a weight, used again before it changes (a layer's
+/// `x·Wᵀ` and `dy·W`): the pack or texture copy a kernel makes of B is kept
+/// with B's buffer and reused until B is written in place (an optimiser
+/// step bumps its [`LocalTensor::version`]), so evaluation and prefill
+/// stop re-packing every weight per call. Costs the kept copies' memory
+/// (about one more weight per layout used) until then;
+/// `WGPU_TP_PACK_CACHE=0` turns the keeping off.
+pub fn gemm_weight(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
+    gemm_impl(a, b, opts, GemmVariant::Auto, true)
+}
+
+fn gemm_impl(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    opts: GemmOptions<'_>,
+    variant: GemmVariant,
+    cache_b: bool,
+) -> Result<LocalTensor> {
     const OP: &str = "gemm";
     let (ar, ac) = dims2(OP, if opts.trans_a { "A [K, M]" } else { "A [M, K]" }, a)?;
     let (br, bc) = dims2(OP, if opts.trans_b { "B [N, K]" } else { "B [K, N]" }, b)?;
@@ -379,6 +414,16 @@ pub fn gemm_with(
     }
     let flags = opts.bias.is_some() as u32 | (opts.accumulate.is_some() as u32) << 1;
     let variant = match variant {
+        // One token (or a few): stream B once, as stored.
+        // (It binds five storage buffers; downlevel devices allow four.)
+        GemmVariant::Auto
+            if m <= GEMV_MAX_ROWS
+                && k > 0
+                && GemmVariant::from_env() == GemmVariant::Auto
+                && a.device().limits().max_storage_buffers_per_shader_stage >= 5 =>
+        {
+            GemmVariant::Gemv
+        }
         GemmVariant::Auto => match GemmVariant::from_env() {
             GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
             // The tiled kernel's 16×16 workgroup needs 256 invocations; the
@@ -393,14 +438,33 @@ pub fn gemm_with(
         },
         v => v,
     };
-    // Operands past the device's textures take the buffer kernel.
+    if variant == GemmVariant::Gemv && k > 0 {
+        // A transposed is at most GEMV_MAX_ROWS columns: packing it is cheap.
+        let a = if opts.trans_a && k > 0 {
+            &pack(OP, a, true, m, k)?
+        } else {
+            a
+        };
+        gemv_into(
+            a,
+            b,
+            opts.trans_b,
+            (opts.bias, opts.accumulate),
+            &out,
+            (m, n, k),
+        )?;
+        return Ok(out);
+    }
+    // Products past the device's textures run in parts (split.rs), the
+    // rest take the buffer kernel.
     let variant = match variant {
         GemmVariant::Texture | GemmVariant::SampledTexture | GemmVariant::StorageTexture => {
             let reads = texture_reads(a, variant)?;
+            let b = (b, cache_b);
             if texture_gemm(a, b, &opts, precision, flags, &out, (m, n, k), reads)? {
                 return Ok(out);
             }
-            if let Some(c) = split::split_for_textures(a, b, &opts, variant, (m, n, k))? {
+            if let Some(c) = split::split_for_textures(a, b.0, &opts, variant, (m, n, k))? {
                 return Ok(c);
             }
             GemmVariant::Cpu
@@ -424,7 +488,12 @@ pub fn gemm_with(
             a.clone()
         };
         b_p = if opts.trans_b {
-            pack(OP, b, true, k, n)?
+            of_b(
+                b,
+                cache_b,
+                || format!("pack t {k}x{n}"),
+                || pack(OP, b, true, k, n),
+            )?
         } else {
             b.clone()
         };
@@ -441,7 +510,9 @@ pub fn gemm_with(
         (b_p, ldb) = if b_in_place {
             (b.clone(), n)
         } else {
-            (pack(OP, b, opts.trans_b, k4, n4)?, n4)
+            let key = || format!("pack {} {k4}x{n4}", opts.trans_b);
+            let packed = of_b(b, cache_b, key, || pack(OP, b, opts.trans_b, k4, n4))?;
+            (packed, n4)
         };
     }
     let (entry, source, (tile_m, tile_n)) = match variant {
@@ -501,7 +572,7 @@ fn texture_reads(a: &LocalTensor, variant: GemmVariant) -> Result<Reads> {
 #[allow(clippy::too_many_arguments)]
 fn texture_gemm(
     a: &LocalTensor,
-    b: &LocalTensor,
+    (b, cache_b): (&LocalTensor, bool),
     opts: &GemmOptions<'_>,
     precision: Precision,
     flags: u32,
@@ -601,21 +672,26 @@ fn texture_gemm(
     } else {
         texture(a, a_sides, a_as_is, opts.trans_a && !stored.trans_a)?
     };
-    let b_tex = if stored.blocked_b && !stored.trans_b {
-        // A block of block_b columns holds block_b texels per step of K.
-        let (texels, rows) = b_sides;
-        pack_column_blocks(OP, b, block_b, tile.lane_texels(), rows, 4 * texels)?.to_texture(
-            OP,
-            rows,
-            texels,
-            4 * texels,
-            storage,
-        )?
-    } else if stored.blocked_b {
-        blocked_texture(b, b_sides, block_b)?
-    } else {
-        texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?
+    let b_key = || {
+        format!(
+            "texture {stored:?} {b_sides:?} block {block_b}x{} as-is {b_as_is} storage {storage} t {}",
+            tile.lane_texels(),
+            opts.trans_b
+        )
     };
+    let b_tex =
+        of_b(b, cache_b, b_key, || {
+            Ok(if stored.blocked_b && !stored.trans_b {
+                // A block of block_b columns holds block_b texels per step of K.
+                let (texels, rows) = b_sides;
+                pack_column_blocks(OP, b, block_b, tile.lane_texels(), rows, 4 * texels)?
+                    .to_texture(OP, rows, texels, 4 * texels, storage)?
+            } else if stored.blocked_b {
+                blocked_texture(b, b_sides, block_b)?
+            } else {
+                texture(b, b_sides, b_as_is, opts.trans_b && !stored.trans_b)?
+            })
+        })?;
     let (entry, source) = tile.program(precision, reads, stored);
     let bindings = match (reads, precision.input()) {
         (Reads::StorageTextures, DType::F16) => STORAGE_TEXTURE_BINDINGS_F16,

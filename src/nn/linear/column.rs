@@ -162,7 +162,7 @@ impl ColumnParallelLinear {
         let (y, saved) = if self.ring() {
             // Each arriving token chunk is multiplied while the next travels.
             let done = ring_all_gather_fused(x, |r, _, chunk| {
-                let y = kernels::gemm(chunk, &w.shards()[r], opts(r))?;
+                let y = kernels::gemm_weight(chunk, &w.shards()[r], opts(r))?;
                 Ok((y, chunk.clone()))
             })?;
             let (ys, chunks): (Vec<Vec<_>>, Vec<Vec<_>>) =
@@ -179,7 +179,7 @@ impl ColumnParallelLinear {
                 Mapping::CopyToParallel.forward(x)?
             };
             let y = (0..x.mesh().size())
-                .map(|r| kernels::gemm(&x.shards()[r], &w.shards()[r], opts(r)))
+                .map(|r| kernels::gemm_weight(&x.shards()[r], &w.shards()[r], opts(r)))
                 .collect::<Result<Vec<_>>>()?;
             (y, SavedInput::Whole(x))
         };
@@ -255,7 +255,7 @@ impl ColumnParallelLinear {
                             ..Default::default()
                         },
                     )?);
-                    kernels::gemm(&dy_rc, &w.shards()[r], GemmOptions::default())
+                    kernels::gemm_weight(&dy_rc, &w.shards()[r], GemmOptions::default())
                 })?;
                 let dw = dw.into_iter().map(Option::unwrap).collect();
                 (dx, dw)

@@ -160,7 +160,7 @@ impl RowParallelLinear {
             let p = x.mesh().size();
             ring_reduce_scatter_fused(x.mesh(), &shape, |r, c| {
                 let x_rc = token_chunk(&x.shards()[r], p, c)?;
-                kernels::gemm(
+                kernels::gemm_weight(
                     &x_rc,
                     &w.shards()[r],
                     GemmOptions {
@@ -232,7 +232,7 @@ impl RowParallelLinear {
                         ..Default::default()
                     },
                 )?);
-                let dx_c = kernels::gemm(dy_c, &w.shards()[r], GemmOptions::default())?;
+                let dx_c = kernels::gemm_weight(dy_c, &w.shards()[r], GemmOptions::default())?;
                 Ok((dx_c, dy_c.clone()))
             });
             let gathered = match gathered {

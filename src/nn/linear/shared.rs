@@ -119,7 +119,10 @@ pub(super) fn split_is_plain(mesh: &Mesh, n: usize, stride: usize, unit: usize) 
     (0..p).all(|r| split_range_in_units(n, p, r, stride * unit) == split_range(n, p, r))
 }
 
-/// Per rank: `op(a_r)·op(b_r)`, stored as `out` (accumulated in f32 either way).
+/// Per rank: `op(a_r)·op(b_r)`, stored as `out` (accumulated in f32 either
+/// way). Without `trans_a` B is the weight (`x·Wᵀ`, `dy·W`), whose packs
+/// are kept until it changes ([`kernels::gemm_weight`]); with it, B is an
+/// activation (`dW = dyᵀ·x`).
 pub(super) fn gemm_each(
     a: &DTensor,
     b: &DTensor,
@@ -130,7 +133,12 @@ pub(super) fn gemm_each(
         .iter()
         .zip(b.shards())
         .map(|(x, y)| {
-            kernels::gemm(
+            let gemm = if trans_a {
+                kernels::gemm
+            } else {
+                kernels::gemm_weight
+            };
+            gemm(
                 x,
                 y,
                 GemmOptions {

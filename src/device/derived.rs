@@ -1,0 +1,76 @@
+//! What kernels derive from a buffer and may keep while it is unchanged
+//! (the GEMM's packs and texture copies of a weight): cached with the
+//! buffer's storage, so they go when it goes, and keyed by a version that
+//! every in-place write bumps, so a stale one is never handed out.
+//!
+//! Tensors are immutable except for in-place updates (the optimiser
+//! kernels), and every kernel that writes a buffer bumps its version when
+//! it is recorded (`dispatch.rs`); a derived operand recorded after that
+//! reads the new values, since one device records in order.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::error::Result;
+
+/// One derived operand: its key, the version it was made from, the value.
+type Entry = (String, u64, Arc<dyn Any + Send + Sync>);
+
+/// A buffer's version and the operands derived from its current contents.
+#[derive(Default)]
+pub(crate) struct DerivedCache {
+    version: AtomicU64,
+    entries: Mutex<Vec<Entry>>,
+}
+
+impl DerivedCache {
+    /// The version: bumped by every in-place write.
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// An in-place write was recorded: everything derived before is stale
+    /// (and freed now).
+    pub(crate) fn bump(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.clear();
+    }
+
+    /// The operand under `key` derived from the current contents, made by
+    /// `make` (and kept) if there is none.
+    pub(crate) fn get_or_make<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let version = self.version();
+        {
+            let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+            let hit = entries
+                .iter()
+                .find(|(k, v, _)| *k == key && *v == version)
+                .and_then(|(_, _, d)| d.downcast_ref::<T>());
+            if let Some(d) = hit {
+                return Ok(d.clone());
+            }
+        }
+        let made = make()?;
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        // Written meanwhile: hand it out once, keep nothing.
+        if self.version() == version {
+            entries.retain(|(k, _, _)| *k != key);
+            entries.push((key, version, Arc::new(made.clone())));
+        }
+        Ok(made)
+    }
+
+    /// Operands kept (for tests).
+    pub(crate) fn len(&self) -> usize {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}

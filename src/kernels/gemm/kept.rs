@@ -1,0 +1,30 @@
+//! What the GEMM derives from a weight B (a pack, a texture copy), kept
+//! with B's buffer until a kernel writes it in place ([`super::gemm_weight`];
+//! the version and the keeping are `device/derived.rs`'s).
+
+use crate::device::LocalTensor;
+use crate::error::Result;
+
+/// `make()`, kept with `b`'s buffer under `key` when `cache` (B is a weight)
+/// and the pack cache is on.
+pub(super) fn of_b<T: Clone + Send + Sync + 'static>(
+    b: &LocalTensor,
+    cache: bool,
+    key: impl FnOnce() -> String,
+    make: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("WGPU_TP_PACK_CACHE").map_or(true, |v| v != "0"));
+    if !(cache && on) {
+        return make();
+    }
+    // The view's shape and rank are part of what was derived.
+    let key = format!(
+        "{}|{:?}|{:?}|rank {}",
+        key(),
+        b.shape(),
+        b.dtype(),
+        b.rank_index()
+    );
+    b.derived(key, make)
+}

@@ -1,0 +1,190 @@
+//! Small-M GEMM (`shaders/gemv.wgsl`): `C = A·op(B) (+ bias) (+ accumulate)`
+//! for A `[M, K]` with `M ≤ 8`, reading B (a weight, `[N, K]` or `[K, N]`)
+//! where it is stored. A decoding step multiplies one token by every weight:
+//! its time is streaming the weights once, and the general kernels' packs
+//! and texture copies stream each weight twice more (BENCHMARKS.md). The
+//! GEMM ([`super::gemm()`]) picks this kernel for `M ≤` [`GEMV_MAX_ROWS`].
+//!
+//! Each invocation owns four columns of C and every row, so a weight element
+//! is loaded once for all rows; operands whose rows are whole vec4s are bound
+//! as `array<vec4<…>>` (lavapipe loads storage lane by lane, so a vec4 per
+//! load is several times fewer loads). Rows are rounded up to 1, 2, 4 or 8
+//! (an override constant): four pipelines per layout at most.
+
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+/// The most rows of A the GEMV kernel takes.
+pub const GEMV_MAX_ROWS: usize = 8;
+
+/// Invocations per workgroup: small, so a one-token product over a few
+/// hundred columns still spreads over several workgroups (CPU adapters run
+/// workgroups on separate threads).
+const WORKGROUP: usize = 32;
+
+const BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+
+/// A read as vec4s (rows of whole vec4s).
+const A_VEC4: &str = "alias AV = vec4<AIn>;
+fn lda4(m: u32, q: u32) -> vec4<f32> { return vec4<f32>(a[arow(m) * (p.k / 4u) + q]); }
+fn lda(m: u32, k: u32) -> f32 { let i = arow(m) * p.k + k; return f32(a[i / 4u][i % 4u]); }
+";
+
+/// A read element by element.
+const A_SCALAR: &str = "alias AV = AIn;
+fn lda4(m: u32, q: u32) -> vec4<f32> {
+    let i = arow(m) * p.k + 4u * q;
+    return vec4<f32>(f32(a[i]), f32(a[i + 1u]), f32(a[i + 2u]), f32(a[i + 3u]));
+}
+fn lda(m: u32, k: u32) -> f32 { return f32(a[arow(m) * p.k + k]); }
+";
+
+/// B read as vec4s: `[N, K]` with K a multiple of 4, or `[K, N]` with N one.
+const B_VEC4: &str = "alias BV = vec4<AIn>;
+fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return vec4<f32>(b[n * (p.k / 4u) + q]); }
+fn ldb_nk(n: u32, k: u32) -> f32 { let i = n * p.k + k; return f32(b[i / 4u][i % 4u]); }
+fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return vec4<f32>(b[k * (p.n / 4u) + j]); }
+";
+
+/// B read element by element (columns past N read the last one).
+const B_SCALAR: &str = "alias BV = AIn;
+fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
+    let i = n * p.k + 4u * q;
+    return vec4<f32>(f32(b[i]), f32(b[i + 1u]), f32(b[i + 2u]), f32(b[i + 3u]));
+}
+fn ldb_nk(n: u32, k: u32) -> f32 { return f32(b[n * p.k + k]); }
+fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
+    let i = k * p.n;
+    let c = 4u * j;
+    let last = p.n - 1u;
+    return vec4<f32>(f32(b[i + c]), f32(b[i + min(c + 1u, last)]),
+        f32(b[i + min(c + 2u, last)]), f32(b[i + min(c + 3u, last)]));
+}
+";
+
+/// How A and B are bound: the three combinations the layouts need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Binding {
+    /// A and B as vec4s (`[N, K]` B, K a multiple of 4).
+    BothVec4,
+    /// A element-wise, B as vec4s (`[K, N]` B, N a multiple of 4).
+    BVec4,
+    /// Both element-wise (ragged).
+    Scalar,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    flags: u32,
+    groups: u32,
+    _pad: [u32; 3],
+}
+
+/// The (family, source) of one (input, output, binding) combination,
+/// composed once per process: pipeline specs take `&'static str`.
+fn program(input: DType, output: DType, binding: Binding) -> (&'static str, &'static str) {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Key = (DType, DType, Binding);
+    static CACHE: OnceLock<Mutex<HashMap<Key, (&'static str, &'static str)>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *cache.entry((input, output, binding)).or_insert_with(|| {
+        let (a, b, tag) = match binding {
+            Binding::BothVec4 => (A_VEC4, B_VEC4, "_ab4"),
+            Binding::BVec4 => (A_SCALAR, B_VEC4, "_b4"),
+            Binding::Scalar => (A_SCALAR, B_SCALAR, ""),
+        };
+        let f16 = input == DType::F16 || output == DType::F16;
+        let source = format!(
+            "{}alias AIn = {input};\nalias COut = {output};\n{a}{b}{}",
+            if f16 { "enable f16;\n" } else { "" },
+            include_str!("../../shaders/gemv.wgsl")
+        );
+        let family = format!("gemv_{input}_to_{output}{tag}");
+        (
+            Box::leak(family.into_boxed_str()) as &'static str,
+            Box::leak(source.into_boxed_str()) as &'static str,
+        )
+    })
+}
+
+/// Every composed GEMV source, as (name, source): for validation tests.
+pub(crate) fn gemv_sources() -> Vec<(&'static str, &'static str)> {
+    let pairs = [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F16),
+        (DType::F16, DType::F32),
+        (DType::F32, DType::F16),
+    ];
+    let bindings = [Binding::BothVec4, Binding::BVec4, Binding::Scalar];
+    pairs
+        .iter()
+        .flat_map(|&(i, o)| bindings.iter().map(move |&b| program(i, o, b)))
+        .collect()
+}
+
+/// Record `out = a·op(b) (+ bias) (+ acc)`: `a` `[M, K]` (1 ≤ M ≤
+/// [`GEMV_MAX_ROWS`], K ≥ 1), `b` `[N, K]` when `trans_b` else `[K, N]`,
+/// `out` `[M, N]` already allocated; operands checked by the caller (the
+/// GEMM) for shapes, dtypes (A and B alike, bias and acc f32) and rank.
+pub(crate) fn gemv_into(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    trans_b: bool,
+    (bias, acc): (Option<&LocalTensor>, Option<&LocalTensor>),
+    out: &LocalTensor,
+    (m, n, k): (usize, usize, usize),
+) -> Result<()> {
+    const OP: &str = "gemv";
+    if !(1..=GEMV_MAX_ROWS).contains(&m) || k == 0 || n == 0 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "the small-M kernel takes 1..={GEMV_MAX_ROWS} rows and K, N ≥ 1, got M {m}, N {n}, K {k}"
+            ),
+        ));
+    }
+    let binding = match (trans_b, k % 4 == 0, n % 4 == 0) {
+        (true, true, _) => Binding::BothVec4,
+        (false, _, true) => Binding::BVec4,
+        _ => Binding::Scalar,
+    };
+    let (family, source) = program(a.dtype(), out.dtype(), binding);
+    let rows = m.next_power_of_two();
+    let lanes = n.div_ceil(4);
+    let groups = lanes.div_ceil(WORKGROUP);
+    let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1;
+    let params = Params {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        flags,
+        groups: groups as u32,
+        _pad: [0; 3],
+    };
+    let entry = if trans_b { "gemv_nk" } else { "gemv_kn" };
+    let spec = KernelSpec::new(family, source, BINDINGS, entry)
+        .with_constants(vec![("ROWS", rows as f64), ("WG", WORKGROUP as f64)]);
+    // Absent bias / acc bind `a` and `b` in their place; the flags keep them unread.
+    Dispatch {
+        spec: &spec,
+        params: bytemuck::bytes_of(&params),
+        buffers: &[a, b, bias.unwrap_or(a), acc.unwrap_or(b), out],
+        workgroups: groups as u64,
+    }
+    .record(a.device())
+}
