@@ -2,7 +2,8 @@
 //! backward, norms (LayerNorm, RMSNorm) and dropout, attention with heads
 //! split over ranks, the MLP, the transformer block and a GPT that trains
 //! and generates, the vocab-parallel loss,
-//! initialisers, optimisers and checkpoints. Layers compose the
+//! initialisers, optimisers and checkpoints, and the [`Tokenizer`] of
+//! Hugging Face model directories. Layers compose the
 //! [`Mapping`](crate::tensor::Mapping)s and redistributions of the tensor
 //! layer (the ring-overlapped ones included) and never import `comm`. A
 //! serial layer is the same code on a mesh of one rank.
@@ -22,6 +23,7 @@ mod model;
 mod norm;
 mod optim;
 mod parameter;
+mod tokenizer;
 
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
@@ -43,3 +45,4 @@ pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{Module, Parameter, prefixed, prefixed_mut};
+pub use tokenizer::{TokenStream, Tokenizer};

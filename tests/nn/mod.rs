@@ -16,7 +16,9 @@
 //! - `norm`: LayerNorm and RMSNorm, replicated and sequence-parallel;
 //! - `dropout`: masks independent of the world size and placement;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
-//!   decoding, GPT-2 names and checkpoints across world sizes.
+//!   decoding, GPT-2 names and checkpoints across world sizes;
+//! - `tokenizer`: GPT-2's vocabulary against tiktoken's `r50k_base`, round
+//!   trips, streaming decode, bad files.
 
 /// Relative tolerance of every layer-level f64 comparison (docs/MATH.md,
 /// "How it is tested: tolerances and coverage").
@@ -36,3 +38,4 @@ mod optim;
 mod parameter;
 mod sequence_parallel;
 mod shard_units;
+mod tokenizer;
