@@ -2,8 +2,9 @@
 //! backward, norms (LayerNorm, RMSNorm) and dropout, attention with heads
 //! split over ranks, the MLP, the transformer block and a GPT that trains
 //! and generates, the vocab-parallel loss,
-//! initialisers, optimisers and checkpoints, and the [`Tokenizer`] of
-//! Hugging Face model directories. Layers compose the
+//! initialisers, optimisers and checkpoints (the crate's own, and Hugging
+//! Face GPT-2 directories), and the [`Tokenizer`] of those directories.
+//! Layers compose the
 //! [`Mapping`](crate::tensor::Mapping)s and redistributions of the tensor
 //! layer (the ring-overlapped ones included) and never import `comm`. A
 //! serial layer is the same code on a mesh of one rank.
@@ -23,6 +24,7 @@ mod model;
 mod norm;
 mod optim;
 mod parameter;
+mod pretrained;
 mod tokenizer;
 
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
@@ -45,4 +47,5 @@ pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{Module, Parameter, prefixed, prefixed_mut};
+pub use pretrained::{HfGpt2Config, pretrained_config};
 pub use tokenizer::{TokenStream, Tokenizer};

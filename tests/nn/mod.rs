@@ -17,6 +17,8 @@
 //! - `dropout`: masks independent of the world size and placement;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
 //!   decoding, GPT-2 names and checkpoints across world sizes;
+//! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
+//!   numpy GPT-2, saved and loaded across world sizes, and bad directories;
 //! - `tokenizer`: GPT-2's vocabulary against tiktoken's `r50k_base`, round
 //!   trips, streaming decode, bad files.
 
@@ -36,6 +38,7 @@ mod model;
 mod norm;
 mod optim;
 mod parameter;
+mod pretrained;
 mod sequence_parallel;
 mod shard_units;
 mod tokenizer;

@@ -1,0 +1,216 @@
+//! The weight files of a Hugging Face directory, memory-mapped: one
+//! `model.safetensors` or the shards a `model.safetensors.index.json` names.
+//! Opening parses every header (a truncated or corrupt file fails here) and
+//! indexes tensors by name without the `transformer.` prefix; data is read
+//! one tensor (or block) at a time and widened to f32.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+
+use super::{INDEX_FILE, MODEL_FILE};
+use crate::error::{Error, Result};
+
+/// `message` about `path` as a checkpoint error.
+pub(super) fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
+    Error::Checkpoint(format!("{}: {message}", path.display()))
+}
+
+/// One memory-mapped weight file.
+struct WeightFile {
+    path: PathBuf,
+    map: Mmap,
+}
+
+/// Where a tensor lives: file, its name there, dtype, shape, byte range.
+#[derive(Clone, Debug)]
+pub(super) struct Found {
+    file: usize,
+    /// The name in the file (with any prefix).
+    pub(super) name: String,
+    pub(super) dtype: Dtype,
+    pub(super) shape: Vec<usize>,
+    bytes: (usize, usize),
+}
+
+/// Every weight file of a directory and the tensors they hold.
+pub(super) struct WeightFiles {
+    files: Vec<WeightFile>,
+    /// By name without the `transformer.` prefix.
+    tensors: HashMap<String, Found>,
+}
+
+/// Memory-map `path` and parse its safetensors header.
+fn open_weights(path: &Path) -> Result<(WeightFile, Vec<(String, Found)>)> {
+    let file = File::open(path).map_err(|e| bad(path, format!("cannot open it ({e})")))?;
+    // SAFETY: the map is only read, and every range read is checked against
+    // the header below. Another process truncating the file while it is
+    // mapped could fault the read; safetensors' own loaders accept the same.
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| bad(path, format!("cannot map it ({e})")))?;
+    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| {
+        bad(
+            path,
+            format!("not a valid safetensors file ({e}); it may be truncated or corrupt, download or save it again"),
+        )
+    })?;
+    let start = 8 + n;
+    let tensors = meta
+        .tensors()
+        .into_iter()
+        .map(|(name, info)| {
+            let (b, e) = info.data_offsets;
+            let found = Found {
+                file: 0,
+                name: name.clone(),
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                bytes: (start + b, start + e),
+            };
+            (name, found)
+        })
+        .collect();
+    let path = path.to_path_buf();
+    Ok((WeightFile { path, map }, tensors))
+}
+
+/// The shard files an index names, in order, and its tensor → file map.
+fn read_index(path: &Path) -> Result<(Vec<String>, BTreeMap<String, String>)> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| bad(path, format!("cannot read it ({e})")))?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| bad(path, format!("not valid JSON ({e})")))?;
+    let map = value
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| bad(path, "has no weight_map object"))?;
+    let mut weight_map = BTreeMap::new();
+    for (name, file) in map {
+        let file = file
+            .as_str()
+            .filter(|f| !f.contains('/') && !f.contains('\\') && !f.starts_with('.'))
+            .ok_or_else(|| {
+                bad(
+                    path,
+                    format!("weight_map[{name:?}] = {file} is not a file name in this directory"),
+                )
+            })?;
+        weight_map.insert(name.clone(), file.to_string());
+    }
+    let mut files: Vec<String> = weight_map.values().cloned().collect();
+    files.sort();
+    files.dedup();
+    Ok((files, weight_map))
+}
+
+impl WeightFiles {
+    /// Map `dir`'s `model.safetensors`, or every shard its
+    /// `model.safetensors.index.json` names, and parse each header.
+    pub(super) fn open(dir: &Path) -> Result<Self> {
+        let (single, index) = (dir.join(MODEL_FILE), dir.join(INDEX_FILE));
+        let (names, weight_map) = if single.is_file() {
+            (vec![MODEL_FILE.to_string()], None)
+        } else if index.is_file() {
+            let (files, map) = read_index(&index)?;
+            (files, Some(map))
+        } else {
+            return Err(bad(
+                dir,
+                format!(
+                    "neither {MODEL_FILE} nor {INDEX_FILE} is there; download the weights (huggingface-cli download <model> config.json {MODEL_FILE})"
+                ),
+            ));
+        };
+        let mut files = Vec::new();
+        let mut tensors: HashMap<String, Found> = HashMap::new();
+        for (i, name) in names.iter().enumerate() {
+            let (file, found) = open_weights(&dir.join(name))?;
+            for (name, mut f) in found {
+                f.file = i;
+                let key = name
+                    .strip_prefix("transformer.")
+                    .unwrap_or(&name)
+                    .to_string();
+                if let Some(other) = tensors.get(&key) {
+                    return Err(bad(
+                        &file.path,
+                        format!(
+                            "tensor {name:?} appears twice (also as {:?} in {})",
+                            other.name,
+                            files
+                                .get(other.file)
+                                .map_or(file.path.display(), |w: &WeightFile| w.path.display())
+                        ),
+                    ));
+                }
+                tensors.insert(key, f);
+            }
+            files.push(file);
+        }
+        if let Some(map) = weight_map {
+            for (name, file) in map {
+                let key = name.strip_prefix("transformer.").unwrap_or(&name);
+                let in_file = tensors.get(key).map(|f| &files[f.file].path);
+                if in_file != Some(&dir.join(&file)) {
+                    return Err(bad(
+                        &dir.join(INDEX_FILE),
+                        format!(
+                            "says tensor {name:?} is in {file}, but that file does not hold it"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(WeightFiles { files, tensors })
+    }
+
+    /// The tensor called `name` (without prefix).
+    pub(super) fn get(&self, name: &str) -> Option<&Found> {
+        self.tensors.get(name)
+    }
+
+    /// Every tensor, by name without prefix.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Found)> {
+        self.tensors.iter()
+    }
+
+    /// The files, for messages.
+    pub(super) fn paths(&self) -> String {
+        let paths: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| f.path.display().to_string())
+            .collect();
+        paths.join(", ")
+    }
+
+    /// Where a tensor is, for messages: `dir/model.safetensors: tensor "x"`.
+    pub(super) fn at(&self, f: &Found) -> String {
+        format!("{}: tensor {:?}", self.files[f.file].path.display(), f.name)
+    }
+
+    /// Elements `range` of tensor `f`, widened to f32.
+    pub(super) fn values(&self, f: &Found, range: Range<usize>) -> Vec<f32> {
+        let size = f.dtype.bitsize() / 8;
+        let bytes =
+            &self.files[f.file].map[f.bytes.0..f.bytes.1][range.start * size..range.end * size];
+        match f.dtype {
+            Dtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => bytes
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            _ => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        }
+    }
+}

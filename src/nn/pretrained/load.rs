@@ -1,0 +1,263 @@
+//! Reading a Hugging Face GPT-2 directory: parse `config.json` and every
+//! weight file's header ([`HfCheckpoint::open`]), match each expected
+//! parameter to a tensor and check dtype and shape, the tied head and any
+//! stray tensor ([`HfCheckpoint::plan`]), and only then convert one tensor at
+//! a time (widen, transpose a `Conv1D`) and shard it through
+//! [`Parameter::load_master`](crate::nn::Parameter::load_master)
+//! ([`HfCheckpoint::load_into`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use safetensors::Dtype;
+
+use super::config::HfGpt2Config;
+use super::files::{Found, WeightFiles, bad};
+use super::{CONFIG_FILE, hf_shape, is_conv1d, transpose};
+use crate::error::{Error, Result};
+use crate::nn::gpt::{Gpt, GptConfig};
+use crate::nn::parameter::Module;
+
+/// An opened checkpoint directory whose headers all parsed.
+pub(super) struct HfCheckpoint {
+    config: HfGpt2Config,
+    config_path: PathBuf,
+    weights: WeightFiles,
+}
+
+/// Our parameter names and shapes for a GPT-2 of `c` (the order of
+/// [`Gpt`]'s `named_parameters`).
+pub(super) fn expected_params(c: &GptConfig) -> Vec<(String, Vec<usize>)> {
+    let h = c.hidden;
+    let mut v = vec![
+        ("wte.weight".to_string(), vec![c.vocab, h]),
+        ("wpe.weight".to_string(), vec![c.n_ctx, h]),
+    ];
+    for i in 0..c.layers {
+        let block = [
+            ("ln_1.weight", vec![h]),
+            ("ln_1.bias", vec![h]),
+            ("attn.c_attn.weight", vec![3 * h, h]),
+            ("attn.c_attn.bias", vec![3 * h]),
+            ("attn.c_proj.weight", vec![h, h]),
+            ("attn.c_proj.bias", vec![h]),
+            ("ln_2.weight", vec![h]),
+            ("ln_2.bias", vec![h]),
+            ("mlp.c_fc.weight", vec![c.ffn, h]),
+            ("mlp.c_fc.bias", vec![c.ffn]),
+            ("mlp.c_proj.weight", vec![h, c.ffn]),
+            ("mlp.c_proj.bias", vec![h]),
+        ];
+        v.extend(block.into_iter().map(|(n, s)| (format!("h.{i}.{n}"), s)));
+    }
+    v.push(("ln_f.weight".into(), vec![h]));
+    v.push(("ln_f.bias".into(), vec![h]));
+    v
+}
+
+/// The names and shapes of `gpt`'s parameters.
+pub(super) fn model_params(gpt: &Gpt) -> Vec<(String, Vec<usize>)> {
+    gpt.named_parameters()
+        .into_iter()
+        .map(|(n, p)| (n, p.shape().to_vec()))
+        .collect()
+}
+
+impl HfCheckpoint {
+    /// Read `config.json`, map every weight file and parse its header.
+    pub(super) fn open(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(bad(
+                dir,
+                "no such directory; pass a Hugging Face model directory (config.json + model.safetensors)",
+            ));
+        }
+        let config_path = dir.join(CONFIG_FILE);
+        let config = HfGpt2Config::read(&config_path)?;
+        let weights = WeightFiles::open(dir)?;
+        Ok(HfCheckpoint {
+            config,
+            config_path,
+            weights,
+        })
+    }
+
+    /// The model `config.json` describes; errors name its path.
+    pub(super) fn gpt_config(&self) -> Result<GptConfig> {
+        self.config.to_gpt_config().map_err(|e| match e {
+            Error::Checkpoint(m) => {
+                let m = m.strip_prefix("config.json: ").unwrap_or(&m);
+                bad(&self.config_path, m)
+            }
+            e => e,
+        })
+    }
+
+    /// A model built from `c` must agree with `config.json` on everything the
+    /// weights do not show (heads, activation, epsilon) as well as the sizes.
+    pub(super) fn check_config(&self, c: &GptConfig) -> Result<()> {
+        let want = self.gpt_config()?;
+        let ours = (
+            c.vocab,
+            c.n_ctx,
+            c.hidden,
+            c.heads,
+            c.layers,
+            c.ffn,
+            c.activation,
+            c.eps,
+        );
+        let theirs = (
+            want.vocab,
+            want.n_ctx,
+            want.hidden,
+            want.heads,
+            want.layers,
+            want.ffn,
+            want.activation,
+            want.eps,
+        );
+        if ours != theirs {
+            return Err(bad(
+                &self.config_path,
+                format!(
+                    "describes (vocab, n_ctx, hidden, heads, layers, ffn, activation, eps) = {theirs:?}, but the model has {ours:?}; build it with Gpt::from_pretrained"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Match every parameter `(our name, our shape)` to a tensor, checking
+    /// dtype and Hugging Face shape; check the head is tied and that nothing
+    /// else is in the files. Reads no tensor data except `lm_head.weight`.
+    pub(super) fn plan(&self, expected: &[(String, Vec<usize>)]) -> Result<HashMap<String, Found>> {
+        let c = &self.config;
+        let sizes = format!(
+            "{} (vocab_size {}, n_positions {}, n_embd {}, n_layer {}, n_inner {})",
+            self.config_path.display(),
+            c.vocab_size,
+            c.n_positions,
+            c.n_embd,
+            c.n_layer,
+            c.n_inner.map_or("null".into(), |n| n.to_string())
+        );
+        let mut plan = HashMap::new();
+        for (name, shape) in expected {
+            let f = self.weights.get(name).ok_or_else(|| {
+                Error::Checkpoint(format!(
+                    "{}: tensor {name:?} is missing, and {sizes} needs it",
+                    self.weights.paths()
+                ))
+            })?;
+            if !matches!(f.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+                return Err(Error::Checkpoint(format!(
+                    "{} is {:?}; only F32, F16 and BF16 load",
+                    self.weights.at(f),
+                    f.dtype
+                )));
+            }
+            let want = hf_shape(name, shape);
+            if f.shape != want {
+                return Err(Error::Checkpoint(format!(
+                    "{} has shape {:?}, but {sizes} needs {want:?}",
+                    self.weights.at(f),
+                    f.shape
+                )));
+            }
+            plan.insert(name.clone(), f.clone());
+        }
+        for (key, f) in self.weights.iter() {
+            if plan.contains_key(key)
+                || key.ends_with(".attn.bias")
+                || key.ends_with(".attn.masked_bias")
+            {
+                continue;
+            }
+            if key == "lm_head.weight" {
+                self.check_tied(f, plan.get("wte.weight"))?;
+                continue;
+            }
+            return Err(Error::Checkpoint(format!(
+                "{} matches no parameter of a GPT-2 of {sizes}",
+                self.weights.at(f)
+            )));
+        }
+        Ok(plan)
+    }
+
+    /// `lm_head.weight` must equal `wte.weight`: [`Gpt`]'s head is tied.
+    fn check_tied(&self, head: &Found, wte: Option<&Found>) -> Result<()> {
+        let Some(wte) = wte else {
+            return Err(Error::Checkpoint(format!(
+                "{}: there is no wte.weight to tie it to",
+                self.weights.at(head)
+            )));
+        };
+        if head.dtype != wte.dtype {
+            return Err(Error::Checkpoint(format!(
+                "{} is {:?}, but wte.weight is {:?}; Gpt ties its head to wte, so they must be the same tensor",
+                self.weights.at(head),
+                head.dtype,
+                wte.dtype
+            )));
+        }
+        if head.shape != wte.shape {
+            return Err(Error::Checkpoint(format!(
+                "{} has shape {:?}, but wte.weight is {:?}; Gpt ties its head to wte",
+                self.weights.at(head),
+                head.shape,
+                wte.shape
+            )));
+        }
+        const BLOCK: usize = 1 << 16;
+        let n: usize = wte.shape.iter().product();
+        let cols = wte.shape.last().copied().unwrap_or(1).max(1);
+        for start in (0..n).step_by(BLOCK) {
+            let end = (start + BLOCK).min(n);
+            let (a, b) = (
+                self.weights.values(head, start..end),
+                self.weights.values(wte, start..end),
+            );
+            if let Some(k) = (0..a.len()).find(|&k| a[k].to_bits() != b[k].to_bits()) {
+                let i = start + k;
+                return Err(Error::Checkpoint(format!(
+                    "{} differs from wte.weight at [{}, {}] ({} vs {}): this is an untied head, and Gpt ties its head to wte",
+                    self.weights.at(head),
+                    i / cols,
+                    i % cols,
+                    a[k],
+                    b[k]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Convert and shard each planned tensor into `gpt`, one at a time.
+    pub(super) fn load_into(&self, gpt: &mut Gpt, plan: &HashMap<String, Found>) -> Result<()> {
+        for (name, p) in gpt.named_parameters_mut() {
+            let f = plan.get(&name).ok_or_else(|| {
+                Error::Checkpoint(format!(
+                    "parameter {name:?} of the model has no tensor in the plan"
+                ))
+            })?;
+            if f.shape != hf_shape(&name, p.shape()) {
+                return Err(Error::Checkpoint(format!(
+                    "{} has shape {:?}, the model's {name} is {:?}",
+                    self.weights.at(f),
+                    f.shape,
+                    p.shape()
+                )));
+            }
+            let n = f.shape.iter().product();
+            let mut data = self.weights.values(f, 0..n);
+            if is_conv1d(&name) {
+                // HF [in, out] → our [out, in].
+                data = transpose(&data, f.shape[0], f.shape[1]);
+            }
+            p.load_master(&data)?;
+        }
+        Ok(())
+    }
+}

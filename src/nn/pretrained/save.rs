@@ -1,0 +1,89 @@
+//! Writing `model.safetensors` in Hugging Face's GPT-2 layout, streamed: the
+//! header is built from the shapes alone, then each parameter is gathered,
+//! transposed if it is a `Conv1D` weight, written and dropped, so the host
+//! holds one parameter at a time. The file appears under its name only once
+//! complete (written beside it, then renamed).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use super::{hf_shape, is_conv1d, transpose};
+use crate::error::{Error, Result};
+use crate::nn::Gpt;
+use crate::nn::parameter::Module;
+
+/// `path` with `.partial` appended: where a file is written before renaming.
+fn partial(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".partial");
+    PathBuf::from(s)
+}
+
+/// Write `bytes` to `path` through a temporary file and a rename.
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = partial(path);
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// The safetensors header for F32 tensors `(name, shape)` stored back to back
+/// in this order, padded with spaces to 8 bytes as the format's writer does.
+fn header(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
+    let mut map = Map::new();
+    map.insert("__metadata__".into(), json!({ "format": "pt" }));
+    let mut offset = 0usize;
+    for (name, shape) in tensors {
+        let bytes = 4 * shape.iter().product::<usize>();
+        let info =
+            json!({ "dtype": "F32", "shape": shape, "data_offsets": [offset, offset + bytes] });
+        map.insert(name.clone(), info);
+        offset += bytes;
+    }
+    let mut text = Value::Object(map).to_string().into_bytes();
+    text.resize(text.len().next_multiple_of(8), b' ');
+    text
+}
+
+/// Write every parameter of `gpt` to `path` (F32, HF names and layout).
+pub(super) fn write_model(gpt: &Gpt, path: &Path) -> Result<()> {
+    let params = gpt.named_parameters();
+    let layout: Vec<(String, Vec<usize>)> = params
+        .iter()
+        .map(|(n, p)| (n.clone(), hf_shape(n, p.shape())))
+        .collect();
+    let head = header(&layout);
+    let tmp = partial(path);
+    let write = || -> Result<()> {
+        let mut out = BufWriter::new(File::create(&tmp)?);
+        out.write_all(&(head.len() as u64).to_le_bytes())?;
+        out.write_all(&head)?;
+        for (name, p) in &params {
+            let mut data = p.master()?;
+            if is_conv1d(name) {
+                let [rows, cols] = p.shape() else {
+                    return Err(Error::Checkpoint(format!(
+                        "{name} has shape {:?}, expected a matrix",
+                        p.shape()
+                    )));
+                };
+                data = transpose(&data, *rows, *cols);
+            }
+            for v in &data {
+                out.write_all(&v.to_le_bytes())?;
+            }
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        Ok(())
+    };
+    match write() {
+        Ok(()) => Ok(std::fs::rename(&tmp, path)?),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
