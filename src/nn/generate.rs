@@ -114,6 +114,38 @@ impl Gpt {
         Ok(out)
     }
 
+    /// [`Gpt::generate`] calling `on_token` with each token as soon as it
+    /// is chosen (to stream text); an error from it stops generation and is
+    /// returned.
+    pub fn generate_with(
+        &mut self,
+        prompt: &[i32],
+        max_new: usize,
+        sampling: Sampling,
+        mut on_token: impl FnMut(i32) -> Result<()>,
+    ) -> Result<Vec<i32>> {
+        let mut sampler = self.start_generation(prompt, max_new, sampling)?;
+        let mut caches = vec![KvCache::default(); self.h.len()];
+        let mut out = Vec::with_capacity(max_new);
+        let mut step = prompt.to_vec();
+        let result = loop {
+            if out.len() == max_new {
+                break Ok(());
+            }
+            let next = match self.decode_step(&step, &mut caches) {
+                Ok(last) => sampler.pick(&last),
+                Err(e) => break Err(e),
+            };
+            out.push(next);
+            if let Err(e) = on_token(next) {
+                break Err(e);
+            }
+            step = vec![next];
+        };
+        self.clear_saved();
+        result.map(|()| out)
+    }
+
     /// Run `ids` (the tokens after the cached ones) through the model and
     /// return the logits of the last one.
     fn decode_step(&mut self, ids: &[i32], caches: &mut [KvCache]) -> Result<Vec<f32>> {

@@ -19,6 +19,8 @@
 //!   decoding, GPT-2 names and checkpoints across world sizes;
 //! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
 //!   numpy GPT-2, saved and loaded across world sizes, and bad directories;
+//! - `shipped_model`: the tiny GPT-2 in `examples/data/tiny-gpt2` loads,
+//!   is trained, and decodes the same text at every world size;
 //! - `tokenizer`: GPT-2's vocabulary against tiktoken's `r50k_base`, round
 //!   trips, streaming decode, bad files.
 
@@ -41,4 +43,5 @@ mod parameter;
 mod pretrained;
 mod sequence_parallel;
 mod shard_units;
+mod shipped_model;
 mod tokenizer;
