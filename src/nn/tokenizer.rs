@@ -226,7 +226,7 @@ impl Tokenizer {
                 u32::try_from(id)
                     .ok()
                     .filter(|&u| self.inner.id_to_token(u).is_some())
-                    .ok_or(Error::OutOfRange {
+                    .ok_or_else(|| Error::OutOfRange {
                         op,
                         what: "token id",
                         value: id as i64,
@@ -266,19 +266,20 @@ pub struct TokenStream<'a> {
 }
 
 impl TokenStream<'_> {
-    /// Adds one id; returns the new text if it is complete UTF-8. An unknown
-    /// id is an error and leaves the stream as it was.
+    /// Adds one id; returns the new text if it is complete UTF-8. An error
+    /// (an unknown id) leaves the stream as it was.
     pub fn push(&mut self, id: i32) -> Result<Option<String>> {
         let known = self.tokenizer.known("TokenStream::push", &[id])?[0];
-        self.ids.push(known);
-        let text = self.tokenizer.decode_known(&self.ids)?;
+        let mut ids = self.ids.clone();
+        ids.push(known);
+        let text = self.tokenizer.decode_known(&ids)?;
         // The text is complete when it does not end in an unfinished
         // character (decoded as U+FFFD).
         if text.len() <= self.prefix.len() || text.ends_with('\u{FFFD}') {
+            self.ids = ids;
             return Ok(None);
         }
         let Some(new) = text.strip_prefix(self.prefix.as_str()) else {
-            self.ids.pop();
             return Err(err(
                 &self.tokenizer.source,
                 format!(
@@ -290,9 +291,10 @@ impl TokenStream<'_> {
         let new = new.to_string();
         // The tokens of the piece just released become the context of the
         // next (decoders may strip or join at token boundaries).
-        self.ids.drain(..self.context);
+        let prefix = self.tokenizer.decode_known(&ids[self.context..])?;
+        self.ids = ids.split_off(self.context);
         self.context = self.ids.len();
-        self.prefix = self.tokenizer.decode_known(&self.ids)?;
+        self.prefix = prefix;
         Ok(Some(new))
     }
 

@@ -266,6 +266,30 @@ fn stream_releases_whole_characters() {
 }
 
 #[test]
+fn stream_of_random_ids_equals_decode() {
+    // What a badly trained model may emit: random byte tokens, split and
+    // invalid UTF-8 included. The released pieces and `finish` still add up
+    // to `decode`.
+    let mut rng = Rng::fresh("stream_of_random_ids");
+    for tok in [gpt2(), trained()] {
+        let vocab = tok.vocab_size();
+        for _ in 0..50 {
+            let ids: Vec<i32> = (0..1 + rng.below(30))
+                .map(|_| rng.below(vocab) as i32)
+                .collect();
+            let (pieces, rest) = stream(tok, &ids);
+            let joined: String = pieces
+                .iter()
+                .flatten()
+                .chain(&rest)
+                .map(String::as_str)
+                .collect();
+            assert_eq!(joined, tok.decode(&ids).unwrap(), "{ids:?}");
+        }
+    }
+}
+
+#[test]
 fn unknown_ids_are_errors() {
     let tok = gpt2();
     for bad in [-1, 50257, i32::MAX, i32::MIN] {
