@@ -252,6 +252,14 @@ impl HfGpt2Config {
         if let Some((key, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(bad("config.json", format!("{key} must be at least 1")));
         }
+        // Far beyond any model, and keeps every shape product in range.
+        let inner = [("n_inner", self.n_inner.unwrap_or(0))];
+        if let Some((key, n)) = sizes.iter().chain(&inner).find(|(_, n)| *n > 1 << 24) {
+            return Err(bad(
+                "config.json",
+                format!("{key} {n} is implausibly large"),
+            ));
+        }
         if !self.n_embd.is_multiple_of(self.n_head) {
             return Err(bad(
                 "config.json",

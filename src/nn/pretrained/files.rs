@@ -196,9 +196,10 @@ impl WeightFiles {
     /// Elements `range` of tensor `f`, widened to f32.
     pub(super) fn values(&self, f: &Found, range: Range<usize>) -> Vec<f32> {
         let size = f.dtype.bitsize() / 8;
-        let bytes =
-            &self.files[f.file].map[f.bytes.0..f.bytes.1][range.start * size..range.end * size];
-        match f.dtype {
+        let (start, end) = (f.bytes.0 + range.start * size, f.bytes.0 + range.end * size);
+        let map = &self.files[f.file].map;
+        let bytes = &map[start..end];
+        let values = match f.dtype {
             Dtype::F16 => bytes
                 .chunks_exact(2)
                 .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
@@ -211,6 +212,18 @@ impl WeightFiles {
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect(),
+        };
+        // Give the file's pages back now rather than when the map is dropped,
+        // so loading adds one tensor, not the whole file, to the resident set
+        // (on a CPU adapter the model itself lives in host memory too).
+        #[cfg(target_os = "linux")]
+        // SAFETY: the map is a read-only shared file mapping and `bytes` is
+        // not used after this point: dropped pages are read again from the
+        // file on the next access, so no reference sees changed memory.
+        unsafe {
+            let _ =
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start);
         }
+        values
     }
 }

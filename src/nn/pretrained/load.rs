@@ -55,6 +55,32 @@ pub(super) fn expected_params(c: &GptConfig) -> Vec<(String, Vec<usize>)> {
     v
 }
 
+/// `hf` must describe a model of `c`'s sizes, heads, activation and epsilon
+/// (`what` names `hf` in the error).
+pub(super) fn check_same_model(hf: &HfGpt2Config, c: &GptConfig, what: &str) -> Result<()> {
+    let want = hf.to_gpt_config()?;
+    let key = |c: &GptConfig| {
+        (
+            c.vocab,
+            c.n_ctx,
+            c.hidden,
+            c.heads,
+            c.layers,
+            c.ffn,
+            c.activation,
+            c.eps,
+        )
+    };
+    if key(c) != key(&want) {
+        return Err(Error::Checkpoint(format!(
+            "{what} describes (vocab, n_ctx, hidden, heads, layers, ffn, activation, eps) = {:?}, but the model has {:?}; build the model with Gpt::from_pretrained, or save it with its own config",
+            key(&want),
+            key(c)
+        )));
+    }
+    Ok(())
+}
+
 /// The names and shapes of `gpt`'s parameters.
 pub(super) fn model_params(gpt: &Gpt) -> Vec<(String, Vec<usize>)> {
     gpt.named_parameters()
@@ -96,36 +122,8 @@ impl HfCheckpoint {
     /// A model built from `c` must agree with `config.json` on everything the
     /// weights do not show (heads, activation, epsilon) as well as the sizes.
     pub(super) fn check_config(&self, c: &GptConfig) -> Result<()> {
-        let want = self.gpt_config()?;
-        let ours = (
-            c.vocab,
-            c.n_ctx,
-            c.hidden,
-            c.heads,
-            c.layers,
-            c.ffn,
-            c.activation,
-            c.eps,
-        );
-        let theirs = (
-            want.vocab,
-            want.n_ctx,
-            want.hidden,
-            want.heads,
-            want.layers,
-            want.ffn,
-            want.activation,
-            want.eps,
-        );
-        if ours != theirs {
-            return Err(bad(
-                &self.config_path,
-                format!(
-                    "describes (vocab, n_ctx, hidden, heads, layers, ffn, activation, eps) = {theirs:?}, but the model has {ours:?}; build it with Gpt::from_pretrained"
-                ),
-            ));
-        }
-        Ok(())
+        self.gpt_config()?;
+        check_same_model(&self.config, c, &self.config_path.display().to_string())
     }
 
     /// Match every parameter `(our name, our shape)` to a tensor, checking

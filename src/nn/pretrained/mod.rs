@@ -75,9 +75,11 @@ impl Gpt {
     /// device memory is used, and a bad directory is an
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file and
     /// tensor; the mesh stays usable. Tensors are read one at a time from a
-    /// memory map, so the host never holds a second copy of the model. The
-    /// model uses f32 activations without sequence parallelism or dropout;
-    /// for other settings build a [`Gpt`] and call [`Gpt::load_pretrained`].
+    /// memory map, so the host never holds a second copy of the model (the
+    /// model is first built by [`Gpt::new`], whose random values each load
+    /// replaces). The model uses f32 activations without sequence
+    /// parallelism or dropout; for other settings build a [`Gpt`] and call
+    /// [`Gpt::load_pretrained`].
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<Gpt> {
         let ckpt = load::HfCheckpoint::open(dir.as_ref())?;
         let config = ckpt.gpt_config()?;
@@ -106,10 +108,18 @@ impl Gpt {
     /// `transformers.GPT2LMHeadModel.from_pretrained(dir)` loads. Creates
     /// `dir` if needed; one parameter at a time is gathered to the host.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        self.save_pretrained_with(dir, &HfGpt2Config::from(self.config()))
+    }
+
+    /// [`Gpt::save_pretrained`] with a `config.json` of your own (e.g. one
+    /// naming `eos_token_id`, or the config a model was loaded from), which
+    /// must describe this model: sizes, heads, activation and epsilon are
+    /// checked before anything is written.
+    pub fn save_pretrained_with(&self, dir: impl AsRef<Path>, config: &HfGpt2Config) -> Result<()> {
+        load::check_same_model(config, self.config(), "the config to save")?;
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir)?;
         save::write_model(self, &dir.join(MODEL_FILE))?;
-        let config = HfGpt2Config::from(self.config());
         save::write_atomic(&dir.join(CONFIG_FILE), config.to_json().as_bytes())
     }
 }

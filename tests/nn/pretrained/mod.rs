@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 mod bad_dirs;
+mod config;
 
 use crate::util::{Rng, assert_close, masters, mesh, meshes};
 use safetensors::{Dtype, SafeTensors};
@@ -275,4 +276,33 @@ fn save_pretrained_at_p3_loads_at_p2_with_the_same_logits() {
             );
         }
     }
+}
+
+#[test]
+fn save_pretrained_with_writes_a_given_config_or_nothing() {
+    let hf = HfGpt2Config::read(fixture("f32/config.json")).unwrap();
+    assert_eq!(
+        (hf.bos_token_id, hf.eos_token_id, hf.resid_pdrop),
+        (Some(36), Some(36), 0.1)
+    );
+    let gpt = Gpt::from_pretrained(&mesh(2), fixture("f32")).unwrap();
+    let dir = scratch("with_config");
+    gpt.save_pretrained_with(&dir, &hf).unwrap();
+    assert_eq!(HfGpt2Config::read(dir.join("config.json")).unwrap(), hf);
+    let back = Gpt::from_pretrained(&mesh(1), &dir).unwrap();
+    assert_eq!(masters(&back), masters(&gpt));
+    // A config of another model is refused before anything is written.
+    let mut other = hf.clone();
+    other.n_head = 4;
+    let dir = scratch("with_wrong_config");
+    let err = gpt
+        .save_pretrained_with(&dir, &other)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("heads"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing written"
+    );
 }
