@@ -19,8 +19,9 @@
 //!   decoding, GPT-2 names and checkpoints across world sizes;
 //! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
 //!   numpy GPT-2, saved and loaded across world sizes, and bad directories;
-//! - `shipped_model`: the tiny GPT-2 in `examples/data/tiny-gpt2` loads,
-//!   is trained, and decodes the same text at every world size;
+//! - `model_dir`: weights and tokenizer of one directory together: the
+//!   shipped tiny GPT-2 decodes the same text at every world size; GPT-2's
+//!   vocab.json + merges.txt stream generated text;
 //! - `tokenizer`: GPT-2's vocabulary against tiktoken's `r50k_base`, round
 //!   trips, streaming decode, bad files.
 
@@ -37,11 +38,11 @@ mod init;
 mod linear;
 mod mixed_precision;
 mod model;
+mod model_dir;
 mod norm;
 mod optim;
 mod parameter;
 mod pretrained;
 mod sequence_parallel;
 mod shard_units;
-mod shipped_model;
 mod tokenizer;

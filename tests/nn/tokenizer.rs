@@ -37,7 +37,7 @@ const TRICKY: &[&str] = &[
 ];
 
 /// A temporary directory unique to this process and `label`.
-fn temp_dir(label: &str) -> PathBuf {
+pub(super) fn temp_dir(label: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("wgpu-tp-tok-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -81,7 +81,7 @@ fn bpe_parts(bytes: &[u8], ranks: &HashMap<Vec<u8>, u32>, limit: u32) -> Vec<Vec
 /// GPT-2's `vocab.json` and `merges.txt`, rebuilt from tiktoken's ranks: a
 /// token's id is its rank, and its merge is the last BPE step that builds it
 /// from lower-ranked tokens.
-fn gpt2_dir() -> &'static Path {
+pub(super) fn gpt2_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let bpe = tiktoken_rs::r50k_base().unwrap();
