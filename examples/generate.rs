@@ -44,7 +44,7 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     max_new: usize,
     /// Sampling temperature (sampling instead of greedy; 1 if only --top-k;
-    /// 0 alone means greedy).
+    /// 0 or less alone means greedy).
     #[arg(long)]
     temperature: Option<f32>,
     /// Sample from the k most likely tokens (all if only --temperature).
@@ -133,7 +133,7 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
     }
     let sampling = match (args.temperature, args.top_k) {
         (None, None) => Sampling::Greedy,
-        (Some(t), None) if t == 0.0 => Sampling::Greedy,
+        (Some(t), None) if t <= 0.0 => Sampling::Greedy,
         (t, k) => Sampling::TopK {
             k: k.unwrap_or(cfg.vocab),
             temperature: t.unwrap_or(1.0),
