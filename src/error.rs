@@ -201,6 +201,15 @@ pub enum Error {
     /// Reading or writing a checkpoint failed.
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// A tokenizer file is missing, unreadable or malformed, or text could
+    /// not be encoded.
+    #[error("tokenizer {file}: {message}")]
+    Tokenizer {
+        /// The file (or directory) concerned.
+        file: String,
+        /// What went wrong and what to do.
+        message: String,
+    },
     /// An I/O error (checkpoint files).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

@@ -21,7 +21,9 @@
 //!   AdamW), `init`, `checkpoint` (safetensors across world sizes), `model`
 //!   (a two-layer MLP and `MlpLanguageModel` training end to end),
 //!   `shard_units` (whole heads per rank), `norm`, `dropout`, `gpt` (the
-//!   block and the GPT against an f64 model, decoding, checkpoints).
+//!   block and the GPT against an f64 model, decoding, checkpoints),
+//!   `tokenizer` (GPT-2's ids against tiktoken, streaming decode),
+//!   `model_dir` (weights and tokenizer of one directory, the shipped model).
 //! - `shaders`: every shader the crate builds validated by naga, checked for
 //!   FXC-rejected stores, translated to MSL, HLSL, SPIR-V and GLSL, and run
 //!   through `spirv-val` and `glslangValidator` where installed.

@@ -91,3 +91,10 @@ pub fn report_loss(losses: &[f32], vocab: usize, tail: usize, ratio: f32) -> boo
     );
     fell
 }
+
+/// The tiny GPT-2 shipped with the crate (`examples/data/tiny-gpt2`, written
+/// by `examples/train_tiny.rs`), found from the manifest so it works from any
+/// working directory.
+pub fn shipped_model_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/tiny-gpt2")
+}

@@ -208,15 +208,26 @@ impl Gpt {
         let mut caches = vec![KvCache::default(); self.h.len()];
         let mut out = Vec::with_capacity(max_new);
         let mut step = prompt.to_vec();
-        while out.len() < max_new {
-            let logits = self.decode_step(&step, &mut caches)?;
-            let next = self.next_token(&mut sampler, &logits)?;
+        // Saved state is cleared on every exit, errors included.
+        let result = loop {
+            if out.len() == max_new {
+                break Ok(());
+            }
+            let next = match self
+                .decode_step(&step, &mut caches)
+                .and_then(|logits| self.next_token(&mut sampler, &logits))
+            {
+                Ok(next) => next,
+                Err(e) => break Err(e),
+            };
             out.push(next);
-            on_token(next)?;
+            if let Err(e) = on_token(next) {
+                break Err(e);
+            }
             step = vec![next];
-        }
+        };
         self.clear_saved();
-        Ok(out)
+        result.map(|()| out)
     }
 
     /// Run `ids` (the tokens after the cached ones) through the model and

@@ -3,7 +3,8 @@
 //! split over ranks, the MLP, the transformer block and a GPT that trains
 //! and generates, the vocab-parallel loss,
 //! initialisers, optimisers and checkpoints (the crate's own, and Hugging
-//! Face GPT-2 directories). Layers compose the
+//! Face GPT-2 directories), and the [`Tokenizer`] of those directories.
+//! Layers compose the
 //! [`Mapping`](crate::tensor::Mapping)s and redistributions of the tensor
 //! layer (the ring-overlapped ones included) and never import `comm`. A
 //! serial layer is the same code on a mesh of one rank.
@@ -25,6 +26,7 @@ mod optim;
 mod parameter;
 mod pretrained;
 mod tied_head;
+mod tokenizer;
 
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
@@ -47,3 +49,4 @@ pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{Module, ParamId, Parameter, prefixed, prefixed_mut};
 pub use pretrained::{HfGpt2Config, pretrained_config};
+pub use tokenizer::{TokenStream, Tokenizer};

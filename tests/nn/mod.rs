@@ -20,7 +20,12 @@
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
 //!   decoding, GPT-2 names and checkpoints across world sizes;
 //! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
-//!   numpy GPT-2, saved and loaded across world sizes, and bad directories.
+//!   numpy GPT-2, saved and loaded across world sizes, and bad directories;
+//! - `model_dir`: weights and tokenizer of one directory together: the
+//!   shipped tiny GPT-2 decodes the same text at every world size; GPT-2's
+//!   vocab.json + merges.txt stream generated text;
+//! - `tokenizer`: GPT-2's vocabulary against tiktoken's `r50k_base`, round
+//!   trips, streaming decode, bad files.
 
 /// Relative tolerance of every layer-level f64 comparison (docs/MATH.md,
 /// "How it is tested: tolerances and coverage").
@@ -37,6 +42,7 @@ mod init;
 mod linear;
 mod mixed_precision;
 mod model;
+mod model_dir;
 mod norm;
 mod optim;
 mod pack_cache;
@@ -44,3 +50,4 @@ mod parameter;
 mod pretrained;
 mod sequence_parallel;
 mod shard_units;
+mod tokenizer;

@@ -1,0 +1,310 @@
+//! [`Tokenizer`]: text ↔ token ids for a [`Gpt`](super::Gpt), read from a
+//! Hugging Face model directory (`tokenizer.json`, or GPT-2's `vocab.json` +
+//! `merges.txt`) with Hugging Face's `tokenizers` crate, so ids match the
+//! ones the checkpoint was trained with. [`TokenStream`] turns ids into text
+//! one token at a time: byte-level BPE splits a multi-byte character over
+//! several tokens, so text is released only once it is complete UTF-8.
+
+use std::path::Path;
+
+use tokenizers::AddedToken;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::TrainerWrapper;
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+
+use crate::error::{Error, Result};
+
+/// GPT-2's end-of-text token, made special when a `vocab.json` holds it.
+const END_OF_TEXT: &str = "<|endoftext|>";
+
+/// A tokenizer: text to `i32` token ids (what [`Gpt`](super::Gpt) takes) and
+/// back.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Where it was read from, for error messages.
+    source: String,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("source", &self.source)
+            .field("vocab_size", &self.vocab_size())
+            .finish()
+    }
+}
+
+/// GPT-2's pipeline around `bpe`: bytes mapped to printable characters, no
+/// prefix space, GPT-2's split regex, no normaliser.
+fn byte_level(bpe: BPE) -> tokenizers::Tokenizer {
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+    inner
+        .with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)))
+        .with_decoder(Some(ByteLevelDecoder::default()))
+        .with_post_processor(Some(ByteLevel::default().trim_offsets(false)));
+    inner
+}
+
+/// [`Error::Tokenizer`] for `file`.
+fn err(file: impl AsRef<Path>, message: impl std::fmt::Display) -> Error {
+    Error::Tokenizer {
+        file: file.as_ref().display().to_string(),
+        message: message.to_string(),
+    }
+}
+
+impl Tokenizer {
+    /// The tokenizer of a model directory: its `tokenizer.json`, or else
+    /// GPT-2's `vocab.json` + `merges.txt` (byte-level BPE).
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Tokenizer> {
+        let dir = dir.as_ref();
+        let json = dir.join("tokenizer.json");
+        if json.is_file() {
+            return Tokenizer::from_file(json);
+        }
+        let (vocab, merges) = (dir.join("vocab.json"), dir.join("merges.txt"));
+        if vocab.is_file() && merges.is_file() {
+            return Tokenizer::from_vocab_merges(vocab, merges);
+        }
+        Err(err(
+            dir,
+            "holds neither tokenizer.json nor vocab.json + merges.txt; download the tokenizer with the model, e.g. `huggingface-cli download openai-community/gpt2 config.json model.safetensors tokenizer.json --local-dir gpt2`",
+        ))
+    }
+
+    /// A tokenizer from a Hugging Face `tokenizer.json`.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| err(path, e))?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
+            .map_err(|e| err(path, format!("not a valid tokenizer.json: {e}")))?;
+        Tokenizer::checked(inner, path.display().to_string())
+    }
+
+    /// GPT-2's byte-level BPE from `vocab.json` (token → id) and `merges.txt`
+    /// (one merge per line, most frequent first), as `GPT2TokenizerFast`
+    /// builds it: no prefix space, `<|endoftext|>` special if the vocabulary
+    /// has it.
+    pub fn from_vocab_merges(
+        vocab: impl AsRef<Path>,
+        merges: impl AsRef<Path>,
+    ) -> Result<Tokenizer> {
+        let (vocab, merges) = (vocab.as_ref(), merges.as_ref());
+        for file in [vocab, merges] {
+            if !file.is_file() {
+                return Err(err(file, "not found"));
+            }
+        }
+        let (v, m) = (vocab.to_string_lossy(), merges.to_string_lossy());
+        let (vocab_map, merge_list) = BPE::read_file(&v, &m).map_err(|e| {
+            err(
+                format!("{} + {}", vocab.display(), merges.display()),
+                format!("not a GPT-2 vocab.json + merges.txt pair: {e}"),
+            )
+        })?;
+        let has_eot = vocab_map.contains_key(END_OF_TEXT);
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab_map, merge_list)
+            .build()
+            .map_err(|e| err(merges, format!("does not fit {}: {e}", vocab.display())))?;
+        let mut inner = byte_level(bpe);
+        if has_eot {
+            inner
+                .add_special_tokens([AddedToken::from(END_OF_TEXT, true)])
+                .map_err(|e| err(vocab, e))?;
+        }
+        Tokenizer::checked(inner, vocab.display().to_string())
+    }
+
+    /// Learns a GPT-2-style byte-level BPE of `vocab_size` tokens from
+    /// `texts` (any byte sequence stays encodable: the 256 byte tokens are
+    /// always in the vocabulary). `special` tokens come first, e.g.
+    /// `["<|endoftext|>"]`.
+    pub fn train_byte_level_bpe(
+        texts: &[&str],
+        vocab_size: usize,
+        special: &[&str],
+    ) -> Result<Tokenizer> {
+        const SOURCE: &str = "<training>";
+        let alphabet = ByteLevel::alphabet();
+        if vocab_size < alphabet.len() + special.len() {
+            return Err(Error::invalid(
+                "Tokenizer::train_byte_level_bpe",
+                format!(
+                    "vocab_size {vocab_size} is below the {} byte tokens + {} special tokens a byte-level BPE needs",
+                    alphabet.len(),
+                    special.len()
+                ),
+            ));
+        }
+        let trainer = BpeTrainerBuilder::new()
+            .vocab_size(vocab_size)
+            .min_frequency(2)
+            .show_progress(false)
+            .initial_alphabet(alphabet.into_iter().collect())
+            .special_tokens(special.iter().map(|s| AddedToken::from(*s, true)).collect())
+            .build();
+        let mut inner = byte_level(BPE::default());
+        inner
+            .train(&mut TrainerWrapper::BpeTrainer(trainer), texts.iter())
+            .map_err(|e| err(SOURCE, e))?;
+        Tokenizer::checked(inner, SOURCE.to_string())
+    }
+
+    /// Refuses tokenizers whose ids would not fit an `i32`.
+    fn checked(inner: tokenizers::Tokenizer, source: String) -> Result<Tokenizer> {
+        let max_id = inner.get_vocab(true).into_values().max();
+        if max_id.is_some_and(|id| i32::try_from(id).is_err()) {
+            return Err(err(&source, "has token ids beyond i32::MAX"));
+        }
+        if max_id.is_none() {
+            return Err(err(&source, "has an empty vocabulary"));
+        }
+        Ok(Tokenizer { inner, source })
+    }
+
+    /// Writes `tokenizer.json` (Hugging Face's format) to `path`.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        self.inner
+            .save(path, true)
+            .map_err(|e| err(path, format!("could not write: {e}")))
+    }
+
+    /// Where the tokenizer was read from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Number of tokens, added (special) tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The id of one token given as its vocabulary string (e.g.
+    /// `"<|endoftext|>"`), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<i32> {
+        self.inner
+            .token_to_id(token)
+            .and_then(|id| i32::try_from(id).ok())
+    }
+
+    /// The ids of `text`, special tokens in it (e.g. `<|endoftext|>`)
+    /// included; no template tokens (BOS / EOS) are added.
+    pub fn encode(&self, text: &str) -> Result<Vec<i32>> {
+        let encoding = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| err(&self.source, format!("could not encode: {e}")))?;
+        encoding
+            .get_ids()
+            .iter()
+            .map(|&id| i32::try_from(id).map_err(|_| err(&self.source, "id beyond i32::MAX")))
+            .collect()
+    }
+
+    /// The text of `ids` (special tokens kept). An id the vocabulary does not
+    /// have is an [`Error::OutOfRange`].
+    pub fn decode(&self, ids: &[i32]) -> Result<String> {
+        let ids = self.known("Tokenizer::decode", ids)?;
+        self.decode_known(&ids)
+    }
+
+    fn decode_known(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| err(&self.source, format!("could not decode: {e}")))
+    }
+
+    /// `ids` as `u32`, each checked against the vocabulary (the `tokenizers`
+    /// crate would silently drop unknown ones).
+    fn known(&self, op: &'static str, ids: &[i32]) -> Result<Vec<u32>> {
+        ids.iter()
+            .map(|&id| {
+                u32::try_from(id)
+                    .ok()
+                    .filter(|&u| self.inner.id_to_token(u).is_some())
+                    .ok_or_else(|| Error::OutOfRange {
+                        op,
+                        what: "token id",
+                        value: id as i64,
+                        bound: self.vocab_size(),
+                    })
+            })
+            .collect()
+    }
+
+    /// A decoder that takes one id at a time and gives the text each one
+    /// completes.
+    pub fn stream(&self) -> TokenStream<'_> {
+        TokenStream {
+            tokenizer: self,
+            ids: Vec::new(),
+            context: 0,
+            prefix: String::new(),
+        }
+    }
+}
+
+/// Turns ids into text incrementally (from [`Tokenizer::stream`]). Text is
+/// released only when it is complete: a token holding the first bytes of a
+/// multi-byte character gives `None`, the token that completes it gives the
+/// character. The concatenated pieces (and [`TokenStream::finish`]) equal
+/// [`Tokenizer::decode`] of all ids.
+#[derive(Debug)]
+pub struct TokenStream<'a> {
+    tokenizer: &'a Tokenizer,
+    /// The ids of the last released piece (context for decoders that look
+    /// at neighbours), then those not yet released.
+    ids: Vec<u32>,
+    /// How many of `ids` are context.
+    context: usize,
+    /// The text of the context ids, already released.
+    prefix: String,
+}
+
+impl TokenStream<'_> {
+    /// Adds one id; returns the new text if it is complete UTF-8. An error
+    /// (an unknown id) leaves the stream as it was.
+    pub fn push(&mut self, id: i32) -> Result<Option<String>> {
+        let known = self.tokenizer.known("TokenStream::push", &[id])?[0];
+        let mut ids = self.ids.clone();
+        ids.push(known);
+        let text = self.tokenizer.decode_known(&ids)?;
+        // The text is complete when it does not end in an unfinished
+        // character (decoded as U+FFFD).
+        if text.len() <= self.prefix.len() || text.ends_with('\u{FFFD}') {
+            self.ids = ids;
+            return Ok(None);
+        }
+        let Some(new) = text.strip_prefix(self.prefix.as_str()) else {
+            return Err(err(
+                &self.tokenizer.source,
+                format!(
+                    "streaming decode: the text of the ids so far ({text:?}) does not continue the text already released ({:?})",
+                    self.prefix
+                ),
+            ));
+        };
+        let new = new.to_string();
+        // The tokens of the piece just released become the context of the
+        // next (decoders may strip or join at token boundaries).
+        let prefix = self.tokenizer.decode_known(&ids[self.context..])?;
+        self.ids = ids.split_off(self.context);
+        self.context = self.ids.len();
+        self.prefix = prefix;
+        Ok(Some(new))
+    }
+
+    /// The text still held back (an unfinished character at the end, as
+    /// U+FFFD), if any; call it once after the last id.
+    pub fn finish(self) -> Result<Option<String>> {
+        let text = self.tokenizer.decode_known(&self.ids)?;
+        Ok(text
+            .strip_prefix(self.prefix.as_str())
+            .filter(|rest| !rest.is_empty())
+            .map(str::to_string))
+    }
+}
