@@ -92,11 +92,17 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
     Ok(out)
 }
 
+/// Loop iterations one invocation may run in all: Mesa 22.3's llvmpipe
+/// (GL) ends every loop of an invocation once 65535 iterations have run
+/// in total, which would silently cut a scan of `k · span` short.
+const LOOP_BUDGET: usize = 60_000;
+
 /// Columns one invocation scans for `k` candidates: enough that the
-/// candidates stay a small fraction of the row (at most k per 32·k
-/// columns), few enough that a vocab shard keeps many invocations busy.
+/// candidates stay a small fraction of the row (k per 32·k columns where
+/// the loop budget allows), few enough that a vocab shard keeps many
+/// invocations busy.
 fn top_k_span(k: usize) -> usize {
-    (32 * k).max(256)
+    (32 * k).max(256).min(LOOP_BUDGET / k).max(1)
 }
 
 /// Groups of columns [`top_k`] splits a row of `cols` into for `k`

@@ -16,8 +16,8 @@ fn memory_counts_live_pooled_and_staging_bytes() {
     let a = r.zeros(&[1000], DType::F32).unwrap();
     let after_a = dev.memory();
     assert_eq!(after_a.in_use, 4096, "{after_a:?}");
-    // 13 f16 = 26 bytes rounded to words, then to one 256-byte bucket.
-    let b = r.zeros(&[13], DType::F16).unwrap();
+    // 13 i32 = 52 bytes, rounded to one 256-byte bucket.
+    let b = r.zeros(&[13], DType::I32).unwrap();
     assert_eq!(dev.memory().in_use, 4096 + 256);
     drop(a);
     m.synchronize().unwrap();
