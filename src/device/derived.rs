@@ -1,7 +1,9 @@
 //! What kernels derive from a buffer and may keep while it is unchanged
 //! (the GEMM's packs and texture copies of a weight): cached with the
 //! buffer's storage, so they go when it goes, and keyed by a version that
-//! every in-place write bumps, so a stale one is never handed out.
+//! every in-place write bumps, so a stale one is never handed out. One is
+//! kept from its second use between writes (decoding, several forwards per
+//! step), not its first (a training step uses each once).
 //!
 //! Tensors are immutable except for in-place updates (the optimiser
 //! kernels), and every kernel that writes a buffer bumps its version when
@@ -26,6 +28,8 @@ type Entry = (String, u64, Arc<dyn Any + Send + Sync>);
 pub(crate) struct DerivedCache {
     version: AtomicU64,
     entries: Mutex<Vec<Entry>>,
+    /// Keys asked for once at the current version: kept from the second ask.
+    seen: Mutex<Vec<String>>,
 }
 
 impl DerivedCache {
@@ -40,10 +44,27 @@ impl DerivedCache {
         self.version.fetch_add(1, Ordering::AcqRel);
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.clear();
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Whether `key` was asked for before at `version`; notes it if not.
+    /// Only an operand asked for twice between writes is kept: in training
+    /// each weight layout is used once between optimiser steps, and keeping
+    /// it there would hold an extra copy of the model for no reuse.
+    fn asked_before(&self, key: &str, version: u64) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.version() != version || seen.iter().any(|k| k == key) {
+            return true;
+        }
+        seen.push(key.to_string());
+        false
     }
 
     /// The operand under `key` derived from the current contents, made by
-    /// `make` (and kept) if there is none.
+    /// `make` if there is none, and kept if it was asked for before.
     pub(crate) fn get_or_make<T: Clone + Send + Sync + 'static>(
         &self,
         key: String,
@@ -59,6 +80,9 @@ impl DerivedCache {
             if let Some(d) = hit {
                 return Ok(d.clone());
             }
+        }
+        if !self.asked_before(&key, version) {
+            return make();
         }
         let made = make()?;
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
