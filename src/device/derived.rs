@@ -134,11 +134,12 @@ impl LocalTensor {
             at += part.len();
             if !part.is_empty() {
                 let buf = b.buffer(op)?;
-                b.device().queue.write_buffer(buf, 0, bytemuck::cast_slice(part));
+                b.device()
+                    .queue
+                    .write_buffer(buf, 0, bytemuck::cast_slice(part));
             }
         }
         self.bump_version();
         Ok(())
     }
-
 }

@@ -7,9 +7,9 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::device::Mesh;
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::element::DType;
 use crate::shard::{host_narrow, outer_dim_inner, split_range_in_units};
 use crate::tensor::{DTensor, Placement};
 
@@ -223,7 +223,14 @@ impl Parameter {
             Placement::Shard(d) => {
                 let data = match self.stride {
                     1 => Cow::Borrowed(master),
-                    _ => Cow::Owned(strided(master, shape, d, (self.stride, self.unit), p, false)),
+                    _ => Cow::Owned(strided(
+                        master,
+                        shape,
+                        d,
+                        (self.stride, self.unit),
+                        p,
+                        false,
+                    )),
                 };
                 (0..p)
                     .map(|r| {

@@ -123,7 +123,10 @@ fn load_master_writes_in_place_p1_2_3_4() {
                         trans_b: true,
                         ..Default::default()
                     };
-                    kernels::gemm_weight(&xt, s0, opts).unwrap().to_vec().unwrap()
+                    kernels::gemm_weight(&xt, s0, opts)
+                        .unwrap()
+                        .to_vec()
+                        .unwrap()
                 };
                 // Packs are kept from the second use.
                 let before = packed.then(|| (gemm(), gemm()).1);
