@@ -186,6 +186,10 @@ impl Parameter {
     /// nothing changes.
     pub fn load_master(&mut self, master: &[f32]) -> Result<()> {
         if let Some(parts) = self.in_place_parts(master)? {
+            // A device error found midway would leave some ranks loaded.
+            for s in self.value.shards() {
+                s.device().check()?;
+            }
             for (shard, part) in self.value.shards().iter().zip(parts) {
                 shard.write_f32("Parameter::load_master", &part)?;
             }
