@@ -20,7 +20,8 @@
 //!
 //! `cargo bench --bench gpt2`; `WGPU_TP_GPT2_RANKS=2,4` picks the
 //! configurations, `WGPU_TP_GPT2_LAYERS` the depth (quick runs),
-//! `WGPU_TP_BENCH_STEPS` N (default 3). `WGPU_TP_LIMITS=webgpu` opens the
+//! `WGPU_TP_BENCH_STEPS` N (default 3), `WGPU_TP_GPT2_LOAD=1` adds a
+//! checkpoint load per configuration. `WGPU_TP_LIMITS=webgpu` opens the
 //! devices with WebGPU's default limits. The JAX peer of the same step is
 //! `benches/peers/jax_gpt2_step.py`.
 
@@ -151,6 +152,36 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     })
 }
 
+/// With `WGPU_TP_GPT2_LOAD=1`: `Gpt::from_pretrained` of this model saved
+/// in Hugging Face layout (to a temporary directory): its time, the device
+/// bytes held after it (pools included) against the parameters, and the peak RSS while
+/// loading (which counts the memory-mapped file's pages read).
+fn load(p: usize) -> wgpu_tp::Result<String> {
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-gpt2-load-{}", std::process::id()));
+    {
+        let mesh = MeshBuilder::new().ranks(p).build()?;
+        Gpt::new(&mesh, config(), 0)?.save_pretrained(&dir)?;
+    }
+    reset_peak_rss();
+    let t = Instant::now();
+    let mesh = MeshBuilder::new().ranks(p).build()?;
+    let gpt = Gpt::from_pretrained(&mesh, &dir)?;
+    mesh.synchronize()?;
+    let took = t.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    let params: u64 = gpt
+        .named_parameters()
+        .iter()
+        .flat_map(|(_, p)| p.value.shards().iter().map(|s| s.byte_len()))
+        .sum();
+    let peak = peak_rss().map_or("n/a".into(), |b| format!("{:.0} MiB", mib(b)));
+    Ok(format!(
+        "load P = {p}: {took:.2?}; params {:.0} MiB, devices hold {:.0} MiB, peak RSS {peak}",
+        mib(params),
+        mib(mesh.devices().iter().map(|d| d.memory().total()).sum())
+    ))
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not supported.
     let ranks: Vec<usize> = std::env::var("WGPU_TP_GPT2_RANKS")
@@ -205,6 +236,12 @@ fn main() {
                 eprintln!("  P = {p}: first step {:.2?}", f.first);
             }
             Err(e) => println!("{p:>3} skipped: {e}"),
+        }
+        if std::env::var("WGPU_TP_GPT2_LOAD").is_ok_and(|v| v == "1") {
+            match load(p) {
+                Ok(line) => println!("{line}"),
+                Err(e) => println!("load P = {p} failed: {e}"),
+            }
         }
     }
 }

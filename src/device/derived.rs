@@ -1,18 +1,24 @@
 //! What kernels derive from a buffer and may keep while it is unchanged
 //! (the GEMM's packs and texture copies of a weight): cached with the
 //! buffer's storage, so they go when it goes, and keyed by a version that
-//! every in-place write bumps, so a stale one is never handed out.
+//! every in-place write bumps, so a stale one is never handed out. One is
+//! kept from its second use between writes (decoding, several forwards per
+//! step), not its first (a training step uses each once).
 //!
 //! Tensors are immutable except for in-place updates (the optimiser
 //! kernels), and every kernel that writes a buffer bumps its version when
 //! it is recorded (`dispatch.rs`); a derived operand recorded after that
-//! reads the new values, since one device records in order.
+//! reads the new values, since one device records in order. Host values
+//! written in place ([`LocalTensor::write_f32`], checkpoint loading) bump it
+//! too.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::error::Result;
+use super::tensor::LocalTensor;
+use crate::element::DType;
+use crate::error::{Error, Result};
 
 /// One derived operand: its key, the version it was made from, the value.
 type Entry = (String, u64, Arc<dyn Any + Send + Sync>);
@@ -22,6 +28,8 @@ type Entry = (String, u64, Arc<dyn Any + Send + Sync>);
 pub(crate) struct DerivedCache {
     version: AtomicU64,
     entries: Mutex<Vec<Entry>>,
+    /// Keys asked for once at the current version: kept from the second ask.
+    seen: Mutex<Vec<String>>,
 }
 
 impl DerivedCache {
@@ -36,10 +44,27 @@ impl DerivedCache {
         self.version.fetch_add(1, Ordering::AcqRel);
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.clear();
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Whether `key` was asked for before at `version`; notes it if not.
+    /// Only an operand asked for twice between writes is kept: in training
+    /// each weight layout is used once between optimiser steps, and keeping
+    /// it there would hold an extra copy of the model for no reuse.
+    fn asked_before(&self, key: &str, version: u64) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.version() != version || seen.iter().any(|k| k == key) {
+            return true;
+        }
+        seen.push(key.to_string());
+        false
     }
 
     /// The operand under `key` derived from the current contents, made by
-    /// `make` (and kept) if there is none.
+    /// `make` if there is none, and kept if it was asked for before.
     pub(crate) fn get_or_make<T: Clone + Send + Sync + 'static>(
         &self,
         key: String,
@@ -55,6 +80,9 @@ impl DerivedCache {
             if let Some(d) = hit {
                 return Ok(d.clone());
             }
+        }
+        if !self.asked_before(&key, version) {
+            return make();
         }
         let made = make()?;
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
@@ -72,5 +100,46 @@ impl DerivedCache {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
+    }
+}
+
+impl LocalTensor {
+    /// Overwrite the values in place with `data` (f32, [`LocalTensor::len`]
+    /// values): pending recorded work that may read the old values is
+    /// submitted first, and operands derived from them are dropped. A buffer
+    /// shared with another rank is refused (the write would change both).
+    pub(crate) fn write_f32(&self, op: &'static str, data: &[f32]) -> Result<()> {
+        self.expect_dtype(op, DType::F32)?;
+        if data.len() != self.len() {
+            return Err(Error::DataLength {
+                op,
+                shape: self.shape().into(),
+                expected: self.len(),
+                got: data.len(),
+            });
+        }
+        if self.is_shared_across_ranks() {
+            return Err(Error::invalid(
+                op,
+                "the tensor's buffer is shared with another rank; write a deep_copy instead",
+            ));
+        }
+        self.device().check()?;
+        // `write_buffer` lands at the start of the next submit: submit what
+        // is recorded now, so reads of the old values come before it.
+        self.device().flush();
+        let mut at = 0;
+        for b in self.blocks() {
+            let part = &data[at..at + b.len()];
+            at += part.len();
+            if !part.is_empty() {
+                let buf = b.buffer(op)?;
+                b.device()
+                    .queue
+                    .write_buffer(buf, 0, bytemuck::cast_slice(part));
+            }
+        }
+        self.bump_version();
+        Ok(())
     }
 }

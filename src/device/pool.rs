@@ -1,6 +1,8 @@
 //! Buffer pools of one wgpu device: storage buffers for tensors (bucketed by
 //! size, reused step after step), MAP_READ staging for downloads and
-//! MAP_WRITE staging for uploads. A steady training loop allocates nothing.
+//! MAP_WRITE staging for uploads. A steady training loop of a small model
+//! allocates nothing; buffers of [`POOL_MAX_BYTES`] or more are destroyed
+//! when dropped rather than pooled.
 //!
 //! A dropped tensor's buffer is "retired" while a recorded but unsubmitted
 //! encoder may still use it, and only becomes free after that submit (the
@@ -15,6 +17,9 @@ struct Lists {
     free: HashMap<u64, Vec<wgpu::Buffer>>,
     /// Dropped while the pending encoder may still use them.
     retired: Vec<(u64, wgpu::Buffer)>,
+    /// Large buffers dropped while the pending encoder may still use them,
+    /// destroyed after its submit instead of pooled.
+    doomed: Vec<(u64, wgpu::Buffer)>,
     /// MAP_READ staging buffers ready for reuse, by byte size.
     read_staging: HashMap<u64, Vec<wgpu::Buffer>>,
     /// MAP_WRITE upload staging buffers ready for reuse (unmapped), by byte size.
@@ -33,7 +38,8 @@ struct Lists {
 /// (lavapipe, llvmpipe) this memory is the process's own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryStats {
-    /// Storage buffers that back live tensors (or wait for a submit).
+    /// Storage buffers that back live tensors (or wait for a submit; large
+    /// ones waiting to be destroyed count here).
     pub in_use: u64,
     /// Storage buffers pooled for reuse ([`Device::trim_pool`] frees them).
     ///
@@ -58,6 +64,20 @@ pub(crate) struct BufferPool {
 
 fn pop(map: &mut HashMap<u64, Vec<wgpu::Buffer>>, size: u64) -> Option<wgpu::Buffer> {
     map.get_mut(&size).and_then(Vec::pop)
+}
+
+/// Buffers of at least this many bytes are not pooled: a GPT-2 step makes
+/// large temporaries of many sizes (logits, packed weights), and keeping one
+/// of each held more memory than the model. Small ones are pooled, so a
+/// steady loop of a small model allocates nothing; large ones are few, so
+/// creating them again costs little next to the work on them.
+pub(crate) const POOL_MAX_BYTES: u64 = 16 << 20;
+
+/// Give a large buffer's memory back now (its last submitted use still
+/// completes first: wgpu frees it once that work is done).
+fn destroy(l: &mut Lists, size: u64, buffer: wgpu::Buffer) {
+    l.storage_bytes -= size;
+    buffer.destroy();
 }
 
 /// Pool buckets: exact sizes rounded up to 256 bytes, so the same shapes reuse
@@ -150,8 +170,18 @@ impl BufferPool {
 
     /// Take back a storage buffer; while an encoder is `pending` it waits in
     /// the retired list for [`BufferPool::release_retired`].
+    /// Buffers of [`POOL_MAX_BYTES`] or more are destroyed instead (after
+    /// that submit).
     pub(super) fn retire(&self, size: u64, buffer: wgpu::Buffer, pending: bool) {
         let mut l = self.lists();
+        if size >= POOL_MAX_BYTES {
+            if pending {
+                l.doomed.push((size, buffer));
+            } else {
+                destroy(&mut l, size, buffer);
+            }
+            return;
+        }
         l.idle_bytes += size;
         if pending {
             l.retired.push((size, buffer));
@@ -166,6 +196,9 @@ impl BufferPool {
         let retired = std::mem::take(&mut l.retired);
         for (size, b) in retired {
             l.free.entry(size).or_default().push(b);
+        }
+        for (size, b) in std::mem::take(&mut l.doomed) {
+            destroy(&mut l, size, b);
         }
     }
 

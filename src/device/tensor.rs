@@ -279,8 +279,8 @@ impl LocalTensor {
     }
 
     /// The operand derived from this view (`key` names the derivation and
-    /// must include the view's shape) for the buffer's current version,
-    /// made by `make` and kept with the buffer until it is written.
+    /// must include the view's shape) for the buffer's current version, made
+    /// by `make`; kept with the buffer from its second use until written.
     pub(crate) fn derived<T: Clone + Send + Sync + 'static>(
         &self,
         key: String,

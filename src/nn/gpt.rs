@@ -116,6 +116,17 @@ impl Gpt {
     /// world size): N(0, 0.02²) everywhere, the residual projections
     /// N(0, (0.02/√(2·layers))²), as GPT-2.
     pub fn new(mesh: &Mesh, config: GptConfig, seed: u64) -> Result<Self> {
+        Self::build(mesh, config, seed, true)
+    }
+
+    /// A model whose weights are all zeros (layer norms ones), for loading
+    /// a checkpoint over: no random draws, which take seconds at GPT-2 size.
+    pub(crate) fn zeroed(mesh: &Mesh, config: GptConfig) -> Result<Self> {
+        Self::build(mesh, config, 0, false)
+    }
+
+    /// [`Gpt::new`] (`random`) or [`Gpt::zeroed`].
+    fn build(mesh: &Mesh, config: GptConfig, seed: u64, random: bool) -> Result<Self> {
         const OP: &str = "Gpt::new";
         if config.layers == 0 || config.n_ctx == 0 || config.vocab == 0 {
             return Err(Error::invalid(
@@ -134,22 +145,21 @@ impl Gpt {
             DType::I32 => return Err(Error::invalid(OP, "dtype must be F32 or F16")),
         }
         let mut rng = InitRng::new(seed);
-        let wte = VocabParallelEmbedding::new(
-            mesh,
-            EmbeddingConfig::new(config.vocab, config.hidden),
-            &mut rng,
-        )?;
-        let wpe = Embedding::new(
-            mesh,
-            EmbeddingConfig::new(config.n_ctx, config.hidden),
-            &mut rng,
-        )?;
+        let pick = |init: Init| if random { init } else { Init::Zeros };
+        let table = |rows: usize| {
+            let mut c = EmbeddingConfig::new(rows, config.hidden);
+            c.init = pick(c.init);
+            c
+        };
+        let wte = VocabParallelEmbedding::new(mesh, table(config.vocab), &mut rng)?;
+        let wpe = Embedding::new(mesh, table(config.n_ctx), &mut rng)?;
         let mut block = BlockConfig::new(config.hidden, config.heads);
         (block.ffn, block.activation, block.eps) = (config.ffn, config.activation, config.eps);
         (block.sequence_parallel, block.dropout) = (config.sequence_parallel, config.dropout);
         (block.dropout_seed, block.attn_dropout) = (seed, config.attn_dropout);
         let std = 0.02 / (2.0 * config.layers as f32).sqrt();
-        block.proj_init = Init::Normal { mean: 0.0, std };
+        block.proj_init = pick(Init::Normal { mean: 0.0, std });
+        block.init = pick(block.init);
         let h = (0..config.layers)
             .map(|i| {
                 // Layer 0 is the embeddings' dropout; block i uses 3i + 1

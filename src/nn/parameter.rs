@@ -3,12 +3,14 @@
 //! weights and a shard `unit` for keeping whole attention heads on a rank.
 //! The [`Module`] trait lists a layer's parameters by name.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::device::Mesh;
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::shard::{outer_dim_inner, split_range_in_units};
+use crate::shard::{host_narrow, outer_dim_inner, split_range_in_units};
 use crate::tensor::{DTensor, Placement};
 
 /// A trainable tensor sharded like its layer says, with its gradient.
@@ -178,9 +180,21 @@ impl Parameter {
         })
     }
 
-    /// Overwrite the value from a host master (checkpoint loading). On error
+    /// Overwrite the value from a host master (checkpoint loading), in the
+    /// value's own buffers where it can (f32 shards of this rank alone), so
+    /// loading needs no second copy of the model on the devices. On error
     /// nothing changes.
     pub fn load_master(&mut self, master: &[f32]) -> Result<()> {
+        if let Some(parts) = self.in_place_parts(master)? {
+            // A device error found midway would leave some ranks loaded.
+            for s in self.value.shards() {
+                s.device().check()?;
+            }
+            for (shard, part) in self.value.shards().iter().zip(parts) {
+                shard.write_f32("Parameter::load_master", &part)?;
+            }
+            return Ok(());
+        }
         let fresh = Parameter::from_master_in_units(
             self.value.mesh(),
             self.shape(),
@@ -191,6 +205,48 @@ impl Parameter {
         )?;
         self.value = fresh.value;
         Ok(())
+    }
+
+    /// Each shard's slice of `master` when every shard can be written in
+    /// place, `None` when the value must be replaced instead; a master of the
+    /// wrong length is an error.
+    fn in_place_parts(&self, master: &[f32]) -> Result<Option<Vec<Vec<f32>>>> {
+        const OP: &str = "Parameter::load_master";
+        let shape = self.shape();
+        check_master(OP, "the master value", master.len(), shape.iter().product())?;
+        let shards = self.value.shards();
+        if shards
+            .iter()
+            .any(|s| s.dtype() != DType::F32 || s.is_shared_across_ranks())
+        {
+            return Ok(None);
+        }
+        let p = self.value.mesh().size();
+        let parts: Vec<Vec<f32>> = match self.value.placement() {
+            Placement::Replicate => vec![master.to_vec(); p],
+            Placement::Shard(d) => {
+                let data = match self.stride {
+                    1 => Cow::Borrowed(master),
+                    _ => Cow::Owned(strided(
+                        master,
+                        shape,
+                        d,
+                        (self.stride, self.unit),
+                        p,
+                        false,
+                    )),
+                };
+                (0..p)
+                    .map(|r| {
+                        let range = split_range_in_units(shape[d], p, r, self.stride * self.unit);
+                        host_narrow(&data, shape, d, range)
+                    })
+                    .collect()
+            }
+            Placement::Partial(_) => return Ok(None),
+        };
+        let fits = shards.iter().zip(&parts).all(|(s, v)| s.len() == v.len());
+        Ok(fits.then_some(parts))
     }
 
     /// Give the value a buffer per rank before an in-place update: a value

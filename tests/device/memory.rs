@@ -36,3 +36,41 @@ fn memory_counts_live_pooled_and_staging_bytes() {
     let trimmed = dev.memory();
     assert_eq!(trimmed.total(), 0, "{trimmed:?}");
 }
+
+/// Buffers of 16 MiB or more are destroyed when dropped, not pooled (a GPT-2
+/// step's large temporaries come in many sizes), also when dropped while a
+/// recorded command still uses them; smaller ones are pooled and reused.
+#[test]
+fn large_buffers_are_destroyed_not_pooled() {
+    mesh_env();
+    let m = MeshBuilder::new().ranks(1).build().unwrap();
+    let (r, dev) = (&m.ranks()[0], m.ranks()[0].device().clone());
+    let large = 4usize << 20; // f32s: 16 MiB
+    for pending in [false, true] {
+        let a = r.zeros(&[large], DType::F32).unwrap();
+        let small = r.zeros(&[large / 2 - 64], DType::F32).unwrap();
+        m.synchronize().unwrap();
+        let held = dev.memory();
+        assert_eq!(held.in_use, (16 << 20) + (8 << 20) - 256, "{held:?}");
+        // `pending`: a copy of `a` is recorded but not submitted when it drops.
+        let b = pending.then(|| a.deep_copy().unwrap());
+        drop((a, small, b));
+        m.synchronize().unwrap();
+        let after = dev.memory();
+        assert_eq!(
+            (after.in_use, after.pooled),
+            (0, (8 << 20) - 256),
+            "pending {pending}: {after:?}"
+        );
+        // The small size comes back from the pool, the large one is new.
+        let allocated = dev.buffers_allocated();
+        let small = r.zeros(&[large / 2 - 64], DType::F32).unwrap();
+        assert_eq!(dev.buffers_allocated(), allocated, "pending {pending}");
+        let a = r.zeros(&[large], DType::F32).unwrap();
+        assert_eq!(dev.buffers_allocated(), allocated + 1, "pending {pending}");
+        assert_eq!(a.to_vec().unwrap(), vec![0.0; large]);
+        drop((a, small));
+        m.synchronize().unwrap();
+        dev.trim_pool();
+    }
+}

@@ -1,4 +1,5 @@
-//! The GEMM's kept packs of a weight (`kernels::gemm_weight`): reused while
+//! The GEMM's kept packs of a weight (`kernels::gemm_weight`): kept from
+//! their second use, reused while
 //! the weight is unchanged, dropped when a kernel writes it in place (the
 //! optimiser's step), and the product after the write uses the new values,
 //! for B stored `[N, K]` (`x·Wᵀ`) and `[K, N]` (`dy·W`), ragged and not.
@@ -39,11 +40,14 @@ fn kept_packs_follow_in_place_writes() {
                 .upload(&if tb { [n, k] } else { [k, n] }, &rng.vec(n * k))
                 .unwrap();
             let x = rng.vec(m * k);
+            // Kept from the second use on: a training step uses each once.
             check(&format!("{what}: first"), &x, &w, (m, n, k), tb);
+            assert_eq!(w.derived_count(), 0, "{what}: kept at the first use");
+            check(&format!("{what}: second"), &x, &w, (m, n, k), tb);
             let kept = w.derived_count();
             assert!(kept > 0, "{what}: nothing kept");
             check(&format!("{what}: kept"), &x, &w, (m, n, k), tb);
-            assert_eq!(w.derived_count(), kept, "{what}: the second call reuses");
+            assert_eq!(w.derived_count(), kept, "{what}: the third call reuses");
             // An SGD step writes w in place: version bumped, packs dropped.
             let version = w.version();
             let grad = r.upload(w.shape(), &rng.vec(n * k)).unwrap();

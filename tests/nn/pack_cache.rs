@@ -29,7 +29,8 @@ fn forward_after_an_optimiser_step_uses_the_new_weights_p1_2_3_4_8() {
         let xd = DTensor::from_host(&m, &[t, inp], &x, Placement::Replicate).unwrap();
         let dyd = DTensor::from_host(&m, &[t, inp], &dy, Placement::Replicate).unwrap();
         let (mut opt1, mut opt2) = (AdamW::new(0.05), AdamW::new(0.05));
-        for step in 0..2 {
+        // Two forwards per step: packs are kept from their second use.
+        for step in 0..4 {
             let y = fc2
                 .forward(&fc1.forward(&xd).unwrap())
                 .unwrap()
@@ -43,7 +44,10 @@ fn forward_after_an_optimiser_step_uses_the_new_weights_p1_2_3_4_8() {
             );
             let h: Vec<f64> = linear(&x, &v1, Some(&b1), t, inp, hidden);
             let want = linear(&h, &v2, Some(&b2), t, hidden, inp);
-            assert_close(&format!("P={p} step {step}"), &y, &want, TOL);
+            assert_close(&format!("P={p} step {}.{step}", step / 2), &y, &want, TOL);
+            if step % 2 == 0 {
+                continue;
+            }
             fc1.backward(&fc2.backward(&dyd).unwrap()).unwrap();
             opt1.step(&mut fc1).unwrap();
             opt2.step(&mut fc2).unwrap();

@@ -80,3 +80,75 @@ fn load_master_of_the_wrong_length_is_an_error_p1_2_3_4_8() {
         }
     }
 }
+
+/// `load_master` writes the value's own buffers (views taken before the load
+/// see the new values: no second copy of the model), gives the right shards
+/// at P = 1..4 on both transports and with row-blocked shards (a tiny binding
+/// limit), for strided, plain and replicated parameters, and drops the GEMM
+/// packs kept from the old value.
+#[test]
+fn load_master_writes_in_place_p1_2_3_4() {
+    use crate::util::{limited_mesh, meshes, reference};
+    use wgpu_tp::Placement;
+    use wgpu_tp::kernels::{self, GemmOptions};
+    use wgpu_tp::nn::Parameter;
+    let mut rng = Rng::fresh("load_master_in_place");
+    // (shape, placement, stride, unit); the last is past 48 KiB per shard.
+    let cases = [
+        (vec![18, 5], Placement::Shard(0), 3, 2),
+        (vec![7, 13], Placement::Shard(1), 1, 1),
+        (vec![13], Placement::Replicate, 1, 1),
+        (vec![1500, 40], Placement::Shard(0), 3, 2),
+    ];
+    for p in 1..=4 {
+        let mut all = meshes(p).to_vec();
+        all.push(("blocked", limited_mesh(p, 48 * 1024, p > 1)));
+        for (name, m) in all {
+            for (shape, placement, stride, unit) in &cases {
+                let what = format!("P = {p} {name} {shape:?} {placement:?}");
+                let n: usize = shape.iter().product();
+                let (w0, w1) = (rng.vec(n), rng.vec(n));
+                let mut param =
+                    Parameter::from_master_in_units(&m, shape, &w0, *placement, *stride, *unit)
+                        .unwrap();
+                let old = param.value.shards().to_vec();
+                // Keep a pack of rank 0's shard (a 2-D weight, rows past M = 16).
+                let s0 = &old[0];
+                let x = rng.vec(16 * s0.shape().last().unwrap());
+                let packed = s0.shape().len() == 2 && !s0.is_blocked() && s0.shape()[0] > 0;
+                let gemm = || {
+                    let r = s0.rank();
+                    let xt = r.upload(&[16, s0.shape()[1]], &x).unwrap();
+                    let opts = GemmOptions {
+                        trans_b: true,
+                        ..Default::default()
+                    };
+                    kernels::gemm_weight(&xt, s0, opts)
+                        .unwrap()
+                        .to_vec()
+                        .unwrap()
+                };
+                // Packs are kept from the second use.
+                let before = packed.then(|| (gemm(), gemm()).1);
+                if packed {
+                    assert!(s0.derived_count() > 0, "{what}: nothing kept");
+                }
+                let version = s0.version();
+                param.load_master(&w1).unwrap();
+                assert_eq!(param.master().unwrap(), w1, "{what}: loaded values");
+                for (o, s) in old.iter().zip(param.value.shards()) {
+                    assert_eq!(o.to_vec().unwrap(), s.to_vec().unwrap(), "{what}: in place");
+                }
+                assert!(s0.version() > version, "{what}: version not bumped");
+                assert_eq!(s0.derived_count(), 0, "{what}: stale packs kept");
+                if let Some(before) = before {
+                    let (rows, k) = (s0.shape()[0], s0.shape()[1]);
+                    let want = reference::gemm(&x, &s0.to_vec().unwrap(), 16, rows, k, false, true);
+                    let got = gemm();
+                    assert_ne!(got, before, "{what}: product uses the old pack");
+                    assert_close(&format!("{what}: product after the load"), &got, &want, TOL);
+                }
+            }
+        }
+    }
+}

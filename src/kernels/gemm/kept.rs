@@ -6,7 +6,7 @@ use crate::device::LocalTensor;
 use crate::error::Result;
 
 /// `make()`, kept with `b`'s buffer under `key` when `cache` (B is a weight)
-/// and the pack cache is on.
+/// and the pack cache is on, from its second use between writes of `b`.
 pub(super) fn of_b<T: Clone + Send + Sync + 'static>(
     b: &LocalTensor,
     cache: bool,

@@ -76,16 +76,16 @@ impl Gpt {
     /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming the file and
     /// tensor; the mesh stays usable. Tensors are read one at a time from a
     /// memory map, so the host never holds a second copy of the model (the
-    /// model is first built by [`Gpt::new`], whose random values each load
-    /// replaces). The model uses f32 activations without sequence
+    /// model is first built with zeros, which each load overwrites in
+    /// place). The model uses f32 activations without sequence
     /// parallelism or dropout; for other settings build a [`Gpt`] and call
     /// [`Gpt::load_pretrained`].
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<Gpt> {
         let ckpt = load::HfCheckpoint::open(dir.as_ref())?;
         let config = ckpt.gpt_config()?;
         let plan = ckpt.plan(&load::expected_params(&config))?;
-        // Initialisation values are overwritten below; any seed will do.
-        let mut gpt = Gpt::new(mesh, config, 0)?;
+        // Every value is overwritten below: skip the random draws.
+        let mut gpt = Gpt::zeroed(mesh, config)?;
         ckpt.load_into(&mut gpt, &plan)?;
         Ok(gpt)
     }
