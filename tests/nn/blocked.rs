@@ -154,15 +154,18 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
     }
 }
 
-/// GPT-2 124M at P = 1 (random weights): builds with `wte` past one binding,
-/// runs a training step and greedy decoding. Slow and memory-hungry (about
-/// 2 GB of device state), so a manual check (`GPT2_SEQ`, `GPT2_BATCH` set
-/// the batch, 8 × 2 by default; `GPT2_RANKS` the world size, 1):
+/// GPT-2 124M (random weights) written in Hugging Face's layout and read
+/// back with `Gpt::from_pretrained` (the loaded model's loss equals the
+/// written one's bit for bit), with `wte` past one binding at small P; then
+/// training steps and greedy decoding. Slow and memory-hungry (about 2 GB
+/// of device state, the checkpoint in a temporary directory), so a manual
+/// check (`GPT2_RANKS` sets the world size, 1 by default; `GPT2_SEQ`,
+/// `GPT2_BATCH` the batch, 8 × 2):
 /// `cargo test --test tests gpt2_124m -- --ignored --nocapture`, also with
 /// `WGPU_TP_LIMITS=webgpu`.
 #[test]
 #[ignore]
-fn gpt2_124m_trains_and_decodes_at_p1() {
+fn gpt2_124m_from_hf_layout_trains_and_decodes() {
     use std::time::Instant;
     crate::util::mesh_env();
     let env = |k: &str, d: usize| {
@@ -182,18 +185,6 @@ fn gpt2_124m_trains_and_decodes_at_p1() {
         l.max_storage_buffer_binding_size,
         l.max_buffer_size
     );
-    let t = Instant::now();
-    let mut gpt = Gpt::new(&m, GptConfig::new(50257, 1024, 768, 12, 12), 0).unwrap();
-    let wte = &gpt.wte.weight().value.shards()[0];
-    eprintln!(
-        "[gpt2] Gpt::new {:.1} s; wte {:?} in blocks of {:?} rows",
-        t.elapsed().as_secs_f64(),
-        wte.shape(),
-        wte.blocks()
-            .iter()
-            .map(|b| b.shape()[0])
-            .collect::<Vec<_>>()
-    );
     let (seq, batch) = (env("GPT2_SEQ", 8), env("GPT2_BATCH", 2));
     let ids: Vec<i32> = (0..seq * batch)
         .map(|i| (i * 3137 % 50257) as i32)
@@ -201,10 +192,43 @@ fn gpt2_124m_trains_and_decodes_at_p1() {
     let targets: Vec<i32> = (0..seq * batch)
         .map(|i| (i * 7919 % 50257) as i32)
         .collect();
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-gpt2-124m-{}", std::process::id()));
+    let written = {
+        let t = Instant::now();
+        let mut gpt = Gpt::new(&m, GptConfig::new(50257, 1024, 768, 12, 12), 0).unwrap();
+        let loss = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        gpt.save_pretrained(&dir).unwrap();
+        eprintln!(
+            "[gpt2] Gpt::new, a forward and save_pretrained: {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        loss
+    };
+    let t = Instant::now();
+    let loaded = Gpt::from_pretrained(&m, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut gpt = loaded.unwrap();
+    let wte = &gpt.wte.weight().value.shards()[0];
+    eprintln!(
+        "[gpt2] from_pretrained {:.1} s; wte {:?} in blocks of {:?} rows",
+        t.elapsed().as_secs_f64(),
+        wte.shape(),
+        wte.blocks()
+            .iter()
+            .map(|b| b.shape()[0])
+            .collect::<Vec<_>>()
+    );
     let mut opt = AdamW::new(1e-4);
     for step in 0..2 {
         let t = Instant::now();
         let loss = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        if step == 0 {
+            assert_eq!(
+                loss.to_bits(),
+                written.to_bits(),
+                "loaded {loss}, written {written}"
+            );
+        }
         gpt.backward().unwrap();
         opt.step(&mut gpt).unwrap();
         gpt.zero_grad();
