@@ -13,10 +13,14 @@
 //!   the two AdamW moments (4 × the bytes of every parameter shard) plus the
 //!   activations forward leaves for backward (device bytes in use after
 //!   forward minus before it);
-//! - `device/rank`: the largest device's pools (in use + pooled + staging);
-//! - `peak RSS`: the process's high-water mark over this configuration
-//!   (reset before it through `/proc/self/clear_refs`), and its ratio to
-//!   `state` (on a CPU adapter device memory is the process's memory).
+//! - `dev/rank`: the largest device's pools after the steps (in use +
+//!   pooled + staging); `dev peak`: the most bytes the pools held at once
+//!   during the timed steps, summed over devices, and its ratio to `state`;
+//! - `RSS step`: the process's high-water mark over the timed steps (reset
+//!   through `/proc/self/clear_refs` after the untimed one), and `RSS all`
+//!   over the whole configuration (the build and the first step's pipeline
+//!   compilation included), each with its ratio to `state` (on a CPU
+//!   adapter device memory is the process's memory).
 //!
 //! `cargo bench --bench gpt2`; `WGPU_TP_GPT2_RANKS=2,4` picks the
 //! configurations, `WGPU_TP_GPT2_LAYERS` the depth (quick runs),
@@ -92,6 +96,11 @@ struct Figures {
     params: u64,
     activations: u64,
     device_max: u64,
+    /// Device bytes held at once during the timed steps, summed over devices.
+    device_peak: u64,
+    /// Peak RSS over the build and every step.
+    peak_all: Option<u64>,
+    /// Peak RSS over the timed steps.
     peak: Option<u64>,
 }
 
@@ -112,6 +121,7 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     let mut activations = 0;
     let mut times = Vec::new();
     let mut loss = f32::NAN;
+    let mut peak_all = None;
     for i in 0..=steps {
         let t = Instant::now();
         let before = in_use(&mesh);
@@ -128,6 +138,11 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
         mesh.synchronize()?;
         times.push(t.elapsed());
         if i == 0 {
+            // The timed steps' own high-water marks, without the build and
+            // the first step's pipeline compilation.
+            peak_all = peak_rss();
+            reset_peak_rss();
+            mesh.devices().iter().for_each(|d| d.reset_peak_memory());
             eprintln!("  P = {p}: first step {:.2?}, loss {loss:.4}", times[0]);
         }
     }
@@ -148,6 +163,8 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
         params,
         activations,
         device_max,
+        device_peak: mesh.devices().iter().map(|d| d.memory().peak).sum(),
+        peak_all,
         peak: peak_rss(),
     })
 }
@@ -196,42 +213,50 @@ fn main() {
         c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
     );
     println!(
-        "{:>3} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>6}",
+        "{:>3} {:>8} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>6}",
         "P",
         "build",
         "best",
         "median",
         "loss",
-        "4x params",
+        "4x param",
         "activ.",
         "state",
-        "device/rank",
-        "peak RSS",
-        "RSS/st"
+        "dev/rank",
+        "dev peak",
+        "dev/st",
+        "RSS step",
+        "/st",
+        "RSS all",
+        "/st"
     );
     for p in ranks {
         match run(p, steps) {
             Ok(f) => {
                 let state = 4 * f.params + f.activations;
-                let (peak, ratio) = match f.peak {
-                    Some(b) => (
-                        format!("{:.0} MiB", mib(b)),
-                        format!("{:.2}", b as f64 / state as f64),
-                    ),
+                let ratio = |b: u64| format!("{:.2}", b as f64 / state as f64);
+                let rss = |b: Option<u64>| match b {
+                    Some(b) => (format!("{:.0}M", mib(b)), ratio(b)),
                     None => ("n/a".into(), "n/a".into()),
                 };
+                let ((step, step_ratio), (all, all_ratio)) = (rss(f.peak), rss(f.peak_all));
+                let m = |b: u64| format!("{:.0}M", mib(b));
                 println!(
-                    "{p:>3} {:>9.2?} {:>9.2?} {:>9.2?} {:>8.4} {:>6.0} MiB {:>6.0} MiB {:>6.0} MiB {:>7.0} MiB {:>10} {:>6}",
+                    "{p:>3} {:>8.2?} {:>8.2?} {:>8.2?} {:>7.4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>6}",
                     f.build,
                     f.best,
                     f.median,
                     f.loss,
-                    mib(4 * f.params),
-                    mib(f.activations),
-                    mib(state),
-                    mib(f.device_max),
-                    peak,
-                    ratio
+                    m(4 * f.params),
+                    m(f.activations),
+                    m(state),
+                    m(f.device_max),
+                    m(f.device_peak),
+                    ratio(f.device_peak),
+                    step,
+                    step_ratio,
+                    all,
+                    all_ratio
                 );
                 eprintln!("  P = {p}: first step {:.2?}", f.first);
             }

@@ -24,6 +24,11 @@ use crate::error::{Error, Result};
 /// command buffer never grows without bound.
 const MAX_RECORDED: usize = 512;
 
+/// Flush it, too, once this many bytes wait for its submit (textures made
+/// for its kernels, buffers dropped while it may use them): they are freed
+/// only after it, and a GPT-2 step held a gigabyte of them.
+const MAX_HELD_BYTES: u64 = 64 << 20;
+
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The pending encoder. Its lock is held across a submit and the release of
@@ -32,6 +37,8 @@ static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 struct Recording {
     encoder: Option<wgpu::CommandEncoder>,
     recorded: usize,
+    /// Bytes freed only after the pending encoder's submit.
+    held: u64,
 }
 
 /// One wgpu device and queue, shared by the ranks placed on it. On a
@@ -261,8 +268,12 @@ impl Device {
 
     /// Hand a tensor's buffer back to the pool; reusable after the next submit.
     pub(crate) fn retire_buffer(&self, size: u64, buffer: wgpu::Buffer) {
-        let rec = lock(&self.recording);
-        self.pool.retire(size, buffer, rec.encoder.is_some());
+        let mut rec = lock(&self.recording);
+        let pending = rec.encoder.is_some();
+        if pending {
+            rec.held += size;
+        }
+        self.pool.retire(size, buffer, pending);
     }
 
     /// Fill a fresh output buffer with NaN bits when poisoning is on.
@@ -313,6 +324,13 @@ impl Device {
         Ok(())
     }
 
+    /// Note `bytes` made for the pending encoder's kernels and freed only
+    /// after its submit (operand textures): past [`MAX_HELD_BYTES`] the
+    /// next recording submits it.
+    pub(crate) fn hold_until_submit(&self, bytes: u64) {
+        lock(&self.recording).held += bytes;
+    }
+
     /// Run `f` with the pending command encoder (created on demand).
     pub(crate) fn record<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
         let mut st = lock(&self.recording);
@@ -324,7 +342,7 @@ impl Device {
         });
         let r = f(enc);
         st.recorded += 1;
-        let full = st.recorded >= MAX_RECORDED;
+        let full = st.recorded >= MAX_RECORDED || st.held >= MAX_HELD_BYTES;
         drop(st);
         if full {
             self.flush();
@@ -341,6 +359,7 @@ impl Device {
         let mut st = lock(&self.recording);
         let enc = st.encoder.take();
         st.recorded = 0;
+        st.held = 0;
         if enc.is_some() && self.tracer.is_on() {
             self.tracer.submitting(Instant::now());
         }

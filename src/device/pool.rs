@@ -32,6 +32,24 @@ struct Lists {
     idle_bytes: u64,
     /// Bytes of the staging buffers that exist.
     staging_bytes: u64,
+    /// The most `storage_bytes + staging_bytes` reached since the device
+    /// was opened or [`Device::reset_peak_memory`].
+    ///
+    /// [`Device::reset_peak_memory`]: crate::Device::reset_peak_memory
+    peak_bytes: u64,
+}
+
+impl Lists {
+    /// Note a new buffer of `size` bytes in `storage_bytes` or `staging_bytes`.
+    fn grew(&mut self, size: u64, staging: bool) {
+        self.allocations += 1;
+        if staging {
+            self.staging_bytes += size;
+        } else {
+            self.storage_bytes += size;
+        }
+        self.peak_bytes = self.peak_bytes.max(self.storage_bytes + self.staging_bytes);
+    }
 }
 
 /// Device memory held by one wgpu device's pools, in bytes. On CPU adapters
@@ -47,6 +65,11 @@ pub struct MemoryStats {
     pub pooled: u64,
     /// Download and upload staging buffers.
     pub staging: u64,
+    /// The most bytes held at once (all three kinds) since the device was
+    /// opened or [`Device::reset_peak_memory`].
+    ///
+    /// [`Device::reset_peak_memory`]: crate::Device::reset_peak_memory
+    pub peak: u64,
 }
 
 impl MemoryStats {
@@ -111,6 +134,7 @@ impl BufferPool {
             in_use: l.storage_bytes - l.idle_bytes,
             pooled: l.idle_bytes,
             staging: l.staging_bytes,
+            peak: l.peak_bytes,
         }
     }
 
@@ -152,9 +176,7 @@ impl BufferPool {
     pub(crate) fn create(&self, bytes: u64) -> (u64, wgpu::Buffer) {
         let size = bucket(bytes);
         {
-            let mut l = self.lists();
-            l.allocations += 1;
-            l.storage_bytes += size;
+            self.lists().grew(size, false);
         }
         let b = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgpu-tp pooled"),
@@ -209,8 +231,7 @@ impl BufferPool {
         if let Some(b) = pop(&mut l.read_staging, size) {
             return b;
         }
-        l.allocations += 1;
-        l.staging_bytes += size;
+        l.grew(size, true);
         drop(l);
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgpu-tp staging"),
@@ -243,8 +264,7 @@ impl BufferPool {
         if let Some(b) = pop(&mut l.write_staging, size) {
             return (b, false);
         }
-        l.allocations += 1;
-        l.staging_bytes += size;
+        l.grew(size, true);
         drop(l);
         let b = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("wgpu-tp upload staging"),
@@ -272,5 +292,11 @@ impl super::context::Device {
     /// Device memory this device's pools hold now (see [`MemoryStats`]).
     pub fn memory(&self) -> MemoryStats {
         self.pool.memory()
+    }
+
+    /// Start [`MemoryStats::peak`] again from what is held now.
+    pub fn reset_peak_memory(&self) {
+        let mut l = self.pool.lists();
+        l.peak_bytes = l.storage_bytes + l.staging_bytes;
     }
 }

@@ -99,6 +99,7 @@ impl LocalTensor {
             view_formats: &[],
         });
         let buffer = self.buffer(op)?;
+        device.hold_until_submit((rows * texels * 4 * size) as u64);
         device.record(|enc| {
             enc.copy_buffer_to_texture(
                 wgpu::TexelCopyBufferInfo {

@@ -35,6 +35,13 @@ fn memory_counts_live_pooled_and_staging_bytes() {
     dev.trim_pool();
     let trimmed = dev.memory();
     assert_eq!(trimmed.total(), 0, "{trimmed:?}");
+    // The peak saw a, b, c's staging at once; a reset starts it at what is held.
+    assert!(trimmed.peak >= 4096 + 256 + 4000, "{trimmed:?}");
+    dev.reset_peak_memory();
+    assert_eq!(dev.memory().peak, 0);
+    let d = r.zeros(&[13], DType::I32).unwrap();
+    assert_eq!(dev.memory().peak, 256);
+    drop(d);
 }
 
 /// Buffers of 16 MiB or more are destroyed when dropped, not pooled (a GPT-2
