@@ -12,6 +12,8 @@
 //!   spans;
 //! - `context.rs`: [`Device`], one wgpu device + queue with its pending
 //!   encoder, error capture, pool, pipelines and trace recorder;
+//! - `probe.rs`: what the adapter and host are beyond wgpu's report (the
+//!   CPU's vendor, the Mesa version), which kernels choose tiles by;
 //! - `tensor.rs`: [`LocalTensor`], a buffer (or row blocks) on one rank;
 //! - `blocks.rs`: the row-block layout of tensors past one binding, and
 //!   running a kernel block by block;
@@ -36,6 +38,7 @@ mod dispatch;
 mod mesh;
 mod pipeline;
 mod pool;
+mod probe;
 mod rank;
 mod readback;
 mod select;
@@ -59,6 +62,7 @@ pub use trace::{EventKind, TraceClock, TraceEvent};
 pub(crate) use blocks::{blocked_error, common_blocks, for_each_block, map_blocks};
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
+pub(crate) use probe::{intel_cpu, old_mesa};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::copy_region;
 pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};
