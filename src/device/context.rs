@@ -2,37 +2,21 @@
 //! with the pending command encoder (many kernels per submit) and wgpu's
 //! errors turned into [`Error`] values instead of panics. It owns the buffer
 //! pool (`pool.rs`), the pipeline cache (`pipeline.rs`) and the trace
-//! recorder (`trace.rs`).
-//!
-//! Ordering contract: `queue.write_buffer` lands at the start of the *next*
-//! submit, before the commands recorded in it. So a pooled buffer is only handed
-//! out again after the submit that last used it (dropped buffers are "retired"
-//! until [`Device::flush`]); then a write into a freshly taken buffer can never
-//! overtake a command that still reads its old contents.
+//! recorder (`trace/`); the pending encoder, submits and polls, with the
+//! ordering contract that keeps pooled buffers safe, are in `recording.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
 use super::pool::BufferPool;
+use super::recording::{Recorder, lock, poll};
 use super::trace::{Stopped, TraceClock, Tracer};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// Flush the pending encoder after this many recorded dispatches, so one
-/// command buffer never grows without bound.
-const MAX_RECORDED: usize = 512;
-
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// The pending encoder. Its lock is held across a submit and the release of
-/// the buffers that submit used, so the two are atomic.
-#[derive(Default)]
-struct Recording {
-    encoder: Option<wgpu::CommandEncoder>,
-    recorded: usize,
-}
 
 /// One wgpu device and queue, shared by the ranks placed on it. On a
 /// software adapter (lavapipe, llvmpipe, WARP) it is the CPU.
@@ -45,7 +29,7 @@ pub struct Device {
     pipelines: PipelineCache,
     pub(crate) pool: BufferPool,
     pub(crate) tracer: Tracer,
-    recording: Mutex<Recording>,
+    recording: Recorder,
     error: Arc<Mutex<Option<String>>>,
     lost: Arc<Mutex<Option<String>>>,
     poison: AtomicBool,
@@ -61,13 +45,6 @@ impl std::fmt::Debug for Device {
             .field("id", &self.id)
             .finish()
     }
-}
-
-/// Lock, surviving a poisoned mutex: a panic while holding one of our locks
-/// cannot leave state half-written in a way that matters more than losing
-/// the whole mesh, so keep going.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Device {
@@ -106,7 +83,7 @@ impl Device {
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             pipelines: PipelineCache::default(),
             tracer: Tracer::default(),
-            recording: Mutex::new(Recording::default()),
+            recording: Recorder::default(),
             error,
             lost,
             poison: AtomicBool::new(false),
@@ -261,8 +238,7 @@ impl Device {
 
     /// Hand a tensor's buffer back to the pool; reusable after the next submit.
     pub(crate) fn retire_buffer(&self, size: u64, buffer: wgpu::Buffer) {
-        let rec = lock(&self.recording);
-        self.pool.retire(size, buffer, rec.encoder.is_some());
+        self.recording.retire(&self.pool, size, buffer);
     }
 
     /// Fill a fresh output buffer with NaN bits when poisoning is on.
@@ -315,17 +291,7 @@ impl Device {
 
     /// Run `f` with the pending command encoder (created on demand).
     pub(crate) fn record<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
-        let mut st = lock(&self.recording);
-        let enc = st.encoder.get_or_insert_with(|| {
-            self.raw
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("wgpu-tp"),
-                })
-        });
-        let r = f(enc);
-        st.recorded += 1;
-        let full = st.recorded >= MAX_RECORDED;
-        drop(st);
+        let (r, full) = self.recording.record(&self.raw, f);
         if full {
             self.flush();
         }
@@ -334,20 +300,7 @@ impl Device {
 
     /// Submit everything recorded so far (no wait). Retired buffers become reusable.
     pub fn flush(&self) -> Option<wgpu::SubmissionIndex> {
-        // Submit while holding the state lock: a retired buffer must not be
-        // handed out (and written with `write_buffer`, which lands at the start
-        // of the next submit) before the encoder that still uses it is submitted,
-        // or the write would overtake those commands.
-        let mut st = lock(&self.recording);
-        let enc = st.encoder.take();
-        st.recorded = 0;
-        if enc.is_some() && self.tracer.is_on() {
-            self.tracer.submitting(Instant::now());
-        }
-        let index = enc.map(|e| self.queue.submit([e.finish()]));
-        self.pool.release_retired();
-        drop(st);
-        index
+        self.recording.submit(&self.queue, &self.pool, &self.tracer)
     }
 
     /// [`Device::flush`], or an empty submit when nothing was recorded: an
@@ -380,10 +333,7 @@ impl Device {
     }
 
     fn poll(&self, how: wgpu::PollType) -> Result<()> {
-        self.raw.poll(how).map(|_| ()).map_err(|e| Error::Wgpu {
-            rank: self.first_rank,
-            message: e.to_string(),
-        })
+        poll(&self.raw, self.first_rank, how)
     }
 }
 

@@ -10,6 +10,8 @@
 //! - `trace/`: a device's trace recorder ([`TraceEvent`], [`TraceClock`]):
 //!   kernels timed by timestamp queries (`timestamps.rs`) or the host, host
 //!   spans;
+//! - `recording.rs`: a device's pending encoder, submits and polls (and
+//!   the ordering contract that keeps pooled buffers safe);
 //! - `context.rs`: [`Device`], one wgpu device + queue with its pending
 //!   encoder, error capture, pool, pipelines and trace recorder;
 //! - `probe.rs`: what the adapter and host are beyond wgpu's report (the
@@ -41,6 +43,7 @@ mod pool;
 mod probe;
 mod rank;
 mod readback;
+mod recording;
 mod select;
 mod staging;
 mod tensor;

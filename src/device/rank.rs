@@ -79,7 +79,7 @@ impl Rank {
             if part.is_empty() {
                 continue;
             }
-            // Lands before the next submit's commands (see context.rs);
+            // Lands before the next submit's commands (see recording.rs);
             // wgpu writes whole words, so an odd f16 count gets a zero pad.
             let buf = b.buffer(op)?;
             if part.len().is_multiple_of(4) {
