@@ -19,7 +19,8 @@
 //! ([`LocalTensor::from_blocks`]).
 
 use super::context::Device;
-use super::tensor::{LocalTensor, copy_region};
+use super::copy::copy_region;
+use super::tensor::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
 

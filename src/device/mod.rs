@@ -17,6 +17,7 @@
 //! - `probe.rs`: what the adapter and host are beyond wgpu's report (the
 //!   CPU's vendor, the Mesa version), which kernels choose tiles by;
 //! - `tensor.rs`: [`LocalTensor`], a buffer (or row blocks) on one rank;
+//! - `copy.rs`: copying a region between tensors, block by block;
 //! - `blocks.rs`: the row-block layout of tensors past one binding, and
 //!   running a kernel block by block;
 //! - `rank.rs`: [`Rank`] and tensor allocation;
@@ -35,6 +36,7 @@
 mod adapters;
 mod blocks;
 mod context;
+mod copy;
 mod derived;
 mod dispatch;
 mod mesh;
@@ -63,11 +65,11 @@ pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};
 
 pub(crate) use blocks::{blocked_error, common_blocks, for_each_block, map_blocks};
+pub(crate) use copy::copy_region;
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
 pub(crate) use probe::{intel_cpu, old_mesa};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
-pub(crate) use tensor::copy_region;
 pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};
 pub(crate) use timeline::HostSpan;
 

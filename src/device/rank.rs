@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::blocks::row_layout;
 use super::context::Device;
-use super::tensor::{LocalTensor, Storage, copy_region};
+use super::copy::copy_region;
+use super::tensor::{LocalTensor, Storage};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
