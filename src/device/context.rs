@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
-use super::pool::BufferPool;
+use super::pool::{BufferPool, MemoryStats};
 use super::recording::{Recorder, lock, poll};
 use super::trace::{Stopped, TraceClock, Tracer};
 use crate::element::DType;
@@ -182,6 +182,11 @@ impl Device {
         self.pool.allocations()
     }
 
+    /// Device memory this device's pools hold now (see [`MemoryStats`]).
+    pub fn memory(&self) -> MemoryStats {
+        self.pool.memory()
+    }
+
     /// Drop every pooled buffer that nothing uses (frees device memory).
     pub fn trim_pool(&self) {
         self.pool.trim();
@@ -264,6 +269,23 @@ impl Device {
             });
         }
         Ok(())
+    }
+
+    /// Bytes one row block (`blocks.rs`) may hold on this device, and the
+    /// name of the limit that sets it: the smaller of the binding and buffer
+    /// limits, rounded down to 256 bytes (the pool's bucket, and a multiple
+    /// of the 16 a vec4 binding rounds to).
+    pub(crate) fn block_limit(&self) -> (u64, &'static str) {
+        let l = self.limits();
+        let (limit, name) = if l.max_storage_buffer_binding_size <= l.max_buffer_size {
+            (
+                l.max_storage_buffer_binding_size,
+                "max_storage_buffer_binding_size",
+            )
+        } else {
+            (l.max_buffer_size, "max_buffer_size")
+        };
+        ((limit / 256 * 256).max(256), name)
     }
 
     /// Check a byte size against the storage-binding and buffer-size limits.

@@ -234,10 +234,3 @@ impl BufferPool {
             .push(buffer);
     }
 }
-
-impl super::context::Device {
-    /// Device memory this device's pools hold now (see [`MemoryStats`]).
-    pub fn memory(&self) -> MemoryStats {
-        self.pool.memory()
-    }
-}

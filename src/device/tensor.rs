@@ -19,7 +19,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::blocks::blocked_error;
 use super::context::Device;
 use super::derived::DerivedCache;
 use crate::element::DType;
@@ -299,5 +298,17 @@ impl LocalTensor {
             Body::Buffer(s) => s.derived.len(),
             Body::Blocks(b) => b.iter().map(LocalTensor::derived_count).sum(),
         }
+    }
+}
+
+/// The error of a one-binding operation handed a blocked tensor.
+pub(crate) fn blocked_error(op: &'static str, t: &LocalTensor) -> Error {
+    let (limit, limit_name) = t.device().block_limit();
+    Error::TooLarge {
+        op,
+        what: "a tensor stored in row blocks (this operation binds it as one buffer; only copies, casts, element-wise ops, optimiser steps, embeddings and the tied head run per block)",
+        needed: t.word_bytes(),
+        limit,
+        limit_name,
     }
 }
