@@ -13,7 +13,8 @@
 //! - `recording.rs`: a device's pending encoder, submits and polls (and
 //!   the ordering contract that keeps pooled buffers safe);
 //! - `context.rs`: [`Device`], one wgpu device + queue with its pending
-//!   encoder, error capture, pool, pipelines and trace recorder;
+//!   encoder (kept by `recording.rs`), error capture, pool, pipelines and
+//!   trace recorder;
 //! - `probe.rs`: what the adapter and host are beyond wgpu's report (the
 //!   CPU's vendor, the Mesa version), which kernels choose tiles by;
 //! - `tensor.rs`: [`LocalTensor`], a buffer (or row blocks) on one rank;
@@ -27,7 +28,8 @@
 //! - `staging.rs`: the device → host → device path;
 //! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
-//! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels), and in
+//! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels; in
+//!   `report.rs`), and in
 //!   `control.rs` starting and stopping it and the host-span API upper
 //!   layers report spans with;
 //! - `adapters.rs`: listing adapters ([`adapters`]) and parsing backend names;
