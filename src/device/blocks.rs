@@ -19,26 +19,10 @@
 //! ([`LocalTensor::from_blocks`]).
 
 use super::context::Device;
-use super::tensor::{LocalTensor, copy_region};
+use super::copy::copy_region;
+use super::tensor::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
-
-/// Bytes one block may hold on `device`, and the name of the limit that
-/// sets it: the smaller of the binding and buffer limits, rounded down to
-/// 256 bytes (the pool's bucket, and a multiple of the 16 a vec4 binding
-/// rounds to).
-pub(crate) fn block_limit(device: &Device) -> (u64, &'static str) {
-    let l = device.limits();
-    let (limit, name) = if l.max_storage_buffer_binding_size <= l.max_buffer_size {
-        (
-            l.max_storage_buffer_binding_size,
-            "max_storage_buffer_binding_size",
-        )
-    } else {
-        (l.max_buffer_size, "max_buffer_size")
-    };
-    ((limit / 256 * 256).max(256), name)
-}
 
 /// Rows of each block of a tensor of `shape` (`bytes` in all) on `device`,
 /// or `None` when it fits one binding. A row over the limit is an error
@@ -49,7 +33,7 @@ pub(crate) fn row_layout(
     shape: &[usize],
     bytes: u64,
 ) -> Result<Option<Vec<usize>>> {
-    let (limit, limit_name) = block_limit(device);
+    let (limit, limit_name) = device.block_limit();
     if bytes <= limit || shape.is_empty() {
         return Ok(None);
     }
@@ -80,18 +64,6 @@ pub(crate) fn row_layout(
             .map(|b| per.min(rows - b * per))
             .collect(),
     ))
-}
-
-/// The error of a one-binding operation handed a blocked tensor.
-pub(crate) fn blocked_error(op: &'static str, t: &LocalTensor) -> Error {
-    let (limit, limit_name) = block_limit(t.device());
-    Error::TooLarge {
-        op,
-        what: "a tensor stored in row blocks (this operation binds it as one buffer; only copies, casts, element-wise ops, optimiser steps, embeddings and the tied head run per block)",
-        needed: t.word_bytes(),
-        limit,
-        limit_name,
-    }
 }
 
 /// Number of blocks shared by `tensors` (`None` if none is blocked); an

@@ -2,44 +2,21 @@
 //! with the pending command encoder (many kernels per submit) and wgpu's
 //! errors turned into [`Error`] values instead of panics. It owns the buffer
 //! pool (`pool.rs`), the pipeline cache (`pipeline.rs`) and the trace
-//! recorder (`trace.rs`).
-//!
-//! Ordering contract: `queue.write_buffer` lands at the start of the *next*
-//! submit, before the commands recorded in it. So a pooled buffer is only handed
-//! out again after the submit that last used it (dropped buffers are "retired"
-//! until [`Device::flush`]); then a write into a freshly taken buffer can never
-//! overtake a command that still reads its old contents.
+//! recorder (`trace/`); the pending encoder, submits and polls, with the
+//! ordering contract that keeps pooled buffers safe, are in `recording.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
-use super::pool::BufferPool;
+use super::pool::{BufferPool, MemoryStats};
+use super::recording::{Recorder, lock, poll};
 use super::trace::{Stopped, TraceClock, Tracer};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-/// Flush the pending encoder after this many recorded dispatches, so one
-/// command buffer never grows without bound.
-const MAX_RECORDED: usize = 512;
-
-/// Flush it, too, once this many bytes wait for its submit (textures made
-/// for its kernels, buffers dropped while it may use them): they are freed
-/// only after it, and a GPT-2 step held a gigabyte of them.
-const MAX_HELD_BYTES: u64 = 64 << 20;
-
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// The pending encoder. Its lock is held across a submit and the release of
-/// the buffers that submit used, so the two are atomic.
-#[derive(Default)]
-struct Recording {
-    encoder: Option<wgpu::CommandEncoder>,
-    recorded: usize,
-    /// Bytes freed only after the pending encoder's submit.
-    held: u64,
-}
 
 /// One wgpu device and queue, shared by the ranks placed on it. On a
 /// software adapter (lavapipe, llvmpipe, WARP) it is the CPU.
@@ -52,7 +29,7 @@ pub struct Device {
     pipelines: PipelineCache,
     pub(crate) pool: BufferPool,
     pub(crate) tracer: Tracer,
-    recording: Mutex<Recording>,
+    recording: Recorder,
     error: Arc<Mutex<Option<String>>>,
     lost: Arc<Mutex<Option<String>>>,
     poison: AtomicBool,
@@ -68,13 +45,6 @@ impl std::fmt::Debug for Device {
             .field("id", &self.id)
             .finish()
     }
-}
-
-/// Lock, surviving a poisoned mutex: a panic while holding one of our locks
-/// cannot leave state half-written in a way that matters more than losing
-/// the whole mesh, so keep going.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Device {
@@ -113,7 +83,7 @@ impl Device {
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             pipelines: PipelineCache::default(),
             tracer: Tracer::default(),
-            recording: Mutex::new(Recording::default()),
+            recording: Recorder::default(),
             error,
             lost,
             poison: AtomicBool::new(false),
@@ -212,6 +182,16 @@ impl Device {
         self.pool.allocations()
     }
 
+    /// Device memory this device's pools hold now (see [`MemoryStats`]).
+    pub fn memory(&self) -> MemoryStats {
+        self.pool.memory()
+    }
+
+    /// Start [`MemoryStats::peak`] again from what is held now.
+    pub fn reset_peak_memory(&self) {
+        self.pool.reset_peak();
+    }
+
     /// Drop every pooled buffer that nothing uses (frees device memory).
     pub fn trim_pool(&self) {
         self.pool.trim();
@@ -268,12 +248,7 @@ impl Device {
 
     /// Hand a tensor's buffer back to the pool; reusable after the next submit.
     pub(crate) fn retire_buffer(&self, size: u64, buffer: wgpu::Buffer) {
-        let mut rec = lock(&self.recording);
-        let pending = rec.encoder.is_some();
-        if pending {
-            rec.held += size;
-        }
-        self.pool.retire(size, buffer, pending);
+        self.recording.retire(&self.pool, size, buffer);
     }
 
     /// Fill a fresh output buffer with NaN bits when poisoning is on.
@@ -301,6 +276,23 @@ impl Device {
         Ok(())
     }
 
+    /// Bytes one row block (`blocks.rs`) may hold on this device, and the
+    /// name of the limit that sets it: the smaller of the binding and buffer
+    /// limits, rounded down to 256 bytes (the pool's bucket, and a multiple
+    /// of the 16 a vec4 binding rounds to).
+    pub(crate) fn block_limit(&self) -> (u64, &'static str) {
+        let l = self.limits();
+        let (limit, name) = if l.max_storage_buffer_binding_size <= l.max_buffer_size {
+            (
+                l.max_storage_buffer_binding_size,
+                "max_storage_buffer_binding_size",
+            )
+        } else {
+            (l.max_buffer_size, "max_buffer_size")
+        };
+        ((limit / 256 * 256).max(256), name)
+    }
+
     /// Check a byte size against the storage-binding and buffer-size limits.
     pub(crate) fn check_binding(&self, op: &'static str, bytes: u64) -> Result<()> {
         let limits = [
@@ -325,25 +317,15 @@ impl Device {
     }
 
     /// Note `bytes` made for the pending encoder's kernels and freed only
-    /// after its submit (operand textures): past [`MAX_HELD_BYTES`] the
-    /// next recording submits it.
+    /// after its submit (operand textures): past a budget the next
+    /// recording submits it.
     pub(crate) fn hold_until_submit(&self, bytes: u64) {
-        lock(&self.recording).held += bytes;
+        self.recording.hold(bytes);
     }
 
     /// Run `f` with the pending command encoder (created on demand).
     pub(crate) fn record<R>(&self, f: impl FnOnce(&mut wgpu::CommandEncoder) -> R) -> R {
-        let mut st = lock(&self.recording);
-        let enc = st.encoder.get_or_insert_with(|| {
-            self.raw
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("wgpu-tp"),
-                })
-        });
-        let r = f(enc);
-        st.recorded += 1;
-        let full = st.recorded >= MAX_RECORDED || st.held >= MAX_HELD_BYTES;
-        drop(st);
+        let (r, full) = self.recording.record(&self.raw, f);
         if full {
             self.flush();
         }
@@ -352,21 +334,7 @@ impl Device {
 
     /// Submit everything recorded so far (no wait). Retired buffers become reusable.
     pub fn flush(&self) -> Option<wgpu::SubmissionIndex> {
-        // Submit while holding the state lock: a retired buffer must not be
-        // handed out (and written with `write_buffer`, which lands at the start
-        // of the next submit) before the encoder that still uses it is submitted,
-        // or the write would overtake those commands.
-        let mut st = lock(&self.recording);
-        let enc = st.encoder.take();
-        st.recorded = 0;
-        st.held = 0;
-        if enc.is_some() && self.tracer.is_on() {
-            self.tracer.submitting(Instant::now());
-        }
-        let index = enc.map(|e| self.queue.submit([e.finish()]));
-        self.pool.release_retired();
-        drop(st);
-        index
+        self.recording.submit(&self.queue, &self.pool, &self.tracer)
     }
 
     /// [`Device::flush`], or an empty submit when nothing was recorded: an
@@ -399,10 +367,7 @@ impl Device {
     }
 
     fn poll(&self, how: wgpu::PollType) -> Result<()> {
-        self.raw.poll(how).map(|_| ()).map_err(|e| Error::Wgpu {
-            rank: self.first_rank,
-            message: e.to_string(),
-        })
+        poll(&self.raw, self.first_rank, how)
     }
 }
 

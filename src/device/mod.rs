@@ -10,9 +10,15 @@
 //! - `trace/`: a device's trace recorder ([`TraceEvent`], [`TraceClock`]):
 //!   kernels timed by timestamp queries (`timestamps.rs`) or the host, host
 //!   spans;
+//! - `recording.rs`: a device's pending encoder, submits and polls (and
+//!   the ordering contract that keeps pooled buffers safe);
 //! - `context.rs`: [`Device`], one wgpu device + queue with its pending
-//!   encoder, error capture, pool, pipelines and trace recorder;
+//!   encoder (kept by `recording.rs`), error capture, pool, pipelines and
+//!   trace recorder;
+//! - `probe.rs`: what the adapter and host are beyond wgpu's report (the
+//!   CPU's vendor, the Mesa version), which kernels choose tiles by;
 //! - `tensor.rs`: [`LocalTensor`], a buffer (or row blocks) on one rank;
+//! - `copy.rs`: copying a region between tensors, block by block;
 //! - `blocks.rs`: the row-block layout of tensors past one binding, and
 //!   running a kernel block by block;
 //! - `rank.rs`: [`Rank`] and tensor allocation;
@@ -22,7 +28,8 @@
 //! - `staging.rs`: the device → host → device path;
 //! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
-//! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels), and in
+//! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels; in
+//!   `report.rs`), and in
 //!   `control.rs` starting and stopping it and the host-span API upper
 //!   layers report spans with;
 //! - `adapters.rs`: listing adapters ([`adapters`]) and parsing backend names;
@@ -31,19 +38,23 @@
 mod adapters;
 mod blocks;
 mod context;
+mod copy;
 mod derived;
 mod dispatch;
 mod mesh;
 mod pipeline;
 mod pool;
+mod probe;
 mod rank;
 mod readback;
+mod recording;
 mod select;
 mod staging;
 mod tensor;
 mod texture;
 mod timeline;
 mod trace;
+mod write;
 
 pub use adapters::{AdapterReport, adapters, parse_backends};
 pub use context::Device;
@@ -56,11 +67,13 @@ pub use tensor::LocalTensor;
 pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};
 
-pub(crate) use blocks::{blocked_error, common_blocks, for_each_block, map_blocks};
+pub(crate) use blocks::{common_blocks, for_each_block, map_blocks};
+pub(crate) use copy::copy_region;
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
+pub(crate) use probe::{intel_cpu, old_mesa};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
-pub(crate) use tensor::copy_region;
+pub(crate) use tensor::blocked_error;
 pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};
 pub(crate) use timeline::HostSpan;
 

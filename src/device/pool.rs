@@ -138,6 +138,12 @@ impl BufferPool {
         }
     }
 
+    /// Start the peak again from what is held now.
+    pub(super) fn reset_peak(&self) {
+        let mut l = self.lists();
+        l.peak_bytes = l.storage_bytes + l.staging_bytes;
+    }
+
     /// Drop every pooled buffer that nothing uses.
     pub(super) fn trim(&self) {
         let mut l = self.lists();
@@ -285,18 +291,5 @@ impl BufferPool {
             .entry(size)
             .or_default()
             .push(buffer);
-    }
-}
-
-impl super::context::Device {
-    /// Device memory this device's pools hold now (see [`MemoryStats`]).
-    pub fn memory(&self) -> MemoryStats {
-        self.pool.memory()
-    }
-
-    /// Start [`MemoryStats::peak`] again from what is held now.
-    pub fn reset_peak_memory(&self) {
-        let mut l = self.pool.lists();
-        l.peak_bytes = l.storage_bytes + l.staging_bytes;
     }
 }

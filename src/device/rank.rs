@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::blocks::row_layout;
 use super::context::Device;
-use super::tensor::{LocalTensor, Storage, copy_region};
+use super::copy::copy_region;
+use super::tensor::{LocalTensor, Storage};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -79,7 +80,7 @@ impl Rank {
             if part.is_empty() {
                 continue;
             }
-            // Lands before the next submit's commands (see context.rs);
+            // Lands before the next submit's commands (see recording.rs);
             // wgpu writes whole words, so an odd f16 count gets a zero pad.
             let buf = b.buffer(op)?;
             if part.len().is_multiple_of(4) {

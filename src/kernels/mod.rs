@@ -61,7 +61,7 @@ pub const SHADERS: &[(&str, &str)] = &[
 ];
 
 /// Every shader the crate builds: [`SHADERS`] plus the GEMM register
-/// kernels, which `gemm.rs` generates per register tile (one per shipped
+/// kernels, which `gemm/register.rs` generates per register tile (one per shipped
 /// tile and operand kind here), for validation and translation tests.
 pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     let mut out = SHADERS.to_vec();

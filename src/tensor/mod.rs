@@ -8,6 +8,7 @@
 
 mod dtensor;
 mod elementwise;
+mod host;
 mod mappings;
 mod redistribute;
 mod ring;

@@ -10,7 +10,7 @@ use super::super::context::distinct_devices;
 use super::super::mesh::Mesh;
 use super::super::rank::Rank;
 use super::super::trace::{EventKind, TraceClock, TraceEvent};
-use super::{Trace, TraceTrack};
+use super::report::{Trace, TraceTrack};
 use crate::error::{Error, Result};
 
 /// A span of host time being timed for the trace: begun by

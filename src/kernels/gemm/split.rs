@@ -5,15 +5,20 @@
 //!
 //! M and N are split into column or row blocks of C (joined with `concat`),
 //! K into partial products summed through `accumulate` in f32. Each part is
-//! an ordinary [`gemm_with`] call, so it may split again along another
-//! dimension.
+//! an ordinary [`gemm_with`](super::gemm_with) call, so it may split again
+//! along another dimension; the caller passes that function in, so this
+//! file does not import the dispatch that calls it.
 
-use super::{GemmOptions, GemmVariant, gemm_with};
+use super::options::{GemmOptions, GemmVariant};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::Result;
 use crate::kernels::cast::cast;
 use crate::kernels::slicing::{concat, narrow};
+
+/// [`gemm_with`](super::gemm_with), which runs each part.
+pub(super) type GemmWith =
+    fn(&LocalTensor, &LocalTensor, GemmOptions<'_>, GemmVariant) -> Result<LocalTensor>;
 
 /// Part lengths are multiples of this (whole texels, aligned texture rows).
 const GRAIN: usize = 256;
@@ -35,13 +40,14 @@ fn parts(len: usize, max: usize) -> Vec<(usize, usize)> {
 
 /// `C = op(A)·op(B) …` as parts that fit the device's textures, or `None`
 /// when every dimension fits already (the caller then takes the buffer
-/// kernel).
+/// kernel). Each part runs through `gemm_with`.
 pub(super) fn split_for_textures(
     a: &LocalTensor,
     b: &LocalTensor,
     opts: &GemmOptions<'_>,
     variant: GemmVariant,
     (m, n, k): (usize, usize, usize),
+    gemm_with: GemmWith,
 ) -> Result<Option<LocalTensor>> {
     let max = a.device().limits().max_texture_dimension_2d as usize / 4 * 4;
     if max == 0 {

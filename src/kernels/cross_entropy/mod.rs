@@ -18,14 +18,26 @@
 //! Targets outside the global vocab (other than `ignore_index`) are the
 //! layer's check; these kernels treat them as not owned. Logits stored in
 //! token-row blocks (past one binding) run block by block.
+//!
+//! What a call asks for ([`VocabShard`], [`CrossEntropyOptions`]) and the
+//! uniform checked from it are in `options.rs`.
 
-use super::grid::grid_source;
+mod options;
+
+pub use self::options::{CrossEntropyOptions, VocabShard};
+
+use self::options::Params;
 use super::row_blocks::by_row_blocks;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = grid_source!("cross_entropy.wgsl");
+/// `grid_source!("cross_entropy.wgsl")` spelled out: the macro's paths are
+/// relative to `kernels/`, one level above this file.
+const SOURCE: &str = concat!(
+    include_str!("../../../shaders/grid.wgsl"),
+    include_str!("../../../shaders/cross_entropy.wgsl")
+);
 /// z, max, sum-exp, aux, sum-logits, targets, out: one layout for every entry.
 const BINDINGS: &[Access] = &[
     Access::Read,
@@ -38,103 +50,9 @@ const BINDINGS: &[Access] = &[
 ];
 /// Per-row kernels: one invocation per row (see the shader).
 const ROW_WORKGROUP: u64 = 64;
-/// Which global vocab columns a logits shard holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VocabShard {
-    /// Global vocab index of the shard's column 0.
-    pub start: usize,
-    /// Number of real (unpadded) global vocab entries; columns at or past it
-    /// are padding. This is also the class count `K` of label smoothing.
-    pub valid_vocab: usize,
-}
-
-impl VocabShard {
-    /// The whole, unpadded vocab of `vocab` entries on one rank.
-    pub fn full(vocab: usize) -> Self {
-        VocabShard {
-            start: 0,
-            valid_vocab: vocab,
-        }
-    }
-}
-
-/// Cross-entropy options.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct CrossEntropyOptions {
-    /// Rows whose target equals this get zero loss and zero gradient.
-    pub ignore_index: Option<i32>,
-    /// Label smoothing α in `[0, 1]`, spread over the global valid vocab.
-    pub label_smoothing: f32,
-}
 
 fn spec(entry: &'static str) -> KernelSpec {
     KernelSpec::new("cross_entropy", SOURCE, BINDINGS, entry)
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    cols: u32,
-    valid_cols: u32,
-    start: u32,
-    has_ignore: u32,
-    ignore_index: i32,
-    alpha: f32,
-    inv_k: f32,
-}
-
-impl Params {
-    fn new(
-        op: &'static str,
-        rows: usize,
-        cols: usize,
-        shard: VocabShard,
-        opts: &CrossEntropyOptions,
-    ) -> Result<Params> {
-        let a = opts.label_smoothing;
-        if !(0.0..=1.0).contains(&a) {
-            return Err(Error::invalid(
-                op,
-                format!("label_smoothing {a} must lie in [0, 1]"),
-            ));
-        }
-        if a > 0.0 && shard.valid_vocab == 0 {
-            return Err(Error::invalid(
-                op,
-                "label smoothing needs valid_vocab ≥ 1 classes",
-            ));
-        }
-        // Targets are i32, so larger vocab indices could never be owned.
-        let fits = |v: usize| v <= i32::MAX as usize;
-        if !fits(shard.valid_vocab)
-            || !fits(shard.start)
-            || rows.checked_mul(cols).is_none_or(|n| n > u32::MAX as usize)
-        {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "[{rows}, {cols}] logits at column {} of {} valid: indices must fit in i32 and the element count in u32",
-                    shard.start, shard.valid_vocab
-                ),
-            ));
-        }
-        let valid_cols = shard.valid_vocab.saturating_sub(shard.start).min(cols);
-        Ok(Params {
-            rows: rows as u32,
-            cols: cols as u32,
-            valid_cols: valid_cols as u32,
-            start: shard.start as u32,
-            has_ignore: opts.ignore_index.is_some() as u32,
-            ignore_index: opts.ignore_index.unwrap_or(0),
-            alpha: a,
-            inv_k: if shard.valid_vocab > 0 {
-                1.0 / shard.valid_vocab as f32
-            } else {
-                0.0
-            },
-        })
-    }
 }
 
 /// `[T, Vr]` of an F32 logits shard.

@@ -1,0 +1,123 @@
+//! A device's pending command encoder ([`Recorder`]): kernels and copies are
+//! recorded into one encoder (many per submit) and submitted on flush;
+//! waiting polls the device. [`Device`](super::Device)'s `record`, `flush`
+//! and `wait*` are thin calls into this file.
+//!
+//! Ordering contract: `queue.write_buffer` lands at the start of the *next*
+//! submit, before the commands recorded in it. So a pooled buffer is only handed
+//! out again after the submit that last used it (dropped buffers are "retired"
+//! until [`Device::flush`](super::Device::flush)); then a write into a freshly
+//! taken buffer can never overtake a command that still reads its old contents.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::pool::BufferPool;
+use super::trace::Tracer;
+use crate::error::{Error, Result};
+
+/// Flush the pending encoder after this many recorded dispatches, so one
+/// command buffer never grows without bound.
+const MAX_RECORDED: usize = 512;
+
+/// Flush it, too, once this many bytes wait for its submit (textures made
+/// for its kernels, buffers dropped while it may use them): they are freed
+/// only after it, and a GPT-2 step held a gigabyte of them.
+const MAX_HELD_BYTES: u64 = 64 << 20;
+
+/// Lock, surviving a poisoned mutex: a panic while holding one of our locks
+/// cannot leave state half-written in a way that matters more than losing
+/// the whole mesh, so keep going.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The pending encoder. Its lock is held across a submit and the release of
+/// the buffers that submit used, so the two are atomic.
+#[derive(Default)]
+struct Recording {
+    encoder: Option<wgpu::CommandEncoder>,
+    recorded: usize,
+    /// Bytes freed only after the pending encoder's submit.
+    held: u64,
+}
+
+/// A device's pending encoder and the count of what it holds.
+#[derive(Default)]
+pub(super) struct Recorder {
+    state: Mutex<Recording>,
+}
+
+impl Recorder {
+    /// Run `f` with the pending command encoder (created on `raw` on
+    /// demand), under the encoder lock; also returns whether the encoder is
+    /// now full, i.e. the caller should flush.
+    pub(super) fn record<R>(
+        &self,
+        raw: &wgpu::Device,
+        f: impl FnOnce(&mut wgpu::CommandEncoder) -> R,
+    ) -> (R, bool) {
+        let mut st = lock(&self.state);
+        let enc = st.encoder.get_or_insert_with(|| {
+            raw.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("wgpu-tp"),
+            })
+        });
+        let r = f(enc);
+        st.recorded += 1;
+        let full = st.recorded >= MAX_RECORDED || st.held >= MAX_HELD_BYTES;
+        drop(st);
+        (r, full)
+    }
+
+    /// Hand a buffer back to `pool`; reusable after the next submit if
+    /// anything is pending (decided under the encoder lock).
+    pub(super) fn retire(&self, pool: &BufferPool, size: u64, buffer: wgpu::Buffer) {
+        let mut rec = lock(&self.state);
+        let pending = rec.encoder.is_some();
+        if pending {
+            rec.held += size;
+        }
+        pool.retire(size, buffer, pending);
+    }
+
+    /// Note `bytes` freed only after the pending encoder's submit (operand
+    /// textures made for its kernels): past [`MAX_HELD_BYTES`] the next
+    /// [`Recorder::record`] says to flush.
+    pub(super) fn hold(&self, bytes: u64) {
+        lock(&self.state).held += bytes;
+    }
+
+    /// Submit everything recorded so far to `queue` (no wait); `pool`'s
+    /// retired buffers become reusable, and `tracer` learns of the submit.
+    pub(super) fn submit(
+        &self,
+        queue: &wgpu::Queue,
+        pool: &BufferPool,
+        tracer: &Tracer,
+    ) -> Option<wgpu::SubmissionIndex> {
+        // Submit while holding the state lock: a retired buffer must not be
+        // handed out (and written with `write_buffer`, which lands at the start
+        // of the next submit) before the encoder that still uses it is submitted,
+        // or the write would overtake those commands.
+        let mut st = lock(&self.state);
+        let enc = st.encoder.take();
+        st.recorded = 0;
+        st.held = 0;
+        if enc.is_some() && tracer.is_on() {
+            tracer.submitting(Instant::now());
+        }
+        let index = enc.map(|e| queue.submit([e.finish()]));
+        pool.release_retired();
+        drop(st);
+        index
+    }
+}
+
+/// Poll `raw` as `how` says; an error names `rank` (the device's first).
+pub(super) fn poll(raw: &wgpu::Device, rank: usize, how: wgpu::PollType) -> Result<()> {
+    raw.poll(how).map(|_| ()).map_err(|e| Error::Wgpu {
+        rank,
+        message: e.to_string(),
+    })
+}

@@ -1,0 +1,85 @@
+//! What a caller asks of [`gemm`](super::gemm): the kernel
+//! ([`GemmVariant`]) and the operands beyond A and B ([`GemmOptions`]).
+
+use crate::device::LocalTensor;
+use crate::element::DType;
+
+/// Which GEMM kernel to run (see the `gemm` module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum GemmVariant {
+    /// `WGPU_TP_GEMM_VARIANT` if set, else `Texture` on CPU adapters and
+    /// `Tiled` on other adapters.
+    #[default]
+    Auto,
+    /// The register kernel reading A and B from RGBA textures they are
+    /// copied into (packed first where a row is not a multiple of 64 f32 /
+    /// 128 f16 elements, and where transposed unless the kernel shares rows
+    /// by subgroup and the product is large): the fastest on CPU adapters,
+    /// whose drivers fetch texels much faster than storage loads. Products
+    /// with a side over `max_texture_dimension_2d` run as parts that fit.
+    /// On CPU adapters the textures are bound as read-only storage textures
+    /// (loaded faster than sampled texels there), elsewhere as sampled ones.
+    Texture,
+    /// `Texture` with A and B bound as sampled textures (`texture_2d`).
+    SampledTexture,
+    /// `Texture` with A and B bound as read-only storage textures
+    /// (`texture_storage_2d`); sampled textures where the device cannot
+    /// bind two of them in a kernel.
+    StorageTexture,
+    /// Register-tiled, no workgroup memory, reading storage buffers. Operands
+    /// whose layout it cannot read in place (transposed, or a contiguous
+    /// dimension not a multiple of 4) are packed first.
+    Cpu,
+    /// Workgroup-memory tiled: for real GPUs; any shape (transposed operands
+    /// are packed first).
+    Tiled,
+    /// The `Cpu` kernel with both operands always packed: the path ragged
+    /// shapes take, forced (for tests and benchmarks).
+    Generic,
+    /// The small-M kernel (`shaders/gemv.wgsl`): A of at most
+    /// [`GEMV_MAX_ROWS`](crate::kernels::gemv::GEMV_MAX_ROWS) rows, B read
+    /// where it is stored (no pack, no texture). `Auto` takes it for such
+    /// products on every adapter.
+    Gemv,
+}
+
+impl GemmVariant {
+    /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
+    /// `sampled-texture`, `storage-texture`, `cpu`, `tiled`, `generic`, `gemv`;
+    /// anything else means `Auto`), read once per process.
+    pub(super) fn from_env() -> GemmVariant {
+        static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
+        *VARIANT.get_or_init(|| {
+            match std::env::var("WGPU_TP_GEMM_VARIANT")
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+                .as_str()
+            {
+                "texture" => GemmVariant::Texture,
+                "sampled-texture" => GemmVariant::SampledTexture,
+                "storage-texture" => GemmVariant::StorageTexture,
+                "cpu" => GemmVariant::Cpu,
+                "tiled" => GemmVariant::Tiled,
+                "generic" => GemmVariant::Generic,
+                "gemv" => GemmVariant::Gemv,
+                _ => GemmVariant::Auto,
+            }
+        })
+    }
+}
+
+/// Options for [`gemm`](super::gemm): `C = op(A)·op(B) (+ bias broadcast over rows) (+ accumulate)`.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct GemmOptions<'a> {
+    /// Use Aᵀ: A is stored `[K, M]`.
+    pub trans_a: bool,
+    /// Use Bᵀ: B is stored `[N, K]`.
+    pub trans_b: bool,
+    /// `[N]`, added to every row of C.
+    pub bias: Option<&'a LocalTensor>,
+    /// `[M, N]`, added to C (gradient accumulation: `dW_new = dW + Xᵀ·dY`).
+    pub accumulate: Option<&'a LocalTensor>,
+    /// C's dtype (f32 or f16); `None` means A's. Bias and accumulate are
+    /// always f32, and the sum is f32 until C is stored.
+    pub out_dtype: Option<DType>,
+}

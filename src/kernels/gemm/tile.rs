@@ -1,0 +1,347 @@
+//! The register kernel's tiles: where it reads A and B ([`Reads`]), which
+//! operands it reads as stored or blocked ([`Stored`]), how a workgroup's
+//! lanes split C ([`Lanes`]), and the tile each adapter and product takes
+//! ([`Tile::for_device`]). The WGSL each tile compiles to is generated in
+//! `register.rs`.
+
+use std::sync::OnceLock;
+
+use crate::device::{Device, intel_cpu, old_mesa};
+
+/// Where the register kernel reads A and B: storage buffers of vec4s, or
+/// RGBA textures (a texel per four elements of a row; device/texture.rs),
+/// which Mesa's CPU drivers fetch 2–14× faster, bound as sampled or as
+/// read-only storage textures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Reads {
+    Buffers,
+    /// `texture_2d<f32>`, read with `textureLoad(t, xy, 0)`.
+    Textures,
+    /// `texture_storage_2d<rgba32float | rgba16float, read>`: on lavapipe
+    /// a load is a ~70-instruction call against ~90–200 for a sampled
+    /// fetch (no mip-level logic), which made the GEMM 1.2–1.6× as fast
+    /// there and on GL llvmpipe (BENCHMARKS.md, round 6).
+    StorageTextures,
+}
+
+impl Reads {
+    /// Whether A and B are textures (sampled or storage).
+    pub(super) fn texels(self) -> bool {
+        self != Reads::Buffers
+    }
+}
+
+/// Which operands a kernel reads transposed, as stored: A `[K, M]`
+/// (`trans_a`), B `[N, K]` (`trans_b`). Only shared-rows texture tiles read
+/// them so ([`Tile::reads_transposed`]); other kernels get them packed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Stored {
+    pub(crate) trans_a: bool,
+    pub(crate) trans_b: bool,
+    /// A (not transposed) packed in blocks of `tm` rows
+    /// (`transpose::pack_blocks`), [`BLOCKED_TEXELS`] texels a texture row:
+    /// the subgroup's fetches for one step of K are adjacent texels instead
+    /// of one per row, `lda` apart. Only shared-rows tiles read A so.
+    pub(crate) blocked_a: bool,
+    /// B packed in blocks of the workgroup's columns (`span().1`), so that
+    /// a lane's texels for one step of K are adjacent, and the subgroup's:
+    /// stored `[N, K]` (`trans_b`) by `transpose::pack_blocks`, where they
+    /// were one per column of B, a texture row apart; stored `[K, N]` by
+    /// `transpose::pack_column_blocks`, where they were in four rows.
+    pub(crate) blocked_b: bool,
+}
+
+/// Texels per texture row of a blocked A ([`Stored::blocked_a`]): 4 KiB
+/// of f32, 2 KiB of f16 (whole 256-byte copy rows either way); a power of
+/// two so the kernel's `%` and `/` are masks and shifts.
+pub(crate) const BLOCKED_TEXELS: usize = 256;
+
+/// How a workgroup's invocations split its part of C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Lanes {
+    /// Each lane its own rows (`m` in tile names): every lane loads the
+    /// same B values.
+    Rows,
+    /// Each lane its own columns (`n`): every lane loads the same A rows.
+    Columns,
+    /// Each lane its own columns, A's rows fetched once per subgroup, a
+    /// share per lane, and broadcast (`s`; needs `SUBGROUP` and a workgroup
+    /// of exactly one subgroup). On lavapipe 25 a fetch costs ~250
+    /// instructions and a broadcast 1–2, so this ran 1.3–1.8× as fast as
+    /// `Rows` (BENCHMARKS.md, round 5).
+    SharedRows,
+}
+
+/// Register tile of the CPU kernel: `tm` rows × `tnv` vec4 columns of C per
+/// invocation, `wg` invocations per workgroup, split by `lanes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Tile {
+    pub(super) tm: usize,
+    pub(super) tnv: usize,
+    pub(super) wg: usize,
+    pub(super) lanes: Lanes,
+}
+
+impl Tile {
+    /// `tm` rows × `tn` columns (a multiple of 4) per invocation, `wg`
+    /// invocations per workgroup.
+    const fn new(tm: usize, tn: usize, wg: usize, lanes: Lanes) -> Tile {
+        Tile {
+            tm,
+            tnv: tn / 4,
+            wg,
+            lanes,
+        }
+    }
+
+    /// Texels of four columns of C each lane holds (per k, the texels of
+    /// B it reads).
+    pub(crate) fn lane_texels(self) -> usize {
+        self.tnv
+    }
+
+    /// C rows and columns one workgroup covers.
+    pub(crate) fn span(self) -> (usize, usize) {
+        match self.lanes {
+            Lanes::Rows => (self.tm * self.wg, 4 * self.tnv),
+            Lanes::Columns | Lanes::SharedRows => (self.tm, 4 * self.tnv * self.wg),
+        }
+    }
+
+    /// Parse `TMxTN/WG[m|n|s]`, e.g. `4x16/8m` (TN a multiple of 4; see
+    /// [`Lanes`] for the suffix).
+    fn parse(s: &str) -> Option<Tile> {
+        let (tile, rest) = s.split_once('/')?;
+        let (tm, tn) = tile.split_once('x')?;
+        let lanes = match rest.chars().last()? {
+            'm' => Lanes::Rows,
+            's' => Lanes::SharedRows,
+            _ => Lanes::Columns,
+        };
+        let wg = rest.trim_end_matches(['m', 'n', 's']);
+        let t = Tile::new(tm.parse().ok()?, tn.parse().ok()?, wg.parse().ok()?, lanes);
+        (t.tm > 0 && t.tnv > 0 && t.wg > 0).then_some(t)
+    }
+
+    /// The tile for this device reading this way for an M×N×K product
+    /// (`trans_a`: A stored `[K, M]`), or `WGPU_TP_GEMM_TILE` when set (a
+    /// shared-rows tile only where the device can run it).
+    pub(crate) fn for_device(
+        device: &Device,
+        reads: Reads,
+        (m, n, k): (usize, usize, usize),
+        trans_a: bool,
+    ) -> Tile {
+        static ENV: OnceLock<Option<Tile>> = OnceLock::new();
+        let subgroup = fixed_subgroup_size(device);
+        let env = ENV.get_or_init(|| {
+            std::env::var("WGPU_TP_GEMM_TILE")
+                .ok()
+                .and_then(|s| Tile::parse(&s))
+        });
+        match (*env, subgroup) {
+            (Some(t), Some(size)) if t.lanes == Lanes::SharedRows => return t.with_wg(size),
+            (Some(t), _) if t.lanes != Lanes::SharedRows => return t,
+            _ => {}
+        }
+        let info = device.adapter_info();
+        let old_mesa = old_mesa(device);
+        let small = small_product(m as u64 * n as u64 * k as u64);
+        // Storage and sampled textures take the same tiles.
+        match (
+            reads.texels(),
+            subgroup,
+            info.backend == wgpu::Backend::Gl || old_mesa,
+        ) {
+            (true, Some(size), _) if small => TILE_TEXTURES_SHARED_SMALL.with_wg(size),
+            (true, None, _) if small => TILE_TEXTURES_SMALL,
+            (true, Some(size), false)
+                if (trans_a && k > LONG_K) || (device.is_cpu() && intel_cpu()) =>
+            {
+                TILE_TEXTURES_SHARED_TALL.with_wg(size)
+            }
+            (true, Some(size), _) => TILE_TEXTURES_SHARED.with_wg(size),
+            (true, None, true) => TILE_TEXTURES_OLD_MESA,
+            (true, None, false) => TILE_TEXTURES,
+            (false, _, true) => TILE_LOAD_BOUND,
+            (false, _, false) => TILE_DEFAULT,
+        }
+    }
+
+    /// Whether this tile reads transposed operand textures in place
+    /// ([`Stored`]): shared-rows tiles with whole texels of rows.
+    pub(crate) fn reads_transposed(self) -> bool {
+        self.lanes == Lanes::SharedRows && self.tm.is_multiple_of(4)
+    }
+
+    /// Whether this tile can read A in blocks of its rows
+    /// ([`Stored::blocked_a`]): shared-rows tiles whose rows the subgroup
+    /// fetches in whole rounds, so no lane reads past its block.
+    pub(crate) fn reads_blocked(self) -> bool {
+        self.reads_transposed() && self.tm.is_multiple_of(self.wg)
+    }
+
+    /// What this tile reads of `wanted` (the operands the caller would
+    /// have read as stored, or blocked): transposed operands only where it
+    /// reads them so ([`Tile::reads_transposed`]); blocked ones only from
+    /// textures, on tiles that can ([`Tile::reads_blocked`]), A only when
+    /// not transposed (B either way), and B only where a
+    /// lane's `4·tnv` texels of one step of K never straddle a texture row
+    /// (the kernel addresses them from the first). The one place these
+    /// rules live: [`Tile::program`] and the GEMM both go through it.
+    pub(crate) fn layout(self, reads: Reads, wanted: Stored) -> Stored {
+        let transposed = self.reads_transposed();
+        let blocks = self.reads_blocked() && reads.texels();
+        let (trans_a, trans_b) = (wanted.trans_a && transposed, wanted.trans_b && transposed);
+        Stored {
+            trans_a,
+            trans_b,
+            blocked_a: wanted.blocked_a && !trans_a && blocks,
+            blocked_b: wanted.blocked_b && blocks && BLOCKED_TEXELS.is_multiple_of(4 * self.tnv),
+        }
+    }
+
+    fn with_wg(self, wg: usize) -> Tile {
+        Tile { wg, ..self }
+    }
+}
+
+/// The buffer-reading tile (operands past the texture limit) on lavapipe
+/// from Mesa ≥ 24 and other non-GL adapters: 4 rows × 4 columns per invocation compiles in under a second and ran
+/// 1.2× faster than 3×4 and than tiles up to 4× its size there (BENCHMARKS.md,
+/// rounds 2 and 3).
+pub(super) const TILE_DEFAULT: Tile = Tile::new(4, 4, 8, Lanes::Rows);
+
+/// The buffer-reading tile on Mesa < 24 (lavapipe 22.3, GL llvmpipe), where
+/// storage loads cost even more: speed grows with
+/// FMAs per load (4×16 ran 1.8–1.9× faster than 3×4), and it still compiles
+/// in 1–2 s; larger tiles are faster still but take 5–45 s to compile.
+pub(super) const TILE_LOAD_BOUND: Tile = Tile::new(4, 16, 8, Lanes::Rows);
+
+/// The texture-reading kernel's tile where subgroups work (lavapipe): 16
+/// rows × 8 columns per lane, the rows shared by the subgroup. With A and
+/// B read in blocks it made the standard step 9–10 % faster than 32×8 on
+/// Mesa 25 on an AMD EPYC (Zen 3; forward products 0.62–0.78× sgemm, most
+/// ≥ 0.69, against 0.60–0.66), and it compiles 2.3× as fast; 8×8, 24×8,
+/// 48×8 and 16×16 were slower (BENCHMARKS.md, round 10). Intel CPUs take
+/// `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24 instead (round 11). On Mesa
+/// 22.3, which compiles 32×8 in 6 s, it ran 0.28–0.44× sgemm in round 5
+/// and 0.55–0.76× in round 10. `wg` becomes the subgroup size.
+pub(super) const TILE_TEXTURES_SHARED: Tile = Tile::new(16, 8, 8, Lanes::SharedRows);
+
+/// K above which a product reading A transposed as stored (`[K, M]`, the
+/// weight gradient's dyᵀ) takes `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24.
+const LONG_K: usize = 2048;
+
+/// The shared-rows tile with 32 rows a lane, on Mesa ≥ 24 for every large
+/// product on Intel CPUs and, elsewhere, for A read transposed over a long
+/// K. On an Intel Xeon (AVX-512, ~4 GHz) it ran the standard step 5–7 %
+/// faster than 16×8 in ten interleaved pairs (GEMM 74–82 against 60–74
+/// GFLOP/s at 1024³ and 2048³), the opposite of the AMD EPYC (Zen 3)
+/// the 16×8 default was chosen on (BENCHMARKS.md, rounds 10 and 11). On
+/// that EPYC, 16×8 fell to 0.46–0.51× sgemm for A transposed at K = 4096
+/// while 32×8, with twice the rows per texel row read, held 0.61–0.62
+/// (equal at K = 2048, 16×8 ahead at K = 512). It compiles in 0.85 s per
+/// layout and device against 0.36 s (on the EPYC), which only large
+/// products pay: on the Xeon the standard step's first call at P = 4 on a
+/// fresh shader cache took 3.8 s against 2.6 s. 64×8 ran 5 % faster still
+/// there but took 9.6 s.
+pub(super) const TILE_TEXTURES_SHARED_TALL: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
+
+/// Whether a product of `macs` multiply-adds is below 2^24 (256³): such
+/// products take `TILE_TEXTURES_SHARED_SMALL` or `TILE_TEXTURES_SMALL` and
+/// have transposed operands
+/// packed rather than read in place. They take milliseconds at any tile,
+/// so compiling (once per layout and device) is what a user waits for.
+pub(crate) fn small_product(macs: u64) -> bool {
+    macs < 1 << 24
+}
+
+/// The shared-rows tile for small products: 8×8 compiles in 0.3 s on Mesa
+/// 25 and 0.7 s on Mesa 22.3 against 1.0 / 2.1 s for the large tiles, per
+/// layout and device; with a pipeline per layout, a training step's three
+/// made the quickstart's 4 + 1 devices wait 4–7 s longer on a fresh cache.
+pub(super) const TILE_TEXTURES_SHARED_SMALL: Tile = Tile::new(8, 8, 8, Lanes::SharedRows);
+
+/// The texture tile for small products without subgroups (GL llvmpipe):
+/// 4×8 compiles in 0.5 s there against 2.0–2.7 s for 8×16, once per
+/// device, which made up most of the GL test suite's time (BENCHMARKS.md,
+/// round 5).
+pub(super) const TILE_TEXTURES_SMALL: Tile = Tile::new(4, 8, 8, Lanes::Rows);
+
+/// The texture-reading kernel's tile on lavapipe from Mesa ≥ 24 without
+/// subgroups: 16×16 ran
+/// 22–23 GFLOP/s there against 10.6 for the buffer kernel and compiles in
+/// 0.8 s; 16×32 gained 10 % for a 2.4 s compile (BENCHMARKS.md, round 4).
+pub(super) const TILE_TEXTURES: Tile = Tile::new(16, 16, 8, Lanes::Rows);
+
+/// The texture-reading kernel's tile on Mesa < 24 (lavapipe 22.3, GL
+/// llvmpipe), where larger kernels compile much slower: 8×16 ran 21 / 17
+/// GFLOP/s (lavapipe / GL) against 1.8 for the buffer kernel, compiling in
+/// 1.4 / 2.0 s.
+pub(super) const TILE_TEXTURES_OLD_MESA: Tile = Tile::new(8, 16, 8, Lanes::Rows);
+
+/// The device's subgroup size where a shared-rows tile can use it:
+/// `SUBGROUP` enabled and one size for every pipeline (so a workgroup of
+/// that many invocations is exactly one subgroup).
+fn fixed_subgroup_size(device: &Device) -> Option<usize> {
+    let info = device.adapter_info();
+    let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
+    (device.features().contains(wgpu::Features::SUBGROUP) && min == max && (4..=64).contains(&min))
+        .then_some(min as usize)
+}
+
+/// Whether products reading B stored `[K, N]` should take it in blocks of
+/// the workgroup's columns (`transpose::pack_column_blocks`): on Mesa 25
+/// lavapipe dx and dW ran 0.60–0.68× sgemm as stored and 0.66–0.74× so;
+/// on Mesa 22.3 they fell from 0.62–0.76× to 0.53–0.62× (BENCHMARKS.md,
+/// round 10).
+pub(crate) fn column_blocks_pay(device: &Device) -> bool {
+    !old_mesa(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Lanes, Reads, Stored, Tile};
+
+    #[test]
+    fn tiles_are_parsed_from_their_names() {
+        assert_eq!(
+            Tile::parse("32x8/8s"),
+            Some(Tile::new(32, 8, 8, Lanes::SharedRows))
+        );
+        assert_eq!(
+            Tile::parse("4x16/8m"),
+            Some(Tile::new(4, 16, 8, Lanes::Rows))
+        );
+        assert_eq!(
+            Tile::parse("4x16/16n"),
+            Some(Tile::new(4, 16, 16, Lanes::Columns))
+        );
+        for bad in ["", "32x8", "32x2/8s", "0x8/8s", "ax8/8m", "32x8/s"] {
+            assert_eq!(Tile::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn blocked_b_only_where_a_lanes_texels_share_a_texture_row() {
+        // 32×12 (WGPU_TP_GEMM_TILE=32x12/8s): 12 texels a lane, which cross
+        // 256-texel rows; its products were wrong when B was blocked.
+        let wanted = Stored {
+            trans_a: false,
+            trans_b: true,
+            blocked_a: true,
+            blocked_b: true,
+        };
+        let blocked_b = |t: Tile| t.layout(Reads::StorageTextures, wanted).blocked_b;
+        assert!(blocked_b(Tile::new(32, 8, 8, Lanes::SharedRows)));
+        assert!(blocked_b(Tile::new(16, 8, 16, Lanes::SharedRows)));
+        assert!(!blocked_b(Tile::new(32, 12, 8, Lanes::SharedRows)));
+        assert!(!blocked_b(Tile::new(32, 8, 8, Lanes::Rows)));
+        assert!(
+            !Tile::new(32, 8, 8, Lanes::SharedRows)
+                .layout(Reads::Buffers, wanted)
+                .blocked_b
+        );
+    }
+}
