@@ -21,9 +21,7 @@
 //! 16), `WGPU_TP_DECODE_RANKS` the world sizes (default `1,2,4`),
 //! `WGPU_TP_DECODE_MODEL=small` a quick model (vocab 4096, context 256,
 //! width 256, 4 heads, 2 layers).
-//! A world size whose model cannot be built (e.g. P = 1 before tensors larger
-//! than one storage binding are split: `wte` is 154 MB, over lavapipe's and
-//! WebGPU's 128 MiB) prints `skipped: <error>`.
+//! A world size whose model cannot be built prints `skipped: <error>`.
 
 use std::time::{Duration, Instant};
 
