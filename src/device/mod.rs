@@ -71,7 +71,7 @@ pub(crate) use blocks::{common_blocks, for_each_block, map_blocks};
 pub(crate) use copy::copy_region;
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
-pub(crate) use probe::{intel_cpu, old_mesa};
+pub(crate) use probe::{intel_cpu, loop_limit, old_mesa};
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::blocked_error;
 pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};

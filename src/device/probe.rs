@@ -40,6 +40,13 @@ pub(crate) fn old_mesa(device: &Device) -> bool {
     mesa_major(&device.adapter_info().driver_info).is_some_and(|major| major < 24)
 }
 
+/// Loop iterations one invocation may run in all on `device`, where that is
+/// bounded: Mesa < 24's llvmpipe (GL, and lavapipe of the same code) ends
+/// every loop of an invocation, silently, once 65535 have run.
+pub(crate) fn loop_limit(device: &Device) -> Option<u64> {
+    old_mesa(device).then_some(65_535)
+}
+
 /// The Mesa major version in a driver string such as `Mesa 22.3.6 (LLVM
 /// 15.0.6)` (lavapipe) or `4.5 (Core Profile) Mesa 25.0.7` (GL).
 fn mesa_major(driver_info: &str) -> Option<u32> {

@@ -454,3 +454,47 @@ fn cross_entropy_errors_leave_mesh_usable() {
         1e-6,
     );
 }
+
+/// A vocab shard of more than 65535 columns: Mesa < 24's llvmpipe ends an
+/// invocation's loops after 65535 iterations in all, which would cut the
+/// row reductions short, so there it is an error saying what to do; every
+/// other adapter gives the f64 reference.
+#[test]
+fn row_reductions_past_65535_columns_are_right_or_refused() {
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("ce-wide");
+    let (rows, cols) = (2, 70_001);
+    // Multiples of 1/64 in [0, 1): every partial sum is exact in f32, so a
+    // loop cut short shows as a wrong sum, not as rounding.
+    let mut z: Vec<f32> = (0..rows * cols)
+        .map(|_| rng.below(64) as f32 / 64.0)
+        .collect();
+    // The largest entry of each row sits past column 65535.
+    z[68_000] = 9.0;
+    z[cols + 69_999] = 8.5;
+    let t = up(r, &[rows, cols], &z);
+    let shard = VocabShard::full(cols);
+    let driver = r.device().adapter_info().driver_info.clone();
+    let old_mesa = driver
+        .split("Mesa ")
+        .nth(1)
+        .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+        .is_some_and(|major| major < 24);
+    let max = kernels::row_max(&t, shard);
+    if old_mesa {
+        let e = max.expect_err("Mesa < 24 cuts loops past 65535 iterations");
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("65535"), "{e}");
+        // The mesh stays usable.
+        let small = up(r, &[1, 3], &[1.0, 3.0, 2.0]);
+        let got = kernels::row_max(&small, VocabShard::full(3)).unwrap();
+        assert_eq!(got.to_vec().unwrap(), vec![3.0]);
+        return;
+    }
+    let max = max.unwrap();
+    assert_eq!(max.to_vec().unwrap(), vec![9.0, 8.5]);
+    let sums = kernels::row_sum(&t, shard).unwrap().to_vec().unwrap();
+    let want: Vec<f32> = z.chunks(cols).map(|r| r.iter().sum()).collect();
+    assert_eq!(sums, want, "every column summed");
+}

@@ -28,7 +28,7 @@ pub use self::options::{CrossEntropyOptions, VocabShard};
 
 use self::options::Params;
 use super::row_blocks::by_row_blocks;
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, loop_limit};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -90,6 +90,20 @@ fn run(
     elements: u64,
     workgroup: u64,
 ) -> Result<LocalTensor> {
+    // The row reductions walk a row's valid columns in one invocation.
+    let walks_rows = matches!(entry, "max_rows" | "sum_exp_rows" | "sum_rows");
+    if let Some(z) = inputs[0].filter(|_| walks_rows) {
+        let device = z.device();
+        if loop_limit(device).is_some_and(|limit| params.valid_cols as u64 > limit) {
+            return Err(Error::Unsupported {
+                op,
+                what: "a vocab shard of more than 65535 columns",
+                feature: "loops past 65535 iterations",
+                adapter: device.adapter_info().name.clone(),
+                hint: "shard the vocabulary over more ranks, or use lavapipe (Vulkan) from Mesa 24 or newer",
+            });
+        }
+    }
     // Logits past one binding are token-row blocks: one dispatch per block.
     if let Some(z) = inputs[0].filter(|z| z.is_blocked()) {
         let per_row_elements = elements / out_shape[0] as u64;
