@@ -1,4 +1,4 @@
-// Causal softmax attention, one rank's heads (src/kernels/attention.rs).
+// Causal softmax attention, one rank's heads (src/kernels/attention/).
 // Per sequence b and head h, with queries at positions past + i (i < tq) and
 // keys/values at positions j < tk:
 //   S[i, j] = q_i . k_j * scale, masked to j <= past + i,
@@ -11,7 +11,7 @@
 // Score-shaped matrices (P, dS) are [batch, heads, tq, tk], row-major.
 //
 // Why tiles: lavapipe/llvmpipe turn every storage-buffer load into a loop
-// over the SIMD lanes (see gemm_cpu.wgsl), so a load costs far more than an
+// over the SIMD lanes (see src/device/texture.rs), so a load costs far more than an
 // FMA. masked_dots and mix give each invocation a 4 x 4 tile of outputs and
 // do 16 FMAs per 8 scalar loads; tile edges clamp their loads and skip their
 // stores. Row kernels run one invocation per (b, h, i) row, in order

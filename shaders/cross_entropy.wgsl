@@ -155,7 +155,7 @@ fn grad(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 // `grad` for rows of whole vec4s (p.cols % 4 == 0): four columns of one row
 // per invocation, so the row's statistics and target are loaded once per
 // four elements and z and out move as vec4s (lavapipe loads storage lane by
-// lane; BENCHMARKS.md, round 9). The same bindings viewed as vec4s.
+// lane). The same bindings viewed as vec4s.
 @group(0) @binding(1) var<storage, read> z4: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> out4: array<vec4<f32>>;
 

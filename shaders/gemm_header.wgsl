@@ -1,4 +1,4 @@
-// Shared head of every GEMM kernel (src/kernels/gemm.rs appends a kernel):
+// Shared head of every GEMM kernel (src/kernels/gemm/ appends a kernel):
 // c[M,N] = a·b (+ bias[n]) (+ acc[m,n]), a [M,K] with row stride lda, b [K,N]
 // with row stride ldb, all row-major f32. Transposed or ragged operands are
 // packed into this layout first (shaders/transpose.wgsl), so each kernel

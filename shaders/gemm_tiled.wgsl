@@ -1,12 +1,13 @@
-// GEMM for real GPUs, appended to the shared header in src/kernels/gemm.rs:
+// GEMM for real GPUs, appended to the shared header in src/kernels/gemm/precision.rs:
 // c[M,N] = a·b (+ bias[n]) (+ acc[m,n]), a [M,K] with row stride p.lda, b
 // [K,N] with row stride p.ldb (transposed operands are packed first); any shape.
 //
 // Classic workgroup-memory tiling: a 16×16 workgroup computes a 64×64 tile
 // of c, 4×4 per invocation, staging 64×16 slices of a and b in
 // workgroup memory between barriers. Slow on CPU adapters (barriers and
-// workgroup memory are emulated there; see the register kernel in gemm.rs), so only chosen
-// when the adapter is not a CPU. Grid: p.groups workgroups folded into x/y.
+// workgroup memory are emulated there; see the register kernel in
+// src/kernels/gemm/register.rs), so only chosen when the adapter is not a
+// CPU. Grid: p.groups workgroups folded into x/y.
 
 // Tile of c per workgroup (BT × BT), K slice (BK), per invocation (4 × 4).
 const BT: u32 = 64u;

@@ -46,9 +46,8 @@ fn sum_rows_chunk(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups)
     let e = 4u * q;
     if (p.n % 4u != 0u) {
         // Outputs one at a time in a loop rather than four inlined copies
-        // (lavapipe compiled it faster: the sum_rows test on a fresh cache
-        // 0.46 -> 0.36 s), filled by select: FXC cannot store to a component
-        // by a runtime index.
+        // (lavapipe compiles it faster), filled by select: FXC cannot store
+        // to a component by a runtime index.
         var v = vec4<f32>();
         for (var k = 0u; k < min(4u, p.chunks * p.n - e); k++) {
             v = select(v, vec4<f32>(chunk_sum(e + k)), vec4<u32>(0u, 1u, 2u, 3u) == vec4<u32>(k));

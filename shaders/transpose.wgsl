@@ -7,8 +7,8 @@
 // the GEMM's shared-rows kernel: texel L (4 elements) = row blk·B + r,
 // columns 4q..4q+4, where L = (blk·Q + q)·B + r and Q = op(x)'s columns / 4
 // rounded up; so the texels a kernel reads for one step of K are adjacent
-// rather than one per row, a row apart (BENCHMARKS.md, round 8). Its
-// [out_rows, ld] is only storage for the texels.
+// rather than one per row, a row apart. Its [out_rows, ld] is only storage
+// for the texels.
 //
 // Each invocation writes 4 consecutive elements of one output row; element
 // stores stay scalar so any `ld` works. Grid: p.groups workgroups folded into
@@ -89,10 +89,10 @@ fn pack(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 // texel at a time, q = 0, 1, …, to texel (blk·Q + q)·block + r. `pack`
 // evaluates `at` four times per texel and finds each texel's row and column
 // by dividing by runtime values, which lavapipe does lane by lane; this loop
-// divides once per row, so it runs several times as fast (BENCHMARKS.md,
-// round 9). The last block's rows past x are left unwritten: the GEMM reads
-// them only into rows (A) or columns (B) of C that it does not store. The
-// same bindings viewed as vec4s; p.groups counts workgroups of rows.
+// divides once per row, so it runs several times as fast. The last block's
+// rows past x are left unwritten: the GEMM reads them only into rows (A) or
+// columns (B) of C that it does not store. The same bindings viewed as
+// vec4s; p.groups counts workgroups of rows.
 @group(0) @binding(1) var<storage, read> x4: array<vec4<Elem>>;
 @group(0) @binding(2) var<storage, read_write> out4: array<vec4<Elem>>;
 

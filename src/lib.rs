@@ -54,8 +54,6 @@ pub mod shard;
 pub mod tensor;
 
 pub use comm::{Collective, CommCount, CommStats, Transport};
-#[allow(deprecated)]
-pub use device::Gpu;
 pub use device::{
     AdapterReport, Device, DeviceLayout, EventKind, KernelTotal, LocalTensor, MemoryStats, Mesh,
     MeshBuilder, Rank, Trace, TraceClock, TraceEvent, TraceTrack, adapters, download_many,

@@ -480,7 +480,7 @@ fn every_shader_validates_and_translates_to_all_backends() {
 
 #[test]
 fn the_fxc_check_catches_runtime_indexed_component_stores() {
-    // The pattern shaders/gemm.wgsl had (wgpu issue 4460), and a clean twin.
+    // The pattern an earlier GEMM shader had (wgpu issue 4460), and a clean twin.
     let bad = "@compute @workgroup_size(1) fn main(@builtin(local_invocation_index) i: u32) {
         var av: array<vec4<f32>, 4>;
         av[i][i % 4u] = 1.0;

@@ -137,20 +137,6 @@ impl Device {
         &self.queue
     }
 
-    /// Old name of [`Device::wgpu_device`].
-    #[doc(hidden)]
-    #[deprecated(note = "renamed to wgpu_device()")]
-    pub fn device(&self) -> &wgpu::Device {
-        &self.raw
-    }
-
-    /// Old name of [`Device::wgpu_queue`].
-    #[doc(hidden)]
-    #[deprecated(note = "renamed to wgpu_queue()")]
-    pub fn queue(&self) -> &wgpu::Queue {
-        &self.queue
-    }
-
     /// A process-unique id, used to tell devices apart.
     pub fn id(&self) -> u64 {
         self.id

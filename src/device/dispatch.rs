@@ -2,7 +2,7 @@
 //! operand textures) and grid, with the grid folded into two dimensions past
 //! the per-dimension limit.
 //! Each dispatch is its own compute pass; while the device traces
-//! (`trace.rs`), the pass writes its timestamps or the dispatch is timed on
+//! (`trace/`), the pass writes its timestamps or the dispatch is timed on
 //! the host.
 
 use std::sync::Arc;

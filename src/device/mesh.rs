@@ -94,13 +94,6 @@ impl Mesh {
         distinct_devices(self.inner.ranks.iter().map(Rank::device))
     }
 
-    /// Old name of [`Mesh::devices`].
-    #[doc(hidden)]
-    #[deprecated(note = "renamed to devices()")]
-    pub fn gpus(&self) -> Vec<Arc<Device>> {
-        self.devices()
-    }
-
     /// "name (backend, type)" of rank 0's adapter.
     pub fn adapter_summary(&self) -> String {
         match self.inner.ranks.first() {

@@ -76,8 +76,3 @@ pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::blocked_error;
 pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};
 pub(crate) use timeline::HostSpan;
-
-/// Old name of [`Device`], kept so existing code compiles.
-#[doc(hidden)]
-#[deprecated(note = "renamed to Device")]
-pub type Gpu = Device;

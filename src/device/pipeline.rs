@@ -23,7 +23,7 @@ pub(crate) enum Access {
     Texture,
     /// `texture_storage_2d<format, read>`: the same texture bound as a
     /// read-only storage texture, whose loads skip the sampler's level
-    /// logic (lavapipe fetches them 15–23 % faster in the GEMM).
+    /// logic (cheaper fetches on lavapipe).
     StorageTexture(wgpu::TextureFormat),
 }
 
@@ -76,8 +76,8 @@ impl KernelSpec {
     /// bytes (pooled buffers come in 256-byte buckets, so the room is
     /// there), and the kernel may write the pad past a tensor's last
     /// element, which nothing reads. Lavapipe loads storage lane by lane,
-    /// so a vec4 per invocation made element-wise kernels 2.5× as fast, at
-    /// 2–3× their compile time (BENCHMARKS.md, round 7).
+    /// so a vec4 per invocation makes element-wise kernels much faster
+    /// there, for a longer compile.
     pub(crate) fn in_vec4s(mut self) -> Self {
         self.vec4s = true;
         self

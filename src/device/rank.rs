@@ -31,13 +31,6 @@ impl Rank {
         &self.device
     }
 
-    /// Old name of [`Rank::device`].
-    #[doc(hidden)]
-    #[deprecated(note = "renamed to device()")]
-    pub fn gpu(&self) -> &Arc<Device> {
-        &self.device
-    }
-
     /// Upload f32 data as a tensor of `shape` on this rank.
     pub fn upload(&self, shape: &[usize], data: &[f32]) -> Result<LocalTensor> {
         self.upload_bytes("upload", shape, DType::F32, bytemuck::cast_slice(data))

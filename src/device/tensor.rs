@@ -143,13 +143,6 @@ impl LocalTensor {
         }
     }
 
-    /// Old name of [`LocalTensor::device`].
-    #[doc(hidden)]
-    #[deprecated(note = "renamed to device()")]
-    pub fn gpu(&self) -> &Arc<Device> {
-        self.device()
-    }
-
     /// Bytes of data (len × the dtype's size).
     pub fn byte_len(&self) -> u64 {
         self.len() as u64 * self.dtype.size_bytes() as u64

@@ -2,8 +2,8 @@
 //! four consecutive elements of a row per texel. CPU adapters read textures
 //! much faster than storage buffers: Mesa's gallivm (lavapipe, llvmpipe)
 //! turns every storage load inside a loop into per-lane bounds-checked scalar
-//! loads, while a texel fetch loads each lane's 16 bytes at once
-//! (BENCHMARKS.md, round 4). The GEMM reads its operands this way there.
+//! loads, while a texel fetch loads each lane's 16 bytes at once. The GEMM
+//! reads its operands this way there.
 
 use super::tensor::LocalTensor;
 use crate::element::DType;

@@ -2,7 +2,7 @@
 //! for A `[M, K]` with `M ≤ 8`, reading B (a weight, `[N, K]` or `[K, N]`)
 //! where it is stored. A decoding step multiplies one token by every weight:
 //! its time is streaming the weights once, and the general kernels' packs
-//! and texture copies stream each weight twice more (BENCHMARKS.md). The
+//! and texture copies stream each weight twice more. The
 //! GEMM ([`super::gemm()`]) picks this kernel for `M ≤` [`GEMV_MAX_ROWS`].
 //!
 //! Each invocation owns four columns of C and every row, so a weight element

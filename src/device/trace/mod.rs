@@ -2,7 +2,7 @@
 //! (its name `family::entry`, the rank it ran for, the shapes of its buffers)
 //! and every host-time span an upper layer reports (the comm layer reports
 //! each collective and ring step). The result is a list of [`TraceEvent`]s;
-//! `timeline.rs` gathers them per mesh into a [`Trace`](super::Trace).
+//! `timeline/` gathers them per mesh into a [`Trace`](super::Trace).
 //!
 //! Off by default, and free when off: a dispatch and a submit each pay one
 //! relaxed atomic load.

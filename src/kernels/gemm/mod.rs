@@ -10,17 +10,15 @@
 //! run's time. The exception is the shared-rows texture kernel on large
 //! products (≥ 2^24 multiply-adds), which reads A `[K, M]` as stored (and
 //! B `[N, K]` where blocking does not apply), one pipeline per layout used:
-//! there the transposing packs cost 8–13 % of a training step, more than
-//! the compiles. It does pack a non-transposed
-//! A, into blocks of its tile's rows (`transpose::pack_blocks`), so that
-//! the subgroup's fetches for one step of K are adjacent texels: that made
-//! the GEMM 1.1–1.5× as fast on lavapipe, more than the pack costs. B
-//! stored `[N, K]` (the forward's `x·Wᵀ`) is packed the same way in blocks
-//! of the workgroup's columns: 0.41–0.52× sgemm → 0.49–0.60× on the layer
-//! shapes (BENCHMARKS.md, round 9); so is B stored `[K, N]` (dx's W, dW's
-//! x) where K and N are whole texels (`transpose::pack_column_blocks`), on
-//! Mesa ≥ 24: 0.60–0.68× → 0.66–0.74× for dx and, at K ≤ 2048, dW (round
-//! 10; slower on Mesa 22.3, which keeps B as stored).
+//! there the transposing packs would cost more of a training step than the
+//! extra compiles. It does pack a non-transposed A, into blocks of its
+//! tile's rows (`transpose::pack_blocks`), so that the subgroup's fetches
+//! for one step of K are adjacent texels, which gains more than the pack
+//! costs. B stored `[N, K]` (the forward's `x·Wᵀ`) is packed the same way
+//! in blocks of the workgroup's columns; so is B stored `[K, N]` (dx's W,
+//! dW's x) where K and N are whole texels (`transpose::pack_column_blocks`),
+//! on Mesa ≥ 24 only: on Mesa 22.3 that pack made it slower, so B stays as
+//! stored there (measured: see BENCHMARKS.md).
 //! The kernels ([`GemmVariant`]), chosen per adapter:
 //! - `Texture` (the register kernel, generated per tile in
 //!   `gemm/register.rs`, reading A and B from RGBA textures they are copied
@@ -28,8 +26,8 @@
 //!   texel per lane at once but load storage buffers lane by lane inside
 //!   loops; each invocation keeps a tile of C in vec4 registers, no
 //!   workgroup memory. The textures are bound as read-only storage
-//!   textures, whose loads skip the sampler's level logic (1.15–1.6× as
-//!   fast there; `SampledTexture` / `StorageTexture` force either; the path
+//!   textures, whose loads skip the sampler's level logic (faster there;
+//!   `SampledTexture` / `StorageTexture` force either; the path
 //!   is `gemm/texture.rs`). The tile is chosen per adapter
 //!   (`gemm/tile.rs`): where the device has subgroups
 //!   (lavapipe), each lane owns columns and the subgroup fetches A's rows

@@ -3,7 +3,7 @@
 //! `tm` × `4·tnv` tile of C held in one vec4 variable per accumulator. It is
 //! generated rather than written in a `.wgsl` file because the best tile
 //! differs per adapter, and written as loops over arrays the accumulators
-//! stayed in memory on lavapipe (3.5× slower); unrolled, nothing in the K
+//! stayed in memory on lavapipe (much slower); unrolled, nothing in the K
 //! loop is indexed dynamically, which FXC also needs. The finished tile is
 //! copied into an array (whole vectors, constant indices) and stored from a
 //! loop, which keeps compile times short. A and B come from storage buffers
@@ -111,8 +111,7 @@ impl Tile {
         let level = if reads == Reads::Textures { ", 0" } else { "" };
         // Consecutive workgroups walk down M and share one panel of B
         // (column block × all K) while it is in cache: walking along N
-        // instead streamed all of B once per block of rows, which made
-        // 2048³ 1.2–1.4× slower on lavapipe (BENCHMARKS.md, round 8).
+        // instead streams all of B once per block of rows.
         let (m0, n0) = if lanes == Lanes::Rows {
             ("((g % gm) * WG + lid) * TM", "(g / gm) * TNV")
         } else {
@@ -314,9 +313,8 @@ fn {entry}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
             }
         }
         // Row by row, each accumulator's four k at once. LLVM keeps the
-        // order, and it sets how much the loop spills: columns outer ran
-        // 6 % slower on lavapipe, k before columns 8 % (a K loop 11 % larger,
-        // 22 % more spill moves; BENCHMARKS.md, round 10).
+        // order, and it sets how much the loop spills: columns outer, or k
+        // before columns, spilled more and ran slower on lavapipe.
         for i in 0..tm {
             for j in 0..tnv {
                 for (t, x) in XYZW.iter().enumerate() {

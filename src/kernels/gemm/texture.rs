@@ -28,8 +28,8 @@ const STORAGE_TEXTURE_BINDINGS_F16: &[Access] =
 
 /// How a texture variant binds A and B on `a`'s device: storage textures
 /// where asked for, or by default on CPU adapters (lavapipe and GL
-/// llvmpipe, where they ran 1.2–1.6× as fast), if the device can bind two
-/// of them.
+/// llvmpipe, where their loads are cheaper than sampled fetches), if the
+/// device can bind two of them.
 pub(super) fn texture_reads(a: &LocalTensor, variant: GemmVariant) -> Result<Reads> {
     let device = a.device();
     let storage = match variant {

@@ -10,17 +10,16 @@ use crate::device::{Device, intel_cpu, old_mesa};
 
 /// Where the register kernel reads A and B: storage buffers of vec4s, or
 /// RGBA textures (a texel per four elements of a row; device/texture.rs),
-/// which Mesa's CPU drivers fetch 2–14× faster, bound as sampled or as
+/// which Mesa's CPU drivers fetch much faster, bound as sampled or as
 /// read-only storage textures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Reads {
     Buffers,
     /// `texture_2d<f32>`, read with `textureLoad(t, xy, 0)`.
     Textures,
-    /// `texture_storage_2d<rgba32float | rgba16float, read>`: on lavapipe
-    /// a load is a ~70-instruction call against ~90–200 for a sampled
-    /// fetch (no mip-level logic), which made the GEMM 1.2–1.6× as fast
-    /// there and on GL llvmpipe (BENCHMARKS.md, round 6).
+    /// `texture_storage_2d<rgba32float | rgba16float, read>`: on Mesa's
+    /// CPU drivers a storage load skips the sampled fetch's mip-level
+    /// logic, so it is the cheaper read there.
     StorageTextures,
 }
 
@@ -66,9 +65,8 @@ pub(crate) enum Lanes {
     Columns,
     /// Each lane its own columns, A's rows fetched once per subgroup, a
     /// share per lane, and broadcast (`s`; needs `SUBGROUP` and a workgroup
-    /// of exactly one subgroup). On lavapipe 25 a fetch costs ~250
-    /// instructions and a broadcast 1–2, so this ran 1.3–1.8× as fast as
-    /// `Rows` (BENCHMARKS.md, round 5).
+    /// of exactly one subgroup). On lavapipe a fetch costs far more than a
+    /// broadcast, so fetching each row once per subgroup beats `Rows`.
     SharedRows,
 }
 
@@ -207,26 +205,20 @@ impl Tile {
 }
 
 /// The buffer-reading tile (operands past the texture limit) on lavapipe
-/// from Mesa ≥ 24 and other non-GL adapters: 4 rows × 4 columns per invocation compiles in under a second and ran
-/// 1.2× faster than 3×4 and than tiles up to 4× its size there (BENCHMARKS.md,
-/// rounds 2 and 3).
+/// from Mesa ≥ 24 and other non-GL adapters: small enough to compile
+/// quickly, and larger tiles were no faster there (measured: see BENCHMARKS.md).
 pub(super) const TILE_DEFAULT: Tile = Tile::new(4, 4, 8, Lanes::Rows);
 
 /// The buffer-reading tile on Mesa < 24 (lavapipe 22.3, GL llvmpipe), where
-/// storage loads cost even more: speed grows with
-/// FMAs per load (4×16 ran 1.8–1.9× faster than 3×4), and it still compiles
-/// in 1–2 s; larger tiles are faster still but take 5–45 s to compile.
+/// storage loads cost even more, so speed grows with FMAs per load; the
+/// largest tile that still compiles in a couple of seconds.
 pub(super) const TILE_LOAD_BOUND: Tile = Tile::new(4, 16, 8, Lanes::Rows);
 
 /// The texture-reading kernel's tile where subgroups work (lavapipe): 16
-/// rows × 8 columns per lane, the rows shared by the subgroup. With A and
-/// B read in blocks it made the standard step 9–10 % faster than 32×8 on
-/// Mesa 25 on an AMD EPYC (Zen 3; forward products 0.62–0.78× sgemm, most
-/// ≥ 0.69, against 0.60–0.66), and it compiles 2.3× as fast; 8×8, 24×8,
-/// 48×8 and 16×16 were slower (BENCHMARKS.md, round 10). Intel CPUs take
-/// `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24 instead (round 11). On Mesa
-/// 22.3, which compiles 32×8 in 6 s, it ran 0.28–0.44× sgemm in round 5
-/// and 0.55–0.76× in round 10. `wg` becomes the subgroup size.
+/// rows × 8 columns per lane, the rows shared by the subgroup; the fastest
+/// tile with blocked operands on AMD CPUs, and quicker to compile than
+/// taller ones. Intel CPUs take `TILE_TEXTURES_SHARED_TALL` on Mesa ≥ 24
+/// instead. `wg` becomes the subgroup size.
 pub(super) const TILE_TEXTURES_SHARED: Tile = Tile::new(16, 8, 8, Lanes::SharedRows);
 
 /// K above which a product reading A transposed as stored (`[K, M]`, the
@@ -234,18 +226,10 @@ pub(super) const TILE_TEXTURES_SHARED: Tile = Tile::new(16, 8, 8, Lanes::SharedR
 const LONG_K: usize = 2048;
 
 /// The shared-rows tile with 32 rows a lane, on Mesa ≥ 24 for every large
-/// product on Intel CPUs and, elsewhere, for A read transposed over a long
-/// K. On an Intel Xeon (AVX-512, ~4 GHz) it ran the standard step 5–7 %
-/// faster than 16×8 in ten interleaved pairs (GEMM 74–82 against 60–74
-/// GFLOP/s at 1024³ and 2048³), the opposite of the AMD EPYC (Zen 3)
-/// the 16×8 default was chosen on (BENCHMARKS.md, rounds 10 and 11). On
-/// that EPYC, 16×8 fell to 0.46–0.51× sgemm for A transposed at K = 4096
-/// while 32×8, with twice the rows per texel row read, held 0.61–0.62
-/// (equal at K = 2048, 16×8 ahead at K = 512). It compiles in 0.85 s per
-/// layout and device against 0.36 s (on the EPYC), which only large
-/// products pay: on the Xeon the standard step's first call at P = 4 on a
-/// fresh shader cache took 3.8 s against 2.6 s. 64×8 ran 5 % faster still
-/// there but took 9.6 s.
+/// product on Intel CPUs (faster there than 16×8, unlike on AMD) and,
+/// elsewhere, for A read transposed over a long K, where twice the rows per
+/// texel row read keeps it fed. It compiles slower, which only large
+/// products pay.
 pub(super) const TILE_TEXTURES_SHARED_TALL: Tile = Tile::new(32, 8, 8, Lanes::SharedRows);
 
 /// Whether a product of `macs` multiply-adds is below 2^24 (256³): such
@@ -257,28 +241,24 @@ pub(crate) fn small_product(macs: u64) -> bool {
     macs < 1 << 24
 }
 
-/// The shared-rows tile for small products: 8×8 compiles in 0.3 s on Mesa
-/// 25 and 0.7 s on Mesa 22.3 against 1.0 / 2.1 s for the large tiles, per
-/// layout and device; with a pipeline per layout, a training step's three
-/// made the quickstart's 4 + 1 devices wait 4–7 s longer on a fresh cache.
+/// The shared-rows tile for small products: it compiles in a fraction of
+/// the large tiles' time, which a pipeline per layout and device pays
+/// several times over on a fresh shader cache.
 pub(super) const TILE_TEXTURES_SHARED_SMALL: Tile = Tile::new(8, 8, 8, Lanes::SharedRows);
 
 /// The texture tile for small products without subgroups (GL llvmpipe):
-/// 4×8 compiles in 0.5 s there against 2.0–2.7 s for 8×16, once per
-/// device, which made up most of the GL test suite's time (BENCHMARKS.md,
-/// round 5).
+/// it compiles several times faster than the large tile, whose compiles
+/// once per device dominated the GL test suite's time.
 pub(super) const TILE_TEXTURES_SMALL: Tile = Tile::new(4, 8, 8, Lanes::Rows);
 
 /// The texture-reading kernel's tile on lavapipe from Mesa ≥ 24 without
-/// subgroups: 16×16 ran
-/// 22–23 GFLOP/s there against 10.6 for the buffer kernel and compiles in
-/// 0.8 s; 16×32 gained 10 % for a 2.4 s compile (BENCHMARKS.md, round 4).
+/// subgroups: much faster than the buffer kernel, and compiles in under
+/// a second; wider tiles gained little for much longer compiles.
 pub(super) const TILE_TEXTURES: Tile = Tile::new(16, 16, 8, Lanes::Rows);
 
 /// The texture-reading kernel's tile on Mesa < 24 (lavapipe 22.3, GL
-/// llvmpipe), where larger kernels compile much slower: 8×16 ran 21 / 17
-/// GFLOP/s (lavapipe / GL) against 1.8 for the buffer kernel, compiling in
-/// 1.4 / 2.0 s.
+/// llvmpipe), where larger kernels compile much slower: smaller than
+/// `TILE_TEXTURES`, and still far faster than the buffer kernel there.
 pub(super) const TILE_TEXTURES_OLD_MESA: Tile = Tile::new(8, 16, 8, Lanes::Rows);
 
 /// The device's subgroup size where a shared-rows tile can use it:
@@ -292,10 +272,8 @@ fn fixed_subgroup_size(device: &Device) -> Option<usize> {
 }
 
 /// Whether products reading B stored `[K, N]` should take it in blocks of
-/// the workgroup's columns (`transpose::pack_column_blocks`): on Mesa 25
-/// lavapipe dx and dW ran 0.60–0.68× sgemm as stored and 0.66–0.74× so;
-/// on Mesa 22.3 they fell from 0.62–0.76× to 0.53–0.62× (BENCHMARKS.md,
-/// round 10).
+/// the workgroup's columns (`transpose::pack_column_blocks`): the packing
+/// made dx and dW faster on Mesa ≥ 24 lavapipe but slower on Mesa 22.3.
 pub(crate) fn column_blocks_pay(device: &Device) -> bool {
     !old_mesa(device)
 }
