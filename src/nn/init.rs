@@ -108,9 +108,13 @@ impl Init {
             |f: &mut dyn FnMut(&mut InitRng) -> f64| (0..n).map(|_| f(rng) as f32).collect();
         match *self {
             Init::Normal { mean, std } => draw(&mut |r| mean as f64 + std as f64 * r.normal()),
-            Init::Uniform { low, high } => {
-                draw(&mut |r| low as f64 + (high as f64 - low as f64) * r.next_f64())
-            }
+            Init::Uniform { low, high } => draw(&mut |r| loop {
+                let v = low as f64 + (high as f64 - low as f64) * r.next_f64();
+                // Rounding to f32 may reach `high`: draw again (half-open).
+                if (v as f32) < high || low >= high {
+                    break v;
+                }
+            }),
             Init::TruncNormal { mean, std, a, b } => draw(&mut |r| loop {
                 let v = mean as f64 + std as f64 * r.normal();
                 if v >= a as f64 && v <= b as f64 {

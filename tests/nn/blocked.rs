@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use crate::util::transformer::{self, Dims, Params};
-use crate::util::{Rng, assert_close, limited_mesh, mesh};
+use crate::util::{Rng, assert_close, assert_close_f16_chain, limited_mesh, mesh};
 use wgpu_tp::nn::{
     AdamW, Gpt, GptConfig, Module, Sampling, from_safetensors_bytes, to_safetensors_bytes,
 };
@@ -254,8 +254,9 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
 
 /// Sequence parallelism (P = 2, 3) and mixed precision (f16 activations,
 /// P = 1, 2, where the adapter has `SHADER_F16`) with the blocked `wte`:
-/// loss and gradients equal the same model on unlimited devices (f16: to
-/// 1e-3, the d_h sum over blocks may round an f16 differently).
+/// loss and gradients equal the same model on unlimited devices (f16: loss
+/// to 1e-3 and gradients to a few f16 steps of their scale, since the d_h
+/// sum over blocks may round an f16 differently).
 #[test]
 fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
     let mut rng = Rng::fresh("gpt-blocked-sp-f16");
@@ -297,7 +298,13 @@ fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
         let (got, want) = (master_grads(&blocked), master_grads(&plain));
         for (name, g) in &got {
             let w: Vec<f64> = want[name].iter().map(|&v| v as f64).collect();
-            assert_close(&format!("{what} d{name}"), g, &w, tol);
+            if half {
+                // An f16 store that rounds the other way moves everything
+                // after it by an f16 step: compare at the tensor's scale.
+                assert_close_f16_chain(&format!("{what} d{name}"), g, &w);
+            } else {
+                assert_close(&format!("{what} d{name}"), g, &w, tol);
+            }
         }
     }
 }

@@ -16,7 +16,8 @@ use super::TOL;
 use crate::util::reference::{self, LinearGrads, linear_grads};
 use crate::util::round_f16 as round;
 use crate::util::{
-    Rng, WORLD_SIZES, assert_close, assert_close_f16, f16_meshes, linear_results, mesh,
+    Rng, WORLD_SIZES, assert_close, assert_close_f16, assert_close_f16_chain, f16_meshes,
+    linear_results, mesh,
 };
 use wgpu_tp::half::f16;
 use wgpu_tp::nn::{
@@ -212,24 +213,6 @@ fn ring_overlap_refuses_f16_and_the_layer_stays_usable() {
     ));
     let dy32 = DTensor::from_host(&m, &[t, out], &vec![1.0; t * out], y.placement()).unwrap();
     assert_eq!(layer.backward(&dy32).unwrap().dtype(), DType::F32);
-}
-
-/// For chains of f16 stores (each a rounding that can move the next stage by
-/// an f16 step): norm-wise ≤ 4·2⁻¹¹, element-wise within 4·2⁻¹¹ of |w| plus
-/// 4·2⁻¹¹ of max|w|.
-#[track_caller]
-fn assert_close_f16_chain(what: &str, got: &[f32], want: &[f64]) {
-    let u = crate::util::F16_ROUNDOFF;
-    let e = crate::util::rel_err(got, want);
-    assert!(e <= 4.0 * u, "{what}: relative error {e:.3e} > 2^-9");
-    let max = want.iter().fold(0.0f64, |a, w| a.max(w.abs()));
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let d = (*g as f64 - w).abs();
-        assert!(
-            d <= 4.0 * u * (w.abs() + max),
-            "{what}: element {i}: got {g}, want {w}"
-        );
-    }
 }
 
 fn round64(x: &[f64]) -> Vec<f64> {

@@ -98,6 +98,24 @@ pub fn assert_close_f16(what: &str, got: &[f32], want: &[f64]) {
     }
 }
 
+/// For chains of f16 stores (each a rounding that can move the next stage by
+/// an f16 step): norm-wise ≤ 4·2⁻¹¹, element-wise within 4·2⁻¹¹ of |w| plus
+/// 4·2⁻¹¹ of max|w|.
+#[track_caller]
+pub fn assert_close_f16_chain(what: &str, got: &[f32], want: &[f64]) {
+    let u = F16_ROUNDOFF;
+    let e = rel_err(got, want);
+    assert!(e <= 4.0 * u, "{what}: relative error {e:.3e} > 2^-9");
+    let max = want.iter().fold(0.0f64, |a, w| a.max(w.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let d = (*g as f64 - w).abs();
+        assert!(
+            d <= 4.0 * u * (w.abs() + max),
+            "{what}: element {i}: got {g}, want {w}"
+        );
+    }
+}
+
 /// Raw words of every tensor (one download for all).
 pub fn words(ts: &[LocalTensor]) -> Vec<Vec<u32>> {
     let refs: Vec<&LocalTensor> = ts.iter().collect();
