@@ -14,7 +14,8 @@
 //!   size, bad inputs), `ring` (`ring_shift`), `host` (pooled staging at large
 //!   sizes), `shared` (one-buffer replicated results), `stats` (exact counters).
 //! - `tensor/`: `dtensor` (placements, redistribution), `mappings` (the
-//!   conjugate mappings' values and communication), `elementwise`.
+//!   conjugate mappings' values and communication), `elementwise`, `matmul`
+//!   and `rows` (the per-shard products and bias ops), `ops_vs_layers`.
 //! - `nn/`: `linear` (column/row-parallel layers), `sequence_parallel` (the
 //!   same with tokens split, plain and ring-overlapped), `embedding`,
 //!   `cross_entropy`, `parameter` (gradient accumulation), `optim` (SGD,

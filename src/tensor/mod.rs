@@ -3,18 +3,23 @@
 //! collectives, and the conjugate autograd [`Mapping`]s layers compose,
 //! including the ring-overlapped forms of the sequence-parallel pair
 //! (`ring.rs`), and element-wise operations that keep the placement
-//! (`elementwise.rs`: `add`, `scale`, activations). Layers above talk to
+//! (`elementwise.rs`: `add`, `scale`, activations), and the per-shard
+//! products layers are written on (`matmul.rs`: `matmul`; `rows.rs`:
+//! `add_row`, `sum_rows`), which communicate nothing. Layers above talk to
 //! communication only through these.
 
 mod dtensor;
 mod elementwise;
 mod host;
 mod mappings;
+mod matmul;
 mod redistribute;
 mod ring;
+mod rows;
 
 pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};
 pub use mappings::Mapping;
+pub use matmul::MatmulOptions;
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
 };

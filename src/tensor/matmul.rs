@@ -1,0 +1,221 @@
+//! [`DTensor::matmul`]: `y = x·w` (or `x·wᵀ`) shard by shard, one
+//! [`kernels::gemm_weight`] per rank and no communication, so layers can be
+//! written on `DTensor` operations instead of per-shard GEMMs. `x` is
+//! `[T, K]`; `w` is `[K, N]`, or `[N, K]` with `transpose_w` (a layer's
+//! weight `[out, in]`, `y = x·Wᵀ`). Which placements multiply shard by shard
+//! (w's dims named by role, whichever is stored first):
+//!
+//! | x | w | y | why |
+//! |---|---|---|---|
+//! | `Replicate` | `Shard(N)` | `Shard(1)` | column parallel: rank r computes its columns |
+//! | `Shard(1)` (K split) | `Shard(K)`, same split | `Partial(Sum)` | row parallel: `x·w = Σ_r x_r·w_r` |
+//! | `Replicate` | `Replicate` | `Replicate` | every rank computes the whole product |
+//! | `Shard(0)` (tokens) | `Replicate` | `Shard(0)` | rows of y depend only on rows of x |
+//!
+//! Anything else (a `Partial` operand, `Shard(1)` x with replicated w, …) is
+//! refused with an error naming both placements: `redistribute` first. The
+//! split dims must line up rank by rank (same per-rank sizes, so a column
+//! output is split like the weight's rows, in its shard unit). x and w are
+//! both f32 or both f16 (accumulated in f32); y is x's dtype unless
+//! [`MatmulOptions::out_dtype`] says otherwise (a row-parallel partial sum
+//! kept in f32 is reduced before it is rounded).
+
+use super::dtensor::{DTensor, Placement};
+use crate::element::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::kernels::{self, GemmOptions};
+
+/// How [`DTensor::matmul_with`] multiplies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MatmulOptions {
+    /// `w` is stored `[N, K]` and used transposed (a layer's `[out, in]` weight).
+    pub transpose_w: bool,
+    /// y's dtype (f32 or f16); `None` means x's. Products accumulate in f32
+    /// either way and are rounded once when stored.
+    pub out_dtype: Option<DType>,
+}
+
+/// Both tensors live on one mesh (their shards pair up rank by rank).
+pub(super) fn expect_same_mesh(op: &'static str, a: &DTensor, b: &DTensor) -> Result<()> {
+    if !a.mesh().same_as(b.mesh()) {
+        return Err(Error::invalid(op, "the operands live on different meshes"));
+    }
+    Ok(())
+}
+
+/// Each rank's size of dim `d` of `t`.
+pub(super) fn local_sizes(t: &DTensor, d: usize) -> Vec<usize> {
+    t.shards().iter().map(|s| s.shape()[d]).collect()
+}
+
+/// The per-rank sizes of `a`'s dim `da` and `b`'s dim `db` agree (both split
+/// the same logical dim the same way), else an error naming both splits.
+pub(super) fn expect_aligned(
+    op: &'static str,
+    (a, da, what_a): (&DTensor, usize, &str),
+    (b, db, what_b): (&DTensor, usize, &str),
+) -> Result<()> {
+    let (sa, sb) = (local_sizes(a, da), local_sizes(b, db));
+    if sa != sb {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "{what_a} is split {sa:?} over the ranks (shard unit {}) but {what_b} is split \
+                 {sb:?} (shard unit {}): the shards must line up; redistribute or shard both \
+                 in the same units",
+                a.shard_unit(),
+                b.shard_unit()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A 2-D tensor, or a shape error naming it.
+fn dims2(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]> {
+    match *t.shape() {
+        [a, b] => Ok([a, b]),
+        ref s => Err(Error::shape(op, format!("{what} as a 2-D tensor"), s)),
+    }
+}
+
+/// Both operands f32, or both f16; the output f32 or f16.
+fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DType) -> Result<()> {
+    if !matches!(x.dtype(), DType::F32 | DType::F16) {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got: x.dtype(),
+        });
+    }
+    if w.dtype() != x.dtype() {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: x.dtype(),
+            got: w.dtype(),
+        });
+    }
+    if !matches!(out, DType::F32 | DType::F16) {
+        return Err(Error::invalid(
+            op,
+            format!("out_dtype must be F32 or F16, got {out:?}"),
+        ));
+    }
+    Ok(())
+}
+
+impl DTensor {
+    /// `self · w` (`self · wᵀ` when `transpose_w`), shard by shard with no
+    /// communication; y is in self's dtype. See [`DTensor::matmul_with`] and
+    /// the module table for the placements it takes and gives: column
+    /// parallel (`Replicate` × w split along N → `Shard(1)`), row parallel
+    /// (`Shard(1)` × w split along K → `Partial(Sum)`), and replicated
+    /// weights (`Replicate` or `Shard(0)` x keeps its placement).
+    ///
+    /// ```
+    /// # fn main() -> wgpu_tp::Result<()> {
+    /// use wgpu_tp::{DTensor, Mesh, Placement, ReduceOp};
+    /// let mesh = Mesh::simulated(2)?;
+    /// // x [2, 3]; W1 [4, 3] and W2 [3, 4] stored [out, in]: y = (x·W1ᵀ)·W2ᵀ.
+    /// let x = [1.0, 2.0, 3.0, -1.0, 0.5, 2.0];
+    /// let w1: Vec<f32> = (0..12).map(|i| i as f32 * 0.25 - 1.0).collect();
+    /// let w2: Vec<f32> = (0..12).map(|i| 1.0 - i as f32 * 0.125).collect();
+    /// let xd = DTensor::from_host(&mesh, &[2, 3], &x, Placement::Replicate)?;
+    /// let w1d = DTensor::from_host(&mesh, &[4, 3], &w1, Placement::Shard(0))?;
+    /// let w2d = DTensor::from_host(&mesh, &[3, 4], &w2, Placement::Shard(1))?;
+    /// let h = xd.matmul(&w1d, true)?; // column parallel
+    /// assert_eq!(h.placement(), Placement::Shard(1));
+    /// let y = h.matmul(&w2d, true)?; // row parallel: partial sums per rank
+    /// assert_eq!(y.placement(), Placement::Partial(ReduceOp::Sum));
+    /// let y = y.redistribute(Placement::Replicate)?.to_host()?; // the one all-reduce
+    /// // The same product on the host.
+    /// let mm = |a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)| -> Vec<f32> {
+    ///     (0..m * n)
+    ///         .map(|i| (0..k).map(|l| a[i / n * k + l] * b[i % n * k + l]).sum())
+    ///         .collect()
+    /// };
+    /// let want = mm(&mm(&x, &w1, (2, 3, 4)), &w2, (2, 4, 3));
+    /// for (g, w) in y.iter().zip(&want) {
+    ///     assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn matmul(&self, w: &DTensor, transpose_w: bool) -> Result<DTensor> {
+        self.matmul_with(
+            w,
+            MatmulOptions {
+                transpose_w,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// [`DTensor::matmul`] with [`MatmulOptions`] (the output dtype). Every
+    /// check (mesh, shapes, dtypes, placements, how the shards line up) runs
+    /// before any kernel is recorded, so a refused call leaves the mesh as it
+    /// was. w's per-rank packs are kept with its buffers until it changes
+    /// ([`kernels::gemm_weight`]), as the layers' weights are.
+    pub fn matmul_with(&self, w: &DTensor, opts: MatmulOptions) -> Result<DTensor> {
+        const OP: &str = "DTensor::matmul";
+        let x = self;
+        expect_same_mesh(OP, x, w)?;
+        let [t, k] = dims2(OP, "x [T, K]", x)?;
+        let w_dims = if opts.transpose_w {
+            "w [N, K]"
+        } else {
+            "w [K, N]"
+        };
+        let [w0, w1] = dims2(OP, w_dims, w)?;
+        // w's dims by role.
+        let (k_dim, n_dim) = if opts.transpose_w { (1, 0) } else { (0, 1) };
+        let (kw, n) = if opts.transpose_w { (w1, w0) } else { (w0, w1) };
+        if kw != k {
+            return Err(Error::shape(
+                OP,
+                format!("{w_dims} with K = {k} (x's columns)"),
+                w.shape(),
+            ));
+        }
+        let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
+        check_dtypes(OP, x, w, out_dtype)?;
+        let (placement, unit) = match (x.placement(), w.placement()) {
+            (Placement::Replicate, Placement::Shard(d)) if d == n_dim => {
+                (Placement::Shard(1), w.shard_unit())
+            }
+            (Placement::Shard(1), Placement::Shard(d)) if d == k_dim => {
+                expect_aligned(OP, (x, 1, "x's K (dim 1)"), (w, k_dim, "w's K"))?;
+                (Placement::Partial(ReduceOp::Sum), 1)
+            }
+            (Placement::Replicate, Placement::Replicate) => (Placement::Replicate, 1),
+            (Placement::Shard(0), Placement::Replicate) => (Placement::Shard(0), x.shard_unit()),
+            (xp, wp) => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "no shard-by-shard product of x placed {xp:?} and w placed {wp:?} \
+                         (w's K is dim {k_dim}, its N dim {n_dim}): the pairs are x Replicate \
+                         × w Shard({n_dim}), x Shard(1) × w Shard({k_dim}), x Replicate or \
+                         Shard(0) × w Replicate; redistribute first"
+                    ),
+                ));
+            }
+        };
+        let shards = x
+            .shards()
+            .iter()
+            .zip(w.shards())
+            .map(|(xs, ws)| {
+                kernels::gemm_weight(
+                    xs,
+                    ws,
+                    GemmOptions {
+                        trans_b: opts.transpose_w,
+                        out_dtype: Some(out_dtype),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit))
+    }
+}

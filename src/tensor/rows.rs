@@ -1,0 +1,138 @@
+//! Row-broadcast operations on a 2-D [`DTensor`] `[T, N]`:
+//! [`DTensor::add_row`] (a bias `[N]` added to every row) and
+//! [`DTensor::sum_rows`] (column sums `[N]`, a bias gradient). Each acts
+//! shard by shard with [`kernels::add_row`] / [`kernels::sum_rows`] and
+//! communicates nothing.
+//!
+//! | operation | input | gives | why |
+//! |---|---|---|---|
+//! | `add_row` | y `Shard(1)`, bias `Shard(0)` split alike | `Shard(1)` | rank r's columns meet rank r's bias entries |
+//! | `add_row` | y `Replicate`, bias `Replicate` | `Replicate` | |
+//! | `add_row` | y `Shard(0)`, bias `Replicate` | `Shard(0)` | every row gets the whole bias |
+//! | `sum_rows` | `Shard(1)` | `Shard(0)` | each rank sums its own columns |
+//! | `sum_rows` | `Replicate` | `Replicate` | |
+//! | `sum_rows` | `Shard(0)` | `Partial(Sum)` | each rank sums its own rows |
+//! | `sum_rows` | `Partial(Sum)` | `Partial(Sum)` | a sum of partial sums |
+//!
+//! A `Partial` y in `add_row` is refused (the bias would be added once per
+//! rank: reduce first), as are other pairings (redistribute first).
+
+use super::dtensor::{DTensor, Placement};
+use super::matmul::{expect_aligned, expect_same_mesh};
+use crate::element::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::kernels;
+
+/// A 2-D f32 or f16 tensor `[T, N]`.
+fn expect_matrix(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]> {
+    let dims = match *t.shape() {
+        [a, b] => [a, b],
+        ref s => {
+            return Err(Error::shape(
+                op,
+                format!("{what} as a 2-D tensor [T, N]"),
+                s,
+            ));
+        }
+    };
+    expect_float(op, t)?;
+    Ok(dims)
+}
+
+fn expect_float(op: &'static str, t: &DTensor) -> Result<()> {
+    if !matches!(t.dtype(), DType::F32 | DType::F16) {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got: t.dtype(),
+        });
+    }
+    Ok(())
+}
+
+impl DTensor {
+    /// `self[i, j] + bias[j]`: a bias `[N]` added to every row of `self`
+    /// `[T, N]` (f32 or f16 each; computed in f32, the result in self's
+    /// dtype), with no communication. y `Shard(1)` takes a bias `Shard(0)`
+    /// split the same way and stays `Shard(1)`; y `Replicate` or `Shard(0)`
+    /// takes a `Replicate` bias and keeps its placement. A `Partial` y is
+    /// refused: the bias would be added on every rank, so reduce first.
+    pub fn add_row(&self, bias: &DTensor) -> Result<DTensor> {
+        const OP: &str = "DTensor::add_row";
+        let y = self;
+        expect_same_mesh(OP, y, bias)?;
+        let [_, n] = expect_matrix(OP, "y", y)?;
+        if bias.shape() != [n] {
+            return Err(Error::shape(OP, [n], bias.shape()));
+        }
+        expect_float(OP, bias)?;
+        match (y.placement(), bias.placement()) {
+            (Placement::Shard(1), Placement::Shard(0)) => {
+                expect_aligned(OP, (y, 1, "y's columns"), (bias, 0, "the bias"))?;
+            }
+            (Placement::Replicate | Placement::Shard(0), Placement::Replicate) => {}
+            (yp @ Placement::Partial(_), bp) => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "y placed {yp:?} (bias {bp:?}) would get the bias once per rank; \
+                         reduce y first (redistribute to Replicate or Shard)"
+                    ),
+                ));
+            }
+            (yp, bp) => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "no shard-by-shard bias add of y placed {yp:?} and a bias placed {bp:?}: \
+                         the pairs are y Shard(1) + bias Shard(0), y Replicate or Shard(0) + \
+                         bias Replicate; redistribute first"
+                    ),
+                ));
+            }
+        }
+        let (wide, b) = (y.cast(DType::F32)?, bias.cast(DType::F32)?);
+        let shards = wide
+            .shards()
+            .iter()
+            .zip(b.shards())
+            .map(|(y, b)| kernels::add_row(y, b))
+            .collect::<Result<Vec<_>>>()?;
+        y.with_shards(shards, y.shape().to_vec(), y.placement())
+            .cast(y.dtype())
+    }
+
+    /// Column sums `[N]` of `self` `[T, N]` (a bias gradient `Σ_rows dy`),
+    /// always f32 (an f16 input is widened first; gradients stay f32, as
+    /// in the layers), in a fixed order, with no communication. `Shard(1)`
+    /// gives `Shard(0)` (in the same units), `Replicate` gives `Replicate`,
+    /// `Shard(0)` gives `Partial(Sum)` (each rank's rows' sums; reduce to
+    /// get the total) and `Partial(Sum)` stays `Partial(Sum)`;
+    /// `Partial(Max)` is refused.
+    pub fn sum_rows(&self) -> Result<DTensor> {
+        const OP: &str = "DTensor::sum_rows";
+        let [_, n] = expect_matrix(OP, "x", self)?;
+        let (placement, unit) = match self.placement() {
+            Placement::Shard(1) => (Placement::Shard(0), self.shard_unit()),
+            Placement::Replicate => (Placement::Replicate, 1),
+            Placement::Shard(0) => (Placement::Partial(ReduceOp::Sum), 1),
+            Placement::Partial(ReduceOp::Sum) => (Placement::Partial(ReduceOp::Sum), 1),
+            p => {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "the column sums of a {p:?} tensor are not the maximum of per-rank \
+                         sums; redistribute to Replicate first"
+                    ),
+                ));
+            }
+        };
+        let wide = self.cast(DType::F32)?;
+        let shards = wide
+            .shards()
+            .iter()
+            .map(kernels::sum_rows)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.with_shards_in_units(shards, vec![n], placement, unit))
+    }
+}
