@@ -247,6 +247,13 @@ impl BufferPool {
         })
     }
 
+    /// A staging buffer of `size` bytes is dropped rather than given back
+    /// (an exchange that failed midway): it no longer counts as held.
+    pub(crate) fn forget_staging(&self, size: u64) {
+        let mut l = self.lists();
+        l.staging_bytes = l.staging_bytes.saturating_sub(size);
+    }
+
     /// Give a read staging buffer (unmapped) back.
     pub(crate) fn return_read_staging(&self, buffer: wgpu::Buffer) {
         let size = buffer.size();

@@ -42,9 +42,10 @@ pub(crate) fn old_mesa(device: &Device) -> bool {
 
 /// Loop iterations one invocation may run in all on `device`, where that is
 /// bounded: Mesa < 24's llvmpipe (GL, and lavapipe of the same code) ends
-/// every loop of an invocation, silently, once 65535 have run.
+/// every loop of an invocation, silently, once about 65535 have run. GPUs
+/// on the same Mesa (RADV, radeonsi, iris) have no such limit.
 pub(crate) fn loop_limit(device: &Device) -> Option<u64> {
-    old_mesa(device).then_some(65_535)
+    (device.is_cpu() && old_mesa(device)).then_some(65_535)
 }
 
 /// The Mesa major version in a driver string such as `Mesa 22.3.6 (LLVM

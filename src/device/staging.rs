@@ -356,17 +356,20 @@ impl Drop for Mapped {
             if self.downs_mapped {
                 d.staging.unmap();
                 d.device.pool.return_read_staging(d.staging);
+            } else {
+                d.device.pool.forget_staging(d.staging.size());
             }
         }
         for u in self.ups.drain(..) {
             // A still-mapped one means an error before `finish`, and one of a
             // never-waited exchange may still have a mapping pending: drop
             // those rather than pool a buffer in an unknown state.
-            if let Some(b) = u.staging
-                && !u.mapped
-                && self.downs_mapped
-            {
-                u.device.pool.return_write_staging(b);
+            if let Some(b) = u.staging {
+                if !u.mapped && self.downs_mapped {
+                    u.device.pool.return_write_staging(b);
+                } else {
+                    u.device.pool.forget_staging(b.size());
+                }
             }
         }
     }

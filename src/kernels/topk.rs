@@ -4,7 +4,7 @@
 //! cross to the host instead of the shard. Order: `f32::total_cmp`,
 //! descending, ties by the lower id (the host sampler's).
 
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, loop_limit};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -63,8 +63,8 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
     if offset + cols > i32::MAX as usize {
         return Err(Error::invalid(OP, "ids past i32::MAX"));
     }
-    let span = top_k_span(k);
-    let groups = top_k_groups(cols, k);
+    let span = top_k_span(logits.device(), k);
+    let groups = top_k_groups(logits.device(), cols, k);
     let out = logits.rank().alloc(OP, &[groups * k, 2], DType::I32)?;
     let params = Params {
         rows: rows as u32,
@@ -92,21 +92,24 @@ pub fn top_k(logits: &LocalTensor, row: usize, k: usize, offset: usize) -> Resul
     Ok(out)
 }
 
-/// Loop iterations one invocation may run in all: Mesa 22.3's llvmpipe
-/// (GL) ends every loop of an invocation once 65535 iterations have run
-/// in total, which would silently cut a scan of `k · span` short.
+/// Loop iterations one invocation may run in all where the device bounds
+/// them ([`loop_limit`]): a scan of `k · span` cut short would be silent.
 const LOOP_BUDGET: usize = 60_000;
 
 /// Columns one invocation scans for `k` candidates: enough that the
-/// candidates stay a small fraction of the row (k per 32·k columns where
-/// the loop budget allows), few enough that a vocab shard keeps many
-/// invocations busy.
-fn top_k_span(k: usize) -> usize {
-    (32 * k).max(256).min(LOOP_BUDGET / k).max(1)
+/// candidates stay a small fraction of the row (k per 32·k columns), few
+/// enough that a vocab shard keeps many invocations busy; on a device that
+/// bounds loops, within its budget.
+fn top_k_span(device: &Device, k: usize) -> usize {
+    let span = (32 * k).max(256);
+    match loop_limit(device) {
+        Some(_) => span.min(LOOP_BUDGET / k).max(1),
+        None => span,
+    }
 }
 
-/// Groups of columns [`top_k`] splits a row of `cols` into for `k`
-/// candidates each (at least 1).
-pub fn top_k_groups(cols: usize, k: usize) -> usize {
-    cols.div_ceil(top_k_span(k)).max(1)
+/// Groups of columns [`top_k`] on `device` splits a row of `cols` into, for
+/// `k` candidates each (at least 1).
+pub fn top_k_groups(device: &Device, cols: usize, k: usize) -> usize {
+    cols.div_ceil(top_k_span(device, k)).max(1)
 }

@@ -182,11 +182,17 @@ impl Parameter {
 
     /// Overwrite the value from a host master (checkpoint loading), in the
     /// value's own buffers where it can (f32 shards of this rank alone), so
-    /// loading needs no second copy of the model on the devices. On error
-    /// nothing changes.
+    /// loading needs no second copy of the model on the devices: clones of
+    /// this parameter (and views of its value) see the new values too. On
+    /// error nothing changes.
     pub fn load_master(&mut self, master: &[f32]) -> Result<()> {
         if let Some(parts) = self.in_place_parts(master)? {
-            // A device error found midway would leave some ranks loaded.
+            // Submit what is pending everywhere, then look for errors, before
+            // writing anything: a device error found midway would leave some
+            // ranks loaded.
+            for s in self.value.shards() {
+                s.device().flush();
+            }
             for s in self.value.shards() {
                 s.device().check()?;
             }

@@ -46,7 +46,7 @@ fn top_k_equals_the_host_order_with_ties_and_specials() {
                 let k = k.min(kernels::topk::TOP_K_MAX);
                 let offset = rng.below(100);
                 let out = kernels::top_k(&t, row, k, offset).unwrap();
-                let groups = kernels::topk::top_k_groups(cols, k);
+                let groups = kernels::topk::top_k_groups(r.device(), cols, k);
                 assert_eq!(out.shape(), &[groups * k, 2]);
                 let what = format!("[{rows}, {cols}] row {row} k {k}");
                 // Each group's candidates come best first; merged, the row's k best.

@@ -94,10 +94,10 @@ fn run(
     let walks_rows = matches!(entry, "max_rows" | "sum_exp_rows" | "sum_rows");
     if let Some(z) = inputs[0].filter(|_| walks_rows) {
         let device = z.device();
-        if loop_limit(device).is_some_and(|limit| params.valid_cols as u64 > limit) {
+        if loop_limit(device).is_some_and(|limit| params.valid_cols as u64 >= limit) {
             return Err(Error::Unsupported {
                 op,
-                what: "a vocab shard of more than 65535 columns",
+                what: "a vocab shard of 65535 columns or more",
                 feature: "loops past 65535 iterations",
                 adapter: device.adapter_info().name.clone(),
                 hint: "shard the vocabulary over more ranks, or use lavapipe (Vulkan) from Mesa 24 or newer",
