@@ -13,6 +13,7 @@
 
 use super::elementwise::add;
 use super::grid::{grid_groups, grid_source};
+use super::loops::check_walk;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -129,6 +130,14 @@ pub fn embedding_backward(
         }
     };
     start_i32(OP, start, rows)?;
+    // One invocation walks every token in order (deterministic sums).
+    check_walk(
+        OP,
+        ids.device(),
+        "a scatter-add of 65535 tokens or more",
+        n,
+        "run the embedding's backward on fewer tokens at a time (a smaller batch), or use lavapipe (Vulkan) from Mesa 24 or newer",
+    )?;
     let rank = ids.rank();
     let out = match accumulate {
         Some(acc) => {

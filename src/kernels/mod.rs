@@ -13,6 +13,7 @@ pub mod embedding;
 pub mod gemm;
 pub mod gemv;
 mod grid;
+mod loops;
 pub mod norm;
 pub mod optim;
 pub mod reduce;

@@ -15,6 +15,7 @@
 //! input gradient, parameter gradients.
 
 use super::grid::{grid_groups, grid_source};
+use super::loops::check_walk;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -194,6 +195,14 @@ pub fn norm_param_grads(
     let (rows, cols) = rows_cols(OP, x)?;
     expect(OP, x, stats, &[rows, 2])?;
     expect(OP, x, dy, x.shape())?;
+    // One invocation sums a column over every row.
+    check_walk(
+        OP,
+        x.device(),
+        "a gradient over 65535 rows or more",
+        rows,
+        "run the norm's backward on fewer tokens at a time (a smaller batch, or sequence parallelism), or use lavapipe (Vulkan) from Mesa 24 or newer",
+    )?;
     let k = if bias { 2 } else { 1 };
     let params = Params {
         rows: rows as u32,

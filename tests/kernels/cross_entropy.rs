@@ -476,13 +476,7 @@ fn row_reductions_past_65535_columns_are_right_or_refused() {
     z[cols + 69_999] = 8.5;
     let t = up(r, &[rows, cols], &z);
     let shard = VocabShard::full(cols);
-    let driver = r.device().adapter_info().driver_info.clone();
-    let old_mesa = r.device().is_cpu()
-        && driver
-            .split("Mesa ")
-            .nth(1)
-            .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
-            .is_some_and(|major| major < 24);
+    let old_mesa = super::loop_limit::loop_limited(r);
     let max = kernels::row_max(&t, shard);
     if old_mesa {
         let e = max.expect_err("Mesa < 24 cuts loops past 65535 iterations");

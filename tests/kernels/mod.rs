@@ -26,6 +26,7 @@ mod f16;
 mod gemm;
 mod gemm_split;
 mod gemv;
+mod loop_limit;
 mod pack_cache;
 mod slicing;
 mod topk;

@@ -27,8 +27,9 @@ mod options;
 pub use self::options::{CrossEntropyOptions, VocabShard};
 
 use self::options::Params;
+use super::loops::check_walk;
 use super::row_blocks::by_row_blocks;
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, loop_limit};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -91,18 +92,15 @@ fn run(
     workgroup: u64,
 ) -> Result<LocalTensor> {
     // The row reductions walk a row's valid columns in one invocation.
-    let walks_rows = matches!(entry, "max_rows" | "sum_exp_rows" | "sum_rows");
-    if let Some(z) = inputs[0].filter(|_| walks_rows) {
-        let device = z.device();
-        if loop_limit(device).is_some_and(|limit| params.valid_cols as u64 >= limit) {
-            return Err(Error::Unsupported {
-                op,
-                what: "a vocab shard of 65535 columns or more",
-                feature: "loops past 65535 iterations",
-                adapter: device.adapter_info().name.clone(),
-                hint: "shard the vocabulary over more ranks, or use lavapipe (Vulkan) from Mesa 24 or newer",
-            });
-        }
+    if let Some(z) = inputs[0].filter(|_| matches!(entry, "max_rows" | "sum_exp_rows" | "sum_rows"))
+    {
+        check_walk(
+            op,
+            z.device(),
+            "a vocab shard of 65535 columns or more",
+            params.valid_cols as usize,
+            "shard the vocabulary over more ranks, or use lavapipe (Vulkan) from Mesa 24 or newer",
+        )?;
     }
     // Logits past one binding are token-row blocks: one dispatch per block.
     if let Some(z) = inputs[0].filter(|z| z.is_blocked()) {
