@@ -108,30 +108,6 @@ impl Vocab {
     }
 }
 
-/// SplitMix64, to pick training windows.
-struct Windows(u64);
-
-impl Windows {
-    fn next(&mut self, below: usize) -> usize {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) % below as u64) as usize
-    }
-
-    /// `batch` random windows of `seq + 1` characters: inputs and next-character targets.
-    fn batch(&mut self, data: &[i32], batch: usize, seq: usize) -> (Vec<i32>, Vec<i32>) {
-        let (mut ids, mut targets) = (Vec::new(), Vec::new());
-        for _ in 0..batch {
-            let at = self.next(data.len() - seq - 1);
-            ids.extend_from_slice(&data[at..at + seq]);
-            targets.extend_from_slice(&data[at + 1..at + seq + 1]);
-        }
-        (ids, targets)
-    }
-}
-
 fn build_mesh(ranks: usize, shared: bool) -> wgpu_tp::Result<Mesh> {
     let b = MeshBuilder::new().ranks(ranks);
     if shared { b.shared_device() } else { b }.build()
@@ -205,7 +181,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
 
     let mut model = Gpt::new(&mesh, cfg, args.seed)?;
-    let mut windows = Windows(args.seed);
+    let mut windows = common::Windows(args.seed);
     let (ids, targets) = windows.batch(&data, args.batch, args.seq);
 
     // Step 0 on one rank first: on software adapters the driver's shader

@@ -67,30 +67,6 @@ struct Args {
     ranks: usize,
 }
 
-/// SplitMix64, to pick training windows.
-struct Windows(u64);
-
-impl Windows {
-    fn next(&mut self, below: usize) -> usize {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) % below as u64) as usize
-    }
-
-    /// `batch` random windows of `seq + 1` tokens: inputs and next-token targets.
-    fn batch(&mut self, data: &[i32], batch: usize, seq: usize) -> (Vec<i32>, Vec<i32>) {
-        let (mut ids, mut targets) = (Vec::new(), Vec::new());
-        for _ in 0..batch {
-            let at = self.next(data.len() - seq - 1);
-            ids.extend_from_slice(&data[at..at + seq]);
-            targets.extend_from_slice(&data[at + 1..at + seq + 1]);
-        }
-        (ids, targets)
-    }
-}
-
 /// Mean loss over consecutive windows of `data` (no gradients kept).
 fn eval_loss(model: &mut Gpt, data: &[i32], seq: usize) -> wgpu_tp::Result<f32> {
     let mut losses = Vec::new();
@@ -136,7 +112,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         cfg.layers, cfg.hidden, cfg.heads, cfg.n_ctx
     );
     let mut opt = AdamW::new(args.lr).with_weight_decay(0.01);
-    let mut windows = Windows(args.seed);
+    let mut windows = common::Windows(args.seed);
     let mut losses = Vec::new();
     let t0 = Instant::now();
     for step in 0..args.steps {

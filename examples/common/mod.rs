@@ -98,3 +98,28 @@ pub fn report_loss(losses: &[f32], vocab: usize, tail: usize, ratio: f32) -> boo
 pub fn shipped_model_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/tiny-gpt2")
 }
+
+/// SplitMix64, to pick training windows.
+pub struct Windows(pub u64);
+
+impl Windows {
+    /// A draw in `0..below`.
+    pub fn next(&mut self, below: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % below as u64) as usize
+    }
+
+    /// `batch` random windows of `seq + 1` tokens: inputs and next-token targets.
+    pub fn batch(&mut self, data: &[i32], batch: usize, seq: usize) -> (Vec<i32>, Vec<i32>) {
+        let (mut ids, mut targets) = (Vec::new(), Vec::new());
+        for _ in 0..batch {
+            let at = self.next(data.len() - seq - 1);
+            ids.extend_from_slice(&data[at..at + seq]);
+            targets.extend_from_slice(&data[at + 1..at + seq + 1]);
+        }
+        (ids, targets)
+    }
+}

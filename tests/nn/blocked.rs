@@ -30,6 +30,11 @@ fn config() -> GptConfig {
     cfg
 }
 
+/// The loss of one forward, on the host.
+fn loss_of(gpt: &mut Gpt, ids: &[i32], targets: &[i32], seq: usize) -> f32 {
+    gpt.forward(ids, targets, seq).unwrap().to_host().unwrap()[0]
+}
+
 fn masters(m: &impl Module) -> BTreeMap<String, Vec<f32>> {
     m.named_parameters()
         .into_iter()
@@ -86,16 +91,8 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
         };
         let mut opt = (adamw(), adamw());
         for step in 0..2 {
-            let loss = blocked
-                .forward(&ids, &targets, seq)
-                .unwrap()
-                .to_host()
-                .unwrap()[0];
-            let want = plain
-                .forward(&ids, &targets, seq)
-                .unwrap()
-                .to_host()
-                .unwrap()[0];
+            let loss = loss_of(&mut blocked, &ids, &targets, seq);
+            let want = loss_of(&mut plain, &ids, &targets, seq);
             assert_close(
                 &format!("{what} step {step} loss"),
                 &[loss],
@@ -196,7 +193,7 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
     let written = {
         let t = Instant::now();
         let mut gpt = Gpt::new(&m, GptConfig::new(50257, 1024, 768, 12, 12), 0).unwrap();
-        let loss = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        let loss = loss_of(&mut gpt, &ids, &targets, seq);
         gpt.save_pretrained(&dir).unwrap();
         eprintln!(
             "[gpt2] Gpt::new, a forward and save_pretrained: {:.1} s",
@@ -221,7 +218,7 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
     let mut opt = AdamW::new(1e-4);
     for step in 0..2 {
         let t = Instant::now();
-        let loss = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        let loss = loss_of(&mut gpt, &ids, &targets, seq);
         if step == 0 {
             assert_eq!(
                 loss.to_bits(),
@@ -232,7 +229,7 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
         gpt.backward().unwrap();
         opt.step(&mut gpt).unwrap();
         gpt.zero_grad();
-        let after = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+        let after = loss_of(&mut gpt, &ids, &targets, seq);
         let secs = t.elapsed().as_secs_f64();
         let blocks = gpt.logits(&ids, seq).unwrap().shards()[0].blocks().len();
         eprintln!(
@@ -282,16 +279,8 @@ fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
         let mut blocked = Gpt::new(&limited_mesh(p, LIMIT, p > 1), cfg, seed).unwrap();
         let mut plain = Gpt::new(&mesh(p), cfg, seed).unwrap();
         assert!(blocked.wte.weight().value.shards()[0].is_blocked());
-        let loss = blocked
-            .forward(&ids, &targets, seq)
-            .unwrap()
-            .to_host()
-            .unwrap()[0];
-        let want = plain
-            .forward(&ids, &targets, seq)
-            .unwrap()
-            .to_host()
-            .unwrap()[0];
+        let loss = loss_of(&mut blocked, &ids, &targets, seq);
+        let want = loss_of(&mut plain, &ids, &targets, seq);
         assert_close(&format!("{what} loss"), &[loss], &[want as f64], tol);
         blocked.backward().unwrap();
         plain.backward().unwrap();
@@ -338,16 +327,8 @@ fn logits_past_one_binding_run_in_token_blocks_p1_2() {
             &want,
             TOL,
         );
-        let loss = blocked
-            .forward(&ids, &targets, seq)
-            .unwrap()
-            .to_host()
-            .unwrap()[0];
-        let want = plain
-            .forward(&ids, &targets, seq)
-            .unwrap()
-            .to_host()
-            .unwrap()[0];
+        let loss = loss_of(&mut blocked, &ids, &targets, seq);
+        let want = loss_of(&mut plain, &ids, &targets, seq);
         assert_close(&format!("{what} loss"), &[loss], &[want as f64], TOL);
         blocked.backward().unwrap();
         plain.backward().unwrap();
