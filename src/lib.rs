@@ -63,7 +63,9 @@ pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};
 /// The `half` crate, whose `f16` is the host type of [`DType::F16`] data.
 pub use half;
-pub use tensor::{DTensor, Mapping, MatmulOptions, Placement};
+pub use tensor::{
+    DTensor, Mapping, MatmulOptions, NoGradGuard, Placement, is_grad_enabled, no_grad,
+};
 
 // The README's Rust examples run as doctests, so the README stays true.
 #[cfg(doctest)]

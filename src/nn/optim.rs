@@ -71,7 +71,7 @@ impl Sgd {
     }
 
     fn step_one(&mut self, p: &mut Parameter) -> Result<()> {
-        let Some(grad) = p.grad.clone() else {
+        let Some(grad) = p.grad() else {
             return Ok(());
         };
         let id = p.id();
@@ -168,7 +168,7 @@ impl AdamW {
             }
         }
         for (_, p) in params {
-            let Some(grad) = p.grad.clone() else { continue };
+            let Some(grad) = p.grad() else { continue };
             let id = p.id();
             p.own_buffers()?;
             if let std::collections::hash_map::Entry::Vacant(slot) = self.state.entry(id) {

@@ -9,17 +9,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels;
 use crate::shard::{host_narrow, outer_dim_inner, split_range_in_units};
-use crate::tensor::{DTensor, Placement};
+use crate::tensor::{DTensor, GradSlot, Node, Placement};
 
 /// A trainable tensor sharded like its layer says, with its gradient.
-#[derive(Clone, Debug)]
+///
+/// Its value is a leaf of the autodiff tape: operations on it record
+/// themselves, and [`DTensor::backward`] adds into [`Parameter::grad`].
+#[derive(Debug)]
 pub struct Parameter {
-    /// The value.
+    /// The value, tracked by the tape. Replace it with
+    /// [`Parameter::load_master`]; a tensor assigned here directly is not
+    /// tracked, so no gradient reaches this parameter through it.
     pub value: DTensor,
-    /// The accumulated gradient (same placement as `value`), `None` after zero-grad.
-    pub grad: Option<DTensor>,
+    /// The accumulated gradient (placed like `value`), `None` after zero-grad;
+    /// shared with the value's leaf node.
+    slot: GradSlot,
     /// Fused-weight stride: the master is cut into `stride` blocks along the
     /// shard dim and each block is split over the ranks (Megatron's `stride`).
     stride: usize,
@@ -144,13 +149,31 @@ impl Parameter {
         };
         // Rank r's blocks are contiguous now: `stride` slices of whole units.
         let value = DTensor::from_host_in_units(mesh, shape, &data, placement, stride * unit)?;
+        let slot = GradSlot::default();
         Ok(Parameter {
-            value,
-            grad: None,
+            value: tracked(value, &slot),
+            slot,
             stride,
             unit,
             id: ParamId::fresh(),
         })
+    }
+
+    /// The accumulated gradient (placed like the value), `None` before the
+    /// first backward pass and after [`Parameter::zero_grad`].
+    pub fn grad(&self) -> Option<DTensor> {
+        self.slot.get()
+    }
+
+    /// Replace the gradient (shaped and placed like the value).
+    pub fn set_grad(&mut self, grad: Option<DTensor>) -> Result<()> {
+        if let Some(g) = &grad {
+            if g.shape() != self.shape() {
+                return Err(Error::shape("Parameter::set_grad", self.shape(), g.shape()));
+            }
+        }
+        self.slot.set(grad.map(|g| g.detach()));
+        Ok(())
     }
 
     /// The logical shape.
@@ -165,7 +188,7 @@ impl Parameter {
 
     /// The full gradient on the host (`None` if no gradient yet).
     pub fn master_grad(&self) -> Result<Option<Vec<f32>>> {
-        self.grad.as_ref().map(|g| self.to_master(g)).transpose()
+        self.grad().map(|g| self.to_master(&g)).transpose()
     }
 
     /// Gather `t` (placed like the value) and undo the stride permutation.
@@ -209,7 +232,7 @@ impl Parameter {
             self.stride,
             self.unit,
         )?;
-        self.value = fresh.value;
+        self.value = tracked(fresh.value, &self.slot);
         Ok(())
     }
 
@@ -280,32 +303,28 @@ impl Parameter {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        self.value =
+        let value =
             self.value
                 .with_shards(shards, self.value.shape().to_vec(), self.value.placement());
+        self.value = tracked(value, &self.slot);
         Ok(())
     }
 
-    /// Add a gradient (same placement and shape) into `grad`.
+    /// Add a gradient (same placement and shape) into [`Parameter::grad`].
     pub fn accumulate_grad(&mut self, g: DTensor) -> Result<()> {
-        self.grad = Some(match self.grad.take() {
-            None => g,
-            Some(old) => {
-                let shards = old
-                    .shards()
-                    .iter()
-                    .zip(g.shards())
-                    .map(|(a, b)| kernels::add(a, b))
-                    .collect::<Result<Vec<_>>>()?;
-                old.with_shards(shards, old.shape().to_vec(), old.placement())
-            }
-        });
-        Ok(())
+        if g.shape() != self.shape() {
+            return Err(Error::shape(
+                "Parameter::accumulate_grad",
+                self.shape(),
+                g.shape(),
+            ));
+        }
+        self.slot.accumulate(g.detach())
     }
 
     /// Drop the gradient.
     pub fn zero_grad(&mut self) {
-        self.grad = None;
+        self.slot.set(None);
     }
 
     /// Fused-weight stride.
@@ -316,6 +335,28 @@ impl Parameter {
     /// This parameter's identity (optimisers key their state by it).
     pub fn id(&self) -> ParamId {
         self.id
+    }
+}
+
+/// `value` as a tape leaf whose gradient goes to `slot`.
+fn tracked(value: DTensor, slot: &GradSlot) -> DTensor {
+    let node = Node::leaf(value.dtype(), value.placement(), slot.clone());
+    value.with_node(Some(node))
+}
+
+impl Clone for Parameter {
+    /// Shares the value's buffers and the identity; the clone's gradient
+    /// starts as a copy of this one's and accumulates on its own.
+    fn clone(&self) -> Self {
+        let slot = GradSlot::default();
+        slot.set(self.grad());
+        Parameter {
+            value: tracked(self.value.clone(), &slot),
+            slot,
+            stride: self.stride,
+            unit: self.unit,
+            id: self.id,
+        }
     }
 }
 

@@ -4,6 +4,9 @@
 //! placements with collectives. Moving its value to and from the host
 //! (`from_host*`, `to_host*`) is in `host.rs`.
 
+use std::sync::Arc;
+
+use super::autograd::Node;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -30,6 +33,8 @@ pub struct DTensor {
     /// Under `Shard(d)`: dim d is split in whole units of this many (1 unless
     /// a layer keeps whole attention heads per rank); 1 for other placements.
     unit: usize,
+    /// Its node on the autodiff tape when tracked (`autograd/`).
+    pub(super) node: Option<Arc<Node>>,
 }
 
 /// The shape rank `r` of `p` holds for a tensor of `shape` placed `placement`.
@@ -164,6 +169,7 @@ impl DTensor {
             shape,
             placement,
             unit,
+            node: None,
         }
     }
 

@@ -15,6 +15,7 @@
 //! f16 operands (both of one dtype) are widened, computed in f32 and the
 //! result rounded back to f16 once.
 
+use super::autograd::{placed, record};
 use super::dtensor::{DTensor, Placement};
 use crate::device::LocalTensor;
 use crate::element::{DType, ReduceOp};
@@ -121,7 +122,12 @@ impl DTensor {
         if self.dtype() == dtype {
             return Ok(self.clone());
         }
-        self.map_shards(|r| kernels::cast(&self.shards()[r], dtype))
+        // Backward: the gradient goes back to the input's dtype (the tape
+        // casts what reaches a node to the node's dtype).
+        record("DTensor::cast", &[self], || {
+            let y = self.map_shards(|r| kernels::cast(&self.shards()[r], dtype))?;
+            Ok((y, |dy: &DTensor| Ok(vec![Some(dy.clone())])))
+        })
     }
 
     /// `self + other`, element-wise (a residual connection). Both must be f32 (or both f16)
@@ -138,8 +144,13 @@ impl DTensor {
                  redistribute to Replicate first",
             ));
         }
-        in_f32(&[self, other], |w| {
-            w[0].map_shards(|r| kernels::add(&w[0].shards()[r], &w[1].shards()[r]))
+        record("DTensor::add", &[self, other], || {
+            let y = in_f32(&[self, other], |w| {
+                w[0].map_shards(|r| kernels::add(&w[0].shards()[r], &w[1].shards()[r]))
+            })?;
+            Ok((y, |dy: &DTensor| {
+                Ok(vec![Some(dy.clone()), Some(dy.clone())])
+            }))
         })
     }
 
@@ -159,8 +170,11 @@ impl DTensor {
                 ),
             ));
         }
-        in_f32(&[self], |w| {
-            w[0].map_shards(|r| kernels::scale(&w[0].shards()[r], alpha))
+        record("DTensor::scale", &[self], || {
+            let y = in_f32(&[self], |w| {
+                w[0].map_shards(|r| kernels::scale(&w[0].shards()[r], alpha))
+            })?;
+            Ok((y, move |dy: &DTensor| Ok(vec![Some(dy.scale(alpha)?)])))
         })
     }
 
@@ -170,8 +184,15 @@ impl DTensor {
         const OP: &str = "DTensor::activation";
         expect_float(OP, self)?;
         expect_not_partial(OP, self)?;
-        in_f32(&[self], |w| {
-            w[0].map_shards(|r| kernels::activation(&w[0].shards()[r], act))
+        record("DTensor::activation", &[self], || {
+            let y = in_f32(&[self], |w| {
+                w[0].map_shards(|r| kernels::activation(&w[0].shards()[r], act))
+            })?;
+            let x = self.detach();
+            Ok((y, move |dy: &DTensor| {
+                let dy = placed(dy, x.placement())?;
+                Ok(vec![Some(x.activation_backward(&dy, act)?)])
+            }))
         })
     }
 

@@ -13,6 +13,7 @@
 //! The backward of g is the identity, not an all-reduce: getting that wrong
 //! multiplies gradients by P.
 
+use super::autograd::record;
 use super::dtensor::{DTensor, Placement};
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
@@ -53,12 +54,21 @@ fn to(x: &DTensor, placement: Placement) -> Result<DTensor> {
         // Serial mode: every mapping is the identity, and no collective is counted.
         return Ok(x.with_shards(x.shards().to_vec(), x.shape().to_vec(), placement));
     }
-    x.redistribute(placement)
+    x.move_to(placement, 1)
 }
 
 impl Mapping {
-    /// Forward: the input's required placement and what it becomes.
+    /// Forward: the input's required placement and what it becomes. On the
+    /// tape, its VJP is [`Mapping::backward`] (the conjugate collective).
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
+        let m = *self;
+        record("Mapping::forward", &[x], || {
+            let y = m.forward_untaped(x)?;
+            Ok((y, move |dy: &DTensor| Ok(vec![Some(m.backward(dy)?)])))
+        })
+    }
+
+    fn forward_untaped(&self, x: &DTensor) -> Result<DTensor> {
         const OP: &str = "Mapping::forward";
         match *self {
             Mapping::CopyToParallel => {
@@ -85,7 +95,7 @@ impl Mapping {
     }
 
     /// Backward: takes the gradient of the forward's output, returns the
-    /// gradient of its input.
+    /// gradient of its input (not recorded: the tape calls it).
     pub fn backward(&self, dy: &DTensor) -> Result<DTensor> {
         const OP: &str = "Mapping::backward";
         match *self {

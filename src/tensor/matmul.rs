@@ -20,7 +20,10 @@
 //! [`MatmulOptions::out_dtype`] says otherwise (a row-parallel partial sum
 //! kept in f32 is reduced before it is rounded).
 
+use super::autograd::record;
 use super::dtensor::{DTensor, Placement};
+use super::matmul_grad::product_vjp;
+use super::rows::check_bias;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
@@ -156,66 +159,115 @@ impl DTensor {
     /// was. w's per-rank packs are kept with its buffers until it changes
     /// ([`kernels::gemm_weight`]), as the layers' weights are.
     pub fn matmul_with(&self, w: &DTensor, opts: MatmulOptions) -> Result<DTensor> {
-        const OP: &str = "DTensor::matmul";
-        let x = self;
-        expect_same_mesh(OP, x, w)?;
-        let [t, k] = dims2(OP, "x [T, K]", x)?;
-        let w_dims = if opts.transpose_w {
-            "w [N, K]"
-        } else {
-            "w [K, N]"
+        record("DTensor::matmul", &[self, w], || {
+            let y = product(self, w, None, opts)?;
+            let (x, w) = (self.detach(), w.detach());
+            Ok((y, move |dy: &DTensor| {
+                let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
+                Ok(vec![Some(dx), Some(dw)])
+            }))
+        })
+    }
+
+    /// A linear layer's product with its bias fused in: `self·wᵀ + bias`
+    /// (`w` `[N, K]`, as [`DTensor::matmul`] with `transpose_w`, and the bias
+    /// `[N]` added in f32 before y is rounded). The bias is placed as
+    /// [`DTensor::add_row`] takes it for y's placement (`Shard(0)` split like
+    /// w's rows for a column-parallel y, else `Replicate`); a `Partial` y
+    /// (row parallel) is refused: add the bias after the reduce.
+    pub fn linear(
+        &self,
+        w: &DTensor,
+        bias: Option<&DTensor>,
+        opts: MatmulOptions,
+    ) -> Result<DTensor> {
+        let Some(b) = bias else {
+            return self.matmul_with(w, opts);
         };
-        let [w0, w1] = dims2(OP, w_dims, w)?;
-        // w's dims by role.
-        let (k_dim, n_dim) = if opts.transpose_w { (1, 0) } else { (0, 1) };
-        let (kw, n) = if opts.transpose_w { (w1, w0) } else { (w0, w1) };
-        if kw != k {
-            return Err(Error::shape(
-                OP,
-                format!("{w_dims} with K = {k} (x's columns)"),
-                w.shape(),
-            ));
+        let opts = MatmulOptions {
+            transpose_w: true,
+            ..opts
+        };
+        record("DTensor::linear", &[self, w, b], || {
+            let y = product(self, w, Some(b), opts)?;
+            let (x, w) = (self.detach(), w.detach());
+            Ok((y, move |dy: &DTensor| {
+                let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
+                let db = dy.sum_rows()?;
+                Ok(vec![Some(dx), Some(dw), Some(db)])
+            }))
+        })
+    }
+}
+
+/// `x·w` (or `x·wᵀ`), with `bias` added in the kernel, unrecorded.
+fn product(
+    x: &DTensor,
+    w: &DTensor,
+    bias: Option<&DTensor>,
+    opts: MatmulOptions,
+) -> Result<DTensor> {
+    const OP: &str = "DTensor::matmul";
+    expect_same_mesh(OP, x, w)?;
+    let [t, k] = dims2(OP, "x [T, K]", x)?;
+    let w_dims = if opts.transpose_w {
+        "w [N, K]"
+    } else {
+        "w [K, N]"
+    };
+    let [w0, w1] = dims2(OP, w_dims, w)?;
+    // w's dims by role.
+    let (k_dim, n_dim) = if opts.transpose_w { (1, 0) } else { (0, 1) };
+    let (kw, n) = if opts.transpose_w { (w1, w0) } else { (w0, w1) };
+    if kw != k {
+        return Err(Error::shape(
+            OP,
+            format!("{w_dims} with K = {k} (x's columns)"),
+            w.shape(),
+        ));
+    }
+    let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
+    check_dtypes(OP, x, w, out_dtype)?;
+    let (placement, unit) = match (x.placement(), w.placement()) {
+        (Placement::Replicate, Placement::Shard(d)) if d == n_dim => {
+            (Placement::Shard(1), w.shard_unit())
         }
-        let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
-        check_dtypes(OP, x, w, out_dtype)?;
-        let (placement, unit) = match (x.placement(), w.placement()) {
-            (Placement::Replicate, Placement::Shard(d)) if d == n_dim => {
-                (Placement::Shard(1), w.shard_unit())
-            }
-            (Placement::Shard(1), Placement::Shard(d)) if d == k_dim => {
-                expect_aligned(OP, (x, 1, "x's K (dim 1)"), (w, k_dim, "w's K"))?;
-                (Placement::Partial(ReduceOp::Sum), 1)
-            }
-            (Placement::Replicate, Placement::Replicate) => (Placement::Replicate, 1),
-            (Placement::Shard(0), Placement::Replicate) => (Placement::Shard(0), x.shard_unit()),
-            (xp, wp) => {
-                return Err(Error::invalid(
-                    OP,
-                    format!(
-                        "no shard-by-shard product of x placed {xp:?} and w placed {wp:?} \
+        (Placement::Shard(1), Placement::Shard(d)) if d == k_dim => {
+            expect_aligned(OP, (x, 1, "x's K (dim 1)"), (w, k_dim, "w's K"))?;
+            (Placement::Partial(ReduceOp::Sum), 1)
+        }
+        (Placement::Replicate, Placement::Replicate) => (Placement::Replicate, 1),
+        (Placement::Shard(0), Placement::Replicate) => (Placement::Shard(0), x.shard_unit()),
+        (xp, wp) => {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "no shard-by-shard product of x placed {xp:?} and w placed {wp:?} \
                          (w's K is dim {k_dim}, its N dim {n_dim}): the pairs are x Replicate \
                          × w Shard({n_dim}), x Shard(1) × w Shard({k_dim}), x Replicate or \
                          Shard(0) × w Replicate; redistribute first"
-                    ),
-                ));
-            }
-        };
-        let shards = x
-            .shards()
-            .iter()
-            .zip(w.shards())
-            .map(|(xs, ws)| {
-                kernels::gemm_weight(
-                    xs,
-                    ws,
-                    GemmOptions {
-                        trans_b: opts.transpose_w,
-                        out_dtype: Some(out_dtype),
-                        ..Default::default()
-                    },
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit))
+                ),
+            ));
+        }
+    };
+    if let Some(b) = bias {
+        // y's placement meets the bias's as in add_row.
+        check_bias(OP, placement, n, b, (w, n_dim, "w's rows"))?;
     }
+    let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
+    let shards = (0..x.shards().len())
+        .map(|r| {
+            kernels::gemm_weight(
+                &x.shards()[r],
+                &w.shards()[r],
+                GemmOptions {
+                    trans_b: opts.transpose_w,
+                    out_dtype: Some(out_dtype),
+                    bias: b32.as_ref().map(|b| &b.shards()[r]),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit))
 }

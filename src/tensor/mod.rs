@@ -8,15 +8,20 @@
 //! `add_row`, `sum_rows`), which communicate nothing. Layers above talk to
 //! communication only through these.
 
+mod autograd;
 mod dtensor;
 mod elementwise;
 mod host;
 mod mappings;
 mod matmul;
+mod matmul_grad;
 mod redistribute;
 mod ring;
 mod rows;
 
+#[allow(unused_imports)]
+pub(crate) use autograd::{GradSlot, Node, placed, record, tracking};
+pub use autograd::{NoGradGuard, is_grad_enabled, no_grad};
 pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};
 pub use mappings::Mapping;
 pub use matmul::MatmulOptions;

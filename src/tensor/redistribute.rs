@@ -13,6 +13,7 @@
 //! f16 tensors move as f32 (cast, redistribute, cast back): collectives move
 //! 32-bit words, and a Partial sum is then accumulated in f32 and rounded once.
 
+use super::autograd::record;
 use super::dtensor::{DTensor, Placement};
 use crate::comm;
 use crate::element::{DType, ReduceOp};
@@ -22,11 +23,47 @@ use crate::shard::split_range_in_units;
 
 impl DTensor {
     /// Move to another placement with the collectives of the module table.
+    /// Backward moves the gradient back to this tensor's placement (a
+    /// `Partial(Sum)` tensor's gradient is `Replicate`): the conjugate
+    /// collective, as a [`Mapping`](super::Mapping)'s backward.
     pub fn redistribute(&self, to: Placement) -> Result<DTensor> {
+        Self::check_placement("DTensor::redistribute", self.shape(), to)?;
+        record("DTensor::redistribute", &[self], || {
+            let y = self.move_to(to, 1)?;
+            let (from, unit) = (self.placement(), self.shard_unit());
+            Ok((y, move |dy: &DTensor| {
+                let back = match from {
+                    Placement::Partial(ReduceOp::Sum) => Placement::Replicate,
+                    Placement::Partial(ReduceOp::Max) => {
+                        return Err(Error::invalid(
+                            "DTensor::redistribute (backward)",
+                            "no gradient through a Partial(Max) reduction: take the maximum \
+                             with an operation that has one (e.g. the vocab-parallel loss)",
+                        ));
+                    }
+                    p => p,
+                };
+                Ok(vec![Some(dy.move_to(back, unit)?)])
+            }))
+        })
+    }
+
+    /// [`DTensor::redistribute`] unrecorded, a new `Shard(d)` split in whole
+    /// units of `unit`.
+    pub(crate) fn move_to(&self, to: Placement, unit: usize) -> Result<DTensor> {
         const OP: &str = "DTensor::redistribute";
-        Self::check_placement(OP, self.shape(), to)?;
+        Self::check_units(OP, self.shape(), to, unit)?;
+        if self.placement() == to
+            && (self.shard_unit() == unit || !matches!(to, Placement::Shard(_)))
+        {
+            return Ok(self.clone());
+        }
+        if self.placement() == to || (unit > 1 && self.placement() != Placement::Replicate) {
+            // Collectives split in units of 1: gather, then slice in units.
+            return self.move_to(Placement::Replicate, 1)?.move_to(to, unit);
+        }
         if self.dtype() == DType::F16 && self.placement() != to {
-            return self.cast(DType::F32)?.redistribute(to)?.cast(DType::F16);
+            return self.cast(DType::F32)?.move_to(to, unit)?.cast(DType::F16);
         }
         let mesh = self.mesh();
         let shards = match (self.placement(), to) {
@@ -46,7 +83,7 @@ impl DTensor {
                     .iter()
                     .enumerate()
                     .map(|(r, s)| {
-                        let range = split_range_in_units(self.shape()[d], p, r, 1);
+                        let range = split_range_in_units(self.shape()[d], p, r, unit);
                         kernels::narrow(s, d, range.start, range.len())
                     })
                     .collect::<Result<Vec<_>>>()?
@@ -69,7 +106,7 @@ impl DTensor {
             (Placement::Replicate, Placement::Partial(ReduceOp::Max)) => self.shards().to_vec(),
             (Placement::Shard(_), Placement::Partial(_))
             | (Placement::Partial(_), Placement::Partial(_)) => {
-                return self.redistribute(Placement::Replicate)?.redistribute(to);
+                return self.move_to(Placement::Replicate, 1)?.move_to(to, unit);
             }
             (from, to) => {
                 return Err(Error::invalid(
@@ -78,6 +115,6 @@ impl DTensor {
                 ));
             }
         };
-        Ok(self.with_shards(shards, self.shape().to_vec(), to))
+        Ok(self.with_shards_in_units(shards, self.shape().to_vec(), to, unit))
     }
 }

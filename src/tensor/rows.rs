@@ -17,6 +17,7 @@
 //! A `Partial` y in `add_row` is refused (the bias would be added once per
 //! rank: reduce first), as are other pairings (redistribute first).
 
+use super::autograd::{placed, record};
 use super::dtensor::{DTensor, Placement};
 use super::matmul::{expect_aligned, expect_same_mesh};
 use crate::element::{DType, ReduceOp};
@@ -65,43 +66,23 @@ impl DTensor {
         if bias.shape() != [n] {
             return Err(Error::shape(OP, [n], bias.shape()));
         }
-        expect_float(OP, bias)?;
-        match (y.placement(), bias.placement()) {
-            (Placement::Shard(1), Placement::Shard(0)) => {
-                expect_aligned(OP, (y, 1, "y's columns"), (bias, 0, "the bias"))?;
-            }
-            (Placement::Replicate | Placement::Shard(0), Placement::Replicate) => {}
-            (yp @ Placement::Partial(_), bp) => {
-                return Err(Error::invalid(
-                    OP,
-                    format!(
-                        "y placed {yp:?} (bias {bp:?}) would get the bias once per rank; \
-                         reduce y first (redistribute to Replicate or Shard)"
-                    ),
-                ));
-            }
-            (yp, bp) => {
-                return Err(Error::invalid(
-                    OP,
-                    format!(
-                        "no shard-by-shard bias add of y placed {yp:?} and a bias placed {bp:?}: \
-                         the pairs are y Shard(1) + bias Shard(0), y Replicate or Shard(0) + \
-                         bias Replicate; redistribute first"
-                    ),
-                ));
-            }
-        }
-        let (wide, b) = (y.cast(DType::F32)?, bias.cast(DType::F32)?);
-        let shards = wide
-            .shards()
-            .iter()
-            .zip(b.shards())
-            .map(|(y, b)| kernels::add_row(y, b))
-            .collect::<Result<Vec<_>>>()?;
-        y.with_shards(shards, y.shape().to_vec(), y.placement())
-            .cast(y.dtype())
+        check_bias(OP, y.placement(), n, bias, (y, 1, "y's columns"))?;
+        record("DTensor::add_row", &[y, bias], || {
+            let (wide, b) = (y.cast(DType::F32)?, bias.cast(DType::F32)?);
+            let shards = wide
+                .shards()
+                .iter()
+                .zip(b.shards())
+                .map(|(y, b)| kernels::add_row(y, b))
+                .collect::<Result<Vec<_>>>()?;
+            let out = y
+                .with_shards(shards, y.shape().to_vec(), y.placement())
+                .cast(y.dtype())?;
+            Ok((out, |dy: &DTensor| {
+                Ok(vec![Some(dy.clone()), Some(dy.sum_rows()?)])
+            }))
+        })
     }
-
     /// Column sums `[N]` of `self` `[T, N]` (a bias gradient `Σ_rows dy`),
     /// always f32 (an f16 input is widened first; gradients stay f32, as
     /// in the layers), in a fixed order, with no communication. `Shard(1)`
@@ -127,12 +108,76 @@ impl DTensor {
                 ));
             }
         };
-        let wide = self.cast(DType::F32)?;
-        let shards = wide
-            .shards()
-            .iter()
-            .map(kernels::sum_rows)
-            .collect::<Result<Vec<_>>>()?;
-        Ok(self.with_shards_in_units(shards, vec![n], placement, unit))
+        record("DTensor::sum_rows", &[self], || {
+            let wide = self.cast(DType::F32)?;
+            let shards = wide
+                .shards()
+                .iter()
+                .map(kernels::sum_rows)
+                .collect::<Result<Vec<_>>>()?;
+            let y = self.with_shards_in_units(shards, vec![n], placement, unit);
+            let x = self.detach();
+            Ok((y, move |dy: &DTensor| {
+                Ok(vec![Some(broadcast_rows(&x, dy)?)])
+            }))
+        })
+    }
+}
+
+/// The gradient of `x.sum_rows()`: `dy` `[N]` copied into every row of a
+/// tensor shaped and placed like `x` (a `Partial` x gets the whole `dy` on
+/// every rank: the gradient of a partial sum is the sum's).
+fn broadcast_rows(x: &DTensor, dy: &DTensor) -> Result<DTensor> {
+    let dy = match x.placement() {
+        Placement::Shard(1) => placed(dy, Placement::Shard(0))?,
+        _ => placed(dy, Placement::Replicate)?,
+    };
+    let placement = match x.placement() {
+        Placement::Partial(_) => Placement::Replicate,
+        p => p,
+    };
+    let shards = x
+        .shards()
+        .iter()
+        .zip(dy.shards())
+        .map(|(xs, d)| kernels::add_row(&xs.rank().zeros(xs.shape(), DType::F32)?, d))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(x.with_shards(shards, x.shape().to_vec(), placement))
+}
+
+/// A bias `[n]` meets a `[T, n]` product placed `y`: `Shard(1)` takes a
+/// `Shard(0)` bias split like `like` (the tensor and dim whose split y's
+/// columns follow); `Replicate` and `Shard(0)` take a `Replicate` bias.
+pub(super) fn check_bias(
+    op: &'static str,
+    y: Placement,
+    n: usize,
+    bias: &DTensor,
+    like: (&DTensor, usize, &str),
+) -> Result<()> {
+    if bias.shape() != [n] {
+        return Err(Error::shape(op, [n], bias.shape()));
+    }
+    expect_float(op, bias)?;
+    match (y, bias.placement()) {
+        (Placement::Shard(1), Placement::Shard(0)) => {
+            expect_aligned(op, like, (bias, 0, "the bias"))
+        }
+        (Placement::Replicate | Placement::Shard(0), Placement::Replicate) => Ok(()),
+        (yp @ Placement::Partial(_), bp) => Err(Error::invalid(
+            op,
+            format!(
+                "y placed {yp:?} (bias {bp:?}) would get the bias once per rank; \
+                 reduce y first (redistribute to Replicate or Shard)"
+            ),
+        )),
+        (yp, bp) => Err(Error::invalid(
+            op,
+            format!(
+                "no shard-by-shard bias add of y placed {yp:?} and a bias placed {bp:?}: \
+                 the pairs are y Shard(1) + bias Shard(0), y Replicate or Shard(0) + \
+                 bias Replicate; redistribute first"
+            ),
+        )),
     }
 }

@@ -107,7 +107,7 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
                 &grads,
                 &master_grads(&plain),
             );
-            for s in blocked.wte.weight().grad.as_ref().unwrap().shards() {
+            for s in blocked.wte.weight().grad().unwrap().shards() {
                 assert!(s.is_blocked(), "{what}: the wte gradient is blocked");
             }
             if step == 0 {

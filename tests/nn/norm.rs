@@ -157,8 +157,8 @@ fn norms_match_f64_replicated_and_sequence_parallel_on_both_transports_p1_2_3_4_
                         };
                         assert_eq!(names, expect, "{what}");
                         for ((name, param), want) in params.iter().zip(&want[2..]) {
-                            let grad = param.grad.as_ref().unwrap();
-                            assert_replicas_identical(&format!("{what} d{name}"), grad);
+                            let grad = param.grad().unwrap();
+                            assert_replicas_identical(&format!("{what} d{name}"), &grad);
                             let got = param.master_grad().unwrap().unwrap();
                             assert_close(&format!("{what} d{name}"), &got, want, TOL);
                         }
@@ -240,10 +240,7 @@ fn sequence_parallel_replicas_stay_bit_identical_after_a_step() {
                 norm.backward(&dyd).unwrap();
             }
             for (name, param) in norm.module().named_parameters() {
-                assert_replicas_identical(
-                    &format!("P={p} grad {name}"),
-                    param.grad.as_ref().unwrap(),
-                );
+                assert_replicas_identical(&format!("P={p} grad {name}"), &param.grad().unwrap());
             }
             Sgd::new(0.1).step(norm.module()).unwrap();
             let mut values = Vec::new();

@@ -25,7 +25,7 @@ fn gradients_accumulate_until_zero_grad_p3() {
         model
             .named_parameters()
             .iter()
-            .all(|(_, p)| p.grad.is_none() && p.master_grad().unwrap().is_none()),
+            .all(|(_, p)| p.grad().is_none() && p.master_grad().unwrap().is_none()),
         "zero_grad leaves no gradient"
     );
     model.forward(&b2.0, &b2.1).unwrap();
@@ -47,8 +47,8 @@ fn gradients_accumulate_until_zero_grad_p3() {
     }
     // Layer-level zero_grad too.
     acc.fc1.zero_grad();
-    assert!(acc.fc1.weight.grad.is_none() && acc.fc1.bias.as_ref().unwrap().grad.is_none());
-    assert!(acc.fc2.weight.grad.is_some());
+    assert!(acc.fc1.weight.grad().is_none() && acc.fc1.bias.as_ref().unwrap().grad().is_none());
+    assert!(acc.fc2.weight.grad().is_some());
 }
 
 /// A master of the wrong length on a strided parameter (the fused `c_attn`)

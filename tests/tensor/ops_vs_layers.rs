@@ -44,8 +44,8 @@ fn column_layer_equals_matmul_then_add_row_bit_for_bit_p1_2_3_4_8() {
             let ops_dx = dyd.matmul(wv, false).unwrap();
             let ops_dx = ops_dx.redistribute(Placement::Replicate).unwrap();
             same_bits(&format!("{what}: dx"), &dx, &ops_dx);
-            let db = layer.bias.as_ref().unwrap().grad.as_ref().unwrap();
-            same_bits(&format!("{what}: db"), db, &dyd.sum_rows().unwrap());
+            let db = layer.bias.as_ref().unwrap().grad().unwrap();
+            same_bits(&format!("{what}: db"), &db, &dyd.sum_rows().unwrap());
         }
     }
 }
@@ -77,8 +77,8 @@ fn row_layer_equals_matmul_reduce_add_row_bit_for_bit_p1_2_3_4_8() {
             let dyd = DTensor::from_host(&m, &[t, out], &dy, Placement::Replicate).unwrap();
             let dx = layer.backward(&dyd).unwrap();
             same_bits(&format!("{what}: dx"), &dx, &dyd.matmul(wv, false).unwrap());
-            let db = layer.bias.as_ref().unwrap().grad.as_ref().unwrap();
-            same_bits(&format!("{what}: db"), db, &dyd.sum_rows().unwrap());
+            let db = layer.bias.as_ref().unwrap().grad().unwrap();
+            same_bits(&format!("{what}: db"), &db, &dyd.sum_rows().unwrap());
         }
     }
 }

@@ -1,0 +1,35 @@
+//! Summing gradients where a value fans out (a residual, a tied weight, a
+//! parameter used twice): shard by shard, in the order they arrive, with no
+//! communication.
+
+use crate::error::{Error, Result};
+use crate::kernels;
+use crate::tensor::DTensor;
+
+/// `a + b` for two gradients of one value. `b` is cast to `a`'s dtype; their
+/// placements must agree (any agree on one rank).
+pub(crate) fn sum(a: &DTensor, b: &DTensor) -> Result<DTensor> {
+    const OP: &str = "backward (summing gradients)";
+    if a.shape() != b.shape() {
+        return Err(Error::shape(OP, a.shape(), b.shape()));
+    }
+    if a.placement() != b.placement() && a.mesh().size() > 1 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "two gradients of one value are placed {:?} and {:?}; an operation's VJP \
+                 must give its input's gradient placed as the other uses do",
+                a.placement(),
+                b.placement()
+            ),
+        ));
+    }
+    let b = b.cast(a.dtype())?;
+    let shards = a
+        .shards()
+        .iter()
+        .zip(b.shards())
+        .map(|(x, y)| kernels::add(x, y))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(a.with_shards(shards, a.shape().to_vec(), a.placement()))
+}

@@ -1,0 +1,83 @@
+//! The VJP of [`DTensor::matmul`] (and of the product in
+//! [`DTensor::linear`]): with `y = x·w` (`x·wᵀ` when `transpose_w`),
+//! `dx = dy·wᵀ` (`dy·w`) and `dw = xᵀ·dy` (`dyᵀ·x`), shard by shard, placed
+//! by the forward's rule (docs/MATH.md §2.1):
+//!
+//! | forward | dy | dx | dw |
+//! |---|---|---|---|
+//! | Replicate × Shard(N) → Shard(1) | `Shard(1)` | `Partial(Sum)`, f32 | `Shard(N)` |
+//! | Shard(1) × Shard(K) → Partial | `Replicate` | `Shard(1)` | `Shard(K)` |
+//! | Replicate × Replicate | `Replicate` | `Replicate` | `Replicate` |
+//! | Shard(0) × Replicate → Shard(0) | `Shard(0)` | `Shard(0)` | `Partial(Sum)`, f32 |
+//!
+//! These are the column and row layers' backward GEMMs: products in the
+//! operands' dtype, accumulated in f32; `dw` and partial sums stay f32 (a
+//! partial is rounded once, after its reduction), `dx` is x's dtype. No
+//! communication here: a `Partial` dx is reduced by the mapping before it.
+
+use super::autograd::placed;
+use super::dtensor::{DTensor, Placement};
+use super::matmul::MatmulOptions;
+use crate::element::{DType, ReduceOp};
+use crate::error::Result;
+use crate::kernels::{self, GemmOptions};
+
+/// `(dx, dw)` for `y = x·w(ᵀ)` given `dy`.
+pub(super) fn product_vjp(
+    x: &DTensor,
+    w: &DTensor,
+    dy: &DTensor,
+    opts: MatmulOptions,
+) -> Result<(DTensor, DTensor)> {
+    const SUM: Placement = Placement::Partial(ReduceOp::Sum);
+    let t = opts.transpose_w;
+    let (dy_at, dx_placement, dw_placement) = match (x.placement(), w.placement()) {
+        (Placement::Replicate, Placement::Shard(d)) if x.mesh().size() > 1 => {
+            (Placement::Shard(1), SUM, Placement::Shard(d))
+        }
+        (Placement::Shard(1), wp @ Placement::Shard(_)) if x.mesh().size() > 1 => {
+            (Placement::Replicate, Placement::Shard(1), wp)
+        }
+        (Placement::Shard(0), Placement::Replicate) if x.mesh().size() > 1 => {
+            (Placement::Shard(0), Placement::Shard(0), SUM)
+        }
+        (xp, wp) => (xp, xp, wp),
+    };
+    // In the operands' dtype, as the forward computed.
+    let dy = placed(dy, dy_at)?.cast(x.dtype())?;
+    let dx_dtype = if dx_placement == SUM {
+        DType::F32
+    } else {
+        x.dtype()
+    };
+    let n = x.shards().len();
+    let mut dx = Vec::with_capacity(n);
+    let mut dw = Vec::with_capacity(n);
+    for r in 0..n {
+        let (xs, ws, dys) = (&x.shards()[r], &w.shards()[r], &dy.shards()[r]);
+        // dx = dy·w (w stored [N, K]) or dy·wᵀ (w stored [K, N]); w's packs kept.
+        dx.push(kernels::gemm_weight(
+            dys,
+            ws,
+            GemmOptions {
+                trans_b: !t,
+                out_dtype: Some(dx_dtype),
+                ..Default::default()
+            },
+        )?);
+        // dw = dyᵀ·x ([N, K]) or xᵀ·dy ([K, N]), in f32.
+        let (a, b) = if t { (dys, xs) } else { (xs, dys) };
+        dw.push(kernels::gemm(
+            a,
+            b,
+            GemmOptions {
+                trans_a: true,
+                out_dtype: Some(DType::F32),
+                ..Default::default()
+            },
+        )?);
+    }
+    let dx = x.with_shards_in_units(dx, x.shape().to_vec(), dx_placement, x.shard_unit());
+    let dw = w.with_shards_in_units(dw, w.shape().to_vec(), dw_placement, w.shard_unit());
+    Ok((dx, dw))
+}
