@@ -125,13 +125,13 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     for i in 0..=steps {
         let t = Instant::now();
         let before = in_use(&mesh);
-        let l = gpt.forward(&ids, &targets, SEQ)?;
+        let l = gpt.loss(&ids, &targets, SEQ)?;
         if i == 0 {
             // Only the untimed step waits here to read what forward holds.
             mesh.synchronize()?;
             activations = in_use(&mesh).saturating_sub(before);
         }
-        gpt.backward()?;
+        l.backward()?;
         opt.step(&mut gpt)?;
         gpt.zero_grad();
         loss = l.to_host()?[0];

@@ -69,8 +69,8 @@ fn data() -> (Vec<i32>, Vec<i32>) {
 }
 
 fn step(mesh: &Mesh, model: &mut MlpLanguageModel, opt: &mut Sgd, ids: &[i32], tg: &[i32]) {
-    let loss = model.forward(ids, tg).unwrap();
-    model.backward().unwrap();
+    let loss = model.loss(ids, tg).unwrap();
+    loss.backward().unwrap();
     opt.step(model).unwrap();
     model.zero_grad();
     drop(loss);
@@ -112,11 +112,11 @@ fn time_case(mesh: &Mesh, steps: usize) -> Timing {
     let mut pieces = [Duration::MAX; 3];
     for _ in 0..2 {
         let t = Instant::now();
-        let loss = model.forward(&ids, &tg).unwrap();
+        let loss = model.loss(&ids, &tg).unwrap();
         mesh.synchronize().unwrap();
         let f = t.elapsed();
         let t = Instant::now();
-        model.backward().unwrap();
+        loss.backward().unwrap();
         mesh.synchronize().unwrap();
         let b = t.elapsed();
         let t = Instant::now();

@@ -193,10 +193,12 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
     let serial_mesh = build_mesh(1, false)?;
     let mut serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
-    let loss_1 = serial.forward(&ids, &targets, args.seq)?.to_host()?[0];
-    serial.backward()?;
-    let loss_p = model.forward(&ids, &targets, args.seq)?.to_host()?[0];
-    model.backward()?;
+    let loss_1_t = serial.loss(&ids, &targets, args.seq)?;
+    let loss_1 = loss_1_t.to_host()?[0];
+    loss_1_t.backward()?;
+    let loss_p_t = model.loss(&ids, &targets, args.seq)?;
+    let loss_p = loss_p_t.to_host()?[0];
+    loss_p_t.backward()?;
     let parity_ok = parity(&model, &serial, (loss_p, loss_1), parity_tol)?;
     drop((serial, serial_mesh));
 
@@ -215,8 +217,8 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     for step in 1..args.steps {
         let (ids, targets) = windows.batch(&data, args.batch, args.seq);
         mesh.reset_comm_stats();
-        let loss = model.forward(&ids, &targets, args.seq)?;
-        model.backward()?;
+        let loss = model.loss(&ids, &targets, args.seq)?;
+        loss.backward()?;
         opt.step(&mut model)?;
         model.zero_grad();
         let loss = loss.to_host()?[0];

@@ -140,8 +140,8 @@ fn train_step(
     ids: &[i32],
     targets: &[i32],
 ) -> wgpu_tp::Result<f32> {
-    let loss = model.forward(ids, targets)?;
-    model.backward()?;
+    let loss = model.loss(ids, targets)?;
+    loss.backward()?;
     opt.step(model)?;
     model.zero_grad();
     Ok(loss.to_host()?[0])
@@ -207,11 +207,13 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     // software adapters the driver's shader cache then serves the P devices,
     // which would otherwise all compile the same kernels at once.
     let (ids, targets) = task.batch(0, args.tokens);
-    let loss_1 = serial.forward(&ids, &targets)?.to_host()?[0];
-    serial.backward()?;
+    let loss_1_t = serial.loss(&ids, &targets)?;
+    let loss_1 = loss_1_t.to_host()?[0];
+    loss_1_t.backward()?;
     serial_mesh.synchronize()?;
-    let loss_p = model.forward(&ids, &targets)?.to_host()?[0];
-    model.backward()?;
+    let loss_p_t = model.loss(&ids, &targets)?;
+    let loss_p = loss_p_t.to_host()?[0];
+    loss_p_t.backward()?;
     println!(
         "\nstep-0 parity, P = {} vs P = 1 (tolerance {PARITY_TOL:.0e}):",
         mesh.size()

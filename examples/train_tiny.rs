@@ -71,7 +71,7 @@ struct Args {
 fn eval_loss(model: &mut Gpt, data: &[i32], seq: usize) -> wgpu_tp::Result<f32> {
     let mut losses = Vec::new();
     for w in data.windows(seq + 1).step_by(seq) {
-        losses.push(model.forward(&w[..seq], &w[1..], seq)?.to_host()?[0]);
+        losses.push(model.loss(&w[..seq], &w[1..], seq)?.to_host()?[0]);
     }
     model.zero_grad();
     Ok(losses.iter().sum::<f32>() / losses.len().max(1) as f32)
@@ -119,8 +119,8 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         let t = step as f32 / args.steps.max(1) as f32;
         opt.lr = args.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f32::consts::PI * t).cos()));
         let (ids, targets) = windows.batch(train, args.batch, args.seq);
-        let loss = model.forward(&ids, &targets, args.seq)?;
-        model.backward()?;
+        let loss = model.loss(&ids, &targets, args.seq)?;
+        loss.backward()?;
         opt.step(&mut model)?;
         model.zero_grad();
         losses.push(loss.to_host()?[0]);

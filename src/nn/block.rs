@@ -157,14 +157,6 @@ impl TransformerBlock {
         let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
         h.add(&self.drop_mlp.forward(&m)?)
     }
-
-    /// Gradient of the output → gradient of the input.
-    pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
-        let dm = self.mlp.backward(&self.drop_mlp.backward(dy)?)?;
-        let d_h = dy.add(&self.ln_2.backward(&dm)?)?;
-        let da = self.attn.backward(&self.drop_attn.backward(&d_h)?)?;
-        d_h.add(&self.ln_1.backward(&da)?)
-    }
 }
 
 impl Module for TransformerBlock {

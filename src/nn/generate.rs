@@ -11,11 +11,9 @@
 
 use super::attention::KvCache;
 use super::gpt::Gpt;
-use crate::device::download_many;
-use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::tensor::{DTensor, Placement};
+use crate::tensor::{DTensor, NoGradGuard, vocab_top_k};
 
 /// How the next token is chosen from the last position's logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -120,63 +118,6 @@ impl Sampler {
     }
 }
 
-/// The `k` largest entries of row `row` of vocab-sharded logits (`[rows,
-/// vocab]`, `Shard(1)`, f32 or f16) as (value, global id), best first in
-/// `f32::total_cmp` order, ties by the lower id; fewer where the vocab is
-/// smaller. Each rank finds its shard's best `k` on the device
-/// ([`kernels::top_k`]); the `k` pairs per rank are read back together (one
-/// wait per device) and merged, so the vocab never crosses to the host.
-pub fn vocab_top_k(logits: &DTensor, row: usize, k: usize) -> Result<Vec<(f32, usize)>> {
-    const OP: &str = "vocab_top_k";
-    if logits.shape().len() != 2 || logits.placement() != Placement::Shard(1) {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "logits must be [rows, vocab] split over ranks (Shard(1)), got {:?} {:?}",
-                logits.shape(),
-                logits.placement()
-            ),
-        ));
-    }
-    let mut offset = 0;
-    let mut shards = Vec::with_capacity(logits.shards().len());
-    for s in logits.shards() {
-        shards.push(kernels::top_k(
-            &kernels::cast(s, DType::F32)?,
-            row,
-            k,
-            offset,
-        )?);
-        offset += s.shape()[1];
-    }
-    // One wait per device for every rank's candidates.
-    let raw = download_many(&shards.iter().collect::<Vec<_>>())?;
-    let pairs: Vec<i32> = raw
-        .iter()
-        .flat_map(|b| b.chunks_exact(4))
-        .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-        .collect();
-    let mut top: Vec<(f32, usize)> = pairs
-        .chunks_exact(2)
-        .filter(|c| c[1] >= 0)
-        .map(|c| (f32::from_bits(c[0] as u32), c[1] as usize))
-        .collect();
-    top.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    top.truncate(k);
-    Ok(top)
-}
-
-/// Each row of `x` (`Replicate` `[rows, hidden]`) but the last dropped.
-fn last_row(x: &DTensor) -> Result<DTensor> {
-    let rows = x.shape()[0];
-    let shards = x
-        .shards()
-        .iter()
-        .map(|s| kernels::narrow(s, 0, rows - 1, 1))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(x.with_shards(shards, vec![1, x.shape()[1]], x.placement()))
-}
-
 impl Gpt {
     /// Continue `prompt` by `max_new` tokens with a key/value cache: the
     /// prompt in one step, then one token per step; each rank caches only
@@ -204,11 +145,12 @@ impl Gpt {
         sampling: Sampling,
         mut on_token: impl FnMut(i32) -> Result<()>,
     ) -> Result<Vec<i32>> {
+        // Nothing is recorded for a backward pass while generating.
+        let _off = NoGradGuard::new();
         let mut sampler = self.start_generation(prompt, max_new, sampling)?;
         let mut caches = vec![KvCache::default(); self.h.len()];
         let mut out = Vec::with_capacity(max_new);
         let mut step = prompt.to_vec();
-        // Saved state is cleared on every exit, errors included.
         let result = loop {
             if out.len() == max_new {
                 break Ok(());
@@ -226,7 +168,6 @@ impl Gpt {
             }
             step = vec![next];
         };
-        self.clear_saved();
         result.map(|()| out)
     }
 
@@ -242,9 +183,9 @@ impl Gpt {
             x = block.decode(&x, cache)?;
         }
         // Only the last position's next token is wanted: norm and head one row.
-        let x = self.ln_f.forward(&last_row(&x)?)?;
-        let (_, logits) = self.head(&x)?;
-        Ok(logits)
+        let rows = x.shape()[0];
+        let x = self.ln_f.forward(&x.narrow(0, rows - 1, 1)?)?;
+        self.head(&x)
     }
 
     /// The next token from the last row of `logits` (`Shard(1)` over the
@@ -269,6 +210,7 @@ impl Gpt {
         max_new: usize,
         sampling: Sampling,
     ) -> Result<Vec<i32>> {
+        let _off = NoGradGuard::new();
         let mut sampler = self.start_generation(prompt, max_new, sampling)?;
         let mut seq = prompt.to_vec();
         let vocab = self.config().vocab;
@@ -277,7 +219,6 @@ impl Gpt {
             let last = &logits[(seq.len() - 1) * vocab..];
             seq.push(sampler.pick(last));
         }
-        self.clear_saved();
         Ok(seq[prompt.len()..].to_vec())
     }
 

@@ -23,12 +23,11 @@ use super::embedding::{Embedding, EmbeddingConfig, VocabParallelEmbedding};
 use super::init::{Init, InitRng};
 use super::norm::{LayerNorm, NormConfig};
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
-use super::tied_head;
 use crate::device::Mesh;
-use crate::element::{DType, ReduceOp};
+use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{Activation, GemmOptions};
-use crate::tensor::{DTensor, Mapping, Placement};
+use crate::kernels::Activation;
+use crate::tensor::{DTensor, Mapping, MatmulOptions};
 
 /// Sizes and settings of a [`Gpt`].
 #[derive(Clone, Copy, Debug)]
@@ -86,13 +85,6 @@ impl GptConfig {
     }
 }
 
-/// What forward keeps for the head's backward.
-#[derive(Debug)]
-struct Saved {
-    /// `ln_f`'s output, `Replicate`.
-    h: DTensor,
-}
-
 /// A GPT-2-style language model with tensor-parallel blocks.
 #[derive(Debug)]
 pub struct Gpt {
@@ -108,7 +100,6 @@ pub struct Gpt {
     pub drop: Dropout,
     loss: VocabParallelCrossEntropy,
     config: GptConfig,
-    saved: Option<Saved>,
 }
 
 impl Gpt {
@@ -190,7 +181,6 @@ impl Gpt {
             drop,
             loss,
             config,
-            saved: None,
         })
     }
 
@@ -213,13 +203,9 @@ impl Gpt {
         }
     }
 
-    /// Forget what the last forward saved (generation runs forward only).
-    pub(super) fn clear_saved(&mut self) {
-        self.saved = None;
-    }
-
     /// Token ids `[batch·seq]` → logits `[batch·seq, vocab]`, `Shard(1)`
-    /// (each rank its vocab rows). Saves what [`Gpt::backward`] needs.
+    /// (each rank its vocab rows), recorded on the tape unless inside
+    /// [`no_grad`](crate::no_grad).
     pub fn logits(&mut self, ids: &[i32], seq: usize) -> Result<DTensor> {
         const OP: &str = "Gpt::logits";
         if seq == 0 || seq > self.config.n_ctx || !ids.len().is_multiple_of(seq) {
@@ -242,9 +228,7 @@ impl Gpt {
             x = block.forward(&x, seq)?;
         }
         let x = self.ln_f.forward(&x)?;
-        let (h, logits) = self.head(&x)?;
-        self.saved = Some(Saved { h });
-        Ok(logits)
+        self.head(&x)
     }
 
     /// How the head's input reaches every rank: as is, or gathered along
@@ -257,88 +241,31 @@ impl Gpt {
         }
     }
 
-    /// The tied output head: `x` `[tokens, hidden]` (`Replicate`) times each
-    /// rank's `wte` rows → (`x` as the head saw it, logits `Shard(1)`).
-    pub(super) fn head(&self, x: &DTensor) -> Result<(DTensor, DTensor)> {
+    /// The tied output head: `x` `[tokens, hidden]` (`Replicate`, or
+    /// `Shard(0)` with sequence parallelism) times each rank's `wte` rows →
+    /// logits `Shard(1)`; the head's gradient joins the embedding's in
+    /// `wte.weight`.
+    pub(super) fn head(&self, x: &DTensor) -> Result<DTensor> {
         let h = self.head_input().forward(x)?;
-        let table = &self.wte.weight().value.cast(h.dtype())?;
-        let opts = GemmOptions {
-            trans_b: true,
-            ..Default::default()
-        };
-        // Per block past one binding (`tied_head.rs`).
-        let logits = h
-            .shards()
-            .iter()
-            .zip(table.shards())
-            .map(|(h, e)| tied_head::logits(h, e, opts))
-            .collect::<Result<Vec<_>>>()?;
-        let shape = vec![x.shape()[0], self.config.vocab];
-        let logits = table.with_shards(logits, shape, Placement::Shard(1));
-        Ok((h, logits))
+        let table = self.wte.weight().value.cast(h.dtype())?;
+        h.matmul_with(
+            &table,
+            MatmulOptions {
+                transpose_w: true,
+                ..Default::default()
+            },
+        )
     }
 
-    /// Forward to the mean next-token loss (`[1]`, replicated) of `ids`
-    /// against `targets` (both `[batch·seq]`).
-    pub fn forward(&mut self, ids: &[i32], targets: &[i32], seq: usize) -> Result<DTensor> {
+    /// The mean next-token loss (`[1]`, replicated) of `ids` against
+    /// `targets` (both `[batch·seq]`); `loss.backward()` fills every
+    /// parameter's gradient.
+    pub fn loss(&mut self, ids: &[i32], targets: &[i32], seq: usize) -> Result<DTensor> {
         if ids.len() != targets.len() {
-            return Err(Error::shape("Gpt::forward", [ids.len()], [targets.len()]));
+            return Err(Error::shape("Gpt::loss", [ids.len()], [targets.len()]));
         }
         let logits = self.logits(ids, seq)?;
         self.loss.forward(&logits, targets)
-    }
-
-    /// Backward from the loss; accumulates every parameter's gradient.
-    pub fn backward(&mut self) -> Result<()> {
-        const OP: &str = "Gpt::backward";
-        let saved = self
-            .saved
-            .take()
-            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
-        // In the activations' dtype, as are `dlogits` and `saved.h`.
-        let dlogits = self.loss.backward(None)?;
-        let table = self.wte.weight().value.cast(saved.h.dtype())?;
-        let mut d_wte = Vec::with_capacity(table.shards().len());
-        let mut d_h = Vec::with_capacity(table.shards().len());
-        for ((dl, e), h) in dlogits
-            .shards()
-            .iter()
-            .zip(table.shards())
-            .zip(saved.h.shards())
-        {
-            // Gradients and partial sums in f32 whatever the activations' dtype.
-            let grad = GemmOptions {
-                trans_a: true,
-                out_dtype: Some(DType::F32),
-                ..Default::default()
-            };
-            let partial = GemmOptions {
-                out_dtype: Some(DType::F32),
-                ..Default::default()
-            };
-            let (de, dh) = tied_head::backward(dl, h, e, (grad, partial))?;
-            d_wte.push(de);
-            d_h.push(dh);
-        }
-        // The tied head's gradient joins the embedding's in `wte.weight`.
-        let d_wte = table.with_shards(d_wte, table.shape().to_vec(), table.placement());
-        self.wte.weight_mut().accumulate_grad(d_wte)?;
-        let d_h = saved.h.with_shards(
-            d_h,
-            saved.h.shape().to_vec(),
-            Placement::Partial(ReduceOp::Sum),
-        );
-        let d_h = self.head_input().backward(&d_h)?.cast(saved.h.dtype())?;
-        let mut dx = self.ln_f.backward(&d_h)?;
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(&dx)?;
-        }
-        if self.config.sequence_parallel {
-            dx = Mapping::ScatterToParallel(0).backward(&dx)?;
-        }
-        let dx = self.drop.backward(&dx)?.cast(DType::F32)?;
-        self.wpe.backward(&dx)?;
-        self.wte.backward(&dx)
     }
 }
 

@@ -10,7 +10,7 @@ use super::linear::{
 };
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernels::Activation;
 use crate::tensor::DTensor;
 
@@ -56,7 +56,6 @@ pub struct ParallelMlp {
     /// Down projection, row-parallel.
     pub c_proj: RowParallelLinear,
     config: MlpConfig,
-    saved_pre_act: Option<DTensor>,
 }
 
 impl ParallelMlp {
@@ -72,7 +71,6 @@ impl ParallelMlp {
             c_fc: ColumnParallelLinear::new(mesh, c_fc, rng)?,
             c_proj: RowParallelLinear::new(mesh, c_proj, rng)?,
             config,
-            saved_pre_act: None,
         })
     }
 
@@ -84,30 +82,8 @@ impl ParallelMlp {
     /// `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)` with sequence
     /// parallelism) → the same shape and placement.
     pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
-        let pre = self.c_fc.forward(x)?;
-        let act = pre.activation(self.config.activation)?;
-        let y = self.c_proj.forward(&act)?;
-        self.saved_pre_act = Some(pre);
-        Ok(y)
-    }
-
-    /// Gradient of the output → gradient of the input; accumulates every
-    /// parameter's gradient.
-    pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
-        const OP: &str = "ParallelMlp::backward";
-        let pre = self
-            .saved_pre_act
-            .take()
-            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
-        let d_act = match self.c_proj.backward(dy) {
-            Ok(g) => g,
-            Err(e) => {
-                self.saved_pre_act = Some(pre);
-                return Err(e);
-            }
-        };
-        let d_pre = pre.activation_backward(&d_act, self.config.activation)?;
-        self.c_fc.backward(&d_pre)
+        let act = self.c_fc.forward(x)?.activation(self.config.activation)?;
+        self.c_proj.forward(&act)
     }
 }
 

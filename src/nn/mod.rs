@@ -28,6 +28,7 @@ mod pretrained;
 mod tied_head;
 mod tokenizer;
 
+pub use crate::tensor::vocab_top_k;
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
 pub use checkpoint::{
@@ -37,7 +38,7 @@ pub use checkpoint::{
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
-pub use generate::{Sampling, vocab_top_k};
+pub use generate::Sampling;
 pub use gpt::{Gpt, GptConfig};
 pub use init::{Init, InitRng};
 pub use linear::{

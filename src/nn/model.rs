@@ -6,7 +6,8 @@
 //! VocabParallelCrossEntropy`.
 //!
 //! Per step it performs 5 all-reduces forward (embedding, row, three in the
-//! loss) and 2 backward (the two column layers' input gradients).
+//! loss) and 2 backward (the two column layers' input gradients), the
+//! backward run by the tape from the loss.
 
 use super::cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 use super::embedding::{EmbeddingConfig, VocabParallelEmbedding};
@@ -43,7 +44,6 @@ pub struct MlpLanguageModel {
     /// Output head, column-parallel over the vocab (no gather).
     pub head: ColumnParallelLinear,
     loss: VocabParallelCrossEntropy,
-    saved_pre_act: Option<DTensor>,
 }
 
 impl MlpLanguageModel {
@@ -75,39 +75,29 @@ impl MlpLanguageModel {
             fc2,
             head,
             loss,
-            saved_pre_act: None,
         })
     }
 
-    /// Forward to the mean loss (`[1]`, replicated); saves what backward needs.
-    pub fn forward(&mut self, ids: &[i32], targets: &[i32]) -> Result<DTensor> {
+    /// Token ids → vocab-sharded logits `[tokens, vocab]` (`Shard(1)`).
+    pub fn logits(&mut self, ids: &[i32]) -> Result<DTensor> {
+        let h = self.embed.forward(ids)?;
+        let act = self.fc1.forward(&h)?.activation(Activation::Gelu)?;
+        let h2 = self.fc2.forward(&act)?;
+        self.head.forward(&h2)
+    }
+
+    /// The mean next-token loss (`[1]`, replicated) of `ids` against
+    /// `targets`; `loss.backward()` fills every parameter's gradient.
+    pub fn loss(&mut self, ids: &[i32], targets: &[i32]) -> Result<DTensor> {
         if ids.len() != targets.len() {
             return Err(Error::shape(
-                "MlpLanguageModel::forward",
+                "MlpLanguageModel::loss",
                 [ids.len()],
                 [targets.len()],
             ));
         }
-        let h = self.embed.forward(ids)?;
-        let pre = self.fc1.forward(&h)?;
-        let act = pre.activation(Activation::Gelu)?;
-        self.saved_pre_act = Some(pre);
-        let h2 = self.fc2.forward(&act)?;
-        let logits = self.head.forward(&h2)?;
+        let logits = self.logits(ids)?;
         self.loss.forward(&logits, targets)
-    }
-
-    /// Backward from the loss; accumulates every parameter's gradient.
-    pub fn backward(&mut self) -> Result<()> {
-        let pre = self.saved_pre_act.take().ok_or_else(|| {
-            Error::invalid("MlpLanguageModel::backward", "call forward before backward")
-        })?;
-        let dlogits = self.loss.backward(None)?;
-        let dh2 = self.head.backward(&dlogits)?;
-        let dact = self.fc2.backward(&dh2)?;
-        let dpre = pre.activation_backward(&dact, Activation::Gelu)?;
-        let dh = self.fc1.backward(&dpre)?;
-        self.embed.backward(&dh)
     }
 }
 

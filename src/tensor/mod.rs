@@ -15,9 +15,11 @@ mod host;
 mod mappings;
 mod matmul;
 mod matmul_grad;
+mod narrow;
 mod redistribute;
 mod ring;
 mod rows;
+mod topk;
 
 #[allow(unused_imports)]
 pub(crate) use autograd::{GradSlot, Node, placed, record, tracking};
@@ -28,6 +30,7 @@ pub use matmul::MatmulOptions;
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
 };
+pub use topk::vocab_top_k;
 
 /// Re-exported from where it lives, [`crate::shard`], for existing paths.
 pub use crate::shard::host_narrow;

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crate::util::transformer::{self, Dims, Params};
 use crate::util::{Rng, assert_close, assert_close_f16_chain, limited_mesh, mesh};
+use wgpu_tp::DTensor;
 use wgpu_tp::nn::{
     AdamW, Gpt, GptConfig, Module, Sampling, from_safetensors_bytes, to_safetensors_bytes,
 };
@@ -30,9 +31,10 @@ fn config() -> GptConfig {
     cfg
 }
 
-/// The loss of one forward, on the host.
-fn loss_of(gpt: &mut Gpt, ids: &[i32], targets: &[i32], seq: usize) -> f32 {
-    gpt.forward(ids, targets, seq).unwrap().to_host().unwrap()[0]
+/// The loss of one forward, on the host, and as the tensor to run backward from.
+fn loss_of(gpt: &mut Gpt, ids: &[i32], targets: &[i32], seq: usize) -> (f32, DTensor) {
+    let loss = gpt.loss(ids, targets, seq).unwrap();
+    (loss.to_host().unwrap()[0], loss)
 }
 
 fn masters(m: &impl Module) -> BTreeMap<String, Vec<f32>> {
@@ -91,16 +93,16 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
         };
         let mut opt = (adamw(), adamw());
         for step in 0..2 {
-            let loss = loss_of(&mut blocked, &ids, &targets, seq);
-            let want = loss_of(&mut plain, &ids, &targets, seq);
+            let (loss, blocked_loss) = loss_of(&mut blocked, &ids, &targets, seq);
+            let (want, plain_loss) = loss_of(&mut plain, &ids, &targets, seq);
             assert_close(
                 &format!("{what} step {step} loss"),
                 &[loss],
                 &[want as f64],
                 TOL,
             );
-            blocked.backward().unwrap();
-            plain.backward().unwrap();
+            blocked_loss.backward().unwrap();
+            plain_loss.backward().unwrap();
             let grads = master_grads(&blocked);
             close_maps(
                 &format!("{what} step {step} d"),
@@ -193,7 +195,7 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
     let written = {
         let t = Instant::now();
         let mut gpt = Gpt::new(&m, GptConfig::new(50257, 1024, 768, 12, 12), 0).unwrap();
-        let loss = loss_of(&mut gpt, &ids, &targets, seq);
+        let loss = loss_of(&mut gpt, &ids, &targets, seq).0;
         gpt.save_pretrained(&dir).unwrap();
         eprintln!(
             "[gpt2] Gpt::new, a forward and save_pretrained: {:.1} s",
@@ -218,7 +220,7 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
     let mut opt = AdamW::new(1e-4);
     for step in 0..2 {
         let t = Instant::now();
-        let loss = loss_of(&mut gpt, &ids, &targets, seq);
+        let (loss, loss_t) = loss_of(&mut gpt, &ids, &targets, seq);
         if step == 0 {
             assert_eq!(
                 loss.to_bits(),
@@ -226,10 +228,10 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
                 "loaded {loss}, written {written}"
             );
         }
-        gpt.backward().unwrap();
+        loss_t.backward().unwrap();
         opt.step(&mut gpt).unwrap();
         gpt.zero_grad();
-        let after = loss_of(&mut gpt, &ids, &targets, seq);
+        let after = loss_of(&mut gpt, &ids, &targets, seq).0;
         let secs = t.elapsed().as_secs_f64();
         let blocks = gpt.logits(&ids, seq).unwrap().shards()[0].blocks().len();
         eprintln!(
@@ -279,11 +281,11 @@ fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
         let mut blocked = Gpt::new(&limited_mesh(p, LIMIT, p > 1), cfg, seed).unwrap();
         let mut plain = Gpt::new(&mesh(p), cfg, seed).unwrap();
         assert!(blocked.wte.weight().value.shards()[0].is_blocked());
-        let loss = loss_of(&mut blocked, &ids, &targets, seq);
-        let want = loss_of(&mut plain, &ids, &targets, seq);
+        let (loss, blocked_loss) = loss_of(&mut blocked, &ids, &targets, seq);
+        let (want, plain_loss) = loss_of(&mut plain, &ids, &targets, seq);
         assert_close(&format!("{what} loss"), &[loss], &[want as f64], tol);
-        blocked.backward().unwrap();
-        plain.backward().unwrap();
+        blocked_loss.backward().unwrap();
+        plain_loss.backward().unwrap();
         let (got, want) = (master_grads(&blocked), master_grads(&plain));
         for (name, g) in &got {
             let w: Vec<f64> = want[name].iter().map(|&v| v as f64).collect();
@@ -327,11 +329,11 @@ fn logits_past_one_binding_run_in_token_blocks_p1_2() {
             &want,
             TOL,
         );
-        let loss = loss_of(&mut blocked, &ids, &targets, seq);
-        let want = loss_of(&mut plain, &ids, &targets, seq);
+        let (loss, blocked_loss) = loss_of(&mut blocked, &ids, &targets, seq);
+        let (want, plain_loss) = loss_of(&mut plain, &ids, &targets, seq);
         assert_close(&format!("{what} loss"), &[loss], &[want as f64], TOL);
-        blocked.backward().unwrap();
-        plain.backward().unwrap();
+        blocked_loss.backward().unwrap();
+        plain_loss.backward().unwrap();
         close_maps(
             &format!("{what} d"),
             &master_grads(&blocked),

@@ -32,8 +32,7 @@ fn trained_p4(rng: &mut Rng) -> MlpLanguageModel {
     let m = mesh(4);
     let mut model = MlpLanguageModel::new(&m, LM, rng.next_u64()).unwrap();
     let (ids, tg) = token_batch(rng, LM.vocab, 9);
-    model.forward(&ids, &tg).unwrap();
-    model.backward().unwrap();
+    model.loss(&ids, &tg).unwrap().backward().unwrap();
     Sgd::new(1.0).step(&mut model).unwrap();
     model.zero_grad();
     model

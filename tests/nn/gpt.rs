@@ -89,10 +89,11 @@ fn gpt_matches_f64_and_serial_plain_and_sequence_parallel_p1_2_3_4() {
                 let what = format!("gpt P={p} sp={sp} {transport}");
                 let mut gpt = Gpt::new(&m, config(sp), seed).unwrap();
                 m.reset_comm_stats();
-                let loss = gpt.forward(&ids, &targets, seq).unwrap().to_host().unwrap()[0];
+                let loss_t = gpt.loss(&ids, &targets, seq).unwrap();
+                let loss = loss_t.to_host().unwrap()[0];
                 let fwd = counts(&m);
                 m.reset_comm_stats();
-                gpt.backward().unwrap();
+                loss_t.backward().unwrap();
                 let bwd = counts(&m);
                 let l = layers as u64;
                 if p > 1 && !sp {
@@ -163,13 +164,16 @@ fn block_matches_f64_with_two_all_reduces_each_way_p1_2_3_4() {
                 } else {
                     Placement::Replicate
                 };
-                let xd = DTensor::from_host(&m, &[n, HIDDEN], &x, placement).unwrap();
+                let xd = DTensor::from_host(&m, &[n, HIDDEN], &x, placement)
+                    .unwrap()
+                    .requires_grad();
                 m.reset_comm_stats();
                 let y = block.forward(&xd, seq).unwrap();
                 let fwd = counts(&m);
                 let dyd = DTensor::from_host(&m, &[n, HIDDEN], &dy, placement).unwrap();
                 m.reset_comm_stats();
-                let dx = block.backward(&dyd).unwrap();
+                y.backward_with(&dyd).unwrap();
+                let dx = xd.grad().unwrap();
                 let bwd = counts(&m);
                 if p > 1 && !sp {
                     assert_eq!((fwd, bwd), ((2, 0, 0), (2, 0, 0)), "{what}: collectives");
@@ -342,15 +346,16 @@ fn dropout_gives_the_same_numbers_at_any_world_size_p1_3_4() {
             )
             .unwrap();
             gpt.set_mode(true, 5);
-            let loss = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
-            gpt.backward().unwrap();
+            let loss_t = gpt.loss(&ids, &targets, 4).unwrap();
+            let loss = loss_t.to_host().unwrap()[0];
+            loss_t.backward().unwrap();
             let grads = master_grads(&gpt);
             // Another step draws other masks; evaluation mode draws none.
             gpt.zero_grad();
             gpt.set_mode(true, 6);
-            let other = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
+            let other = gpt.loss(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
             gpt.set_mode(false, 5);
-            let eval = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
+            let eval = gpt.loss(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
             assert_ne!(loss, other, "{what}: step 6 vs step 5");
             assert_ne!(loss, eval, "{what}: training vs evaluation");
             match &serial {
@@ -377,7 +382,7 @@ fn dropout_gives_the_same_numbers_at_any_world_size_p1_3_4() {
     )
     .unwrap();
     gpt.set_mode(true, 5);
-    let without = gpt.forward(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
+    let without = gpt.loss(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
     assert_ne!(
         serial.unwrap().0,
         without,

@@ -311,12 +311,13 @@ fn mlp_in_f16_rounds_only_where_it_stores() {
         mlp.c_fc.bias.as_mut().unwrap().load_master(&b1).unwrap();
         mlp.c_proj.bias.as_mut().unwrap().load_master(&b2).unwrap();
         let (x, dy) = (round(&rng.vec(t * h)), round(&rng.vec(t * h)));
-        let y = mlp
-            .forward(&DTensor::from_host_f16(m, &[t, h], &x, Placement::Replicate).unwrap())
+        let xd = DTensor::from_host_f16(m, &[t, h], &x, Placement::Replicate)
+            .unwrap()
+            .requires_grad();
+        let y = mlp.forward(&xd).unwrap();
+        y.backward_with(&DTensor::from_host_f16(m, &[t, h], &dy, Placement::Replicate).unwrap())
             .unwrap();
-        let dx = mlp
-            .backward(&DTensor::from_host_f16(m, &[t, h], &dy, Placement::Replicate).unwrap())
-            .unwrap();
+        let dx = xd.grad().unwrap();
         assert_eq!((y.dtype(), dx.dtype()), (DType::F16, DType::F16));
         // The f64 model of the f16 run: operands rounded where the layer stores them.
         let (w1h, w2h) = (round(&w1), round(&w2));
@@ -357,8 +358,9 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
     let seed = rng.next_u64();
     // The f32 model (itself held to an f64 reference in nn::gpt).
     let mut full = Gpt::new(&mesh(1), cfg, seed).unwrap();
-    let loss32 = full.forward(&ids, &targets, 8).unwrap().to_host().unwrap()[0] as f64;
-    full.backward().unwrap();
+    let loss32_t = full.loss(&ids, &targets, 8).unwrap();
+    let loss32 = loss32_t.to_host().unwrap()[0] as f64;
+    loss32_t.backward().unwrap();
     let grads32 = crate::util::master_grads(&full);
     let mut dropout_loss: Option<f64> = None;
     for (i, (kind, m)) in meshes.iter().enumerate() {
@@ -382,12 +384,9 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
         )
         .unwrap();
         dropped.set_mode(true, 3);
-        let l = dropped
-            .forward(&ids, &targets, 8)
-            .unwrap()
-            .to_host()
-            .unwrap()[0] as f64;
-        dropped.backward().unwrap();
+        let loss = dropped.loss(&ids, &targets, 8).unwrap();
+        let l = loss.to_host().unwrap()[0] as f64;
+        loss.backward().unwrap();
         let first = *dropout_loss.get_or_insert(l);
         assert!(
             (l - first).abs() <= 2e-4 * first,
@@ -408,7 +407,7 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
         let mut gpt = Gpt::new(m, cfg16, seed).unwrap();
         let logits = gpt.logits(&ids, 8).unwrap();
         assert_eq!(logits.dtype(), DType::F16, "{what}");
-        let loss = gpt.forward(&ids, &targets, 8).unwrap();
+        let loss = gpt.loss(&ids, &targets, 8).unwrap();
         assert_eq!(loss.dtype(), DType::F32, "{what}");
         let loss16 = loss.to_host().unwrap()[0] as f64;
         let e = (loss16 - loss32).abs() / loss32;
@@ -416,7 +415,7 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
         // Observed 2.5e-6 (small logits at GPT-2's init); 2e-4 leaves room for
         // seeds, not for a wrong path.
         assert!(e <= 2e-4, "{what}: loss {loss16} vs f32 {loss32}");
-        gpt.backward().unwrap();
+        loss.backward().unwrap();
         let mut worst = 0.0f64;
         for ((name, g16), (_, g32)) in crate::util::master_grads(&gpt).iter().zip(&grads32) {
             let e = crate::util::rel_err(g16, &reference::widen(g32));

@@ -250,8 +250,8 @@ fn train_lm(
     let mut opt = Sgd::new(0.5).with_momentum(0.9).with_weight_decay(0.01);
     let mut losses = Vec::new();
     for (ids, targets) in batches {
-        let loss = model.forward(ids, targets).unwrap();
-        model.backward().unwrap();
+        let loss = model.loss(ids, targets).unwrap();
+        loss.backward().unwrap();
         opt.step(&mut model).unwrap();
         model.zero_grad();
         losses.push(loss.to_host().unwrap()[0]);
@@ -321,10 +321,10 @@ fn language_model_communication_per_step_is_exact_p4() {
     for _ in 0..2 {
         let (ids, targets) = token_batch(&mut rng, cfg.vocab, t);
         m.reset_comm_stats();
-        let loss = model.forward(&ids, &targets).unwrap();
+        let loss = model.loss(&ids, &targets).unwrap();
         let fwd = m.comm_stats();
         m.reset_comm_stats();
-        model.backward().unwrap();
+        loss.backward().unwrap();
         let bwd = m.comm_stats();
         m.reset_comm_stats();
         opt.step(&mut model).unwrap();
@@ -368,8 +368,8 @@ fn training_steps_reach_a_steady_state_p2() {
         let mut adam = AdamW::new(0.01);
         let mut step = |rng: &mut Rng| {
             let (ids, targets) = token_batch(rng, cfg.vocab, 9);
-            let loss = model.forward(&ids, &targets).unwrap();
-            model.backward().unwrap();
+            let loss = model.loss(&ids, &targets).unwrap();
+            loss.backward().unwrap();
             if adamw {
                 adam.step(&mut model).unwrap();
             } else {

@@ -41,7 +41,7 @@ fn shipped_tiny_gpt2_loads_and_decodes_the_same_at_every_p() {
         // The opening of Genesis was in the training data: a trained model
         // predicts it far better than uniform (ln 512 ≈ 6.2).
         let loss = model
-            .forward(&window[..cfg.n_ctx], &window[1..], cfg.n_ctx)
+            .loss(&window[..cfg.n_ctx], &window[1..], cfg.n_ctx)
             .unwrap()
             .to_host()
             .unwrap()[0];

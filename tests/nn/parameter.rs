@@ -17,8 +17,7 @@ fn gradients_accumulate_until_zero_grad_p3() {
     let m = mesh(3);
     // Separately: g1, then (after zero_grad) g2.
     let mut model = MlpLanguageModel::new(&m, cfg, 11).unwrap();
-    model.forward(&b1.0, &b1.1).unwrap();
-    model.backward().unwrap();
+    model.loss(&b1.0, &b1.1).unwrap().backward().unwrap();
     let g1 = master_grads(&model);
     model.zero_grad();
     assert!(
@@ -28,14 +27,12 @@ fn gradients_accumulate_until_zero_grad_p3() {
             .all(|(_, p)| p.grad().is_none() && p.master_grad().unwrap().is_none()),
         "zero_grad leaves no gradient"
     );
-    model.forward(&b2.0, &b2.1).unwrap();
-    model.backward().unwrap();
+    model.loss(&b2.0, &b2.1).unwrap().backward().unwrap();
     let g2 = master_grads(&model);
     // Accumulated: two backward calls without zero_grad.
     let mut acc = MlpLanguageModel::new(&m, cfg, 11).unwrap();
     for b in [&b1, &b2] {
-        acc.forward(&b.0, &b.1).unwrap();
-        acc.backward().unwrap();
+        acc.loss(&b.0, &b.1).unwrap().backward().unwrap();
     }
     for (((n, a), (_, x)), (_, y)) in master_grads(&acc).iter().zip(&g1).zip(&g2) {
         let want: Vec<f64> = x

@@ -6,6 +6,7 @@
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
 //! - `ops_vs_layers`: those operations give the linear layers' bits.
 
+mod autograd;
 mod dtensor;
 mod elementwise;
 mod mappings;
