@@ -25,7 +25,7 @@
 //! every input with one wait per device, combines on the host and uploads;
 //! [`Transport::SharedDevice`] (all ranks on one device) never touches the
 //! host: on-device copies plus a fused reduce kernel
-//! (`shaders/block.wgsl`); a result that is the same on every rank is
+//! (`shaders/copy_fold.wgsl`); a result that is the same on every rank is
 //! computed once and every rank's tensor uses that one buffer.
 //!
 //! Point-to-point: [`ring_shift`] / [`RingShift`] move each participant's

@@ -14,7 +14,7 @@ use super::plan::{AllToAll, Split, gathered_shape};
 use crate::device::{LocalTensor, Rank};
 use crate::element::ReduceOp;
 use crate::error::Result;
-use crate::kernels::block::{Block, FOLD_INPUTS, copy_block, fold_block};
+use crate::kernels::copy_fold::{Block, FOLD_INPUTS, copy_block, fold_block};
 use crate::shard::{outer_dim_inner, with_dim};
 
 /// `first` on its own rank followed by the same bytes on the remaining ranks.
