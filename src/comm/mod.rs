@@ -33,17 +33,17 @@
 //! the building block of the overlapped ring gather / reduce-scatter.
 //!
 //! Files: `collectives.rs` (the public functions), `group.rs` (participant
-//! checks), `plan.rs` (the all-to-all plan), `host.rs` and `shared.rs` (the
-//! two transports), `ring.rs` (point-to-point ring steps), `stats.rs` and
-//! `transport.rs` (what a mesh counts and how it moves bytes), `trace.rs`
-//! (each collective as a span on a traced mesh's timeline).
+//! checks), `plan.rs` (the all-to-all plan), `host.rs` and `same_device.rs`
+//! (the two transports), `ring.rs` (point-to-point ring steps), `stats.rs`
+//! and `transport.rs` (what a mesh counts and how it moves bytes),
+//! `trace.rs` (each collective as a span on a traced mesh's timeline).
 
 mod collectives;
 mod group;
 mod host;
 mod plan;
 mod ring;
-mod shared;
+mod same_device;
 mod stats;
 mod trace;
 mod transport;
