@@ -38,7 +38,8 @@ const F16_CASES: &[(usize, usize, usize, &str, bool, bool)] = &[
 /// (M, N, K, op name, trans_a, trans_b)
 const CASES: &[(usize, usize, usize, &str, bool, bool)] = &[
     (1024, 1024, 1024, "nn", false, false),
-    // Ragged: every operand packed first (the generic path), vs 1024³ above.
+    // Ragged (1021 is no multiple of 4): every operand packed first, vs 1024³
+    // above.
     (1021, 1021, 1021, "nn ragged", false, false),
     (2048, 2048, 2048, "nn", false, false),
     (512, 512, 2048, "fwd", false, true),

@@ -12,7 +12,7 @@ use super::plan::AllToAll;
 use super::stats::Collective;
 use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
-use super::{host, shared};
+use super::{host, same_device};
 use crate::device::{LocalTensor, Mesh, Rank, blocked_error, common_blocks};
 use crate::element::ReduceOp;
 use crate::error::Result;
@@ -29,7 +29,7 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
         match mesh.transport() {
             Transport::HostStaged => per_block(OP, shards, |s| host::all_reduce(s, &ranks, op))?,
             Transport::SharedDevice => {
-                per_block(OP, shards, |s| shared::all_reduce(s, &ranks, op))?
+                per_block(OP, shards, |s| same_device::all_reduce(s, &ranks, op))?
             }
         }
     };
@@ -52,7 +52,7 @@ pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec
     } else {
         match mesh.transport() {
             Transport::HostStaged => host::all_gather(shards, &ranks, dim)?,
-            Transport::SharedDevice => shared::all_gather(shards, &ranks, dim)?,
+            Transport::SharedDevice => same_device::all_gather(shards, &ranks, dim)?,
         }
     };
     mesh.record_comm(Collective::AllGather, bytes_of(shards));
@@ -83,9 +83,9 @@ pub fn reduce_scatter(
             Transport::HostStaged => {
                 per_block(OP, shards, |s| host::reduce_scatter(s, &ranks, dim, op))?
             }
-            Transport::SharedDevice => {
-                per_block(OP, shards, |s| shared::reduce_scatter(s, &ranks, dim, op))?
-            }
+            Transport::SharedDevice => per_block(OP, shards, |s| {
+                same_device::reduce_scatter(s, &ranks, dim, op)
+            })?,
         }
     };
     mesh.record_comm(Collective::ReduceScatter, bytes_of(shards));
@@ -106,7 +106,7 @@ pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<L
                 host::broadcast(&s[0], &ranks, root)
             })?,
             Transport::SharedDevice => per_block(OP, std::slice::from_ref(src), |s| {
-                shared::broadcast(&s[0], &ranks, root)
+                same_device::broadcast(&s[0], &ranks, root)
             })?,
         }
     };
@@ -133,7 +133,7 @@ pub fn scatter(
     } else {
         match mesh.transport() {
             Transport::HostStaged => host::scatter(src, &ranks, dim)?,
-            Transport::SharedDevice => shared::scatter(src, &ranks, dim)?,
+            Transport::SharedDevice => same_device::scatter(src, &ranks, dim)?,
         }
     };
     mesh.record_comm(Collective::Scatter, src.byte_len());
@@ -166,7 +166,7 @@ pub fn all_to_all(
         let plan = AllToAll::new(shards, split_dim, concat_dim);
         match mesh.transport() {
             Transport::HostStaged => host::all_to_all(shards, &ranks, &plan)?,
-            Transport::SharedDevice => shared::all_to_all(shards, &ranks, &plan)?,
+            Transport::SharedDevice => same_device::all_to_all(shards, &ranks, &plan)?,
         }
     };
     mesh.record_comm(Collective::AllToAll, bytes_of(shards));

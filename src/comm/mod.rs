@@ -25,7 +25,7 @@
 //! every input with one wait per device, combines on the host and uploads;
 //! [`Transport::SharedDevice`] (all ranks on one device) never touches the
 //! host: on-device copies plus a fused reduce kernel
-//! (`shaders/block.wgsl`); a result that is the same on every rank is
+//! (`shaders/copy_fold.wgsl`); a result that is the same on every rank is
 //! computed once and every rank's tensor uses that one buffer.
 //!
 //! Point-to-point: [`ring_shift`] / [`RingShift`] move each participant's
@@ -33,17 +33,17 @@
 //! the building block of the overlapped ring gather / reduce-scatter.
 //!
 //! Files: `collectives.rs` (the public functions), `group.rs` (participant
-//! checks), `plan.rs` (the all-to-all plan), `host.rs` and `shared.rs` (the
-//! two transports), `ring.rs` (point-to-point ring steps), `stats.rs` and
-//! `transport.rs` (what a mesh counts and how it moves bytes), `trace.rs`
-//! (each collective as a span on a traced mesh's timeline).
+//! checks), `plan.rs` (the all-to-all plan), `host.rs` and `same_device.rs`
+//! (the two transports), `ring.rs` (point-to-point ring steps), `stats.rs`
+//! and `transport.rs` (what a mesh counts and how it moves bytes),
+//! `trace.rs` (each collective as a span on a traced mesh's timeline).
 
 mod collectives;
 mod group;
 mod host;
 mod plan;
 mod ring;
-mod shared;
+mod same_device;
 mod stats;
 mod trace;
 mod transport;

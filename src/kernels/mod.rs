@@ -4,8 +4,8 @@
 //! device's pending encoder without waiting.
 
 pub mod attention;
-pub(crate) mod block;
 pub mod cast;
+pub(crate) mod copy_fold;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod elementwise;
@@ -52,7 +52,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("optim", grid::grid_source!("optim.wgsl")),
     ("embedding", grid::grid_source!("embedding.wgsl")),
     ("cross_entropy", grid::grid_source!("cross_entropy.wgsl")),
-    ("block", grid::grid_source!("block.wgsl")),
+    ("copy_fold", grid::grid_source!("copy_fold.wgsl")),
     ("norm", grid::grid_source!("norm.wgsl")),
     ("dropout", grid::grid_source!("dropout.wgsl")),
     ("attention", include_str!("../../shaders/attention.wgsl")),

@@ -1,13 +1,13 @@
 //! Slicing tensors on one rank: `narrow` (take `len` entries of one
 //! dimension starting at `start`) and `concat` (join tensors along a
-//! dimension), both block copies (`copy_block`, `shaders/block.wgsl`).
+//! dimension), both block copies (`copy_block`, `shaders/copy_fold.wgsl`).
 //! They move 4-byte words, so they serve f32 and i32 as they are; f16
 //! tensors are widened, sliced and rounded back (exact: every f16 value is
 //! an f32 one). Contiguous cases (dim 0, or all outer sizes 1) are plain
 //! buffer copies.
 
-use super::block::{Block, copy_block};
 use super::cast::cast;
+use super::copy_fold::{Block, copy_block};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};

@@ -4,12 +4,13 @@
 //!   world size, uneven and empty shards, subgroups, bad inputs;
 //! - `ring`: `ring_shift` and the two-phase `RingShift`;
 //! - `host`: the host-staged transport's pooled staging at large sizes;
-//! - `shared`: the shared-device transport's one-buffer replicated results;
+//! - `same_device`: the shared-device transport's one-buffer replicated
+//!   results;
 //! - `stats`: exact call and byte counters.
 
 mod blocks;
 mod collectives;
 mod host;
 mod ring;
-mod shared;
+mod same_device;
 mod stats;

@@ -74,7 +74,7 @@ fn downlevel_limits_run_what_fits_and_name_the_limit_otherwise() {
     }
     // The storage-buffer GEMM binds five: a clear error, not a wgpu panic or
     // validation dump.
-    let err = kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Cpu).unwrap_err();
+    let err = kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Buffer).unwrap_err();
     match &err {
         Error::DeviceLimit {
             op,

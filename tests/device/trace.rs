@@ -68,12 +68,14 @@ fn check_trace(mesh: &Mesh, trace: &Trace, clock: TraceClock) {
         assert!(e.duration_us >= 0.0 && e.duration_us.is_finite(), "{e:?}");
     }
     for r in 0..2 {
-        // The shared-device all-reduce adds its own block kernels on one rank;
+        // The shared-device all-reduce adds its own copy_fold kernels on one rank;
         // the GEMM may pack its operands first.
         let kernels: Vec<_> = trace
             .kernels()
             .filter(|e| {
-                e.rank == r && !e.name.starts_with("block::") && !e.name.starts_with("transpose::")
+                e.rank == r
+                    && !e.name.starts_with("copy_fold::")
+                    && !e.name.starts_with("transpose::")
             })
             .collect();
         let names: Vec<&str> = kernels.iter().map(|e| e.name.as_str()).collect();

@@ -86,9 +86,9 @@ fn f16_gemm_accumulates_in_f32_every_layout_and_variant() {
     let variants = [
         GemmVariant::Auto,
         GemmVariant::Texture,
-        GemmVariant::Cpu,
+        GemmVariant::Buffer,
         GemmVariant::Tiled,
-        GemmVariant::Generic,
+        GemmVariant::PackedBuffer,
     ];
     for (case, &(mm, n, k)) in shapes.iter().enumerate() {
         let large = mm * n * k >= 1 << 24;

@@ -147,10 +147,11 @@ fn gemm_all_transposes_bias_accumulate() {
 #[test]
 fn gemm_each_variant_forced() {
     // Every kernel runs on any adapter when forced (the Tiled one is meant for
-    // real GPUs; Cpu falls back to Generic on shapes it cannot take, Texture
-    // copies 64-aligned untransposed operands in place, packs others). Aligned
-    // shapes with partial tiles exercise the Cpu kernel's clamped edges; K % 4
-    // != 0 with trans_a (and not trans_b) takes its zero-padded last K block.
+    // real GPUs; Buffer packs the operands it cannot read in place,
+    // PackedBuffer packs both always, Texture copies 64-aligned untransposed
+    // operands in place, packs others). Aligned shapes with partial tiles
+    // exercise the Buffer kernel's clamped edges; K % 4 != 0 with trans_a
+    // (and not trans_b) takes its zero-padded last K block.
     let m = mesh(1);
     let r = &m.ranks()[0];
     let mut rng = Rng::fresh("gemm_variants");
@@ -166,9 +167,9 @@ fn gemm_each_variant_forced() {
     ];
     for variant in [
         GemmVariant::Texture,
-        GemmVariant::Cpu,
+        GemmVariant::Buffer,
         GemmVariant::Tiled,
-        GemmVariant::Generic,
+        GemmVariant::PackedBuffer,
     ] {
         for &shape in &shapes {
             for ta in [false, true] {
@@ -186,14 +187,15 @@ fn gemm_each_variant_forced() {
 }
 
 #[test]
-fn gemm_layer_shapes_cpu_kernels() {
+fn gemm_layer_shapes_register_kernels() {
     // A layer-sized case per product (forward x·Wᵀ, dW = dyᵀx, dx = dy·W) on
-    // both CPU kernels: long K loops and several tiles in each direction;
-    // the last reads both operands in place into textures.
+    // both register kernels (textures, buffers): long K loops and several
+    // tiles in each direction; the last reads both operands in place into
+    // textures.
     let m = mesh(1);
     let r = &m.ranks()[0];
     let mut rng = Rng::fresh("gemm_layer");
-    for variant in [GemmVariant::Texture, GemmVariant::Cpu] {
+    for variant in [GemmVariant::Texture, GemmVariant::Buffer] {
         for (shape, ta, tb) in [
             ((64, 288, 512), false, true),
             ((288, 64, 512), true, false),
@@ -243,7 +245,7 @@ fn gemm_past_the_texture_limit_runs_in_parts_on_textures() {
     for ((mm, n, k), kernel, variant) in [
         ((8, 256, 8), textures, GemmVariant::Texture),
         ((70, 16, 8), textures, GemmVariant::Texture),
-        ((70, 16, 8), "gemm_cpu_", GemmVariant::Cpu),
+        ((70, 16, 8), "gemm_buf_", GemmVariant::Buffer),
     ] {
         let names = traced_gemm(&m, r, &mut rng, (mm, n, k), variant, (false, false));
         assert!(
@@ -251,7 +253,7 @@ fn gemm_past_the_texture_limit_runs_in_parts_on_textures() {
             "{mm}x{n}x{k}: {names:?}"
         );
         if variant == GemmVariant::Texture {
-            assert!(!names.iter().any(|n| n.contains("gemm_cpu_")), "{names:?}");
+            assert!(!names.iter().any(|n| n.contains("gemm_buf_")), "{names:?}");
         }
     }
 }

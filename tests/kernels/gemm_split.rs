@@ -104,7 +104,7 @@ fn products_past_the_texture_limit_split_into_parts_that_fit() {
     if r.device().is_cpu() {
         let buffer_kernel = trace
             .kernels()
-            .find(|e| e.name.starts_with("gemm::gemm_cpu"));
+            .find(|e| e.name.starts_with("gemm::gemm_buf"));
         assert!(
             buffer_kernel.is_none(),
             "ran {:?}",

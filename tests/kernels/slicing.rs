@@ -33,8 +33,9 @@ fn layout_kernels_narrow_and_concat() {
 }
 
 /// Runs of 4096 words or more are copied run by run (buffer copies), the
-/// rest by the block kernel: both give the host slices, on ragged shapes,
-/// for narrow and concat along the last and a middle dimension.
+/// rest by the block-copy kernel (`copy_fold`): both give the host slices,
+/// on ragged shapes, for narrow and concat along the last and a middle
+/// dimension.
 #[test]
 fn long_runs_narrow_and_concat_like_the_host() {
     let m = mesh(1);

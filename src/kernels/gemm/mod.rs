@@ -37,10 +37,11 @@
 //!   (GL llvmpipe) 16×16 or 8×16 per lane, each fetching its own rows.
 //!   Products under 2^24 multiply-adds take tiles that compile fast (8×8
 //!   shared, 4×8 without subgroups): compiling is what they wait for.
-//! - `Cpu`: the same register kernel reading storage buffers (4×4 on Mesa ≥
-//!   24, 4×16 on Mesa < 24 and GL), for operands the texture kernel cannot
-//!   take even in parts (`gemm/split.rs` splits products with a side past
-//!   the device's textures).
+//! - `Buffer`: the same register kernel reading storage buffers (4×4 on
+//!   Mesa ≥ 24, 4×16 on Mesa < 24 and GL), for operands the texture kernel
+//!   cannot take even in parts (`gemm/split.rs` splits products with a side
+//!   past the device's textures). `PackedBuffer` is it with both operands
+//!   always packed (the path ragged shapes take, forced).
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
 //! - `Gemv` (`super::gemv`): A of at most 8 rows (a decoding step's tokens),
 //!   B read as stored, on every adapter: one token's product streams each
@@ -52,9 +53,10 @@
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
 //! register tile, for tuning.
 //!
-//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|cpu|tiled|generic|gemv`
-//! forces one for [`gemm`] (read once per process); [`gemm_with`] picks one
-//! per call.
+//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|buffer|tiled|packed-buffer|gemv`
+//! forces one for [`gemm`] (read once per process; `cpu` and `generic` are
+//! accepted for `buffer` and `packed-buffer`); [`gemm_with`] picks one per
+//! call.
 //!
 //! Mixed precision: A and B may both be f16 (on adapters with `SHADER_F16`);
 //! the kernels widen each load and accumulate in f32, add the f32 bias and
@@ -216,7 +218,7 @@ fn gemm_impl(
             GemmVariant::Auto
                 if a.device().limits().max_compute_invocations_per_workgroup < 256 =>
             {
-                GemmVariant::Cpu
+                GemmVariant::Buffer
             }
             GemmVariant::Auto => GemmVariant::Tiled,
             v => v,
@@ -254,7 +256,7 @@ fn gemm_impl(
             {
                 return Ok(c);
             }
-            GemmVariant::Cpu
+            GemmVariant::Buffer
         }
         v => v,
     };
@@ -286,7 +288,7 @@ fn gemm_impl(
         };
         (lda, ldb) = (k, n);
     } else {
-        let force = variant == GemmVariant::Generic;
+        let force = variant == GemmVariant::PackedBuffer;
         let a_in_place = !force && !opts.trans_a && k % 4 == 0;
         let b_in_place = !force && !opts.trans_b && k % 4 == 0 && n % 4 == 0;
         (a_p, lda) = if a_in_place {

@@ -29,13 +29,13 @@ pub enum GemmVariant {
     /// Register-tiled, no workgroup memory, reading storage buffers. Operands
     /// whose layout it cannot read in place (transposed, or a contiguous
     /// dimension not a multiple of 4) are packed first.
-    Cpu,
+    Buffer,
     /// Workgroup-memory tiled: for real GPUs; any shape (transposed operands
     /// are packed first).
     Tiled,
-    /// The `Cpu` kernel with both operands always packed: the path ragged
+    /// The `Buffer` kernel with both operands always packed: the path ragged
     /// shapes take, forced (for tests and benchmarks).
-    Generic,
+    PackedBuffer,
     /// The small-M kernel (`shaders/gemv.wgsl`): A of at most
     /// [`GEMV_MAX_ROWS`](crate::kernels::gemv::GEMV_MAX_ROWS) rows, B read
     /// where it is stored (no pack, no texture). `Auto` takes it for such
@@ -45,8 +45,10 @@ pub enum GemmVariant {
 
 impl GemmVariant {
     /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
-    /// `sampled-texture`, `storage-texture`, `cpu`, `tiled`, `generic`, `gemv`;
-    /// anything else means `Auto`), read once per process.
+    /// `sampled-texture`, `storage-texture`, `buffer`, `tiled`,
+    /// `packed-buffer`, `gemv`; `cpu` and `generic`, the old names of
+    /// `buffer` and `packed-buffer`, still work; anything else means
+    /// `Auto`), read once per process.
     pub(super) fn from_env() -> GemmVariant {
         static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
         *VARIANT.get_or_init(|| {
@@ -58,9 +60,9 @@ impl GemmVariant {
                 "texture" => GemmVariant::Texture,
                 "sampled-texture" => GemmVariant::SampledTexture,
                 "storage-texture" => GemmVariant::StorageTexture,
-                "cpu" => GemmVariant::Cpu,
+                "buffer" | "cpu" => GemmVariant::Buffer,
                 "tiled" => GemmVariant::Tiled,
-                "generic" => GemmVariant::Generic,
+                "packed-buffer" | "generic" => GemmVariant::PackedBuffer,
                 "gemv" => GemmVariant::Gemv,
                 _ => GemmVariant::Auto,
             }

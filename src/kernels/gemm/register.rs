@@ -45,7 +45,7 @@ impl Tile {
         format!(
             "gemm_{}_{}x{}_{}{}{layout}",
             match reads {
-                Reads::Buffers => "cpu",
+                Reads::Buffers => "buf",
                 Reads::Textures => "tex",
                 Reads::StorageTextures => "img",
             },

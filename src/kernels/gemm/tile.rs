@@ -70,8 +70,9 @@ pub(crate) enum Lanes {
     SharedRows,
 }
 
-/// Register tile of the CPU kernel: `tm` rows × `tnv` vec4 columns of C per
-/// invocation, `wg` invocations per workgroup, split by `lanes`.
+/// Register tile of the register kernel (`register.rs`; buffers or
+/// textures): `tm` rows × `tnv` vec4 columns of C per invocation, `wg`
+/// invocations per workgroup, split by `lanes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Tile {
     pub(super) tm: usize,

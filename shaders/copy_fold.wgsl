@@ -1,4 +1,4 @@
-// Block kernels: the on-device copies and reductions of the shared-device
+// Block copy and fold kernels: the on-device copies and reductions of the shared-device
 // collectives (all ranks on one wgpu device), and narrow / concat on one rank.
 //
 // Both tensors are viewed as [outer, dim, inner] around one dimension; a block

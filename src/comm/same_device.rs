@@ -1,7 +1,8 @@
-//! Shared-device transport (all ranks on one wgpu device): nothing touches the
-//! host. Gathers, scatters and all-to-all are on-device copies
-//! ([`copy_block`]: `copy_buffer_to_buffer` for contiguous blocks, a strided
-//! copy kernel otherwise); reductions fold every participant's block into a
+//! Shared-device transport ([`Transport::SharedDevice`](super::Transport::SharedDevice):
+//! all ranks on one wgpu device): nothing touches the host. Gathers,
+//! scatters and all-to-all are on-device copies ([`copy_block`]:
+//! `copy_buffer_to_buffer` for contiguous blocks, a strided copy kernel
+//! otherwise); reductions fold every participant's block into a
 //! fresh output in participant order with [`fold_block`] (one pass per
 //! [`FOLD_INPUTS`] participants, each input read once). A result that is the
 //! same on every rank (all-gather, all-reduce, broadcast) is built once and
@@ -14,7 +15,7 @@ use super::plan::{AllToAll, Split, gathered_shape};
 use crate::device::{LocalTensor, Rank};
 use crate::element::ReduceOp;
 use crate::error::Result;
-use crate::kernels::block::{Block, FOLD_INPUTS, copy_block, fold_block};
+use crate::kernels::copy_fold::{Block, FOLD_INPUTS, copy_block, fold_block};
 use crate::shard::{outer_dim_inner, with_dim};
 
 /// `first` on its own rank followed by the same bytes on the remaining ranks.

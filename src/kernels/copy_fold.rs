@@ -1,4 +1,4 @@
-//! Block copy and fold (`shaders/block.wgsl`): the on-device building blocks
+//! Block copy and fold (`shaders/copy_fold.wgsl`): the on-device building blocks
 //! of the shared-device collectives in [`crate::comm`] and of slicing
 //! (`narrow` / `concat`).
 //!
@@ -15,7 +15,7 @@ use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 
-const SOURCE: &str = grid_source!("block.wgsl");
+const SOURCE: &str = grid_source!("copy_fold.wgsl");
 const COPY_BINDINGS: &[Access] = &[Access::Read, Access::ReadWrite];
 const FOLD_BINDINGS: &[Access] = &[
     Access::Read,
@@ -163,7 +163,7 @@ pub(crate) fn copy_block(src: &LocalTensor, dst: &LocalTensor, b: Block) -> Resu
             Ok(())
         }
         None => {
-            let spec = KernelSpec::new("block", SOURCE, COPY_BINDINGS, "copy_block");
+            let spec = KernelSpec::new("copy_fold", SOURCE, COPY_BINDINGS, "copy_block");
             dispatch("copy_block", spec, &[src, dst], b)
         }
     }
@@ -219,7 +219,7 @@ pub(crate) fn fold_block(
         .collect();
     buffers.push(dst);
     let spec = |entry| {
-        KernelSpec::new("block", SOURCE, FOLD_BINDINGS, entry).with_constants(vec![
+        KernelSpec::new("copy_fold", SOURCE, FOLD_BINDINGS, entry).with_constants(vec![
             ("OP", code),
             ("COUNT", srcs.len() as f64),
             ("ACCUMULATE", f64::from(u8::from(accumulate))),
