@@ -4,12 +4,11 @@
 //! including the ring-overlapped forms of the sequence-parallel pair
 //! (`ring.rs`) and the linear products fused with them
 //! (`ring_gather_linear.rs`, `ring_linear_scatter.rs`; `scatter_bias.rs`
-//! for the plain reduce-scatter with a bias), and element-wise operations that keep the placement
-//! (`elementwise.rs`: `add`, `scale`, activations), and the per-shard
-//! products layers are written on (`matmul.rs`: `matmul`; `rows.rs`:
-//! `add_row`, `sum_rows`), which communicate nothing. Layers above talk to
-//! communication only through these.
-
+//! for the plain reduce-scatter with a bias); element-wise operations that
+//! keep the placement (`elementwise.rs`: `add`, `scale`, activations); and
+//! the per-shard products layers are written on (`matmul.rs`: `matmul`;
+//! `rows.rs`: `add_row`, `sum_rows`), which communicate nothing. Layers
+//! above talk to communication only through these.
 mod autograd;
 mod dtensor;
 mod elementwise;
