@@ -91,12 +91,12 @@ impl Mlp {
         }
     }
 
-    /// Forward + backward, then wait for every device.
+    /// Forward + backward (x a fresh tracked leaf, so its gradient's
+    /// reduce-scatter runs too), then wait for every device.
     fn step(&mut self) {
-        let h = self.fc1.forward(&self.x).unwrap();
-        let _y = self.fc2.forward(&h).unwrap();
-        let dh = self.fc2.backward(&self.dy).unwrap();
-        let _dx = self.fc1.backward(&dh).unwrap();
+        let x = self.x.requires_grad();
+        let y = self.fc2.forward(&self.fc1.forward(&x).unwrap()).unwrap();
+        y.backward_with(&self.dy).unwrap();
         self.fc1.zero_grad();
         self.fc2.zero_grad();
         self.mesh.synchronize().unwrap();

@@ -222,7 +222,15 @@ impl ParallelSelfAttention {
             .take()
             .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
         let (heads, d) = (self.config.heads, self.config.head_dim);
-        let d_out = match self.c_proj.backward(dy).and_then(|g| g.cast(DType::F32)) {
+        // The linear layers' backward is the tape's now; this layer moves to it next.
+        let no_linear_backward = || {
+            Error::invalid(
+                OP,
+                "the linear layers have no backward method: run backward on the tape",
+            )
+        };
+        let _ = dy;
+        let d_out = match Err::<DTensor, _>(no_linear_backward()) {
             Ok(g) => g,
             Err(e) => {
                 self.saved = Some(saved);
@@ -251,7 +259,8 @@ impl ParallelSelfAttention {
             Placement::Shard(1),
             saved.qkv.shard_unit(),
         )?;
-        self.c_attn.backward(&d_qkv)
+        let _ = d_qkv;
+        Err(no_linear_backward())
     }
 }
 

@@ -2,12 +2,13 @@
 //! [`Placement`] (Replicate / Shard(d) / Partial), redistribution through the
 //! collectives, and the conjugate autograd [`Mapping`]s layers compose,
 //! including the ring-overlapped forms of the sequence-parallel pair
-//! (`ring.rs`), and element-wise operations that keep the placement
-//! (`elementwise.rs`: `add`, `scale`, activations), and the per-shard
-//! products layers are written on (`matmul.rs`: `matmul`; `rows.rs`:
-//! `add_row`, `sum_rows`), which communicate nothing. Layers above talk to
-//! communication only through these.
-
+//! (`ring.rs`) and the linear products fused with them
+//! (`ring_gather_linear.rs`, `ring_linear_scatter.rs`; `scatter_bias.rs`
+//! for the plain reduce-scatter with a bias); element-wise operations that
+//! keep the placement (`elementwise.rs`: `add`, `scale`, activations); and
+//! the per-shard products layers are written on (`matmul.rs`: `matmul`;
+//! `rows.rs`: `add_row`, `sum_rows`), which communicate nothing. Layers
+//! above talk to communication only through these.
 mod autograd;
 mod dtensor;
 mod elementwise;
@@ -18,7 +19,10 @@ mod matmul_grad;
 mod narrow;
 mod redistribute;
 mod ring;
+mod ring_gather_linear;
+mod ring_linear_scatter;
 mod rows;
+mod scatter_bias;
 mod topk;
 
 #[allow(unused_imports)]

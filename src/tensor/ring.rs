@@ -16,6 +16,7 @@
 use super::dtensor::{DTensor, Placement};
 use crate::comm::RingShift;
 use crate::device::{LocalTensor, Mesh};
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
 use crate::shard::split_range;
@@ -123,4 +124,58 @@ pub(crate) fn expect_tokens_split(op: &'static str, x: &DTensor) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `x` is split along tokens as the ring's chunks are: rank r holds token
+/// chunk r of the plain uneven split (units of 1).
+pub(super) fn expect_token_chunks(op: &'static str, x: &DTensor) -> Result<()> {
+    expect_tokens_split(op, x)?;
+    let (p, tokens) = (x.mesh().size(), x.shape().first().copied().unwrap_or(0));
+    let rows: Vec<usize> = x.shards().iter().map(|s| s.shape()[0]).collect();
+    let want: Vec<usize> = (0..p).map(|r| split_range(tokens, p, r).len()).collect();
+    if rows != want {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the tokens are split {rows:?} over the ranks (shard unit {}), but the ring's \
+                 chunks follow the plain split {want:?}: redistribute to Shard(0) first",
+                x.shard_unit()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The operands of a ring-fused linear product: `x` `[T, K]` and `w`
+/// `[N, K]`, both f32 (the ring moves f32 chunks), on one mesh. Gives
+/// `(T, K, N)`.
+pub(super) fn ring_operands(
+    op: &'static str,
+    x: &DTensor,
+    w: &DTensor,
+) -> Result<(usize, usize, usize)> {
+    if !x.mesh().same_as(w.mesh()) {
+        return Err(Error::invalid(op, "the operands live on different meshes"));
+    }
+    let [t, k] = match *x.shape() {
+        [t, k] => [t, k],
+        ref s => return Err(Error::shape(op, "x as a 2-D tensor [T, K]", s)),
+    };
+    let n = match *w.shape() {
+        [n, kw] if kw == k => n,
+        ref s => return Err(Error::shape(op, format!("w [N, {k}] (x's K)"), s)),
+    };
+    for t in [x, w] {
+        if t.dtype() != DType::F32 {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the ring moves f32 chunks, got {:?} operands: cast to f32, or use the \
+                     collective form (a Mapping and DTensor::linear)",
+                    t.dtype()
+                ),
+            ));
+        }
+    }
+    Ok((t, k, n))
 }

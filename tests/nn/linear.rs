@@ -2,8 +2,9 @@
 //! gathered parameter gradients equal an f64 reference and the P = 1 run, for
 //! every world size and ragged sizes; two SGD steps land on the same weights;
 //! communication counts match docs/MATH.md's table ("Communication per call")
-//! exactly; seeded and strided initialisation; bad inputs. (The same layers
-//! sequence-parallel: `nn::sequence_parallel`.)
+//! exactly; seeded and strided initialisation; bad inputs. Backward is the
+//! tape's: `y.backward_with(dy)` from the layer's output, x a tracked leaf.
+//! (The same layers sequence-parallel: `nn::sequence_parallel`.)
 
 use super::TOL;
 use crate::util::reference::{linear_grads, widen};
@@ -36,8 +37,10 @@ fn column_parallel_matches_reference_p1_2_3_4_8() {
                 let m = counting_mesh(p);
                 let mut cfg = ColumnParallelConfig::new(inp, out);
                 cfg.gather_output = gather;
-                let mut layer = ColumnParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
-                let xd = DTensor::from_host(&m, &[t, inp], &x, Placement::Replicate).unwrap();
+                let layer = ColumnParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
+                let xd = DTensor::from_host(&m, &[t, inp], &x, Placement::Replicate)
+                    .unwrap()
+                    .requires_grad();
                 m.reset_comm_stats();
                 let y = layer.forward(&xd).unwrap();
                 let fwd_gathers = m.comm_calls(Collective::AllGather);
@@ -57,7 +60,8 @@ fn column_parallel_matches_reference_p1_2_3_4_8() {
                 }
                 let dyd = DTensor::from_host(&m, &[t, out], &dy, y.placement()).unwrap();
                 m.reset_comm_stats();
-                let dx = layer.backward(&dyd).unwrap();
+                y.backward_with(&dyd).unwrap();
+                let dx = xd.grad().unwrap();
                 // docs/MATH.md, "Communication per call": forward none (1
                 // all-gather with gather_output), backward 1 all-reduce.
                 if p > 1 {
@@ -93,13 +97,15 @@ fn row_parallel_matches_reference_p1_2_3_4_8() {
                 let m = counting_mesh(p);
                 let mut cfg = RowParallelConfig::new(inp, out);
                 cfg.input_is_parallel = parallel_in;
-                let mut layer = RowParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
+                let layer = RowParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
                 let xp = if parallel_in {
                     Placement::Shard(1)
                 } else {
                     Placement::Replicate
                 };
-                let xd = DTensor::from_host(&m, &[t, inp], &x, xp).unwrap();
+                let xd = DTensor::from_host(&m, &[t, inp], &x, xp)
+                    .unwrap()
+                    .requires_grad();
                 m.reset_comm_stats();
                 let y = layer.forward(&xd).unwrap();
                 if p > 1 {
@@ -108,7 +114,8 @@ fn row_parallel_matches_reference_p1_2_3_4_8() {
                 assert_eq!(y.placement(), Placement::Replicate);
                 let dyd = DTensor::from_host(&m, &[t, out], &dy, Placement::Replicate).unwrap();
                 m.reset_comm_stats();
-                let dx = layer.backward(&dyd).unwrap();
+                y.backward_with(&dyd).unwrap();
+                let dx = xd.grad().unwrap();
                 if p > 1 {
                     // input_is_parallel: no communication; else the scatter's backward all-gathers.
                     let stats = m.comm_stats();
@@ -128,7 +135,8 @@ fn row_parallel_matches_reference_p1_2_3_4_8() {
 }
 
 /// The Megatron MLP: Column(no gather) → Row(input_is_parallel) does exactly
-/// one all-reduce forward and one backward; two SGD steps give the serial weights.
+/// one all-reduce forward and one backward (x's gradient: x is tracked); two
+/// SGD steps give the serial weights.
 #[test]
 fn mlp_comm_counts_and_sgd_steps_match_serial_p1_2_3_4_8() {
     let _counting = count_lock();
@@ -146,21 +154,23 @@ fn mlp_comm_counts_and_sgd_steps_match_serial_p1_2_3_4_8() {
         let mut opt1 = Sgd::new(0.1).with_momentum(0.9);
         let mut opt2 = Sgd::new(0.1).with_momentum(0.9);
         for step in 0..2 {
-            let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Replicate).unwrap();
+            let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Replicate)
+                .unwrap()
+                .requires_grad();
             m.reset_comm_stats();
             let y = fc2.forward(&fc1.forward(&xd).unwrap()).unwrap();
             let fwd = m.comm_stats();
             let dyd = DTensor::from_host(&m, &[t, d], &dy, Placement::Replicate).unwrap();
             m.reset_comm_stats();
-            let _dx = fc1.backward(&fc2.backward(&dyd).unwrap()).unwrap();
+            y.backward_with(&dyd).unwrap();
             let bwd = m.comm_stats();
+            assert!(xd.grad().is_some());
             if p > 1 && step == 0 {
                 assert_only(&fwd, Collective::AllReduce, 1, "MLP forward");
                 assert_only(&bwd, Collective::AllReduce, 1, "MLP backward");
                 // payload: every rank contributes a [t, d] f32 tensor.
                 assert_eq!(fwd[&Collective::AllReduce].bytes, (p * t * d * 4) as u64);
             }
-            let _ = y;
             opt1.step(&mut fc1).unwrap();
             opt2.step(&mut fc2).unwrap();
             fc1.zero_grad();
@@ -209,7 +219,7 @@ fn seeded_init_gives_serial_weights_and_stride_round_trips_p1_2_3_4_8() {
 #[test]
 fn bad_inputs_are_errors_and_keep_state() {
     let m = mesh(2);
-    let mut layer =
+    let layer =
         ColumnParallelLinear::new(&m, ColumnParallelConfig::new(4, 6), &mut InitRng::new(1))
             .unwrap();
     let before = layer.master_weight().unwrap();
@@ -223,15 +233,18 @@ fn bad_inputs_are_errors_and_keep_state() {
         layer.forward(&sharded).is_err(),
         "column input must be replicated"
     );
-    let dy = DTensor::from_host(&m, &[3, 6], &[0.0; 18], Placement::Shard(1)).unwrap();
-    assert!(layer.backward(&dy).is_err(), "backward before forward");
     let x = DTensor::from_host(&m, &[3, 4], &[1.0; 12], Placement::Replicate).unwrap();
     let y = layer.forward(&x).unwrap();
     let bad_dy = DTensor::from_host(&m, &[2, 6], &[0.0; 12], Placement::Shard(1)).unwrap();
-    assert!(layer.backward(&bad_dy).is_err());
-    // The saved input survived the bad call: the right gradient still works.
+    assert!(y.backward_with(&bad_dy).is_err());
+    assert!(
+        layer.weight.grad().is_none(),
+        "a refused backward adds nothing"
+    );
+    // The graph survived the bad call: the right gradient still works.
     let dy = DTensor::from_host(&m, &[3, 6], &[1.0; 18], y.placement()).unwrap();
-    layer.backward(&dy).unwrap();
+    y.backward_with(&dy).unwrap();
+    assert!(layer.weight.grad().is_some());
     assert_eq!(layer.master_weight().unwrap(), before);
     assert!(
         ColumnParallelLinear::from_master(

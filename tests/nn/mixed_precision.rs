@@ -90,11 +90,14 @@ fn column_parallel_in_f16_matches_f64_every_world_size() {
             } else {
                 Placement::Replicate
             };
-            let mut layer = ColumnParallelLinear::from_master(m, cfg, &w, Some(&b)).unwrap();
-            let xd = DTensor::from_host_f16(m, &[t, inp], &x, x_place).unwrap();
+            let layer = ColumnParallelLinear::from_master(m, cfg, &w, Some(&b)).unwrap();
+            let xd = DTensor::from_host_f16(m, &[t, inp], &x, x_place)
+                .unwrap()
+                .requires_grad();
             let y = layer.forward(&xd).unwrap();
             let dyd = DTensor::from_host_f16(m, &[t, out], &dy, y.placement()).unwrap();
-            let dx = layer.backward(&dyd).unwrap();
+            y.backward_with(&dyd).unwrap();
+            let dx = xd.grad().unwrap();
             assert_eq!(dx.placement(), x_place);
             check(
                 &format!("column {kind} sp={sp} {t}x{inp}x{out}"),
@@ -127,11 +130,14 @@ fn row_parallel_in_f16_matches_f64_every_world_size() {
             } else {
                 Placement::Replicate
             };
-            let mut layer = RowParallelLinear::from_master(m, cfg, &w, Some(&b)).unwrap();
-            let xd = DTensor::from_host_f16(m, &[t, inp], &x, x_place).unwrap();
+            let layer = RowParallelLinear::from_master(m, cfg, &w, Some(&b)).unwrap();
+            let xd = DTensor::from_host_f16(m, &[t, inp], &x, x_place)
+                .unwrap()
+                .requires_grad();
             let y = layer.forward(&xd).unwrap();
             let dyd = DTensor::from_host_f16(m, &[t, out], &dy, y.placement()).unwrap();
-            let dx = layer.backward(&dyd).unwrap();
+            y.backward_with(&dyd).unwrap();
+            let dx = xd.grad().unwrap();
             check(
                 &format!("row {kind} sp={sp} {t}x{inp}x{out}"),
                 &y,
@@ -160,7 +166,7 @@ fn f32_masters_keep_updates_f16_weights_would_lose() {
         .forward(&DTensor::from_host_f16(&m, &[t, inp], &x, Placement::Replicate).unwrap())
         .unwrap();
     let dyd = DTensor::from_host_f16(&m, &[t, out], &dy, y.placement()).unwrap();
-    layer.backward(&dyd).unwrap();
+    y.backward_with(&dyd).unwrap();
     let g = layer.weight.master_grad().unwrap().unwrap();
     let lr = 1e-5;
     Sgd::new(lr).step(&mut layer).unwrap();
@@ -195,7 +201,7 @@ fn ring_overlap_refuses_f16_and_the_layer_stays_usable() {
     let mut cfg = ColumnParallelConfig::new(inp, out);
     cfg.sequence_parallel = true;
     cfg.overlap = Overlap::Ring;
-    let mut layer = ColumnParallelLinear::new(&m, cfg, &mut wgpu_tp::nn::InitRng::new(3)).unwrap();
+    let layer = ColumnParallelLinear::new(&m, cfg, &mut wgpu_tp::nn::InitRng::new(3)).unwrap();
     let x = vec![0.5; t * inp];
     let x16 = DTensor::from_host_f16(&m, &[t, inp], &x, Placement::Shard(0)).unwrap();
     match layer.forward(&x16) {
@@ -205,14 +211,13 @@ fn ring_overlap_refuses_f16_and_the_layer_stays_usable() {
     let x32 = DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(0)).unwrap();
     let y = layer.forward(&x32).unwrap();
     assert_eq!((y.dtype(), y.shape()), (DType::F32, &[t, out][..]));
-    // An f16 gradient is refused too, and the saved input survives it.
+    // An f16 gradient reaches the ring's VJP widened to the output's f32.
+    let x32 = x32.requires_grad();
+    let y = layer.forward(&x32).unwrap();
     let dy16 = DTensor::from_host_f16(&m, &[t, out], &vec![1.0; t * out], y.placement()).unwrap();
-    assert!(matches!(
-        layer.backward(&dy16),
-        Err(Error::DTypeMismatch { .. })
-    ));
-    let dy32 = DTensor::from_host(&m, &[t, out], &vec![1.0; t * out], y.placement()).unwrap();
-    assert_eq!(layer.backward(&dy32).unwrap().dtype(), DType::F32);
+    y.backward_with(&dy16).unwrap();
+    assert_eq!(x32.grad().unwrap().dtype(), DType::F32);
+    assert_eq!(layer.weight.grad().unwrap().dtype(), DType::F32);
 }
 
 fn round64(x: &[f64]) -> Vec<f64> {

@@ -11,7 +11,7 @@ use crate::util::{
     Rng, WORLD_SIZES, assert_close, assert_only, count_lock, counting_mesh, masters, mesh,
     mesh_env, token_batch,
 };
-use wgpu_tp::kernels::{self, Activation};
+use wgpu_tp::kernels::Activation;
 use wgpu_tp::nn::{
     AdamW, ColumnParallelConfig, ColumnParallelLinear, MlpLanguageModel, MlpLmConfig, Module,
     Parameter, RowParallelConfig, RowParallelLinear, Sgd, prefixed, prefixed_mut,
@@ -100,43 +100,21 @@ fn lm_loss_reference(
 struct Mlp {
     fc1: ColumnParallelLinear,
     fc2: RowParallelLinear,
-    pre: Option<DTensor>,
+    out: Option<DTensor>,
 }
 
 impl Mlp {
     fn forward(&mut self, x: &DTensor) -> DTensor {
         let pre = self.fc1.forward(x).unwrap();
-        let act = DTensor::from_shards(
-            pre.mesh(),
-            pre.shards()
-                .iter()
-                .map(|s| kernels::activation(s, Activation::Gelu))
-                .collect::<wgpu_tp::Result<Vec<_>>>()
-                .unwrap(),
-            pre.shape(),
-            pre.placement(),
-        )
-        .unwrap();
-        self.pre = Some(pre);
-        self.fc2.forward(&act).unwrap()
+        let act = pre.activation(Activation::Gelu).unwrap();
+        let out = self.fc2.forward(&act).unwrap();
+        self.out = Some(out.clone());
+        out
     }
 
+    /// The layers' backward is the tape's: from the saved output.
     fn backward(&mut self, dy: &DTensor) {
-        let pre = self.pre.take().unwrap();
-        let dact = self.fc2.backward(dy).unwrap();
-        let dpre = DTensor::from_shards(
-            pre.mesh(),
-            pre.shards()
-                .iter()
-                .zip(dact.shards())
-                .map(|(x, g)| kernels::activation_backward(x, g, Activation::Gelu))
-                .collect::<wgpu_tp::Result<Vec<_>>>()
-                .unwrap(),
-            pre.shape(),
-            pre.placement(),
-        )
-        .unwrap();
-        self.fc1.backward(&dpre).unwrap();
+        self.out.take().unwrap().backward_with(dy).unwrap();
     }
 }
 
@@ -182,7 +160,7 @@ fn two_layer_mlp_trains_like_serial_and_f64_p1_3_4() {
                 Some(&vec![0.0; d]),
             )
             .unwrap(),
-            pre: None,
+            out: None,
         };
         let mut opt = Sgd::new(lr as f32);
         let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Replicate).unwrap();

@@ -31,11 +31,8 @@ fn forward_after_an_optimiser_step_uses_the_new_weights_p1_2_3_4_8() {
         let (mut opt1, mut opt2) = (AdamW::new(0.05), AdamW::new(0.05));
         // Two forwards per step: packs are kept from their second use.
         for step in 0..4 {
-            let y = fc2
-                .forward(&fc1.forward(&xd).unwrap())
-                .unwrap()
-                .to_host()
-                .unwrap();
+            let out = fc2.forward(&fc1.forward(&xd).unwrap()).unwrap();
+            let y = out.to_host().unwrap();
             // The reference from the weights as they are now.
             let (v1, v2) = (fc1.master_weight().unwrap(), fc2.master_weight().unwrap());
             let (b1, b2) = (
@@ -48,7 +45,7 @@ fn forward_after_an_optimiser_step_uses_the_new_weights_p1_2_3_4_8() {
             if step % 2 == 0 {
                 continue;
             }
-            fc1.backward(&fc2.backward(&dyd).unwrap()).unwrap();
+            out.backward_with(&dyd).unwrap();
             opt1.step(&mut fc1).unwrap();
             opt2.step(&mut fc2).unwrap();
             fc1.zero_grad();

@@ -4,8 +4,9 @@
 //! counts (13 tokens on 8 ranks: some hold 1; 3 tokens on 4 or 8 ranks: some
 //! hold none): outputs, input gradients and gathered parameter gradients equal
 //! an f64 reference and the non-sequence-parallel layers; communication counts
-//! are exact; misconfigurations are clear errors. (The ring step itself:
-//! `comm::ring`.)
+//! are exact; misconfigurations are clear errors. Backward is the tape's,
+//! from the output with x a tracked leaf. (The ring step itself:
+//! `comm::ring`; the fused ring products' own VJPs: `tensor::grad_ring`.)
 
 use super::TOL;
 use crate::util::reference::{LinearGrads, gemm, linear, linear_grads, sum_rows, widen};
@@ -47,16 +48,32 @@ fn plain_column(
     x: &[f32],
     dy: &[f32],
 ) -> [Vec<f32>; 4] {
-    let mut l =
-        ColumnParallelLinear::from_master(m, ColumnParallelConfig::new(inp, out), w, Some(b))
-            .unwrap();
-    let y = l
-        .forward(&DTensor::from_host(m, &[t, inp], x, Placement::Replicate).unwrap())
+    let l = ColumnParallelLinear::from_master(m, ColumnParallelConfig::new(inp, out), w, Some(b))
         .unwrap();
-    let dx = l
-        .backward(&DTensor::from_host(m, &[t, out], dy, Placement::Shard(1)).unwrap())
-        .unwrap();
+    let (y, dx) = run(
+        m,
+        &|x| l.forward(x),
+        (x, &[t, inp], Placement::Replicate),
+        dy,
+    );
     linear_results(&y, &dx, &l)
+}
+
+/// `f(x)` with x a tracked leaf, then backward from it with `dy` placed like
+/// the output: `(y, dx)`.
+fn run(
+    m: &Mesh,
+    f: &dyn Fn(&DTensor) -> wgpu_tp::Result<DTensor>,
+    (x, shape, placement): (&[f32], &[usize], Placement),
+    dy: &[f32],
+) -> (DTensor, DTensor) {
+    let xd = DTensor::from_host(m, shape, x, placement)
+        .unwrap()
+        .requires_grad();
+    let y = f(&xd).unwrap();
+    let dyd = DTensor::from_host(m, y.shape(), dy, y.placement()).unwrap();
+    y.backward_with(&dyd).unwrap();
+    (y, xd.grad().unwrap())
 }
 
 #[test]
@@ -81,19 +98,15 @@ fn column_sequence_parallel_matches_reference_on_every_world_size_and_transport(
                         );
                         let mut cfg = column_cfg(inp, out, overlap);
                         cfg.gather_output = gather;
-                        let mut l =
-                            ColumnParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
-                        let xd =
-                            DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(0)).unwrap();
-                        let y = l.forward(&xd).unwrap();
+                        let l = ColumnParallelLinear::from_master(&m, cfg, &w, Some(&b)).unwrap();
+                        let x_in = (&x[..], &[t, inp][..], Placement::Shard(0));
+                        let (y, dx) = run(&m, &|x| l.forward(x), x_in, &dy);
                         let yp = if gather {
                             Placement::Replicate
                         } else {
                             Placement::Shard(1)
                         };
                         assert_eq!(y.placement(), yp, "{what}");
-                        let dyd = DTensor::from_host(&m, &[t, out], &dy, yp).unwrap();
-                        let dx = l.backward(&dyd).unwrap();
                         assert_eq!(dx.placement(), Placement::Shard(0), "{what}");
                         let got = linear_results(&y, &dx, &l);
                         assert_linear_close(&what, &got, &want, TOL);
@@ -119,31 +132,27 @@ fn row_sequence_parallel_matches_reference_on_every_world_size_and_transport() {
         for &p in WORLD_SIZES {
             for (kind, m) in meshes(p) {
                 // The plain row layer on the same mesh.
-                let mut plain = RowParallelLinear::from_master(
+                let plain = RowParallelLinear::from_master(
                     &m,
                     RowParallelConfig::new(inp, out),
                     &w,
                     Some(&b),
                 )
                 .unwrap();
-                let xd = DTensor::from_host(&m, &[t, inp], &x, Placement::Shard(1)).unwrap();
-                let plain_y = plain.forward(&xd).unwrap();
-                let dyr = DTensor::from_host(&m, &[t, out], &dy, Placement::Replicate).unwrap();
-                let plain_dx = plain.backward(&dyr).unwrap();
+                let x_in = (&x[..], &[t, inp][..], Placement::Shard(1));
+                let (plain_y, plain_dx) = run(&m, &|x| plain.forward(x), x_in, &dy);
                 let plain = LinearGrads::from_host(&linear_results(&plain_y, &plain_dx, &plain));
                 for &overlap in OVERLAPS {
                     let what = format!("row SP (P={p}, {kind}, {overlap:?}, {t}x{inp}x{out})");
-                    let mut l = RowParallelLinear::from_master(
+                    let l = RowParallelLinear::from_master(
                         &m,
                         row_cfg(inp, out, overlap),
                         &w,
                         Some(&b),
                     )
                     .unwrap();
-                    let y = l.forward(&xd).unwrap();
+                    let (y, dx) = run(&m, &|x| l.forward(x), x_in, &dy);
                     assert_eq!(y.placement(), Placement::Shard(0), "{what}");
-                    let dyd = DTensor::from_host(&m, &[t, out], &dy, Placement::Shard(0)).unwrap();
-                    let dx = l.backward(&dyd).unwrap();
                     assert_eq!(dx.placement(), Placement::Shard(1), "{what}");
                     let got = linear_results(&y, &dx, &l);
                     assert_linear_close(&what, &got, &want, TOL);
@@ -184,46 +193,45 @@ fn column_to_row_sequence_parallel_chain_matches_reference_and_plain_mlp() {
         for &p in WORLD_SIZES {
             for (kind, m) in meshes(p) {
                 // Plain Megatron MLP on the same mesh.
-                let mut f1 = ColumnParallelLinear::from_master(
+                let f1 = ColumnParallelLinear::from_master(
                     &m,
                     ColumnParallelConfig::new(d, h),
                     &w1,
                     Some(&b1),
                 )
                 .unwrap();
-                let mut f2 = RowParallelLinear::from_master(
+                let f2 = RowParallelLinear::from_master(
                     &m,
                     RowParallelConfig::new(h, d),
                     &w2,
                     Some(&b2),
                 )
                 .unwrap();
-                let xr = DTensor::from_host(&m, &[t, d], &x, Placement::Replicate).unwrap();
-                let plain_y = f2.forward(&f1.forward(&xr).unwrap()).unwrap();
-                let dyr = DTensor::from_host(&m, &[t, d], &dy, Placement::Replicate).unwrap();
-                let plain_dx = f1.backward(&f2.backward(&dyr).unwrap()).unwrap();
+                let mlp = |f1: &ColumnParallelLinear, f2: &RowParallelLinear, x: &DTensor| {
+                    f2.forward(&f1.forward(x)?)
+                };
+                let x_in = (&x[..], &[t, d][..], Placement::Replicate);
+                let (plain_y, plain_dx) = run(&m, &|x| mlp(&f1, &f2, x), x_in, &dy);
                 let plain_y = plain_y.to_host().unwrap();
                 let plain_dx = plain_dx.to_host().unwrap();
                 for &overlap in OVERLAPS {
                     let what = format!("SP MLP (P={p}, {kind}, {overlap:?}, {t}x{d}x{h})");
-                    let mut fc1 = ColumnParallelLinear::from_master(
+                    let fc1 = ColumnParallelLinear::from_master(
                         &m,
                         column_cfg(d, h, overlap),
                         &w1,
                         Some(&b1),
                     )
                     .unwrap();
-                    let mut fc2 =
+                    let fc2 =
                         RowParallelLinear::from_master(&m, row_cfg(h, d, overlap), &w2, Some(&b2))
                             .unwrap();
-                    let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Shard(0)).unwrap();
-                    let y = fc2.forward(&fc1.forward(&xd).unwrap()).unwrap();
+                    let x_in = (&x[..], &[t, d][..], Placement::Shard(0));
+                    let (y, dx) = run(&m, &|x| mlp(&fc1, &fc2, x), x_in, &dy);
                     assert_eq!(y.placement(), Placement::Shard(0), "{what}");
                     let yv = y.to_host().unwrap();
                     assert_close(&format!("{what} y"), &yv, &want_y, TOL);
                     assert_close(&format!("{what} y vs plain"), &yv, &widen(&plain_y), TOL);
-                    let dyd = DTensor::from_host(&m, &[t, d], &dy, Placement::Shard(0)).unwrap();
-                    let dx = fc1.backward(&fc2.backward(&dyd).unwrap()).unwrap();
                     assert_eq!(dx.placement(), Placement::Shard(0), "{what}");
                     let dxv = dx.to_host().unwrap();
                     assert_close(&format!("{what} dx"), &dxv, &want_dx, TOL);
@@ -252,7 +260,8 @@ fn column_to_row_sequence_parallel_chain_matches_reference_and_plain_mlp() {
 /// Column(SP): forward 1 all-gather, backward 1 reduce-scatter; Row(SP):
 /// forward 1 reduce-scatter, backward 1 all-gather. With the ring: P − 1
 /// SendRecv steps per gather / reduce-scatter and no collective at all.
-/// P = 1 communicates nothing in any mode.
+/// P = 1 communicates nothing in any mode. (The hidden activation is cut
+/// into a fresh leaf so each layer's backward runs, and is counted, alone.)
 #[test]
 fn sequence_parallel_comm_counts_are_exact() {
     let _counting = count_lock();
@@ -264,21 +273,23 @@ fn sequence_parallel_comm_counts_are_exact() {
         for (kind, m) in counting_meshes(p) {
             for &overlap in OVERLAPS {
                 let what = format!("P={p}, {kind}, {overlap:?}");
-                let mut fc1 = ColumnParallelLinear::from_master(
+                let fc1 = ColumnParallelLinear::from_master(
                     &m,
                     column_cfg(d, h, overlap),
                     &w1,
                     Some(&vec![0.0; h]),
                 )
                 .unwrap();
-                let mut fc2 = RowParallelLinear::from_master(
+                let fc2 = RowParallelLinear::from_master(
                     &m,
                     row_cfg(h, d, overlap),
                     &w2,
                     Some(&vec![0.0; d]),
                 )
                 .unwrap();
-                let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Shard(0)).unwrap();
+                let xd = DTensor::from_host(&m, &[t, d], &x, Placement::Shard(0))
+                    .unwrap()
+                    .requires_grad();
                 let dyd = DTensor::from_host(&m, &[t, d], &dy, Placement::Shard(0)).unwrap();
                 let phase = |label: &str, f: &mut dyn FnMut() -> DTensor| {
                     m.reset_comm_stats();
@@ -287,9 +298,17 @@ fn sequence_parallel_comm_counts_are_exact() {
                     (out, stats, format!("{what}: {label}"))
                 };
                 let (hid, s1, l1) = phase("column fwd", &mut || fc1.forward(&xd).unwrap());
-                let (_y, s2, l2) = phase("row fwd", &mut || fc2.forward(&hid).unwrap());
-                let (dh, s3, l3) = phase("row bwd", &mut || fc2.backward(&dyd).unwrap());
-                let (_dx, s4, l4) = phase("column bwd", &mut || fc1.backward(&dh).unwrap());
+                let cut = hid.detach().requires_grad();
+                let (y, s2, l2) = phase("row fwd", &mut || fc2.forward(&cut).unwrap());
+                let (dh, s3, l3) = phase("row bwd", &mut || {
+                    y.backward_with(&dyd).unwrap();
+                    cut.grad().unwrap()
+                });
+                let (dx, s4, l4) = phase("column bwd", &mut || {
+                    hid.backward_with(&dh).unwrap();
+                    xd.grad().unwrap()
+                });
+                assert_eq!(dx.placement(), Placement::Shard(0), "{what}");
                 if p == 1 {
                     for (s, l) in [(&s1, &l1), (&s2, &l2), (&s3, &l3), (&s4, &l4)] {
                         assert!(s.is_empty(), "{l}: P = 1 communicates nothing, got {s:?}");
@@ -341,20 +360,30 @@ fn sequence_parallel_misconfigurations_are_clear_errors() {
     assert!(e.to_string().contains("input_is_parallel"), "{e}");
     // A replicated input to a sequence-parallel column layer, in both modes.
     for overlap in OVERLAPS {
-        let mut l =
+        let l =
             ColumnParallelLinear::from_master(&m, column_cfg(3, 4, *overlap), &w, Some(&[0.0; 4]))
                 .unwrap();
         let x = DTensor::from_host(&m, &[5, 3], &[1.0; 15], Placement::Replicate).unwrap();
         assert!(l.forward(&x).is_err(), "{overlap:?}: replicated input");
         let x = DTensor::from_host(&m, &[5, 3], &[1.0; 15], Placement::Shard(0)).unwrap();
         l.forward(&x).unwrap();
-        let mut row =
-            RowParallelLinear::from_master(&m, row_cfg(4, 3, *overlap), &w, Some(&[0.0; 3]))
-                .unwrap();
+        // A replicated dy for the Shard(0) output is sliced to its rows, not refused.
         let h = DTensor::from_host(&m, &[5, 4], &[1.0; 20], Placement::Shard(1)).unwrap();
-        row.forward(&h).unwrap();
-        let bad = DTensor::from_host(&m, &[5, 3], &[1.0; 15], Placement::Replicate).unwrap();
-        assert!(row.backward(&bad).is_err(), "{overlap:?}: replicated dy");
+        let dy: Vec<f32> = (0..15).map(|i| i as f32 * 0.25).collect();
+        let grads = |dy_place| {
+            let row =
+                RowParallelLinear::from_master(&m, row_cfg(4, 3, *overlap), &w, Some(&[0.0; 3]))
+                    .unwrap();
+            let y = row.forward(&h).unwrap();
+            let dyd = DTensor::from_host(&m, &[5, 3], &dy, dy_place).unwrap();
+            y.backward_with(&dyd).unwrap();
+            master_grads(&row)
+        };
+        assert_eq!(
+            grads(Placement::Replicate),
+            grads(Placement::Shard(0)),
+            "{overlap:?}: replicated dy"
+        );
     }
     // Defaults are unchanged: no sequence parallelism, no overlap.
     let c = ColumnParallelConfig::new(3, 4);

@@ -2,10 +2,12 @@
 //! sequence-parallel pair): each one's forward and backward give the right
 //! logical value and do exactly the communication of docs/MATH.md's table
 //! ("The conjugate mappings"), on both transports; a wrong input placement is
-//! an error.
+//! an error; on the tape, a mapping's VJP is its backward.
 
 use crate::util::{Rng, assert_only, check_placement, count_lock, counting_meshes};
 use wgpu_tp::{Collective, DTensor, Mapping, Placement, ReduceOp};
+
+const SUM: Placement = Placement::Partial(ReduceOp::Sum);
 
 #[test]
 fn mappings_forward_backward_and_comm() {
@@ -95,6 +97,73 @@ fn mappings_forward_backward_and_comm() {
             // Wrong input placement is an error, not a silent wrong answer.
             assert!(Mapping::ReduceFromParallel.forward(&rep).is_err());
             assert!(Mapping::CopyToParallel.backward(&rep).is_err());
+        }
+    }
+}
+
+/// On the tape a mapping's VJP is its backward: x's gradient after
+/// `forward(x).backward_with(dy)` is `backward(dy)`, placed like x, with
+/// exactly the conjugate collective (none for g and the gather's slice).
+#[test]
+fn a_taped_mapping_backpropagates_through_its_conjugate() {
+    let mut rng = Rng::fresh("mappings_tape");
+    let shape = [13usize, 11];
+    let data: Vec<f32> = (0..13 * 11).map(|_| rng.below(9) as f32).collect();
+    let _counting = count_lock();
+    let cases = [
+        (
+            Mapping::CopyToParallel,
+            Placement::Replicate,
+            Some(Collective::AllReduce),
+        ),
+        (Mapping::ReduceFromParallel, SUM, None),
+        (
+            Mapping::ScatterToParallel(1),
+            Placement::Replicate,
+            Some(Collective::AllGather),
+        ),
+        (Mapping::GatherFromParallel(1), Placement::Shard(1), None),
+        (
+            Mapping::ReduceScatterToParallel(0),
+            SUM,
+            Some(Collective::AllGather),
+        ),
+        (
+            Mapping::AllGatherToParallel(0),
+            Placement::Shard(0),
+            Some(Collective::ReduceScatter),
+        ),
+    ];
+    for &p in &[2usize, 3, 4] {
+        for (transport, m) in counting_meshes(p) {
+            for (map, xp, conjugate) in cases {
+                let what = format!("{map:?} P={p} {transport}");
+                let x = DTensor::from_host(&m, &shape, &data, xp)
+                    .unwrap()
+                    .requires_grad();
+                let y = map.forward(&x).unwrap();
+                assert!(y.is_tracked(), "{what}");
+                // f and the sequence-parallel gather get partial gradients
+                // (each rank's share of a replicated value's uses).
+                let dy_place = match (map, y.placement()) {
+                    (Mapping::CopyToParallel | Mapping::AllGatherToParallel(_), _) => SUM,
+                    (_, Placement::Partial(_)) => Placement::Replicate,
+                    (_, yp) => yp,
+                };
+                let dy = DTensor::from_host(&m, &shape, &data, dy_place).unwrap();
+                // The gradient the untaped backward gives, on the same dy.
+                let want = map.backward(&dy).unwrap().to_host().unwrap();
+                m.reset_comm_stats();
+                y.backward_with(&dy).unwrap();
+                let stats = m.comm_stats();
+                match conjugate {
+                    None => assert!(stats.is_empty(), "{what}: {stats:?}"),
+                    Some(k) => assert_only(&stats, k, 1, &what),
+                }
+                let g = x.grad().unwrap();
+                assert_eq!(g.placement(), x.placement(), "{what}");
+                assert_eq!(g.to_host().unwrap(), want, "{what}");
+            }
         }
     }
 }

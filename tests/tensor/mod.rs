@@ -4,11 +4,17 @@
 //! - `elementwise`: add, scale and activations on every placement;
 //! - `matmul`: the shard-by-shard product's placement rules, against f64;
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
-//! - `ops_vs_layers`: those operations give the linear layers' bits.
+//! - `ops_vs_layers`: those operations give the linear layers' bits;
+//! - `grad_ops`: the VJPs of matmul, linear, add_row and sum_rows against
+//!   finite differences (`fd`: the check they share);
+//! - `grad_ring`: the sequence-parallel fused products and their VJPs.
 
 mod autograd;
 mod dtensor;
 mod elementwise;
+mod fd;
+mod grad_ops;
+mod grad_ring;
 mod mappings;
 mod matmul;
 mod ops_vs_layers;

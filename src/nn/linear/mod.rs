@@ -1,4 +1,6 @@
-//! Column- and row-parallel linear layers (`y = x Wᵀ + b`, `W` is `[out, in]`).
+//! Column- and row-parallel linear layers (`y = x Wᵀ + b`, `W` is `[out, in]`),
+//! written as forward code on [`DTensor`](crate::tensor::DTensor) operations;
+//! backward is the tape's (each operation's VJP is the layer's old backward).
 //!
 //! - [`ColumnParallelLinear`]: rank r holds rows `W_r` (a slice of `out`) and
 //!   `b_r`; `y_r = f(x) W_rᵀ + b_r`, output `Shard(1)` or, with
@@ -11,25 +13,26 @@
 //! Sequence parallelism (Megatron's `sequence_parallel`, a config flag on
 //! both layers): activations outside the tensor-parallel pair are split along
 //! tokens (`Shard(0)`). The column layer's f becomes
-//! [`Mapping::AllGatherToParallel(0)`](Mapping::AllGatherToParallel)
+//! [`Mapping::AllGatherToParallel(0)`](crate::tensor::Mapping::AllGatherToParallel)
 //! (forward all-gather of the tokens, backward reduce-scatter of dx) and the
-//! row layer's g becomes
-//! [`Mapping::ReduceScatterToParallel(0)`](Mapping::ReduceScatterToParallel)
-//! (forward reduce-scatter, bias added to each rank's rows, backward
-//! all-gather of dy).
+//! row layer's g a reduce-scatter along tokens with the bias added to each
+//! rank's rows
+//! ([`DTensor::reduce_scatter_add_row`](crate::tensor::DTensor::reduce_scatter_add_row);
+//! backward all-gathers dy, and the bias gradient comes from it).
 //!
 //! With [`Overlap::Ring`] those gathers and reduce-scatters run as `P − 1`
 //! point-to-point ring steps, each step's transfer started before the GEMM
 //! on the chunk already present is recorded (xlstm-jax's `TPAsyncDense`):
-//! the tensor layer's ring mappings
-//! ([`ring_all_gather_fused`](crate::tensor::ring_all_gather_fused),
-//! [`ring_reduce_scatter_fused`](crate::tensor::ring_reduce_scatter_fused)).
-//! Layers compose mappings only and never call a collective. Inputs are 2-D
-//! `[tokens, features]`.
+//! the tensor layer's fused products
+//! [`DTensor::ring_gather_linear`](crate::tensor::DTensor::ring_gather_linear)
+//! and
+//! [`DTensor::ring_linear_reduce_scatter`](crate::tensor::DTensor::ring_linear_reduce_scatter).
+//! Layers compose tensor operations only and never call a collective or
+//! touch a shard. Inputs are 2-D `[tokens, features]`.
 //!
 //! Files: `column.rs` and `row.rs` (each layer with its config), `shared.rs`
-//! (what both share: [`Overlap`], master-weight sharding, per-rank GEMMs,
-//! gradient accumulation, the accessors both layers have).
+//! (what both share: [`Overlap`], input checks, master-weight sharding, the
+//! accessors both layers have).
 
 mod column;
 mod row;

@@ -1,10 +1,12 @@
 //! [`RowParallelLinear`]: rank r holds columns `W_r` of `W` `[out, in]` (a
 //! slice of the inputs); the bias is replicated. Forward
-//! `y = g(x_r W_rᵀ) + b`, the bias added once after the reduce; backward
-//! `dW_r = dyᵀ x_r`, `db = Σ_rows dy`, `dx_r = dy W_r`. g is
-//! [`Mapping::ReduceFromParallel`], or with sequence parallelism
-//! [`Mapping::ReduceScatterToParallel(0)`](Mapping::ReduceScatterToParallel)
-//! (its ring form with [`Overlap::Ring`]).
+//! `y = g(x_r W_rᵀ) + b`, the bias added once after the reduce: g is
+//! [`Mapping::ReduceFromParallel`], or with sequence parallelism the
+//! reduce-scatter along tokens with the bias on each rank's rows
+//! ([`DTensor::reduce_scatter_add_row`]; with [`Overlap::Ring`],
+//! [`DTensor::ring_linear_reduce_scatter`], fused with the product). Backward
+//! is the tape's: `dW_r = dyᵀ x_r`, `db = Σ_rows dy` (from the gathered `dy`
+//! with sequence parallelism: no extra all-reduce), `dx_r = dy W_r`.
 //!
 //! Mixed precision: an f16 input makes the layer compute in f16 — the f32
 //! master weight is cast per call, GEMMs accumulate in f32, the partial sums
@@ -12,19 +14,14 @@
 //! f16, `dW`, `db` stay f32.
 
 use super::shared::{
-    Overlap, accumulate_grads, check_grad_dtype, check_input, check_overlap, gemm_each,
-    linear_common, shard_master, split_is_plain, sum_rows_each,
+    Overlap, check_input, check_overlap, linear_common, shard_master, split_is_plain,
 };
-use crate::device::{LocalTensor, Mesh};
-use crate::element::{DType, ReduceOp};
+use crate::device::Mesh;
+use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{self, GemmOptions};
 use crate::nn::init::{Init, InitRng};
 use crate::nn::parameter::{Module, Parameter};
-use crate::tensor::{
-    DTensor, Mapping, Placement, concat_token_chunks, ring_all_gather_fused,
-    ring_reduce_scatter_fused, token_chunk,
-};
+use crate::tensor::{DTensor, Mapping, MatmulOptions, Placement};
 
 /// Settings of a [`RowParallelLinear`].
 #[derive(Clone, Debug)]
@@ -80,7 +77,6 @@ pub struct RowParallelLinear {
     /// `[out]`, `Replicate`.
     pub bias: Option<Parameter>,
     config: RowParallelConfig,
-    saved_input: Option<DTensor>,
 }
 
 impl RowParallelLinear {
@@ -119,168 +115,57 @@ impl RowParallelLinear {
             weight,
             bias,
             config,
-            saved_input: None,
         })
     }
 
     /// `x` `[tokens, in]` (`Shard(1)` if `input_is_parallel`, else
     /// `Replicate`) → `[tokens, out]`, `Replicate` (`Shard(0)`, tokens split,
-    /// with `sequence_parallel`).
-    pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
+    /// with `sequence_parallel`). Recorded on the tape: backward through the
+    /// result leaves `dW`, `db` in the parameters' gradients and x's
+    /// gradient placed like x.
+    pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
         const OP: &str = "RowParallelLinear::forward";
         check_input(OP, x, self.config.in_features, self.ring())?;
-        let x = if self.config.input_is_parallel {
-            x.clone()
-        } else {
+        // With one rank any placement is whole: the scatter only relabels it.
+        let scatter = !self.config.input_is_parallel
+            || (x.mesh().size() == 1 && x.placement() != Placement::Shard(1));
+        let x = if scatter {
             Mapping::ScatterToParallel(1).forward(x)?
+        } else {
+            x.clone()
         };
-        if x.mesh().size() > 1 && x.placement() != Placement::Shard(1) {
+        if x.placement() != Placement::Shard(1) {
             return Err(Error::invalid(
                 OP,
                 format!("input must be placed Shard(1), got {:?}", x.placement()),
             ));
         }
         let w = &self.weight.value.cast(x.dtype())?;
-        let widths = |t: &DTensor| t.shards().iter().map(|s| s.shape()[1]).collect::<Vec<_>>();
-        if widths(&x) != widths(w) {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "the input's per-rank widths {:?} differ from the weight's {:?}: split the \
-                     input like the layer (shard_unit {})",
-                    widths(&x),
-                    widths(w),
-                    self.config.shard_unit
-                ),
-            ));
-        }
-        let shape = [x.shape()[0], self.config.out_features];
+        let bias = self.bias.as_ref().map(|b| &b.value);
         let y = if self.ring() {
             // Each chunk's partial product is computed while the running sum travels.
-            let p = x.mesh().size();
-            ring_reduce_scatter_fused(x.mesh(), &shape, |r, c| {
-                let x_rc = token_chunk(&x.shards()[r], p, c)?;
-                kernels::gemm_weight(
-                    &x_rc,
-                    &w.shards()[r],
-                    GemmOptions {
-                        trans_b: true,
-                        ..Default::default()
-                    },
-                )
-            })?
+            x.ring_linear_reduce_scatter(w, bias)?
         } else {
             // Partial sums in f32 whatever x's dtype: reduced, then rounded once.
-            let z = gemm_each(&x, w, (false, true), DType::F32)?;
-            let z = x.with_shards(z, shape.to_vec(), Placement::Partial(ReduceOp::Sum));
-            if self.config.sequence_parallel {
-                Mapping::ReduceScatterToParallel(0).forward(&z)?
-            } else {
-                Mapping::ReduceFromParallel.forward(&z)?
-            }
-        };
-        let dtype = x.dtype();
-        self.saved_input = Some(x);
-        let y = match &self.bias {
-            Some(b) => {
-                // Replicated bias, added once after the reduce (to each rank's rows with SP).
-                let shards = y
-                    .shards()
-                    .iter()
-                    .zip(b.value.shards())
-                    .map(|(y, b)| kernels::add_row(y, b))
-                    .collect::<Result<Vec<_>>>()?;
-                y.with_shards(shards, y.shape().to_vec(), y.placement())
-            }
-            None => y,
-        };
-        y.cast(dtype)
-    }
-
-    /// Gradient of the output (`Replicate`, or `Shard(0)` with
-    /// `sequence_parallel`) → gradient of the input (placed like the
-    /// forward's input); accumulates `dW`, `db`.
-    pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
-        const OP: &str = "RowParallelLinear::backward";
-        let x = self
-            .saved_input
-            .take()
-            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
-        let want = [x.shape()[0], self.config.out_features];
-        if dy.shape() != want {
-            self.saved_input = Some(x);
-            return Err(Error::shape(OP, want, dy.shape()));
-        }
-        if let Err(e) = check_grad_dtype(OP, dy, self.ring()) {
-            self.saved_input = Some(x);
-            return Err(e);
-        }
-        let w = &self.weight.value;
-        let (dx, dw, db) = if self.ring() {
-            let p = x.mesh().size();
-            let mut dw: Vec<Option<LocalTensor>> = vec![None; p];
-            // The ring form of the reduce-scatter's backward: dy's token
-            // chunks gathered, each used as it arrives.
-            let gathered = ring_all_gather_fused(dy, |r, c, dy_c| {
-                let x_rc = token_chunk(&x.shards()[r], p, c)?;
-                dw[r] = Some(kernels::gemm(
-                    dy_c,
-                    &x_rc,
-                    GemmOptions {
-                        trans_a: true,
-                        accumulate: dw[r].as_ref(),
-                        ..Default::default()
-                    },
-                )?);
-                let dx_c = kernels::gemm_weight(dy_c, &w.shards()[r], GemmOptions::default())?;
-                Ok((dx_c, dy_c.clone()))
-            });
-            let gathered = match gathered {
-                Ok(g) => g,
-                Err(e) => {
-                    self.saved_input = Some(x);
-                    return Err(e);
+            let opts = MatmulOptions {
+                transpose_w: true,
+                out_dtype: Some(DType::F32),
+            };
+            let z = x.matmul_with(w, opts)?;
+            match (self.config.sequence_parallel, bias) {
+                // The bias's gradient from the gathered dy: no extra all-reduce.
+                (true, Some(b)) => z.reduce_scatter_add_row(b)?,
+                (true, None) => Mapping::ReduceScatterToParallel(0).forward(&z)?,
+                (false, b) => {
+                    let y = Mapping::ReduceFromParallel.forward(&z)?;
+                    match b {
+                        Some(b) => y.add_row(b)?,
+                        None => y,
+                    }
                 }
-            };
-            let (dxs, dys): (Vec<Vec<_>>, Vec<Vec<_>>) = gathered
-                .into_iter()
-                .map(|row| row.into_iter().unzip())
-                .unzip();
-            let dw = dw.into_iter().map(Option::unwrap).collect();
-            // db from the gathered dy in chunk order, so every rank holds the same bits.
-            let db = match &self.bias {
-                Some(_) => Some(
-                    concat_token_chunks(&dys)?
-                        .iter()
-                        .map(kernels::sum_rows)
-                        .collect::<Result<Vec<_>>>()?,
-                ),
-                None => None,
-            };
-            (concat_token_chunks(&dxs)?, dw, db)
-        } else {
-            let dy = if self.config.sequence_parallel {
-                Mapping::ReduceScatterToParallel(0).backward(dy)?
-            } else {
-                Mapping::ReduceFromParallel.backward(dy)?
-            };
-            // Computed in the input's dtype; dW in f32, dx in the input's dtype.
-            let dy = dy.cast(x.dtype())?;
-            let dw = gemm_each(&dy, &x, (true, false), DType::F32)?;
-            let db = match &self.bias {
-                Some(_) => Some(sum_rows_each(&dy)?),
-                None => None,
-            };
-            let w = &w.cast(x.dtype())?;
-            (gemm_each(&dy, w, (false, false), x.dtype())?, dw, db)
+            }
         };
-        accumulate_grads(&mut self.weight, self.bias.as_mut(), dw, db)?;
-        let dx = x.with_shards(dx, x.shape().to_vec(), Placement::Shard(1));
-        if self.config.input_is_parallel {
-            Ok(dx)
-        } else {
-            Mapping::ScatterToParallel(1).backward(&dx)
-        }
+        y.cast(x.dtype())
     }
 }
 

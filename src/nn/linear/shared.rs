@@ -1,12 +1,11 @@
-//! What the column and row layers share: [`Overlap`], checking and sharding
-//! master weights, per-rank GEMMs and bias sums, gradient accumulation, and
-//! (as a macro, since both layers have them field for field) `new`, the
-//! master accessors and the parameter list.
+//! What the column and row layers share: [`Overlap`], checking inputs,
+//! checking and sharding master weights, and (as a macro, since both layers
+//! have them field for field) `new`, the master accessors and the parameter
+//! list.
 
-use crate::device::{LocalTensor, Mesh};
+use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{self, GemmOptions};
 use crate::nn::parameter::{Parameter, check_master};
 use crate::shard::{split_range, split_range_in_units};
 use crate::tensor::{DTensor, Placement};
@@ -61,20 +60,6 @@ pub(super) fn check_input(
     }
 }
 
-/// An output gradient is f32 or f16 (computed in the input's dtype either
-/// way); f32 only for the ring, which moves f32 chunks.
-pub(super) fn check_grad_dtype(op: &'static str, dy: &DTensor, ring: bool) -> Result<()> {
-    match dy.dtype() {
-        DType::F32 => Ok(()),
-        DType::F16 if !ring => Ok(()),
-        got => Err(Error::DTypeMismatch {
-            op,
-            expected: DType::F32,
-            got,
-        }),
-    }
-}
-
 /// Check a master weight `[out, in]` and optional bias `[out]` and shard them:
 /// the weight with `stride` and shard `unit`, a sharded bias likewise, a
 /// replicated bias whole.
@@ -117,62 +102,6 @@ pub(super) fn shard_master(
 pub(super) fn split_is_plain(mesh: &Mesh, n: usize, stride: usize, unit: usize) -> bool {
     let p = mesh.size();
     (0..p).all(|r| split_range_in_units(n, p, r, stride * unit) == split_range(n, p, r))
-}
-
-/// Per rank: `op(a_r)·op(b_r)`, stored as `out` (accumulated in f32 either
-/// way). Without `trans_a` B is the weight (`x·Wᵀ`, `dy·W`), whose packs
-/// are kept until it changes ([`kernels::gemm_weight`]); with it, B is an
-/// activation (`dW = dyᵀ·x`).
-pub(super) fn gemm_each(
-    a: &DTensor,
-    b: &DTensor,
-    (trans_a, trans_b): (bool, bool),
-    out: DType,
-) -> Result<Vec<LocalTensor>> {
-    a.shards()
-        .iter()
-        .zip(b.shards())
-        .map(|(x, y)| {
-            let gemm = if trans_a {
-                kernels::gemm
-            } else {
-                kernels::gemm_weight
-            };
-            gemm(
-                x,
-                y,
-                GemmOptions {
-                    trans_a,
-                    trans_b,
-                    out_dtype: Some(out),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect()
-}
-
-/// Per rank: the column sums of `dy_r` (a bias gradient), in f32.
-pub(super) fn sum_rows_each(dy: &DTensor) -> Result<Vec<LocalTensor>> {
-    let dy = dy.cast(DType::F32)?;
-    dy.shards().iter().map(kernels::sum_rows).collect()
-}
-
-/// Add per-rank `dW` (and `db`) to the parameters' gradients, placed like them.
-pub(super) fn accumulate_grads(
-    weight: &mut Parameter,
-    bias: Option<&mut Parameter>,
-    dw: Vec<LocalTensor>,
-    db: Option<Vec<LocalTensor>>,
-) -> Result<()> {
-    let w = &weight.value;
-    weight.accumulate_grad(w.with_shards(dw, w.shape().to_vec(), w.placement()))?;
-    if let (Some(b), Some(db)) = (bias, db) {
-        let v = &b.value;
-        let g = v.with_shards(db, v.shape().to_vec(), v.placement());
-        b.accumulate_grad(g)?;
-    }
-    Ok(())
 }
 
 /// `Overlap::Ring` only makes sense on the sequence-parallel gather / reduce-scatter.

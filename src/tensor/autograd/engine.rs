@@ -33,7 +33,8 @@ fn reachable(root: &Arc<Node>) -> Vec<Arc<Node>> {
 }
 
 /// A gradient as its node keeps it: in the node's dtype, except partial sums,
-/// which stay as computed (f32) until a reduction rounds them once. A leaf
+/// which stay as computed (f32) until a reduction rounds them once, and a
+/// cast's, which its input rounds. A leaf
 /// (a parameter) keeps its gradient placed like its value, so a partial
 /// gradient of a replicated parameter is reduced there, once.
 fn as_node_keeps(node: &Node, g: DTensor) -> Result<DTensor> {
@@ -46,7 +47,11 @@ fn as_node_keeps(node: &Node, g: DTensor) -> Result<DTensor> {
         };
         return as_node_keeps(node, g);
     }
-    if g.dtype() == node.dtype || partial || node.dtype == DType::I32 {
+    // A cast hands its gradient on as it came: its input keeps it in its own
+    // dtype, so an f32 master's dW (computed in f32) passes the per-call f16
+    // copy of the weight unrounded, as the layers' backward kept it.
+    let cast = node.op == "DTensor::cast";
+    if g.dtype() == node.dtype || partial || cast || node.dtype == DType::I32 {
         return Ok(g);
     }
     g.cast(node.dtype)
