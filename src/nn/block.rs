@@ -10,12 +10,12 @@
 //! Residual dropout (off by default) draws masks from the logical element
 //! index, so a block with dropout on gives the same numbers at any P.
 
+use super::Params;
 use super::attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 use super::dropout::{Dropout, DropoutConfig};
 use super::init::{Init, InitRng};
 use super::mlp::{MlpConfig, ParallelMlp};
 use super::norm::{LayerNorm, NormConfig};
-use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
 use crate::error::Result;
 use crate::kernels::Activation;
@@ -74,7 +74,7 @@ impl BlockConfig {
 }
 
 /// Pre-LN attention + MLP with residuals.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct TransformerBlock {
     /// Norm before attention.
     pub ln_1: LayerNorm,
@@ -88,6 +88,7 @@ pub struct TransformerBlock {
     pub drop_attn: Dropout,
     /// Dropout of the MLP branch.
     pub drop_mlp: Dropout,
+    #[params(skip)]
     config: BlockConfig,
 }
 
@@ -164,23 +165,5 @@ impl TransformerBlock {
         let d_h = dy.add(&self.ln_2.backward(&dm)?)?;
         let da = self.attn.backward(&self.drop_attn.backward(&d_h)?)?;
         d_h.add(&self.ln_1.backward(&da)?)
-    }
-}
-
-impl Module for TransformerBlock {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("ln_1", self.ln_1.named_parameters());
-        v.extend(prefixed("attn", self.attn.named_parameters()));
-        v.extend(prefixed("ln_2", self.ln_2.named_parameters()));
-        v.extend(prefixed("mlp", self.mlp.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("ln_1", self.ln_1.named_parameters_mut());
-        v.extend(prefixed_mut("attn", self.attn.named_parameters_mut()));
-        v.extend(prefixed_mut("ln_2", self.ln_2.named_parameters_mut()));
-        v.extend(prefixed_mut("mlp", self.mlp.named_parameters_mut()));
-        v
     }
 }

@@ -4,11 +4,11 @@
 //! (in `c_proj`), one backward (in `c_fc`); with sequence parallelism the
 //! all-gather / reduce-scatter pair instead.
 
+use super::Params;
 use super::init::{Init, InitRng};
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
-use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
@@ -49,13 +49,15 @@ impl MlpConfig {
 }
 
 /// Column → activation → row.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct ParallelMlp {
     /// Up projection, column-parallel.
     pub c_fc: ColumnParallelLinear,
     /// Down projection, row-parallel.
     pub c_proj: RowParallelLinear,
+    #[params(skip)]
     config: MlpConfig,
+    #[params(skip)]
     saved_pre_act: Option<DTensor>,
 }
 
@@ -108,19 +110,5 @@ impl ParallelMlp {
         };
         let d_pre = pre.activation_backward(&d_act, self.config.activation)?;
         self.c_fc.backward(&d_pre)
-    }
-}
-
-impl Module for ParallelMlp {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("c_fc", self.c_fc.named_parameters());
-        v.extend(prefixed("c_proj", self.c_proj.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("c_fc", self.c_fc.named_parameters_mut());
-        v.extend(prefixed_mut("c_proj", self.c_proj.named_parameters_mut()));
-        v
     }
 }

@@ -18,8 +18,9 @@ use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
+use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
-use crate::nn::parameter::{Module, Parameter};
+use crate::nn::parameter::Parameter;
 use crate::tensor::{
     DTensor, Mapping, Placement, concat_token_chunks, ring_all_gather_fused,
     ring_reduce_scatter_fused, token_chunk,
@@ -97,13 +98,15 @@ impl SavedInput {
 }
 
 /// `Y = X Wᵀ + b` with `W` split along the output dimension.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct ColumnParallelLinear {
     /// `[out, in]`, `Shard(0)`.
     pub weight: Parameter,
     /// `[out]`, `Shard(0)`.
     pub bias: Option<Parameter>,
+    #[params(skip)]
     config: ColumnParallelConfig,
+    #[params(skip)]
     saved_input: Option<SavedInput>,
 }
 

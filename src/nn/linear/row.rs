@@ -19,8 +19,9 @@ use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
+use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
-use crate::nn::parameter::{Module, Parameter};
+use crate::nn::parameter::Parameter;
 use crate::tensor::{
     DTensor, Mapping, Placement, concat_token_chunks, ring_all_gather_fused,
     ring_reduce_scatter_fused, token_chunk,
@@ -73,13 +74,15 @@ impl RowParallelConfig {
 }
 
 /// `Y = X Wᵀ + b` with `W` split along the input dimension.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct RowParallelLinear {
     /// `[out, in]`, `Shard(1)`.
     pub weight: Parameter,
     /// `[out]`, `Replicate`.
     pub bias: Option<Parameter>,
+    #[params(skip)]
     config: RowParallelConfig,
+    #[params(skip)]
     saved_input: Option<DTensor>,
 }
 

@@ -1,7 +1,7 @@
 //! What the column and row layers share: [`Overlap`], checking and sharding
 //! master weights, per-rank GEMMs and bias sums, gradient accumulation, and
-//! (as a macro, since both layers have them field for field) `new`, the
-//! master accessors and the parameter list.
+//! (as a macro, since both layers have them field for field) `new` and the
+//! master accessors.
 
 use crate::device::{LocalTensor, Mesh};
 use crate::element::DType;
@@ -191,8 +191,7 @@ pub(super) fn check_overlap(
     Ok(())
 }
 
-/// What both linear layers share: `new`, the settings, master accessors
-/// and their parameter list.
+/// What both linear layers share: `new`, the settings and master accessors.
 macro_rules! linear_common {
     ($ty:ident, $cfg:ident) => {
         impl $ty {
@@ -224,16 +223,6 @@ macro_rules! linear_common {
             /// The full bias `[out]` on the host.
             pub fn master_bias(&self) -> Result<Option<Vec<f32>>> {
                 self.bias.as_ref().map(Parameter::master).transpose()
-            }
-        }
-
-        impl Module for $ty {
-            fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-                crate::nn::parameter::weight_and_bias(&self.weight, self.bias.as_ref())
-            }
-
-            fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-                crate::nn::parameter::weight_and_bias_mut(&mut self.weight, self.bias.as_mut())
             }
         }
     };
