@@ -21,6 +21,7 @@ mod init;
 mod linear;
 mod mlp;
 mod model;
+mod module;
 mod norm;
 mod optim;
 mod parameter;
@@ -46,6 +47,7 @@ pub use linear::{
 };
 pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};
+pub use module::Module;
 pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{ParamId, Parameter};
