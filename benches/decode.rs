@@ -25,7 +25,7 @@
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::nn::{Gpt, GptConfig, Module, Sampling};
+use wgpu_tp::nn::{Gpt, GptConfig, Params, Sampling};
 use wgpu_tp::{Mesh, MeshBuilder, Trace};
 
 const PROMPT: usize = 8;

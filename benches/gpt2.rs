@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Module};
+use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params};
 use wgpu_tp::{Mesh, MeshBuilder};
 
 const BATCH: usize = 2;

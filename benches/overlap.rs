@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use wgpu_tp::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, InitRng, Module, Overlap, RowParallelConfig,
+    ColumnParallelConfig, ColumnParallelLinear, InitRng, Overlap, Params, RowParallelConfig,
     RowParallelLinear,
 };
 use wgpu_tp::{DTensor, Mesh, MeshBuilder, Placement};

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::nn::{MlpLanguageModel, MlpLmConfig, Module, Sgd};
+use wgpu_tp::nn::{MlpLanguageModel, MlpLmConfig, Params, Sgd};
 use wgpu_tp::{Mesh, MeshBuilder, Trace};
 
 const TOKENS: usize = 512;

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Module, Sampling};
+use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params, Sampling};
 use wgpu_tp::{DType, Mesh, MeshBuilder};
 
 const TEXT: &str = include_str!("data/genesis_kjv.txt");

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use wgpu_tp::nn::{AdamW, MlpLanguageModel, MlpLmConfig, Module, Sgd};
+use wgpu_tp::nn::{AdamW, MlpLanguageModel, MlpLmConfig, Params, Sgd};
 use wgpu_tp::{Mesh, MeshBuilder};
 
 /// Relative error (norm-wise) above which the parity check fails.

@@ -44,6 +44,9 @@
 //! ```
 #![deny(missing_docs)]
 
+// `#[derive(Params)]` names `::wgpu_tp::nn::Params`, inside this crate too.
+extern crate self as wgpu_tp;
+
 pub mod comm;
 mod device;
 mod element;
@@ -63,6 +66,7 @@ pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};
 /// The `half` crate, whose `f16` is the host type of [`DType::F16`] data.
 pub use half;
+pub use nn::Params;
 pub use tensor::{
     DTensor, Mapping, MatmulOptions, NoGradGuard, Placement, is_grad_enabled, no_grad,
 };

@@ -19,11 +19,11 @@
 //! index, so it is the same at any P; [`ParallelSelfAttention::set_mode`]
 //! turns it on for training at a step.
 
+use super::Params;
 use super::init::{Init, InitRng};
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
-use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::{LocalTensor, Mesh};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -91,15 +91,19 @@ struct Saved {
 }
 
 /// Causal self-attention with whole heads on each rank.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct ParallelSelfAttention {
     /// Fused `[q; k; v]` projection, column-parallel by heads.
     pub c_attn: ColumnParallelLinear,
     /// Output projection, row-parallel by heads.
     pub c_proj: RowParallelLinear,
+    #[params(skip)]
     config: AttentionConfig,
+    #[params(skip)]
     saved: Option<Saved>,
+    #[params(skip)]
     training: bool,
+    #[params(skip)]
     step: u64,
 }
 
@@ -328,19 +332,5 @@ impl KvCache {
     /// Whether nothing is cached yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-impl Module for ParallelSelfAttention {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("c_attn", self.c_attn.named_parameters());
-        v.extend(prefixed("c_proj", self.c_proj.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("c_attn", self.c_attn.named_parameters_mut());
-        v.extend(prefixed_mut("c_proj", self.c_proj.named_parameters_mut()));
-        v
     }
 }

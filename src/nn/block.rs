@@ -10,12 +10,12 @@
 //! Residual dropout (off by default) draws masks from the logical element
 //! index, so a block with dropout on gives the same numbers at any P.
 
+use super::Params;
 use super::attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 use super::dropout::{Dropout, DropoutConfig};
 use super::init::{Init, InitRng};
 use super::mlp::{MlpConfig, ParallelMlp};
 use super::norm::{LayerNorm, NormConfig};
-use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
 use crate::error::Result;
 use crate::kernels::Activation;
@@ -74,7 +74,7 @@ impl BlockConfig {
 }
 
 /// Pre-LN attention + MLP with residuals.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct TransformerBlock {
     /// Norm before attention.
     pub ln_1: LayerNorm,
@@ -88,6 +88,7 @@ pub struct TransformerBlock {
     pub drop_attn: Dropout,
     /// Dropout of the MLP branch.
     pub drop_mlp: Dropout,
+    #[params(skip)]
     config: BlockConfig,
 }
 
@@ -156,23 +157,5 @@ impl TransformerBlock {
         let h = x.add(&self.drop_attn.forward(&a)?)?;
         let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
         h.add(&self.drop_mlp.forward(&m)?)
-    }
-}
-
-impl Module for TransformerBlock {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("ln_1", self.ln_1.named_parameters());
-        v.extend(prefixed("attn", self.attn.named_parameters()));
-        v.extend(prefixed("ln_2", self.ln_2.named_parameters()));
-        v.extend(prefixed("mlp", self.mlp.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("ln_1", self.ln_1.named_parameters_mut());
-        v.extend(prefixed_mut("attn", self.attn.named_parameters_mut()));
-        v.extend(prefixed_mut("ln_2", self.ln_2.named_parameters_mut()));
-        v.extend(prefixed_mut("mlp", self.mlp.named_parameters_mut()));
-        v
     }
 }

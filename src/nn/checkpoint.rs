@@ -13,18 +13,18 @@ use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
-use super::parameter::Module;
+use super::Params;
 use crate::element::DType;
 use crate::error::{Error, Result};
 
 /// Serialise the master parameters of `model` to safetensors bytes (F32).
-pub fn to_safetensors_bytes(model: &dyn Module) -> Result<Vec<u8>> {
+pub fn to_safetensors_bytes(model: &dyn Params) -> Result<Vec<u8>> {
     to_safetensors_bytes_as(model, DType::F32)
 }
 
 /// Serialise the master parameters of `model` as `dtype` tensors: F32, or
 /// F16 (each value rounded to nearest even on the host; needs no f16 adapter).
-pub fn to_safetensors_bytes_as(model: &dyn Module, dtype: DType) -> Result<Vec<u8>> {
+pub fn to_safetensors_bytes_as(model: &dyn Params, dtype: DType) -> Result<Vec<u8>> {
     let file_dtype = match dtype {
         DType::F32 => Dtype::F32,
         DType::F16 => Dtype::F16,
@@ -58,7 +58,7 @@ pub fn to_safetensors_bytes_as(model: &dyn Module, dtype: DType) -> Result<Vec<u
 
 /// Save the master parameters of `model` to a `.safetensors` file (F32;
 /// [`to_safetensors_bytes_as`] writes F16).
-pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
+pub fn save_safetensors(model: &dyn Params, path: impl AsRef<Path>) -> Result<()> {
     let bytes = to_safetensors_bytes(model)?;
     std::fs::write(path, bytes)?;
     Ok(())
@@ -68,7 +68,7 @@ pub fn save_safetensors(model: &dyn Module, path: impl AsRef<Path>) -> Result<()
 /// Every parameter must be present with dtype F32 or F16 (widened exactly)
 /// and the model's shape;
 /// tensors in the file that the model lacks are an error too (`strict`).
-pub fn from_safetensors_bytes(model: &mut dyn Module, bytes: &[u8]) -> Result<()> {
+pub fn from_safetensors_bytes(model: &mut dyn Params, bytes: &[u8]) -> Result<()> {
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| Error::Checkpoint(format!("not a safetensors file: {e}")))?;
     let mut values: HashMap<String, Vec<f32>> = HashMap::new();
@@ -115,7 +115,7 @@ pub fn from_safetensors_bytes(model: &mut dyn Module, bytes: &[u8]) -> Result<()
 }
 
 /// Load a `.safetensors` file into `model`; see [`from_safetensors_bytes`].
-pub fn load_safetensors(model: &mut dyn Module, path: impl AsRef<Path>) -> Result<()> {
+pub fn load_safetensors(model: &mut dyn Params, path: impl AsRef<Path>) -> Result<()> {
     let bytes = std::fs::read(path)?;
     from_safetensors_bytes(model, &bytes)
 }

@@ -17,7 +17,7 @@
 //! input is returned as is, no kernel runs); `p = 1` gives zeros (and zero
 //! gradients), as PyTorch does.
 
-use super::parameter::{Module, Parameter};
+use super::Params;
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -70,11 +70,15 @@ enum Saved {
 }
 
 /// Inverted dropout keyed on the logical element index.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct Dropout {
+    #[params(skip)]
     config: DropoutConfig,
+    #[params(skip)]
     step: u64,
+    #[params(skip)]
     training: bool,
+    #[params(skip)]
     saved: Option<Saved>,
 }
 
@@ -242,15 +246,5 @@ impl Dropout {
                 masked(&dy.cast(DType::F32)?, self.config.p, key)?.cast(dy.dtype())
             }
         }
-    }
-}
-
-impl Module for Dropout {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        Vec::new()
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        Vec::new()
     }
 }

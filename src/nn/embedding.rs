@@ -13,8 +13,9 @@
 //! `0..vocab` is an error, not a zero row) and uploaded once per call.
 //! With `padding_idx`, that row starts at zero and never receives gradient.
 
+use super::Params;
 use super::init::{Init, InitRng};
-use super::parameter::{Module, Parameter};
+use super::parameter::Parameter;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
@@ -143,11 +144,14 @@ impl Split {
 }
 
 /// The state both layers share; their methods delegate here.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 struct Table {
     weight: Parameter,
+    #[params(skip)]
     config: EmbeddingConfig,
+    #[params(skip)]
     saved_ids: Option<Vec<LocalTensor>>,
+    #[params(skip)]
     split: Split,
 }
 
@@ -312,13 +316,18 @@ macro_rules! embedding_api {
             }
         }
 
-        impl Module for $ty {
-            fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-                vec![("weight".to_string(), &self.0.weight)]
+        // The newtype lists its table's parameters: `weight`.
+        impl Params for $ty {
+            fn visit_params<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Parameter)) {
+                self.0.visit_params(prefix, f);
             }
 
-            fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-                vec![("weight".to_string(), &mut self.0.weight)]
+            fn visit_params_mut<'a>(
+                &'a mut self,
+                prefix: &str,
+                f: &mut dyn FnMut(String, &'a mut Parameter),
+            ) {
+                self.0.visit_params_mut(prefix, f);
             }
         }
     };

@@ -16,13 +16,13 @@
 //! become all-gather / reduce-scatter pairs, and the head gathers the tokens
 //! (its backward reduce-scatters).
 
+use super::Params;
 use super::block::{BlockConfig, TransformerBlock};
 use super::cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 use super::dropout::{Dropout, DropoutConfig};
 use super::embedding::{Embedding, EmbeddingConfig, VocabParallelEmbedding};
 use super::init::{Init, InitRng};
 use super::norm::{LayerNorm, NormConfig};
-use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -86,7 +86,7 @@ impl GptConfig {
 }
 
 /// A GPT-2-style language model with tensor-parallel blocks.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct Gpt {
     /// Token embedding, vocab-parallel; also the output head.
     pub wte: VocabParallelEmbedding,
@@ -98,7 +98,9 @@ pub struct Gpt {
     pub ln_f: LayerNorm,
     /// Dropout of the summed embeddings.
     pub drop: Dropout,
+    #[params(skip)]
     loss: VocabParallelCrossEntropy,
+    #[params(skip)]
     config: GptConfig,
 }
 
@@ -266,27 +268,5 @@ impl Gpt {
         }
         let logits = self.logits(ids, seq)?;
         self.loss.forward(&logits, targets)
-    }
-}
-
-impl Module for Gpt {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("wte", self.wte.named_parameters());
-        v.extend(prefixed("wpe", self.wpe.named_parameters()));
-        for (i, b) in self.h.iter().enumerate() {
-            v.extend(prefixed(&format!("h.{i}"), b.named_parameters()));
-        }
-        v.extend(prefixed("ln_f", self.ln_f.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("wte", self.wte.named_parameters_mut());
-        v.extend(prefixed_mut("wpe", self.wpe.named_parameters_mut()));
-        for (i, b) in self.h.iter_mut().enumerate() {
-            v.extend(prefixed_mut(&format!("h.{i}"), b.named_parameters_mut()));
-        }
-        v.extend(prefixed_mut("ln_f", self.ln_f.named_parameters_mut()));
-        v
     }
 }

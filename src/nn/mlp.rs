@@ -4,11 +4,11 @@
 //! (in `c_proj`), one backward (in `c_fc`); with sequence parallelism the
 //! all-gather / reduce-scatter pair instead.
 
+use super::Params;
 use super::init::{Init, InitRng};
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
-use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
 use crate::error::Result;
 use crate::kernels::Activation;
@@ -49,12 +49,13 @@ impl MlpConfig {
 }
 
 /// Column → activation → row.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct ParallelMlp {
     /// Up projection, column-parallel.
     pub c_fc: ColumnParallelLinear,
     /// Down projection, row-parallel.
     pub c_proj: RowParallelLinear,
+    #[params(skip)]
     config: MlpConfig,
 }
 
@@ -84,19 +85,5 @@ impl ParallelMlp {
     pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
         let act = self.c_fc.forward(x)?.activation(self.config.activation)?;
         self.c_proj.forward(&act)
-    }
-}
-
-impl Module for ParallelMlp {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("c_fc", self.c_fc.named_parameters());
-        v.extend(prefixed("c_proj", self.c_proj.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("c_fc", self.c_fc.named_parameters_mut());
-        v.extend(prefixed_mut("c_proj", self.c_proj.named_parameters_mut()));
-        v
     }
 }

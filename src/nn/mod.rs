@@ -21,9 +21,11 @@ mod init;
 mod linear;
 mod mlp;
 mod model;
+mod module;
 mod norm;
 mod optim;
 mod parameter;
+mod params;
 mod pretrained;
 mod tied_head;
 mod tokenizer;
@@ -46,8 +48,12 @@ pub use linear::{
 };
 pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};
+pub use module::Module;
 pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
-pub use parameter::{Module, ParamId, Parameter, prefixed, prefixed_mut};
+pub use parameter::{ParamId, Parameter};
+pub use params::{Params, join_name};
 pub use pretrained::{HfGpt2Config, pretrained_config};
 pub use tokenizer::{TokenStream, Tokenizer};
+/// `#[derive(Params)]`: see the [`Params`] trait.
+pub use wgpu_tp_derive::Params;

@@ -9,13 +9,13 @@
 //! loss) and 2 backward (the two column layers' input gradients), the
 //! backward run by the tape from the loss.
 
+use super::Params;
 use super::cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 use super::embedding::{EmbeddingConfig, VocabParallelEmbedding};
 use super::init::InitRng;
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
-use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
@@ -33,7 +33,7 @@ pub struct MlpLmConfig {
 }
 
 /// Embedding → column → GELU → row → vocab-parallel head → cross-entropy.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct MlpLanguageModel {
     /// Token embedding, vocab-split.
     pub embed: VocabParallelEmbedding,
@@ -43,6 +43,7 @@ pub struct MlpLanguageModel {
     pub fc2: RowParallelLinear,
     /// Output head, column-parallel over the vocab (no gather).
     pub head: ColumnParallelLinear,
+    #[params(skip)]
     loss: VocabParallelCrossEntropy,
 }
 
@@ -98,23 +99,5 @@ impl MlpLanguageModel {
         }
         let logits = self.logits(ids)?;
         self.loss.forward(&logits, targets)
-    }
-}
-
-impl Module for MlpLanguageModel {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("embed", self.embed.named_parameters());
-        v.extend(prefixed("fc1", self.fc1.named_parameters()));
-        v.extend(prefixed("fc2", self.fc2.named_parameters()));
-        v.extend(prefixed("head", self.head.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("embed", self.embed.named_parameters_mut());
-        v.extend(prefixed_mut("fc1", self.fc1.named_parameters_mut()));
-        v.extend(prefixed_mut("fc2", self.fc2.named_parameters_mut()));
-        v.extend(prefixed_mut("head", self.head.named_parameters_mut()));
-        v
     }
 }

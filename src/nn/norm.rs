@@ -19,7 +19,8 @@
 //! f32) and `y`, `dx` are rounded back to f16 (`dx` comes back in the
 //! input's dtype whichever float `dy` is, as for the linear layers).
 
-use super::parameter::{Module, Parameter, check_master, weight_and_bias, weight_and_bias_mut};
+use super::Params;
+use super::parameter::{Parameter, check_master};
 use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -236,22 +237,26 @@ fn backward(
 }
 
 /// Layer normalisation: `y = γ ⊙ (x − μ)/√(σ² + ε) + β` over each row.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct LayerNorm {
     /// `γ` `[dim]`, `Replicate`, starts at ones.
     pub weight: Parameter,
     /// `β` `[dim]`, `Replicate`, starts at zeros (`None` without a bias).
     pub bias: Option<Parameter>,
+    #[params(skip)]
     config: NormConfig,
+    #[params(skip)]
     saved: Option<Saved>,
 }
 
 /// Root-mean-square normalisation: `y = γ ⊙ x/√(Σx²/dim + ε)` over each row.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct RMSNorm {
     /// `γ` `[dim]`, `Replicate`, starts at ones.
     pub weight: Parameter,
+    #[params(skip)]
     config: NormConfig,
+    #[params(skip)]
     saved: Option<Saved>,
 }
 
@@ -364,25 +369,5 @@ impl RMSNorm {
             params,
             dy,
         )
-    }
-}
-
-impl Module for LayerNorm {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        weight_and_bias(&self.weight, self.bias.as_ref())
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        weight_and_bias_mut(&mut self.weight, self.bias.as_mut())
-    }
-}
-
-impl Module for RMSNorm {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        vec![("weight".to_string(), &self.weight)]
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        vec![("weight".to_string(), &mut self.weight)]
     }
 }

@@ -1,9 +1,9 @@
 //! Optimisers over sharded parameters: each rank updates its own shard in
 //! place with the same rule, so a sharded model steps exactly like the serial
 //! one. Gradients accumulate across `backward` calls until
-//! [`Module::zero_grad`]; state is kept per parameter identity
-//! ([`Parameter::id`]), so one optimiser can step any set of modules, even
-//! ones whose parameters share names.
+//! [`Params::zero_grad`]; state is kept per parameter identity
+//! ([`Parameter::id`]), so one optimiser steps any set of parameters (a
+//! model, several models, `vec![&mut a, &mut b]`), even ones whose names repeat.
 //!
 //! State (momentum, moments) is created at a parameter's first step in
 //! buffers of its own, not taken from the device pool's free list: the first
@@ -11,7 +11,8 @@
 
 use std::collections::HashMap;
 
-use super::parameter::{Module, ParamId, Parameter};
+use super::Params;
+use super::parameter::{ParamId, Parameter};
 use crate::device::LocalTensor;
 use crate::error::{Error, Result};
 use crate::kernels::optim::{AdamWStep, SgdStep, adamw_step, sgd_step};
@@ -55,8 +56,9 @@ impl Sgd {
         self
     }
 
-    /// Update every parameter that has a gradient.
-    pub fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+    /// Update every parameter of `model` that has a gradient (any
+    /// [`Params`]: a model, a layer, `vec![&mut a, &mut b]`).
+    pub fn step(&mut self, model: &mut dyn Params) -> Result<()> {
         let mut params = model.named_parameters_mut();
         // Every check before the first update, so a refused step changes nothing.
         for (name, p) in &params {
@@ -158,8 +160,9 @@ impl AdamW {
         self
     }
 
-    /// Update every parameter that has a gradient.
-    pub fn step(&mut self, model: &mut dyn Module) -> Result<()> {
+    /// Update every parameter of `model` that has a gradient (any
+    /// [`Params`]: a model, a layer, `vec![&mut a, &mut b]`).
+    pub fn step(&mut self, model: &mut dyn Params) -> Result<()> {
         let params = model.named_parameters_mut();
         // Every check before the first update, so a refused step changes nothing.
         for (name, p) in &params {

@@ -1,7 +1,7 @@
 //! [`Parameter`]: a trainable distributed tensor, its gradient, and how its
 //! master (full, serial) value maps onto shards, including `stride` for fused
 //! weights and a shard `unit` for keeping whole attention heads on a rank.
-//! The [`Module`] trait lists a layer's parameters by name.
+//! [`Params`](super::Params) lists a layer's parameters by name.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -360,33 +360,6 @@ impl Clone for Parameter {
     }
 }
 
-/// Something with named parameters (layers and models).
-pub trait Module {
-    /// Parameters with their names (`"weight"`, `"fc1.bias"`, ...), in a fixed order.
-    fn named_parameters(&self) -> Vec<(String, &Parameter)>;
-
-    /// Mutable access in the same order as [`Module::named_parameters`].
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)>;
-
-    /// Drop every gradient.
-    fn zero_grad(&mut self) {
-        for (_, p) in self.named_parameters_mut() {
-            p.zero_grad();
-        }
-    }
-}
-
-/// Prefix names: `prefixed("fc1", m)` gives `fc1.weight`, ...
-pub fn prefixed<'a>(
-    prefix: &str,
-    params: Vec<(String, &'a Parameter)>,
-) -> Vec<(String, &'a Parameter)> {
-    params
-        .into_iter()
-        .map(|(n, p)| (format!("{prefix}.{n}"), p))
-        .collect()
-}
-
 /// A master value of the wrong length is an error naming `what` it is.
 pub(crate) fn check_master(op: &'static str, what: &str, got: usize, want: usize) -> Result<()> {
     if got != want {
@@ -396,35 +369,4 @@ pub(crate) fn check_master(op: &'static str, what: &str, got: usize, want: usize
         ));
     }
     Ok(())
-}
-
-/// The parameter list of a layer with a `weight` and an optional `bias`.
-pub(crate) fn weight_and_bias<'a>(
-    weight: &'a Parameter,
-    bias: Option<&'a Parameter>,
-) -> Vec<(String, &'a Parameter)> {
-    let mut v = vec![("weight".to_string(), weight)];
-    v.extend(bias.map(|b| ("bias".to_string(), b)));
-    v
-}
-
-/// Mutable form of [`weight_and_bias`].
-pub(crate) fn weight_and_bias_mut<'a>(
-    weight: &'a mut Parameter,
-    bias: Option<&'a mut Parameter>,
-) -> Vec<(String, &'a mut Parameter)> {
-    let mut v = vec![("weight".to_string(), weight)];
-    v.extend(bias.map(|b| ("bias".to_string(), b)));
-    v
-}
-
-/// Mutable form of [`prefixed`].
-pub fn prefixed_mut<'a>(
-    prefix: &str,
-    params: Vec<(String, &'a mut Parameter)>,
-) -> Vec<(String, &'a mut Parameter)> {
-    params
-        .into_iter()
-        .map(|(n, p)| (format!("{prefix}.{n}"), p))
-        .collect()
 }

@@ -14,7 +14,7 @@ use crate::util::transformer::{self, Dims, Params};
 use crate::util::{Rng, assert_close, assert_close_f16_chain, limited_mesh, mesh};
 use wgpu_tp::DTensor;
 use wgpu_tp::nn::{
-    AdamW, Gpt, GptConfig, Module, Sampling, from_safetensors_bytes, to_safetensors_bytes,
+    AdamW, Gpt, GptConfig, Params as _, Sampling, from_safetensors_bytes, to_safetensors_bytes,
 };
 
 const LIMIT: u64 = 48 * 1024;
@@ -37,14 +37,14 @@ fn loss_of(gpt: &mut Gpt, ids: &[i32], targets: &[i32], seq: usize) -> (f32, DTe
     (loss.to_host().unwrap()[0], loss)
 }
 
-fn masters(m: &impl Module) -> BTreeMap<String, Vec<f32>> {
+fn masters(m: &impl wgpu_tp::nn::Params) -> BTreeMap<String, Vec<f32>> {
     m.named_parameters()
         .into_iter()
         .map(|(n, p)| (n, p.master().unwrap()))
         .collect()
 }
 
-fn master_grads(m: &impl Module) -> BTreeMap<String, Vec<f32>> {
+fn master_grads(m: &impl wgpu_tp::nn::Params) -> BTreeMap<String, Vec<f32>> {
     m.named_parameters()
         .into_iter()
         .map(|(n, p)| (n, p.master_grad().unwrap().expect("a gradient")))

@@ -7,7 +7,7 @@ use crate::util::{Rng, masters, mesh, token_batch};
 use safetensors::{Dtype, tensor::TensorView};
 use wgpu_tp::Error;
 use wgpu_tp::nn::{
-    MlpLanguageModel, MlpLmConfig, Module, Sgd, from_safetensors_bytes, load_safetensors,
+    MlpLanguageModel, MlpLmConfig, Params, Sgd, from_safetensors_bytes, load_safetensors,
     save_safetensors, to_safetensors_bytes, to_safetensors_bytes_as,
 };
 use wgpu_tp::{DType, half::f16};

@@ -7,7 +7,7 @@
 use super::TOL;
 use crate::util::reference::{embedding_backward, embedding_lookup};
 use crate::util::{Rng, WORLD_SIZES, assert_close, assert_only, count_lock, counting_mesh, mesh};
-use wgpu_tp::nn::{EmbeddingConfig, Module, ParallelEmbedding, VocabParallelEmbedding};
+use wgpu_tp::nn::{EmbeddingConfig, ParallelEmbedding, Params, VocabParallelEmbedding};
 use wgpu_tp::{Collective, DTensor, Placement};
 
 #[test]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use crate::util::transformer::{self, Dims, Params};
 use crate::util::{Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh};
 use wgpu_tp::nn::{
-    BlockConfig, Gpt, GptConfig, InitRng, Module, Sampling, TransformerBlock,
+    BlockConfig, Gpt, GptConfig, InitRng, Params as _, Sampling, TransformerBlock,
     from_safetensors_bytes, to_safetensors_bytes,
 };
 use wgpu_tp::{Collective, DTensor, Mesh, Placement};
@@ -35,14 +35,14 @@ fn config(sequence_parallel: bool) -> GptConfig {
 }
 
 /// Every parameter's master value in f64, by name.
-fn masters(m: &impl Module) -> Params {
+fn masters(m: &impl wgpu_tp::nn::Params) -> Params {
     m.named_parameters()
         .into_iter()
         .map(|(n, p)| (n, p.master().unwrap().iter().map(|&v| v as f64).collect()))
         .collect()
 }
 
-fn master_grads(m: &impl Module) -> BTreeMap<String, Vec<f32>> {
+fn master_grads(m: &impl wgpu_tp::nn::Params) -> BTreeMap<String, Vec<f32>> {
     m.named_parameters()
         .into_iter()
         .map(|(n, p)| {

@@ -13,7 +13,7 @@ use crate::util::{
     linear_results, mesh,
 };
 use wgpu_tp::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, InitRng, Module, RowParallelConfig,
+    ColumnParallelConfig, ColumnParallelLinear, InitRng, Params, RowParallelConfig,
     RowParallelLinear, Sgd,
 };
 use wgpu_tp::{Collective, DTensor, Placement};

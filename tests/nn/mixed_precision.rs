@@ -21,7 +21,7 @@ use crate::util::{
 };
 use wgpu_tp::half::f16;
 use wgpu_tp::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, Module, Overlap, RowParallelConfig,
+    ColumnParallelConfig, ColumnParallelLinear, Overlap, Params, RowParallelConfig,
     RowParallelLinear, Sgd,
 };
 use wgpu_tp::{DTensor, DType, Error, Mesh, Placement};
@@ -59,7 +59,7 @@ fn case(rng: &mut Rng, (t, inp, out): (usize, usize, usize)) -> ([Vec<f32>; 4], 
 
 /// y and dx are f16 (within f16 rounding), dW and db f32 (f32 tolerance).
 #[track_caller]
-fn check(what: &str, y: &DTensor, dx: &DTensor, layer: &dyn Module, want: &LinearGrads) {
+fn check(what: &str, y: &DTensor, dx: &DTensor, layer: &dyn Params, want: &LinearGrads) {
     assert_eq!((y.dtype(), dx.dtype()), (DType::F16, DType::F16), "{what}");
     for (name, p) in layer.named_parameters() {
         assert_eq!(p.value.dtype(), DType::F32, "{what}: master {name}");

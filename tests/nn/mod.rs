@@ -8,6 +8,8 @@
 //! - `embedding`: vocab- and dim-split embeddings;
 //! - `cross_entropy`: the vocab-parallel cross-entropy;
 //! - `parameter`: gradient accumulation and `zero_grad`;
+//! - `params`: `#[derive(Params)]` names and order (a user struct, `Gpt`),
+//!   and an optimiser stepping a set of borrowed parameters;
 //! - `optim`: SGD and AdamW;
 //! - `pack_cache`: layers' kept weight packs follow optimiser steps;
 //! - `init`: initialisers;
@@ -47,6 +49,7 @@ mod norm;
 mod optim;
 mod pack_cache;
 mod parameter;
+mod params;
 mod pretrained;
 mod sequence_parallel;
 mod shard_units;

@@ -13,8 +13,8 @@ use crate::util::{
 };
 use wgpu_tp::kernels::Activation;
 use wgpu_tp::nn::{
-    AdamW, ColumnParallelConfig, ColumnParallelLinear, MlpLanguageModel, MlpLmConfig, Module,
-    Parameter, RowParallelConfig, RowParallelLinear, Sgd, prefixed, prefixed_mut,
+    AdamW, ColumnParallelConfig, ColumnParallelLinear, MlpLanguageModel, MlpLmConfig, Params,
+    RowParallelConfig, RowParallelLinear, Sgd,
 };
 use wgpu_tp::{Collective, DTensor, Mesh, Placement};
 
@@ -97,9 +97,11 @@ fn lm_loss_reference(
 }
 
 /// Column(no gather) → GELU → Row(input_is_parallel), named like a model.
+#[derive(Params)]
 struct Mlp {
     fc1: ColumnParallelLinear,
     fc2: RowParallelLinear,
+    #[params(skip)]
     out: Option<DTensor>,
 }
 
@@ -115,20 +117,6 @@ impl Mlp {
     /// The layers' backward is the tape's: from the saved output.
     fn backward(&mut self, dy: &DTensor) {
         self.out.take().unwrap().backward_with(dy).unwrap();
-    }
-}
-
-impl Module for Mlp {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        let mut v = prefixed("fc1", self.fc1.named_parameters());
-        v.extend(prefixed("fc2", self.fc2.named_parameters()));
-        v
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        let mut v = prefixed_mut("fc1", self.fc1.named_parameters_mut());
-        v.extend(prefixed_mut("fc2", self.fc2.named_parameters_mut()));
-        v
     }
 }
 

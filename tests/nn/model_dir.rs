@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use super::tokenizer::{gpt2_dir, temp_dir};
 use crate::util::{mesh, shared_mesh};
-use wgpu_tp::nn::{Gpt, GptConfig, Module, Sampling, Tokenizer, pretrained_config};
+use wgpu_tp::nn::{Gpt, GptConfig, Params, Sampling, Tokenizer, pretrained_config};
 
 const GENESIS: &str = include_str!("../../examples/data/genesis_kjv.txt");
 

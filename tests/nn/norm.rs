@@ -10,7 +10,7 @@ use crate::util::{
     Rng, WORLD_SIZES, assert_close, count_lock, counting_mesh, counting_shared_mesh, mesh,
     shared_mesh,
 };
-use wgpu_tp::nn::{LayerNorm, Module, NormConfig, RMSNorm, Sgd};
+use wgpu_tp::nn::{LayerNorm, NormConfig, Parameter, Params, RMSNorm, Sgd};
 use wgpu_tp::{Collective, DTensor, Mesh, Placement, ReduceOp};
 
 const TOL: f64 = 1e-5;
@@ -60,10 +60,25 @@ impl Norm {
             Norm::Rms(l) => l.backward(dy),
         }
     }
-    fn module(&mut self) -> &mut dyn Module {
+}
+
+/// The variant's parameters (by hand: `#[derive(Params)]` refuses enums).
+impl Params for Norm {
+    fn visit_params<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Parameter)) {
         match self {
-            Norm::Layer(l) => l,
-            Norm::Rms(l) => l,
+            Norm::Layer(l) => l.visit_params(prefix, f),
+            Norm::Rms(l) => l.visit_params(prefix, f),
+        }
+    }
+
+    fn visit_params_mut<'a>(
+        &'a mut self,
+        prefix: &str,
+        f: &mut dyn FnMut(String, &'a mut Parameter),
+    ) {
+        match self {
+            Norm::Layer(l) => l.visit_params_mut(prefix, f),
+            Norm::Rms(l) => l.visit_params_mut(prefix, f),
         }
     }
 }
@@ -149,7 +164,7 @@ fn norms_match_f64_replicated_and_sequence_parallel_on_both_transports_p1_2_3_4_
                         let dx = norm.backward(&dyd).unwrap();
                         assert_eq!(dx.placement(), placement, "{what}");
                         assert_close(&format!("{what} dx"), &dx.to_host().unwrap(), &want[1], TOL);
-                        let params = norm.module().named_parameters();
+                        let params = norm.named_parameters();
                         let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
                         let expect: &[&str] = match kind {
                             Kind::Layer { bias: true } => &["weight", "bias"],
@@ -239,12 +254,12 @@ fn sequence_parallel_replicas_stay_bit_identical_after_a_step() {
                 norm.forward(&xd).unwrap();
                 norm.backward(&dyd).unwrap();
             }
-            for (name, param) in norm.module().named_parameters() {
+            for (name, param) in norm.named_parameters() {
                 assert_replicas_identical(&format!("P={p} grad {name}"), &param.grad().unwrap());
             }
-            Sgd::new(0.1).step(norm.module()).unwrap();
+            Sgd::new(0.1).step(&mut norm).unwrap();
             let mut values = Vec::new();
-            for (name, param) in norm.module().named_parameters() {
+            for (name, param) in norm.named_parameters() {
                 assert_replicas_identical(&format!("P={p} {name} after a step"), &param.value);
                 values.push(param.master().unwrap());
             }
@@ -336,11 +351,7 @@ fn bad_inputs_are_errors_and_leave_the_layer_usable() {
             &want[1],
             TOL,
         );
-        let dg = norm.module().named_parameters()[0]
-            .1
-            .master_grad()
-            .unwrap()
-            .unwrap();
+        let dg = norm.named_parameters()[0].1.master_grad().unwrap().unwrap();
         assert_close(&format!("{kind:?} dγ after errors"), &dg, &want[2], TOL);
     }
 }
@@ -367,11 +378,7 @@ fn one_rank_accepts_any_placement() {
         let dyd = DTensor::from_host(&m, &[t, h], &dy, dyp).unwrap();
         let dx = norm.backward(&dyd).unwrap();
         assert_close(&format!("{xp:?} dx"), &dx.to_host().unwrap(), &want[1], TOL);
-        let dg = norm.module().named_parameters()[0]
-            .1
-            .master_grad()
-            .unwrap()
-            .unwrap();
+        let dg = norm.named_parameters()[0].1.master_grad().unwrap().unwrap();
         assert_close(&format!("{xp:?} dγ"), &dg, &want[2], TOL);
     }
 }

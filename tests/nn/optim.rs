@@ -10,10 +10,11 @@ use super::TOL;
 use crate::util::reference::{self, widen};
 use crate::util::{Rng, assert_close, mesh, shared_mesh};
 use wgpu_tp::kernels::optim::{SgdStep, sgd_step};
-use wgpu_tp::nn::{AdamW, Module, Parameter, Sgd};
+use wgpu_tp::nn::{AdamW, Parameter, Params, Sgd};
 use wgpu_tp::{DTensor, Mesh, Placement};
 
 /// Two parameters: a ragged `[7, 5]` one sharded on rows and a replicated `[5]` one.
+#[derive(Params)]
 struct Pair {
     w: Parameter,
     b: Parameter,
@@ -39,16 +40,6 @@ impl Pair {
         self.b
             .accumulate_grad(DTensor::from_host(&m, &B_SHAPE, gb, Placement::Replicate).unwrap())
             .unwrap();
-    }
-}
-
-impl Module for Pair {
-    fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-        vec![("w".into(), &self.w), ("b".into(), &self.b)]
-    }
-
-    fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-        vec![("w".into(), &mut self.w), ("b".into(), &mut self.b)]
     }
 }
 

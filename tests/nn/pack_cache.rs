@@ -6,7 +6,7 @@ use super::TOL;
 use crate::util::reference::linear;
 use crate::util::{Rng, WORLD_SIZES, assert_close, mesh};
 use wgpu_tp::nn::{
-    AdamW, ColumnParallelConfig, ColumnParallelLinear, Module, RowParallelConfig, RowParallelLinear,
+    AdamW, ColumnParallelConfig, ColumnParallelLinear, Params, RowParallelConfig, RowParallelLinear,
 };
 use wgpu_tp::{DTensor, Placement};
 

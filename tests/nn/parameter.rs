@@ -3,7 +3,7 @@
 
 use super::TOL;
 use crate::util::{Rng, assert_close, master_grads, mesh, token_batch};
-use wgpu_tp::nn::{MlpLanguageModel, MlpLmConfig, Module};
+use wgpu_tp::nn::{MlpLanguageModel, MlpLmConfig, Params};
 
 #[test]
 fn gradients_accumulate_until_zero_grad_p3() {

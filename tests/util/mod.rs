@@ -19,7 +19,7 @@ pub use check::*;
 pub use mesh::*;
 
 use wgpu_tp::DTensor;
-use wgpu_tp::nn::Module;
+use wgpu_tp::nn::Params;
 
 /// A small deterministic generator (SplitMix64) so tests need no extra crate;
 /// seeds come from the test name plus the time, printed on failure.
@@ -81,7 +81,7 @@ pub fn token_batch(rng: &mut Rng, vocab: usize, t: usize) -> (Vec<i32>, Vec<i32>
 }
 
 /// Every parameter's name and gathered master value, in `named_parameters` order.
-pub fn masters(model: &dyn Module) -> Vec<(String, Vec<f32>)> {
+pub fn masters(model: &dyn Params) -> Vec<(String, Vec<f32>)> {
     model
         .named_parameters()
         .into_iter()
@@ -90,7 +90,7 @@ pub fn masters(model: &dyn Module) -> Vec<(String, Vec<f32>)> {
 }
 
 /// Every parameter's name and gathered master gradient (which must exist).
-pub fn master_grads(model: &dyn Module) -> Vec<(String, Vec<f32>)> {
+pub fn master_grads(model: &dyn Params) -> Vec<(String, Vec<f32>)> {
     model
         .named_parameters()
         .into_iter()
@@ -101,7 +101,7 @@ pub fn master_grads(model: &dyn Module) -> Vec<(String, Vec<f32>)> {
 /// A linear layer's results on the host, `[y, dx, dW, db]`: its output, its
 /// input gradient and its gathered weight and bias gradients (the layer's
 /// parameters must be exactly `weight` and `bias`, both with gradients).
-pub fn linear_results(y: &DTensor, dx: &DTensor, layer: &dyn Module) -> [Vec<f32>; 4] {
+pub fn linear_results(y: &DTensor, dx: &DTensor, layer: &dyn Params) -> [Vec<f32>; 4] {
     let grads = master_grads(layer);
     let names: Vec<&str> = grads.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["weight", "bias"], "a linear layer with a bias");

@@ -17,7 +17,8 @@ use super::shared::{
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::nn::init::{Init, InitRng};
-use crate::nn::parameter::{Module, Parameter};
+use crate::nn::Params;
+use crate::nn::parameter::Parameter;
 use crate::tensor::{DTensor, Mapping, MatmulOptions, Placement};
 
 /// Settings of a [`ColumnParallelLinear`].
@@ -71,12 +72,13 @@ impl ColumnParallelConfig {
 }
 
 /// `Y = X Wᵀ + b` with `W` split along the output dimension.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct ColumnParallelLinear {
     /// `[out, in]`, `Shard(0)`.
     pub weight: Parameter,
     /// `[out]`, `Shard(0)`.
     pub bias: Option<Parameter>,
+    #[params(skip)]
     config: ColumnParallelConfig,
 }
 

@@ -20,7 +20,8 @@ use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::nn::init::{Init, InitRng};
-use crate::nn::parameter::{Module, Parameter};
+use crate::nn::Params;
+use crate::nn::parameter::Parameter;
 use crate::tensor::{DTensor, Mapping, MatmulOptions, Placement};
 
 /// Settings of a [`RowParallelLinear`].
@@ -70,12 +71,13 @@ impl RowParallelConfig {
 }
 
 /// `Y = X Wᵀ + b` with `W` split along the input dimension.
-#[derive(Debug)]
+#[derive(Debug, Params)]
 pub struct RowParallelLinear {
     /// `[out, in]`, `Shard(1)`.
     pub weight: Parameter,
     /// `[out]`, `Replicate`.
     pub bias: Option<Parameter>,
+    #[params(skip)]
     config: RowParallelConfig,
 }
 

@@ -1,7 +1,6 @@
 //! What the column and row layers share: [`Overlap`], checking inputs,
 //! checking and sharding master weights, and (as a macro, since both layers
-//! have them field for field) `new`, the master accessors and the parameter
-//! list.
+//! have them field for field) `new` and the master accessors.
 
 use crate::device::Mesh;
 use crate::element::DType;
@@ -120,8 +119,7 @@ pub(super) fn check_overlap(
     Ok(())
 }
 
-/// What both linear layers share: `new`, the settings, master accessors
-/// and their parameter list.
+/// What both linear layers share: `new`, the settings and master accessors.
 macro_rules! linear_common {
     ($ty:ident, $cfg:ident) => {
         impl $ty {
@@ -153,16 +151,6 @@ macro_rules! linear_common {
             /// The full bias `[out]` on the host.
             pub fn master_bias(&self) -> Result<Option<Vec<f32>>> {
                 self.bias.as_ref().map(Parameter::master).transpose()
-            }
-        }
-
-        impl Module for $ty {
-            fn named_parameters(&self) -> Vec<(String, &Parameter)> {
-                crate::nn::parameter::weight_and_bias(&self.weight, self.bias.as_ref())
-            }
-
-            fn named_parameters_mut(&mut self) -> Vec<(String, &mut Parameter)> {
-                crate::nn::parameter::weight_and_bias_mut(&mut self.weight, self.bias.as_mut())
             }
         }
     };

@@ -15,8 +15,8 @@ use super::config::HfGpt2Config;
 use super::files::{Found, WeightFiles, bad};
 use super::{CONFIG_FILE, hf_shape, is_conv1d, transpose};
 use crate::error::{Error, Result};
+use crate::nn::Params;
 use crate::nn::gpt::{Gpt, GptConfig};
-use crate::nn::parameter::Module;
 
 /// An opened checkpoint directory whose headers all parsed.
 pub(super) struct HfCheckpoint {

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use super::{hf_shape, is_conv1d, transpose};
 use crate::error::{Error, Result};
 use crate::nn::Gpt;
-use crate::nn::parameter::Module;
+use crate::nn::Params;
 
 /// `path` with `.partial` appended: where a file is written before renaming.
 fn partial(path: &Path) -> PathBuf {
