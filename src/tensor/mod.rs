@@ -9,6 +9,7 @@
 //! communication only through these.
 
 mod autograd;
+mod dropout;
 mod dtensor;
 mod elementwise;
 mod host;

@@ -4,11 +4,14 @@
 //! - `elementwise`: add, scale and activations on every placement;
 //! - `matmul`: the shard-by-shard product's placement rules, against f64;
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
-//! - `ops_vs_layers`: those operations give the linear layers' bits.
+//! - `ops_vs_layers`: those operations give the linear layers' bits;
+//! - `dropout`: its VJP against finite differences (`finite_diff`).
 
 mod autograd;
+mod dropout;
 mod dtensor;
 mod elementwise;
+mod finite_diff;
 mod mappings;
 mod matmul;
 mod ops_vs_layers;
