@@ -14,6 +14,7 @@ mod cross_entropy_grad;
 mod dropout;
 mod dtensor;
 mod elementwise;
+mod embedding;
 mod host;
 mod mappings;
 mod matmul;

@@ -5,14 +5,15 @@
 //! - `matmul`: the shard-by-shard product's placement rules, against f64;
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
 //! - `ops_vs_layers`: those operations give the linear layers' bits;
-//! - `cross_entropy`, `dropout`: those ops' VJPs against finite differences
-//!   (`finite_diff`), placements, communication.
+//! - `embedding`, `cross_entropy`, `dropout`: those ops' VJPs against finite
+//!   differences (`finite_diff`), placements, communication.
 
 mod autograd;
 mod cross_entropy;
 mod dropout;
 mod dtensor;
 mod elementwise;
+mod embedding;
 mod finite_diff;
 mod mappings;
 mod matmul;
