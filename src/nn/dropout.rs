@@ -7,8 +7,8 @@
 //! `(seed, step, layer id, global element index)`. A `Shard(d)` rank
 //! computes each element's global index from its shard's offset, so P = 1, 3
 //! and 4 give bit-identical masks, and replicated (or partial) tensors get the
-//! same mask on every rank. Backward regenerates the mask from the key the
-//! forward used. Nothing is communicated.
+//! same mask on every rank. The work is [`DTensor::dropout`], whose VJP on
+//! the tape applies the forward's mask to `dy`. Nothing is communicated.
 //!
 //! The step is the caller's: forward uses the current [`Dropout::step`] and
 //! does not change it; call [`Dropout::advance_step`] (or
@@ -18,12 +18,9 @@
 //! gradients), as PyTorch does.
 
 use super::Params;
-use crate::device::LocalTensor;
-use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::dropout::{PhiloxKey, ShardWindow, dropout};
-use crate::shard::split_range_in_units;
-use crate::tensor::{DTensor, Placement, local_shape_in_units};
+use crate::kernels::dropout::PhiloxKey;
+use crate::tensor::DTensor;
 
 /// Settings of a [`Dropout`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -48,27 +45,6 @@ impl DropoutConfig {
     }
 }
 
-/// What the last forward did, so backward applies the same map.
-#[derive(Clone, Debug)]
-enum Saved {
-    /// Evaluation mode or `p = 0`.
-    Identity {
-        shape: Vec<usize>,
-        placement: Placement,
-    },
-    /// `p = 1`.
-    Zeros {
-        shape: Vec<usize>,
-        placement: Placement,
-    },
-    /// The mask of this key.
-    Masked {
-        key: PhiloxKey,
-        shape: Vec<usize>,
-        placement: Placement,
-    },
-}
-
 /// Inverted dropout keyed on the logical element index.
 #[derive(Debug, Params)]
 pub struct Dropout {
@@ -78,48 +54,6 @@ pub struct Dropout {
     step: u64,
     #[params(skip)]
     training: bool,
-    #[params(skip)]
-    saved: Option<Saved>,
-}
-
-/// Apply the mask of `key` to every shard of `x`, each at its logical offset.
-fn masked(x: &DTensor, p: f32, key: PhiloxKey) -> Result<DTensor> {
-    let size = x.mesh().size();
-    let shards = x
-        .shards()
-        .iter()
-        .enumerate()
-        .map(|(r, s)| {
-            let window = match x.placement() {
-                Placement::Shard(d) => Some(ShardWindow {
-                    dim: d,
-                    start: split_range_in_units(x.shape()[d], size, r, x.shard_unit()).start,
-                    total: x.shape()[d],
-                }),
-                // Replicate and Partial shards are full-shape: the mask
-                // applies alike to every term of a partial sum.
-                _ => None,
-            };
-            dropout(s, p, key, window)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(x.with_shards(shards, x.shape().to_vec(), x.placement()))
-}
-
-fn zeros_like(x: &DTensor) -> Result<DTensor> {
-    let p = x.mesh().size();
-    let shards = x
-        .mesh()
-        .ranks()
-        .iter()
-        .map(|r| {
-            r.zeros(
-                &local_shape_in_units(x.shape(), x.placement(), p, r.index(), x.shard_unit()),
-                x.dtype(),
-            )
-        })
-        .collect::<Result<Vec<LocalTensor>>>()?;
-    DTensor::from_shards_in_units(x.mesh(), shards, x.shape(), x.placement(), x.shard_unit())
 }
 
 impl Dropout {
@@ -135,7 +69,6 @@ impl Dropout {
             config,
             step: 0,
             training: true,
-            saved: None,
         })
     }
 
@@ -175,76 +108,16 @@ impl Dropout {
     }
 
     /// `x` (f32 or f16, any placement) → `x·m/(1 − p)`, placed like `x`, in
-    /// x's dtype (f16 is masked and scaled in f32, then rounded).
-    pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
-        const OP: &str = "Dropout::forward";
-        if x.dtype() == DType::I32 {
-            return Err(Error::DTypeMismatch {
-                op: OP,
-                expected: DType::F32,
-                got: x.dtype(),
-            });
-        }
-        let (shape, placement) = (x.shape().to_vec(), x.placement());
-        let p = self.config.p;
-        let (y, saved) = if !self.training || p == 0.0 {
-            (x.clone(), Saved::Identity { shape, placement })
-        } else if p == 1.0 {
-            (zeros_like(x)?, Saved::Zeros { shape, placement })
-        } else {
-            let key = PhiloxKey {
-                seed: self.config.seed,
-                step: self.step,
-                layer: self.config.layer,
-            };
-            let y = masked(&x.cast(DType::F32)?, p, key)?.cast(x.dtype())?;
-            let saved = Saved::Masked {
-                key,
-                shape,
-                placement,
-            };
-            (y, saved)
+    /// x's dtype (f16 is masked and scaled in f32, then rounded), with the
+    /// mask of (seed, [`Dropout::step`], layer); `x` itself in evaluation
+    /// mode or with `p = 0`. On the tape, backward masks `dy` alike.
+    pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
+        let p = if self.training { self.config.p } else { 0.0 };
+        let key = PhiloxKey {
+            seed: self.config.seed,
+            step: self.step,
+            layer: self.config.layer,
         };
-        self.saved = Some(saved);
-        Ok(y)
-    }
-
-    /// `dy` (f32 or f16, placed and shaped like the forward's output; any
-    /// placement on one rank) → `dy·m/(1 − p)` with the forward's mask, in
-    /// dy's dtype.
-    pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
-        const OP: &str = "Dropout::backward";
-        let saved = self
-            .saved
-            .take()
-            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
-        let (Saved::Identity { shape, placement }
-        | Saved::Zeros { shape, placement }
-        | Saved::Masked {
-            shape, placement, ..
-        }) = &saved;
-        if dy.shape() != shape.as_slice()
-            || (dy.placement() != *placement && dy.mesh().size() > 1)
-            || dy.dtype() == DType::I32
-        {
-            let err = Error::invalid(
-                OP,
-                format!(
-                    "dy must be float {shape:?} placed {placement:?} like the output, got {:?} {:?} {:?}",
-                    dy.dtype(),
-                    dy.shape(),
-                    dy.placement()
-                ),
-            );
-            self.saved = Some(saved);
-            return Err(err);
-        }
-        match saved {
-            Saved::Identity { .. } => Ok(dy.clone()),
-            Saved::Zeros { .. } => zeros_like(dy),
-            Saved::Masked { key, .. } => {
-                masked(&dy.cast(DType::F32)?, self.config.p, key)?.cast(dy.dtype())
-            }
-        }
+        x.dropout(p, key)
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! - [`VocabParallelEmbedding`]: rank r holds rows `[start_r, end_r)`;
 //!   `out_r = E_r[id − start_r]` for owned ids, zero rows otherwise, then
-//!   `out = all-reduce(out_r)`. Backward scatter-adds `dout` into the owned
-//!   rows (deterministic order), no communication.
+//!   `out = all-reduce(out_r)`. Backward (the tape's VJP of
+//!   [`DTensor::embedding`]) scatter-adds `dout` into the owned rows
+//!   (deterministic order), no communication.
 //! - [`ParallelEmbedding`]: rank r holds columns of `E`; local lookup, then
 //!   all-gather along the last dim. Backward keeps its slice of `dout`.
 //! - [`Embedding`]: every rank holds all of `E` (GPT-2's position table);
@@ -16,10 +17,8 @@
 use super::Params;
 use super::init::{Init, InitRng};
 use super::parameter::Parameter;
-use crate::device::{LocalTensor, Mesh};
-use crate::element::ReduceOp;
+use crate::device::Mesh;
 use crate::error::{Error, Result};
-use crate::kernels;
 use crate::shard::split_range;
 use crate::tensor::{DTensor, Mapping, Placement};
 
@@ -81,32 +80,6 @@ impl EmbeddingConfig {
         }
         Ok(())
     }
-
-    /// Check ids on the host; return them with the padding id masked to −1 for the backward.
-    fn check_ids(&self, op: &'static str, ids: &[i32]) -> Result<Vec<i32>> {
-        let mut grad_ids = ids.to_vec();
-        for (i, &id) in ids.iter().enumerate() {
-            if id < 0 || id as usize >= self.num_embeddings {
-                return Err(Error::OutOfRange {
-                    op,
-                    what: "token id",
-                    value: id as i64,
-                    bound: self.num_embeddings,
-                });
-            }
-            if self.padding_idx == Some(id as usize) {
-                grad_ids[i] = -1;
-            }
-        }
-        Ok(grad_ids)
-    }
-}
-
-fn upload_ids(mesh: &Mesh, ids: &[i32]) -> Result<Vec<LocalTensor>> {
-    mesh.ranks()
-        .iter()
-        .map(|r| r.upload_i32(&[ids.len()], ids))
-        .collect()
 }
 
 /// How a table is split: the parts of the two layers that differ.
@@ -131,14 +104,11 @@ impl Split {
 
     /// The mapping from the per-rank lookups to the replicated output (none
     /// when they are replicated already).
-    fn mapping(self) -> (Placement, Option<Mapping>) {
+    fn mapping(self) -> Option<Mapping> {
         match self {
-            Split::Vocab => (
-                Placement::Partial(ReduceOp::Sum),
-                Some(Mapping::ReduceFromParallel),
-            ),
-            Split::Dim => (Placement::Shard(1), Some(Mapping::GatherFromParallel(1))),
-            Split::Replicated => (Placement::Replicate, None),
+            Split::Vocab => Some(Mapping::ReduceFromParallel),
+            Split::Dim => Some(Mapping::GatherFromParallel(1)),
+            Split::Replicated => None,
         }
     }
 }
@@ -149,8 +119,6 @@ struct Table {
     weight: Parameter,
     #[params(skip)]
     config: EmbeddingConfig,
-    #[params(skip)]
-    saved_ids: Option<Vec<LocalTensor>>,
     #[params(skip)]
     split: Split,
 }
@@ -174,74 +142,18 @@ impl Table {
         Ok(Table {
             weight,
             config,
-            saved_ids: None,
             split,
         })
     }
 
-    /// (rows this rank holds, global id of its first row).
-    fn local_rows(&self, r: usize) -> (usize, i64) {
-        match self.split {
-            Split::Vocab => {
-                let range = split_range(
-                    self.config.num_embeddings,
-                    self.weight.value.mesh().size(),
-                    r,
-                );
-                (range.len(), range.start as i64)
-            }
-            Split::Dim | Split::Replicated => (self.config.num_embeddings, 0),
+    /// The lookup (each rank its rows or columns), then the mapping that
+    /// makes it whole; the tape's VJP scatter-adds into the table.
+    fn forward(&self, ids: &[i32]) -> Result<DTensor> {
+        let local = self.weight.value.embedding(ids, self.config.padding_idx)?;
+        match self.split.mapping() {
+            Some(m) => m.forward(&local),
+            None => Ok(local),
         }
-    }
-
-    fn forward(&mut self, op: &'static str, ids: &[i32]) -> Result<DTensor> {
-        let grad_ids = self.config.check_ids(op, ids)?;
-        let table = &self.weight.value;
-        let mesh = table.mesh();
-        let ids_dev = upload_ids(mesh, ids)?;
-        let parts = (0..mesh.size())
-            .map(|r| {
-                kernels::embedding_lookup(&table.shards()[r], &ids_dev[r], self.local_rows(r).1)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (placement, mapping) = self.split.mapping();
-        let local = table.with_shards(parts, vec![ids.len(), self.config.embedding_dim], placement);
-        let out = match mapping {
-            Some(m) => m.forward(&local)?,
-            None => local,
-        };
-        // The padding row gets no gradient: its ids become -1 (owned by no rank).
-        self.saved_ids = Some(if self.config.padding_idx.is_some() {
-            upload_ids(mesh, &grad_ids)?
-        } else {
-            ids_dev
-        });
-        Ok(out)
-    }
-
-    fn backward(&mut self, op: &'static str, dout: &DTensor) -> Result<()> {
-        let ids = self
-            .saved_ids
-            .take()
-            .ok_or_else(|| Error::invalid(op, "call forward before backward"))?;
-        let want = [ids[0].len(), self.config.embedding_dim];
-        if dout.shape() != want {
-            self.saved_ids = Some(ids);
-            return Err(Error::shape(op, want, dout.shape()));
-        }
-        let dout = match self.split.mapping().1 {
-            Some(m) => m.backward(dout)?,
-            None => dout.clone(),
-        };
-        let table = &self.weight.value;
-        let grads = (0..table.mesh().size())
-            .map(|r| {
-                let (rows, start) = self.local_rows(r);
-                kernels::embedding_backward(&ids[r], &dout.shards()[r], rows, start, None)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let g = table.with_shards(grads, table.shape().to_vec(), table.placement());
-        self.weight.accumulate_grad(g)
     }
 }
 
@@ -300,14 +212,10 @@ macro_rules! embedding_api {
                 &mut self.0.weight
             }
 
-            /// Ids (any flat list of tokens, checked on the host) → `[ids.len(), dim]`, `Replicate`.
-            pub fn forward(&mut self, ids: &[i32]) -> Result<DTensor> {
-                self.0.forward(concat!($name, "::forward"), ids)
-            }
-
-            /// `dout` `[n, dim]` (`Replicate`) → accumulates the table gradient.
-            pub fn backward(&mut self, dout: &DTensor) -> Result<()> {
-                self.0.backward(concat!($name, "::backward"), dout)
+            /// Ids (any flat list of tokens, checked on the host) → `[ids.len(), dim]`,
+            /// `Replicate`. On the tape, backward scatter-adds into the table's gradient.
+            pub fn forward(&self, ids: &[i32]) -> Result<DTensor> {
+                self.0.forward(ids)
             }
 
             /// The full table on the host.
@@ -344,7 +252,10 @@ embedding_api!(Embedding, Split::Replicated, "Embedding");
 impl VocabParallelEmbedding {
     /// The vocab rows `[start, end)` rank `r` holds.
     pub fn vocab_range(&self, r: usize) -> std::ops::Range<usize> {
-        let (rows, start) = self.0.local_rows(r);
-        start as usize..start as usize + rows
+        split_range(
+            self.0.config.num_embeddings,
+            self.0.weight.value.mesh().size(),
+            r,
+        )
     }
 }

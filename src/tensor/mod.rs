@@ -10,8 +10,12 @@
 //! `rows.rs`: `add_row`, `sum_rows`), which communicate nothing. Layers
 //! above talk to communication only through these.
 mod autograd;
+mod cross_entropy;
+mod cross_entropy_grad;
+mod dropout;
 mod dtensor;
 mod elementwise;
+mod embedding;
 mod host;
 mod mappings;
 mod matmul;
@@ -28,6 +32,7 @@ mod topk;
 #[allow(unused_imports)]
 pub(crate) use autograd::{GradSlot, Node, placed, record, tracking};
 pub use autograd::{NoGradGuard, is_grad_enabled, no_grad};
+pub use cross_entropy::{CrossEntropyConfig, Reduction};
 pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};
 pub use mappings::Mapping;
 pub use matmul::MatmulOptions;

@@ -10,6 +10,14 @@ use crate::util::{Rng, WORLD_SIZES, assert_close, assert_only, count_lock, count
 use wgpu_tp::nn::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 use wgpu_tp::{Collective, DTensor, Placement};
 
+/// Backward from a loss with gradient 1 everywhere (one per row for
+/// `Reduction::None`, else the scalar loss's).
+fn backward_from_ones(loss: &DTensor) {
+    let n = loss.shape()[0];
+    let ones = DTensor::from_host(loss.mesh(), &[n], &vec![1.0; n], Placement::Replicate).unwrap();
+    loss.backward_with(&ones).unwrap();
+}
+
 #[test]
 fn cross_entropy_closed_form_p4() {
     let _counting = count_lock();
@@ -19,14 +27,17 @@ fn cross_entropy_closed_form_p4() {
     let (rows, vocab) = (16usize, 32usize);
     let z: Vec<f32> = (0..rows * vocab).map(|i| (i % 8) as f32).collect();
     let targets: Vec<i32> = (0..rows as i32).map(|i| 2 * i).collect();
-    let logits = DTensor::from_host(&m, &[rows, vocab], &z, Placement::Shard(1)).unwrap();
-    let mut ce = VocabParallelCrossEntropy::new(CrossEntropyConfig {
+    let logits = DTensor::from_host(&m, &[rows, vocab], &z, Placement::Shard(1))
+        .unwrap()
+        .requires_grad();
+    let ce = VocabParallelCrossEntropy::new(CrossEntropyConfig {
         reduction: Reduction::None,
         ..Default::default()
     })
     .unwrap();
     m.reset_comm_stats();
-    let loss = ce.forward(&logits, &targets).unwrap().to_host().unwrap();
+    let loss_d = ce.forward(&logits, &targets).unwrap();
+    let loss = loss_d.to_host().unwrap();
     let s: f64 = (0..8).map(|k| (k as f64).exp()).sum();
     let want: Vec<f64> = (0..rows)
         .map(|i| (4.0 * s).ln() - ((2 * i) % 8) as f64)
@@ -43,8 +54,9 @@ fn cross_entropy_closed_form_p4() {
         stats[&Collective::AllReduce].bytes,
         (3 * 4 * rows * 4) as u64
     );
+    let ones = DTensor::from_host(&m, &[rows], &vec![1.0; rows], Placement::Replicate).unwrap();
     m.reset_comm_stats();
-    ce.backward(None).unwrap();
+    loss_d.backward_with(&ones).unwrap();
     assert!(m.comm_stats().is_empty(), "backward communicates nothing");
 }
 
@@ -91,17 +103,26 @@ fn cross_entropy_matches_reference_and_serial_for_every_option_p1_2_3_4_8() {
                 label_smoothing: alpha as f32,
                 valid_vocab: None,
             };
-            let mut ce = VocabParallelCrossEntropy::new(cfg).unwrap();
-            let logits = DTensor::from_host(&m, &[rows, vocab], &z, Placement::Shard(1)).unwrap();
+            let ce = VocabParallelCrossEntropy::new(cfg).unwrap();
+            let logits = DTensor::from_host(&m, &[rows, vocab], &z, Placement::Shard(1))
+                .unwrap()
+                .requires_grad();
             m.reset_comm_stats();
-            let loss = ce.forward(&logits, &t).unwrap().to_host().unwrap();
+            let loss_d = ce.forward(&logits, &t).unwrap();
+            let loss = loss_d.to_host().unwrap();
             if p > 1 {
                 let want_calls = if alpha > 0.0 { 4 } else { 3 };
                 assert_eq!(m.comm_calls(Collective::AllReduce), want_calls);
             }
             let what = format!("loss P={p} {reduction:?} α={alpha} ignore={ignore:?}");
             assert_close(&what, &loss, &want_loss, TOL);
-            let grad = ce.backward(None).unwrap();
+            m.reset_comm_stats();
+            backward_from_ones(&loss_d);
+            assert!(
+                m.comm_stats().is_empty(),
+                "P={p}: backward communicates nothing"
+            );
+            let grad = logits.grad().unwrap();
             assert_eq!(
                 grad.placement(),
                 if p > 1 {
@@ -144,11 +165,15 @@ fn padded_vocab_does_not_change_the_loss_p1_2_3_4_8() {
             valid_vocab: Some(vocab),
             ..Default::default()
         };
-        let mut ce = VocabParallelCrossEntropy::new(cfg).unwrap();
-        let logits = DTensor::from_host(&m, &[rows, padded], &zp, Placement::Shard(1)).unwrap();
-        let loss = ce.forward(&logits, &targets).unwrap().to_host().unwrap();
+        let ce = VocabParallelCrossEntropy::new(cfg).unwrap();
+        let logits = DTensor::from_host(&m, &[rows, padded], &zp, Placement::Shard(1))
+            .unwrap()
+            .requires_grad();
+        let loss_d = ce.forward(&logits, &targets).unwrap();
+        let loss = loss_d.to_host().unwrap();
         assert_close(&format!("padded loss P={p}"), &loss, &want, TOL);
-        let grad = ce.backward(None).unwrap().to_host().unwrap();
+        backward_from_ones(&loss_d);
+        let grad = logits.grad().unwrap().to_host().unwrap();
         for i in 0..rows {
             for j in vocab..padded {
                 assert_eq!(grad[i * padded + j], 0.0, "padding column gets no gradient");
@@ -160,14 +185,37 @@ fn padded_vocab_does_not_change_the_loss_p1_2_3_4_8() {
 #[test]
 fn cross_entropy_bad_targets_are_errors() {
     let m = mesh(2);
-    let logits = DTensor::from_host(&m, &[2, 4], &[0.0; 8], Placement::Shard(1)).unwrap();
-    let mut ce = VocabParallelCrossEntropy::new(CrossEntropyConfig::default()).unwrap();
+    let logits = DTensor::from_host(&m, &[2, 4], &[0.0; 8], Placement::Shard(1))
+        .unwrap()
+        .requires_grad();
+    let ce = VocabParallelCrossEntropy::new(CrossEntropyConfig::default()).unwrap();
     assert!(matches!(
         ce.forward(&logits, &[0, 4]),
         Err(wgpu_tp::Error::OutOfRange { .. })
     ));
     assert!(ce.forward(&logits, &[0]).is_err());
-    assert!(ce.backward(None).is_err(), "no forward yet");
-    let loss = ce.forward(&logits, &[0, 3]).unwrap().to_host().unwrap();
-    assert!((loss[0] as f64 - 4f64.ln()).abs() < 1e-6);
+    let replicated = DTensor::from_host(&m, &[2, 4], &[0.0; 8], Placement::Replicate).unwrap();
+    assert!(
+        ce.forward(&replicated, &[0, 3]).is_err(),
+        "logits not Shard(1)"
+    );
+    let bad = CrossEntropyConfig {
+        label_smoothing: 1.5,
+        ..Default::default()
+    };
+    assert!(VocabParallelCrossEntropy::new(bad).is_err());
+    let loss = ce.forward(&logits, &[0, 3]).unwrap();
+    assert!((loss.to_host().unwrap()[0] as f64 - 4f64.ln()).abs() < 1e-6);
+    // A gradient of the wrong shape is refused and leaves the graph usable.
+    let two = DTensor::from_host(&m, &[2], &[1.0, 1.0], Placement::Replicate).unwrap();
+    assert!(loss.backward_with(&two).is_err());
+    loss.backward().unwrap();
+    // d/dz of the mean of ln 4 − z_t: (1/4 − onehot)/2.
+    let want = [-0.375, 0.125, 0.125, 0.125, 0.125, 0.125, 0.125, -0.375];
+    assert_close(
+        "grad",
+        &logits.grad().unwrap().to_host().unwrap(),
+        &want,
+        1e-6,
+    );
 }

@@ -3,9 +3,9 @@
 //! and the kernel checked bit for bit against it on every sharding (so P = 1,
 //! 2, 3, 4 and 8 give the same mask for one logical tensor); the same key
 //! gives the same mask, another step, layer or seed another; the keep rate is
-//! within 5σ; backward applies the forward's mask; `p = 0` and evaluation are
-//! the identity, `p = 1` gives zeros; bad inputs are errors that leave the
-//! layer usable; nothing is communicated.
+//! within 5σ; backward (the tape) applies the forward's mask; `p = 0` and
+//! evaluation are the identity, `p = 1` gives zeros; bad inputs are errors
+//! that leave the layer and the graph usable; nothing is communicated.
 
 use crate::util::{Rng, WORLD_SIZES, count_lock, counting_mesh, mesh};
 use wgpu_tp::nn::{Dropout, DropoutConfig};
@@ -191,7 +191,7 @@ fn keep_rate_is_within_five_sigma() {
         let m = mesh(p);
         let ones = DTensor::from_host(&m, &[256, 256], &vec![1.0; n], Placement::Shard(1)).unwrap();
         for (i, &q) in [0.1f32, 0.5, 0.9].iter().enumerate() {
-            let mut d = layer(q, 2024, i as u32);
+            let d = layer(q, 2024, i as u32);
             let kept = d
                 .forward(&ones)
                 .unwrap()
@@ -228,12 +228,14 @@ fn backward_applies_the_forward_mask() {
         ] {
             let mut d = layer(0.25, seed, 5);
             d.set_step(step);
-            d.forward(&DTensor::from_host(&m, &[t, h], &x, placement).unwrap())
-                .unwrap();
+            let xd = DTensor::from_host(&m, &[t, h], &x, placement)
+                .unwrap()
+                .requires_grad();
+            let y = d.forward(&xd).unwrap();
             d.advance_step();
-            let dx = d
-                .backward(&DTensor::from_host(&m, &[t, h], &dy, placement).unwrap())
+            y.backward_with(&DTensor::from_host(&m, &[t, h], &dy, placement).unwrap())
                 .unwrap();
+            let dx = xd.grad().unwrap();
             assert_eq!(dx.placement(), placement);
             assert_eq!(bits(&dx.to_host().unwrap()), want, "P={p} {placement:?}");
         }
@@ -247,17 +249,19 @@ fn p_zero_and_eval_are_the_identity_and_p_one_gives_zeros() {
     let (t, h) = (7, 13);
     let x = rng.vec(t * h);
     let xd = DTensor::from_host(&m, &[t, h], &x, Placement::Shard(1)).unwrap();
-    let mut d = layer(0.0, 1, 0);
+    // The gradient of x for dy = x.
+    let grad = |d: &Dropout| {
+        let leaf = xd.requires_grad();
+        d.forward(&leaf).unwrap().backward_with(&xd).unwrap();
+        leaf.grad().unwrap().to_host().unwrap()
+    };
+    let d = layer(0.0, 1, 0);
     assert_eq!(
         bits(&d.forward(&xd).unwrap().to_host().unwrap()),
         bits(&x),
         "p = 0"
     );
-    assert_eq!(
-        bits(&d.backward(&xd).unwrap().to_host().unwrap()),
-        bits(&x),
-        "p = 0 backward"
-    );
+    assert_eq!(bits(&grad(&d)), bits(&x), "p = 0 backward");
     let mut d = layer(0.5, 1, 0);
     d.eval();
     assert!(!d.is_training());
@@ -266,11 +270,7 @@ fn p_zero_and_eval_are_the_identity_and_p_one_gives_zeros() {
         bits(&x),
         "eval"
     );
-    assert_eq!(
-        bits(&d.backward(&xd).unwrap().to_host().unwrap()),
-        bits(&x),
-        "eval backward"
-    );
+    assert_eq!(bits(&grad(&d)), bits(&x), "eval backward");
     d.train();
     assert_ne!(
         bits(&d.forward(&xd).unwrap().to_host().unwrap()),
@@ -278,21 +278,14 @@ fn p_zero_and_eval_are_the_identity_and_p_one_gives_zeros() {
         "train again"
     );
     // p = 1 is accepted and drops everything (forward and backward), as PyTorch does.
-    let mut d = layer(1.0, 1, 0);
+    let d = layer(1.0, 1, 0);
     let y = d.forward(&xd).unwrap();
     assert_eq!(y.placement(), Placement::Shard(1));
     assert!(
         y.to_host().unwrap().iter().all(|&v| v.to_bits() == 0),
         "p = 1"
     );
-    assert!(
-        d.backward(&xd)
-            .unwrap()
-            .to_host()
-            .unwrap()
-            .iter()
-            .all(|&v| v.to_bits() == 0)
-    );
+    assert!(grad(&d).iter().all(|&v| v.to_bits() == 0), "p = 1 backward");
     for bad in [-0.1, 1.5, f32::NAN] {
         assert!(Dropout::new(DropoutConfig::new(bad)).is_err(), "p = {bad}");
     }
@@ -303,28 +296,30 @@ fn bad_inputs_are_errors_and_leave_the_layer_usable() {
     let m = mesh(2);
     let (t, h) = (7, 5);
     let x: Vec<f32> = (0..t * h).map(|i| i as f32 + 1.0).collect();
-    let xd = DTensor::from_host(&m, &[t, h], &x, Placement::Shard(0)).unwrap();
+    let xd = DTensor::from_host(&m, &[t, h], &x, Placement::Shard(0))
+        .unwrap()
+        .requires_grad();
     let ids: Vec<i32> = (0..(t * h) as i32).collect();
     let ints = DTensor::from_host_i32(&m, &[t, h], &ids, Placement::Shard(0)).unwrap();
     let mut d = layer(0.5, 8, 3);
-    assert!(d.backward(&xd).is_err(), "backward before forward");
     assert!(d.forward(&ints).is_err(), "i32 input");
+    d.eval();
+    assert!(d.forward(&ints).is_err(), "i32 input in evaluation mode");
+    d.train();
     let y = d.forward(&xd).unwrap();
-    assert_eq!(
-        bits(&y.to_host().unwrap()),
-        bits(&cpu_dropout(&x, 0.5, 8, 0, 3))
-    );
+    let want = bits(&cpu_dropout(&x, 0.5, 8, 0, 3));
+    assert_eq!(bits(&y.to_host().unwrap()), want);
     let wide = DTensor::from_host(&m, &[h, t], &x, Placement::Shard(0)).unwrap();
+    assert!(
+        y.backward_with(&wide).is_err(),
+        "backward of the wrong shape"
+    );
+    // dy placed otherwise is moved to the output's placement: the same mask.
     let rep = DTensor::from_host(&m, &[t, h], &x, Placement::Replicate).unwrap();
-    for (what, bad) in [
-        ("wrong shape", &wide),
-        ("other placement", &rep),
-        ("i32", &ints),
-    ] {
-        assert!(d.backward(bad).is_err(), "backward of {what}");
-    }
-    let dx = d.backward(&xd).unwrap();
-    assert_eq!(bits(&dx.to_host().unwrap()), bits(&y.to_host().unwrap()));
+    y.backward_with(&rep).unwrap();
+    let dx = xd.grad().unwrap();
+    assert_eq!(dx.placement(), Placement::Shard(0));
+    assert_eq!(bits(&dx.to_host().unwrap()), want);
 }
 
 #[test]
@@ -332,11 +327,13 @@ fn dropout_communicates_nothing() {
     let _counting = count_lock();
     for &p in WORLD_SIZES {
         let m = counting_mesh(p);
-        let xd = DTensor::from_host(&m, &[13, 7], &[1.0; 91], Placement::Shard(0)).unwrap();
+        let xd = DTensor::from_host(&m, &[13, 7], &[1.0; 91], Placement::Shard(0))
+            .unwrap()
+            .requires_grad();
         m.reset_comm_stats();
-        let mut d = layer(0.5, 1, 1);
+        let d = layer(0.5, 1, 1);
         let y = d.forward(&xd).unwrap();
-        d.backward(&y).unwrap();
+        y.backward_with(&y.detach()).unwrap();
         assert!(m.comm_stats().is_empty(), "P={p}: {:?}", m.comm_stats());
     }
 }

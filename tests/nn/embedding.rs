@@ -29,7 +29,7 @@ fn embeddings_match_reference_p1_2_3_4_8() {
             let mut cfg = EmbeddingConfig::new(vocab, dim);
             cfg.padding_idx = padding;
             // Vocab split.
-            let mut emb = VocabParallelEmbedding::from_master(&m, cfg.clone(), &table).unwrap();
+            let emb = VocabParallelEmbedding::from_master(&m, cfg.clone(), &table).unwrap();
             m.reset_comm_stats();
             let out = emb.forward(&ids).unwrap();
             if p > 1 {
@@ -44,7 +44,7 @@ fn embeddings_match_reference_p1_2_3_4_8() {
             );
             let d = DTensor::from_host(&m, &[n, dim], &dout, Placement::Replicate).unwrap();
             m.reset_comm_stats();
-            emb.backward(&d).unwrap();
+            out.backward_with(&d).unwrap();
             assert!(
                 m.comm_stats().is_empty(),
                 "vocab embedding backward communicates nothing"
@@ -57,7 +57,7 @@ fn embeddings_match_reference_p1_2_3_4_8() {
                 TOL,
             );
             // Dim split.
-            let mut emb = ParallelEmbedding::from_master(&m, cfg, &table).unwrap();
+            let emb = ParallelEmbedding::from_master(&m, cfg, &table).unwrap();
             m.reset_comm_stats();
             let out = emb.forward(&ids).unwrap();
             if p > 1 {
@@ -71,7 +71,7 @@ fn embeddings_match_reference_p1_2_3_4_8() {
                 TOL,
             );
             m.reset_comm_stats();
-            emb.backward(&d).unwrap();
+            out.backward_with(&d).unwrap();
             assert!(
                 m.comm_stats().is_empty(),
                 "dim embedding backward communicates nothing"
@@ -90,7 +90,7 @@ fn embeddings_match_reference_p1_2_3_4_8() {
 #[test]
 fn embedding_rejects_out_of_range_ids() {
     let m = mesh(3);
-    let mut emb =
+    let emb =
         VocabParallelEmbedding::from_master(&m, EmbeddingConfig::new(5, 2), &[0.5; 10]).unwrap();
     assert!(matches!(
         emb.forward(&[0, 5]),
@@ -112,9 +112,8 @@ fn vocab_embedding_with_gpt2_vocab_and_with_empty_ranks_p8() {
     for &(vocab, dim) in &[(50257usize, 3usize), (5, 4)] {
         let m = mesh(8);
         let table = rng.vec(vocab * dim);
-        let mut emb =
-            VocabParallelEmbedding::from_master(&m, EmbeddingConfig::new(vocab, dim), &table)
-                .unwrap();
+        let emb = VocabParallelEmbedding::from_master(&m, EmbeddingConfig::new(vocab, dim), &table)
+            .unwrap();
         // Some ranks hold no rows when vocab < P.
         let held: Vec<usize> = (0..8).map(|r| emb.vocab_range(r).len()).collect();
         assert_eq!(held.iter().sum::<usize>(), vocab);
@@ -139,7 +138,7 @@ fn vocab_embedding_with_gpt2_vocab_and_with_empty_ranks_p8() {
         );
         let dout = rng.vec(n * dim);
         let dd = DTensor::from_host(&m, &[n, dim], &dout, Placement::Replicate).unwrap();
-        emb.backward(&dd).unwrap();
+        out.backward_with(&dd).unwrap();
         assert_close(
             &format!("table gradient, vocab {vocab} on 8"),
             &emb.named_parameters()[0].1.master_grad().unwrap().unwrap(),

@@ -8,11 +8,17 @@
 //! - `grad_ops`: the VJPs of matmul, linear, add_row and sum_rows against
 //!   finite differences (`fd`: the check they share);
 //! - `grad_ring`: the sequence-parallel fused products and their VJPs.
+//! - `embedding`, `cross_entropy`, `dropout`: those ops' VJPs against finite
+//!   differences (`finite_diff`), placements, communication.
 
 mod autograd;
+mod cross_entropy;
+mod dropout;
 mod dtensor;
 mod elementwise;
+mod embedding;
 mod fd;
+mod finite_diff;
 mod grad_ops;
 mod grad_ring;
 mod mappings;
