@@ -167,10 +167,8 @@ impl Parameter {
 
     /// Replace the gradient (shaped and placed like the value).
     pub fn set_grad(&mut self, grad: Option<DTensor>) -> Result<()> {
-        if let Some(g) = &grad {
-            if g.shape() != self.shape() {
-                return Err(Error::shape("Parameter::set_grad", self.shape(), g.shape()));
-            }
+        if let Some(g) = grad.as_ref().filter(|g| g.shape() != self.shape()) {
+            return Err(Error::shape("Parameter::set_grad", self.shape(), g.shape()));
         }
         self.slot.set(grad.map(|g| g.detach()));
         Ok(())

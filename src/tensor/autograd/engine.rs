@@ -28,7 +28,7 @@ fn reachable(root: &Arc<Node>) -> Vec<Arc<Node>> {
         stack.extend(n.parents.iter().flatten().cloned());
         out.push(n);
     }
-    out.sort_by(|a, b| b.seq.cmp(&a.seq));
+    out.sort_by_key(|n| std::cmp::Reverse(n.seq));
     out
 }
 
