@@ -23,12 +23,11 @@ use super::embedding::{Embedding, EmbeddingConfig, VocabParallelEmbedding};
 use super::init::{Init, InitRng};
 use super::norm::{LayerNorm, NormConfig};
 use super::parameter::{Module, Parameter, prefixed, prefixed_mut};
-use super::tied_head;
 use crate::device::Mesh;
-use crate::element::{DType, ReduceOp};
+use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{Activation, GemmOptions};
-use crate::tensor::{DTensor, Mapping, Placement};
+use crate::kernels::Activation;
+use crate::tensor::{DTensor, Mapping};
 
 /// Sizes and settings of a [`Gpt`].
 #[derive(Clone, Copy, Debug)]
@@ -262,19 +261,8 @@ impl Gpt {
     pub(super) fn head(&self, x: &DTensor) -> Result<(DTensor, DTensor)> {
         let h = self.head_input().forward(x)?;
         let table = &self.wte.weight().value.cast(h.dtype())?;
-        let opts = GemmOptions {
-            trans_b: true,
-            ..Default::default()
-        };
-        // Per block past one binding (`tied_head.rs`).
-        let logits = h
-            .shards()
-            .iter()
-            .zip(table.shards())
-            .map(|(h, e)| tied_head::logits(h, e, opts))
-            .collect::<Result<Vec<_>>>()?;
-        let shape = vec![x.shape()[0], self.config.vocab];
-        let logits = table.with_shards(logits, shape, Placement::Shard(1));
+        // Per block past one binding, inside DTensor::matmul.
+        let logits = h.matmul(table, true)?;
         Ok((h, logits))
     }
 
@@ -295,50 +283,12 @@ impl Gpt {
             .saved
             .take()
             .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
-        // In the activations' dtype, as are `dlogits` and `saved.h`.
-        let dlogits = self.loss.backward(None)?;
-        let table = self.wte.weight().value.cast(saved.h.dtype())?;
-        let mut d_wte = Vec::with_capacity(table.shards().len());
-        let mut d_h = Vec::with_capacity(table.shards().len());
-        for ((dl, e), h) in dlogits
-            .shards()
-            .iter()
-            .zip(table.shards())
-            .zip(saved.h.shards())
-        {
-            // Gradients and partial sums in f32 whatever the activations' dtype.
-            let grad = GemmOptions {
-                trans_a: true,
-                out_dtype: Some(DType::F32),
-                ..Default::default()
-            };
-            let partial = GemmOptions {
-                out_dtype: Some(DType::F32),
-                ..Default::default()
-            };
-            let (de, dh) = tied_head::backward(dl, h, e, (grad, partial))?;
-            d_wte.push(de);
-            d_h.push(dh);
-        }
-        // The tied head's gradient joins the embedding's in `wte.weight`.
-        let d_wte = table.with_shards(d_wte, table.shape().to_vec(), table.placement());
-        self.wte.weight_mut().accumulate_grad(d_wte)?;
-        let d_h = saved.h.with_shards(
-            d_h,
-            saved.h.shape().to_vec(),
-            Placement::Partial(ReduceOp::Sum),
-        );
-        let d_h = self.head_input().backward(&d_h)?.cast(saved.h.dtype())?;
-        let mut dx = self.ln_f.backward(&d_h)?;
-        for block in self.h.iter_mut().rev() {
-            dx = block.backward(&dx)?;
-        }
-        if self.config.sequence_parallel {
-            dx = Mapping::ScatterToParallel(0).backward(&dx)?;
-        }
-        let dx = self.drop.backward(&dx)?.cast(DType::F32)?;
-        self.wpe.backward(&dx)?;
-        self.wte.backward(&dx)
+        // The norms and attention have no backward any more: the tape runs it.
+        drop(saved.h);
+        Err(Error::invalid(
+            OP,
+            "run backward on the tape (DTensor::backward)",
+        ))
     }
 }
 

@@ -25,7 +25,6 @@ mod norm;
 mod optim;
 mod parameter;
 mod pretrained;
-mod tied_head;
 mod tokenizer;
 
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};

@@ -18,6 +18,7 @@ mod matmul_grad;
 mod redistribute;
 mod ring;
 mod rows;
+mod tied_head;
 
 #[allow(unused_imports)]
 pub(crate) use autograd::{GradSlot, Node, placed, record, tracking};

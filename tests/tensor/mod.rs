@@ -4,7 +4,8 @@
 //! - `elementwise`: add, scale and activations on every placement;
 //! - `matmul`: the shard-by-shard product's placement rules, against f64;
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
-//! - `ops_vs_layers`: those operations give the linear layers' bits.
+//! - `ops_vs_layers`: those operations give the linear layers' bits;
+//! - `tied_head`: the matmul of a tied head past one storage binding.
 
 mod dtensor;
 mod elementwise;
@@ -12,3 +13,4 @@ mod mappings;
 mod matmul;
 mod ops_vs_layers;
 mod rows;
+mod tied_head;
