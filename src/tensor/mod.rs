@@ -15,6 +15,7 @@ mod host;
 mod mappings;
 mod matmul;
 mod matmul_grad;
+mod norm;
 mod redistribute;
 mod ring;
 mod rows;

@@ -5,12 +5,15 @@
 //! - `matmul`: the shard-by-shard product's placement rules, against f64;
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
 //! - `ops_vs_layers`: those operations give the linear layers' bits;
+//! - `norm`: the norms' VJPs against finite differences (`fd`);
 //! - `tied_head`: the matmul of a tied head past one storage binding.
 
 mod dtensor;
 mod elementwise;
+mod fd;
 mod mappings;
 mod matmul;
+mod norm;
 mod ops_vs_layers;
 mod rows;
 mod tied_head;
