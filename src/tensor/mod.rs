@@ -8,6 +8,7 @@
 //! `add_row`, `sum_rows`), which communicate nothing. Layers above talk to
 //! communication only through these.
 
+mod attention;
 mod autograd;
 mod dtensor;
 mod elementwise;
@@ -21,6 +22,7 @@ mod ring;
 mod rows;
 mod tied_head;
 
+pub use attention::AttentionDropout;
 #[allow(unused_imports)]
 pub(crate) use autograd::{GradSlot, Node, placed, record, tracking};
 pub use autograd::{NoGradGuard, is_grad_enabled, no_grad};

@@ -5,9 +5,11 @@
 //! - `matmul`: the shard-by-shard product's placement rules, against f64;
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
 //! - `ops_vs_layers`: those operations give the linear layers' bits;
-//! - `norm`: the norms' VJPs against finite differences (`fd`);
+//! - `norm`, `attention`: the norms' and attention's VJPs against finite
+//!   differences (`fd`), decoding against the full attention;
 //! - `tied_head`: the matmul of a tied head past one storage binding.
 
+mod attention;
 mod dtensor;
 mod elementwise;
 mod fd;
