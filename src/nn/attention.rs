@@ -12,7 +12,9 @@
 //! all-gather / reduce-scatter pair of the linear layers.
 //!
 //! Activations are `[tokens, hidden]` with tokens batch-major
-//! (`token = b · seq + t`); `forward` takes the sequence length.
+//! (`token = b · seq + t`); `forward` takes the sequence length. The layer
+//! is forward code: the attention of each rank's heads is
+//! [`DTensor::causal_attention`], whose VJP the tape runs.
 //!
 //! Dropout on the attention probabilities (`AttentionConfig::dropout`,
 //! GPT-2's `attn_pdrop`, off by default) keys its mask on the global head
@@ -24,16 +26,12 @@ use super::init::{Init, InitRng};
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
-use crate::device::{LocalTensor, Mesh};
+use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::PhiloxKey;
-use crate::kernels::attention::{
-    AttentionShape, HeadWindow, ProbsDropout, attention_backward_with, attention_decode,
-    attention_forward_with,
-};
 use crate::shard::split_range;
-use crate::tensor::{DTensor, Placement};
+use crate::tensor::{AttentionDropout, DTensor};
 
 /// Settings of a [`ParallelSelfAttention`].
 #[derive(Clone, Debug)]
@@ -79,17 +77,6 @@ impl AttentionConfig {
     }
 }
 
-/// What forward keeps for backward.
-#[derive(Debug)]
-struct Saved {
-    qkv: DTensor,
-    /// Per rank: the softmax probabilities `[batch, local heads, seq, seq]`.
-    probs: Vec<LocalTensor>,
-    seq: usize,
-    /// The probabilities' dropout key, if forward dropped.
-    dropout: Option<PhiloxKey>,
-}
-
 /// Causal self-attention with whole heads on each rank.
 #[derive(Debug, Params)]
 pub struct ParallelSelfAttention {
@@ -99,8 +86,6 @@ pub struct ParallelSelfAttention {
     pub c_proj: RowParallelLinear,
     #[params(skip)]
     config: AttentionConfig,
-    #[params(skip)]
-    saved: Option<Saved>,
     #[params(skip)]
     training: bool,
     #[params(skip)]
@@ -138,7 +123,6 @@ impl ParallelSelfAttention {
             c_attn: ColumnParallelLinear::new(mesh, c_attn, rng)?,
             c_proj: RowParallelLinear::new(mesh, c_proj, rng)?,
             config,
-            saved: None,
             training: true,
             step: 0,
         })
@@ -150,14 +134,15 @@ impl ParallelSelfAttention {
         (self.training, self.step) = (training, step);
     }
 
-    /// The probability dropout of rank `r` of `p` under `key`.
-    fn probs_dropout(&self, key: Option<PhiloxKey>, p: usize, r: usize) -> Option<ProbsDropout> {
-        key.map(|key| ProbsDropout {
+    /// The probability dropout of this step, in training mode.
+    fn probs_dropout(&self) -> Option<AttentionDropout> {
+        let on = self.training && self.config.dropout > 0.0;
+        on.then_some(AttentionDropout {
             p: self.config.dropout,
-            key,
-            heads: HeadWindow {
-                start: self.local_heads(p, r).start,
-                total: self.config.heads,
+            key: PhiloxKey {
+                seed: self.config.dropout_seed,
+                step: self.step,
+                layer: self.config.dropout_layer,
             },
         })
     }
@@ -173,108 +158,23 @@ impl ParallelSelfAttention {
     }
 
     /// `x` `[batch·seq, hidden]` (`Replicate`, or `Shard(0)` with sequence
-    /// parallelism) → the same shape and placement.
+    /// parallelism) → the same shape and placement: `c_attn`, attention of
+    /// each rank's heads ([`DTensor::causal_attention`], on the f32
+    /// widening of f16 activations), `c_proj`.
     pub fn forward(&mut self, x: &DTensor, seq: usize) -> Result<DTensor> {
-        const OP: &str = "ParallelSelfAttention::forward";
-        let tokens = x.shape().first().copied().unwrap_or(0);
-        if seq == 0 || !tokens.is_multiple_of(seq) {
-            return Err(Error::invalid(
-                OP,
-                format!("{tokens} tokens are not a whole number of sequences of {seq}"),
-            ));
-        }
-        // f16 activations: the attention kernels run on the f32 widening.
-        let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
-        let (heads, d, p) = (self.config.heads, self.config.head_dim, qkv.mesh().size());
-        let key = (self.training && self.config.dropout > 0.0).then_some(PhiloxKey {
-            seed: self.config.dropout_seed,
-            step: self.step,
-            layer: self.config.dropout_layer,
-        });
-        let mut outs = Vec::with_capacity(p);
-        let mut probs = Vec::with_capacity(p);
-        for (r, local) in qkv.shards().iter().enumerate() {
-            let h = split_range(heads, p, r).len();
-            let shape = AttentionShape::new(tokens / seq, seq, h, d);
-            let a = attention_forward_with(local, shape, self.probs_dropout(key, p, r))?;
-            outs.push(a.out);
-            probs.push(a.probs);
-        }
-        let out = DTensor::from_shards_in_units(
-            qkv.mesh(),
-            outs,
-            &[tokens, heads * d],
-            Placement::Shard(1),
-            d,
-        )?;
-        let y = self.c_proj.forward(&out.cast(x.dtype())?)?;
-        self.saved = Some(Saved {
-            qkv,
-            probs,
-            seq,
-            dropout: key,
-        });
-        Ok(y)
-    }
-
-    /// Gradient of the output → gradient of the input; accumulates every
-    /// parameter's gradient.
-    pub fn backward(&mut self, dy: &DTensor) -> Result<DTensor> {
-        const OP: &str = "ParallelSelfAttention::backward";
-        let saved = self
-            .saved
-            .take()
-            .ok_or_else(|| Error::invalid(OP, "call forward before backward"))?;
         let (heads, d) = (self.config.heads, self.config.head_dim);
-        // The linear layers' backward is the tape's now; this layer moves to it next.
-        let no_linear_backward = || {
-            Error::invalid(
-                OP,
-                "the linear layers have no backward method: run backward on the tape",
-            )
-        };
-        let _ = dy;
-        let d_out = match Err::<DTensor, _>(no_linear_backward()) {
-            Ok(g) => g,
-            Err(e) => {
-                self.saved = Some(saved);
-                return Err(e);
-            }
-        };
-        let tokens = saved.qkv.shape()[0];
-        let p = saved.qkv.mesh().size();
-        let d_qkv = (0..p)
-            .map(|r| {
-                let h = split_range(heads, p, r).len();
-                let shape = AttentionShape::new(tokens / saved.seq, saved.seq, h, d);
-                attention_backward_with(
-                    &saved.qkv.shards()[r],
-                    &saved.probs[r],
-                    &d_out.shards()[r],
-                    shape,
-                    self.probs_dropout(saved.dropout, p, r),
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let d_qkv = DTensor::from_shards_in_units(
-            saved.qkv.mesh(),
-            d_qkv,
-            saved.qkv.shape(),
-            Placement::Shard(1),
-            saved.qkv.shard_unit(),
-        )?;
-        let _ = d_qkv;
-        Err(no_linear_backward())
+        let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
+        let out = qkv.causal_attention(seq, heads, d, self.probs_dropout())?;
+        self.c_proj.forward(&out.cast(x.dtype())?)
     }
-}
 
-impl ParallelSelfAttention {
     /// One step of cached decoding of a single sequence: `x` `[new, hidden]`
-    /// (`Replicate`) holds the new tokens, `cache` each rank's keys and values
-    /// of the earlier positions (its own heads only; start from
+    /// (`Replicate`) holds the new tokens, `cache` the keys and values of
+    /// the earlier positions (each rank its own heads; start from
     /// [`KvCache::default`]). Returns the new tokens' output, equal to the
     /// matching rows of [`Self::forward`] over the whole sequence, and grows
-    /// the cache. Communicates only in `c_proj` (one all-reduce).
+    /// the cache. Communicates only in `c_proj` (one all-reduce). Not
+    /// differentiable: decode inside [`no_grad`](crate::no_grad).
     pub fn decode(&mut self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
         const OP: &str = "ParallelSelfAttention::decode";
         if self.config.sequence_parallel {
@@ -283,34 +183,12 @@ impl ParallelSelfAttention {
                 "decode a model built without sequence_parallel (decoding has one token per step)",
             ));
         }
+        let (heads, d) = (self.config.heads, self.config.head_dim);
         let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
-        let (heads, d, p) = (self.config.heads, self.config.head_dim, qkv.mesh().size());
-        let new = qkv.shape()[0];
-        if cache.ranks.is_empty() {
-            cache.ranks = vec![None; p];
-        }
-        let mut outs = Vec::with_capacity(p);
-        let mut grown = Vec::with_capacity(p);
-        for (r, local) in qkv.shards().iter().enumerate() {
-            let h = split_range(heads, p, r).len();
-            let step = attention_decode(
-                local,
-                cache.ranks[r].as_ref(),
-                AttentionShape::new(1, new, h, d),
-            )?;
-            outs.push(step.out);
-            grown.push(Some(step.cache));
-        }
-        let out = DTensor::from_shards_in_units(
-            qkv.mesh(),
-            outs,
-            &[new, heads * d],
-            Placement::Shard(1),
-            d,
-        )?;
+        let (out, grown) = qkv.attention_decode(cache.kv.as_ref(), heads, d)?;
         let y = self.c_proj.forward(&out.cast(x.dtype())?)?;
-        cache.ranks = grown;
-        cache.len += new;
+        cache.len += x.shape()[0];
+        cache.kv = Some(grown);
         Ok(y)
     }
 }
@@ -319,7 +197,8 @@ impl ParallelSelfAttention {
 /// each rank holds only its own heads.
 #[derive(Clone, Debug, Default)]
 pub struct KvCache {
-    ranks: Vec<Option<LocalTensor>>,
+    /// `[2, 1, heads, len, head_dim]`, `Shard(2)`; `None` before the first step.
+    kv: Option<DTensor>,
     len: usize,
 }
 

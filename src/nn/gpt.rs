@@ -27,7 +27,7 @@ use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
-use crate::tensor::{DTensor, Mapping, MatmulOptions};
+use crate::tensor::{DTensor, Mapping};
 
 /// Sizes and settings of a [`Gpt`].
 #[derive(Clone, Copy, Debug)]
@@ -250,13 +250,8 @@ impl Gpt {
     pub(super) fn head(&self, x: &DTensor) -> Result<DTensor> {
         let h = self.head_input().forward(x)?;
         let table = self.wte.weight().value.cast(h.dtype())?;
-        h.matmul_with(
-            &table,
-            MatmulOptions {
-                transpose_w: true,
-                ..Default::default()
-            },
-        )
+        // Per block past one binding, inside DTensor::matmul.
+        h.matmul(&table, true)
     }
 
     /// The mean next-token loss (`[1]`, replicated) of `ids` against

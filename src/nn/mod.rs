@@ -27,7 +27,6 @@ mod optim;
 mod parameter;
 mod params;
 mod pretrained;
-mod tied_head;
 mod tokenizer;
 
 pub use crate::tensor::vocab_top_k;

@@ -1,6 +1,7 @@
 //! [`DTensor::matmul`]: `y = x·w` (or `x·wᵀ`) shard by shard, one
-//! [`kernels::gemm_weight`] per rank and no communication, so layers can be
-//! written on `DTensor` operations instead of per-shard GEMMs. `x` is
+//! [`gemm_weight`](crate::kernels::gemm_weight) per rank and no
+//! communication, so layers can be written on `DTensor` operations instead
+//! of per-shard GEMMs. `x` is
 //! `[T, K]`; `w` is `[K, N]`, or `[N, K]` with `transpose_w` (a layer's
 //! weight `[out, in]`, `y = x·Wᵀ`). Which placements multiply shard by shard
 //! (w's dims named by role, whichever is stored first):
@@ -18,15 +19,19 @@
 //! output is split like the weight's rows, in its shard unit). x and w are
 //! both f32 or both f16 (accumulated in f32); y is x's dtype unless
 //! [`MatmulOptions::out_dtype`] says otherwise (a row-parallel partial sum
-//! kept in f32 is reduced before it is rounded).
+//! kept in f32 is reduced before it is rounded). With `transpose_w`, a `w`
+//! shard or product past one storage binding (a tied head's vocab rows and
+//! logits) is multiplied block by block, forward and backward
+//! (`tied_head.rs`); a bias is refused there.
 
 use super::autograd::record;
 use super::dtensor::{DTensor, Placement};
 use super::matmul_grad::product_vjp;
 use super::rows::check_bias;
+use super::tied_head;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::kernels::{self, GemmOptions};
+use crate::kernels::GemmOptions;
 
 /// How [`DTensor::matmul_with`] multiplies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -157,7 +162,8 @@ impl DTensor {
     /// check (mesh, shapes, dtypes, placements, how the shards line up) runs
     /// before any kernel is recorded, so a refused call leaves the mesh as it
     /// was. w's per-rank packs are kept with its buffers until it changes
-    /// ([`kernels::gemm_weight`]), as the layers' weights are.
+    /// ([`gemm_weight`](crate::kernels::gemm_weight)), as the layers'
+    /// weights are.
     pub fn matmul_with(&self, w: &DTensor, opts: MatmulOptions) -> Result<DTensor> {
         record("DTensor::matmul", &[self, w], || {
             let y = product(self, w, None, opts)?;
@@ -257,7 +263,8 @@ fn product(
     let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
     let shards = (0..x.shards().len())
         .map(|r| {
-            kernels::gemm_weight(
+            // Block by block where w or y is past one binding (a tied head).
+            tied_head::product(
                 &x.shards()[r],
                 &w.shards()[r],
                 GemmOptions {

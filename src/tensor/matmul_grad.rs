@@ -18,9 +18,10 @@
 use super::autograd::placed;
 use super::dtensor::{DTensor, Placement};
 use super::matmul::MatmulOptions;
+use super::tied_head;
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;
-use crate::kernels::{self, GemmOptions};
+use crate::kernels::GemmOptions;
 
 /// `(dx, dw)` for `y = x·w(ᵀ)` given `dy`.
 pub(super) fn product_vjp(
@@ -55,27 +56,24 @@ pub(super) fn product_vjp(
     let mut dw = Vec::with_capacity(n);
     for r in 0..n {
         let (xs, ws, dys) = (&x.shards()[r], &w.shards()[r], &dy.shards()[r]);
-        // dx = dy·w (w stored [N, K]) or dy·wᵀ (w stored [K, N]); w's packs kept.
-        dx.push(kernels::gemm_weight(
-            dys,
-            ws,
+        // dx = dy·w (w stored [N, K]) or dy·wᵀ (w stored [K, N]); w's packs
+        // kept. dw = dyᵀ·x ([N, K]) or xᵀ·dy ([K, N]), in f32. Block by
+        // block where dy or w is past one binding (a tied head).
+        let opts = (
             GemmOptions {
                 trans_b: !t,
                 out_dtype: Some(dx_dtype),
                 ..Default::default()
             },
-        )?);
-        // dw = dyᵀ·x ([N, K]) or xᵀ·dy ([K, N]), in f32.
-        let (a, b) = if t { (dys, xs) } else { (xs, dys) };
-        dw.push(kernels::gemm(
-            a,
-            b,
             GemmOptions {
                 trans_a: true,
                 out_dtype: Some(DType::F32),
                 ..Default::default()
             },
-        )?);
+        );
+        let (dxr, dwr) = tied_head::product_vjp(dys, xs, ws, t, opts)?;
+        dx.push(dxr);
+        dw.push(dwr);
     }
     let dx = x.with_shards_in_units(dx, x.shape().to_vec(), dx_placement, x.shard_unit());
     let dw = w.with_shards_in_units(dw, w.shape().to_vec(), dw_placement, w.shard_unit());

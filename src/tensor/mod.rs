@@ -9,6 +9,8 @@
 //! the per-shard products layers are written on (`matmul.rs`: `matmul`;
 //! `rows.rs`: `add_row`, `sum_rows`), which communicate nothing. Layers
 //! above talk to communication only through these.
+
+mod attention;
 mod autograd;
 mod cross_entropy;
 mod cross_entropy_grad;
@@ -21,14 +23,17 @@ mod mappings;
 mod matmul;
 mod matmul_grad;
 mod narrow;
+mod norm;
 mod redistribute;
 mod ring;
 mod ring_gather_linear;
 mod ring_linear_scatter;
 mod rows;
 mod scatter_bias;
+mod tied_head;
 mod topk;
 
+pub use attention::AttentionDropout;
 #[allow(unused_imports)]
 pub(crate) use autograd::{GradSlot, Node, placed, record, tracking};
 pub use autograd::{NoGradGuard, is_grad_enabled, no_grad};

@@ -235,18 +235,19 @@ fn layer_norm_in_f16_normalises_in_f32() {
         let (x, dy) = (round(&rng.vec(t * d)), round(&rng.vec(t * d)));
         let (g, b) = (rng.vec(d), rng.vec(d));
         let cfg = wgpu_tp::nn::NormConfig::new(d);
-        let mut ln = wgpu_tp::nn::LayerNorm::from_master(m, cfg, &g, Some(&b)).unwrap();
+        let ln = wgpu_tp::nn::LayerNorm::from_master(m, cfg, &g, Some(&b)).unwrap();
         let place = if i % 2 == 1 {
             Placement::Shard(0)
         } else {
             Placement::Replicate
         };
-        let y = ln
-            .forward(&DTensor::from_host_f16(m, &[t, d], &x, place).unwrap())
+        let xd = DTensor::from_host_f16(m, &[t, d], &x, place)
+            .unwrap()
+            .requires_grad();
+        let y = ln.forward(&xd).unwrap();
+        y.backward_with(&DTensor::from_host_f16(m, &[t, d], &dy, place).unwrap())
             .unwrap();
-        let dx = ln
-            .backward(&DTensor::from_host_f16(m, &[t, d], &dy, place).unwrap())
-            .unwrap();
+        let dx = xd.grad().unwrap();
         assert_eq!((y.dtype(), dx.dtype()), (DType::F16, DType::F16));
         let w64 = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<_>>();
         let (y_ref, xhat, rstd) =

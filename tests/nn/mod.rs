@@ -17,6 +17,7 @@
 //! - `model`: a two-layer MLP and `MlpLanguageModel` training end to end;
 //! - `shard_units`: linear layers that keep whole attention heads per rank;
 //! - `norm`: LayerNorm and RMSNorm, replicated and sequence-parallel;
+//! - `attention`: self-attention on the tape, dropout, cached decoding;
 //! - `dropout`: masks independent of the world size and placement;
 //! - `generate`: the on-device greedy / top-k choice against the host sampler;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
@@ -33,6 +34,7 @@
 /// "How it is tested: tolerances and coverage").
 const TOL: f64 = 1e-5;
 
+mod attention;
 mod blocked;
 mod checkpoint;
 mod cross_entropy;

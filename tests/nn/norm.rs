@@ -1,10 +1,10 @@
 //! LayerNorm (with and without bias) and RMSNorm against f64 on every world
 //! size, on both transports, with the input `Replicate` and sequence-parallel
-//! `Shard(0)` (3 tokens leave ranks empty at P = 4 and 8); exact
-//! communication (nothing, except one all-reduce of `[dγ; dβ]` per
-//! sequence-parallel backward); replicas bit-identical after the gradient
-//! all-reduce and an optimiser step; bad inputs are errors that leave the
-//! layer usable.
+//! `Shard(0)` (3 tokens leave ranks empty at P = 4 and 8), backward on the
+//! tape; exact communication (nothing, except one all-reduce of `[dγ; dβ]`
+//! per sequence-parallel backward); replicas bit-identical after the
+//! gradient all-reduce and an optimiser step; bad inputs are errors that
+//! leave the layer usable.
 
 use crate::util::{
     Rng, WORLD_SIZES, assert_close, count_lock, counting_mesh, counting_shared_mesh, mesh,
@@ -48,17 +48,19 @@ impl Norm {
             Kind::Rms => Norm::Rms(RMSNorm::from_master(m, NormConfig::rms(g.len()), g).unwrap()),
         }
     }
-    fn forward(&mut self, x: &DTensor) -> wgpu_tp::Result<DTensor> {
+    fn forward(&self, x: &DTensor) -> wgpu_tp::Result<DTensor> {
         match self {
             Norm::Layer(l) => l.forward(x),
             Norm::Rms(l) => l.forward(x),
         }
     }
-    fn backward(&mut self, dy: &DTensor) -> wgpu_tp::Result<DTensor> {
-        match self {
-            Norm::Layer(l) => l.backward(dy),
-            Norm::Rms(l) => l.backward(dy),
-        }
+    /// Forward of a tracked `x`, then backward with `dy` on the tape:
+    /// `(y, dx)`; the parameters' gradients accumulate.
+    fn forward_backward(&self, x: &DTensor, dy: &DTensor) -> wgpu_tp::Result<(DTensor, DTensor)> {
+        let x = x.requires_grad();
+        let y = self.forward(&x)?;
+        y.backward_with(dy)?;
+        Ok((y, x.grad().expect("x's gradient")))
     }
 }
 
@@ -155,13 +157,12 @@ fn norms_match_f64_replicated_and_sequence_parallel_on_both_transports_p1_2_3_4_
                 {
                     for &placement in PLACEMENTS {
                         let what = format!("{kind:?} P={p} {transport} {placement:?} [{t}, {h}]");
-                        let mut norm = Norm::new(&m, kind, &g, &b);
+                        let norm = Norm::new(&m, kind, &g, &b);
                         let xd = DTensor::from_host(&m, &[t, h], &x, placement).unwrap();
-                        let y = norm.forward(&xd).unwrap();
+                        let dyd = DTensor::from_host(&m, &[t, h], &dy, placement).unwrap();
+                        let (y, dx) = norm.forward_backward(&xd, &dyd).unwrap();
                         assert_eq!(y.placement(), placement, "{what}");
                         assert_close(&format!("{what} y"), &y.to_host().unwrap(), &want[0], TOL);
-                        let dyd = DTensor::from_host(&m, &[t, h], &dy, placement).unwrap();
-                        let dx = norm.backward(&dyd).unwrap();
                         assert_eq!(dx.placement(), placement, "{what}");
                         assert_close(&format!("{what} dx"), &dx.to_host().unwrap(), &want[1], TOL);
                         let params = norm.named_parameters();
@@ -201,17 +202,19 @@ fn norm_comm_counts_are_exact() {
             for &kind in KINDS {
                 for &placement in PLACEMENTS {
                     let what = format!("{kind:?} P={p} {transport} {placement:?}");
-                    let mut norm = Norm::new(&m, kind, &g, &b);
-                    let xd = DTensor::from_host(&m, &[t, h], &x, placement).unwrap();
+                    let norm = Norm::new(&m, kind, &g, &b);
+                    let xd = DTensor::from_host(&m, &[t, h], &x, placement)
+                        .unwrap()
+                        .requires_grad();
                     let dyd = DTensor::from_host(&m, &[t, h], &dy, placement).unwrap();
                     m.reset_comm_stats();
-                    norm.forward(&xd).unwrap();
+                    let y = norm.forward(&xd).unwrap();
                     assert!(
                         m.comm_stats().is_empty(),
                         "{what}: forward, got {:?}",
                         m.comm_stats()
                     );
-                    norm.backward(&dyd).unwrap();
+                    y.backward_with(&dyd).unwrap();
                     let stats = m.comm_stats();
                     if p == 1 || placement == Placement::Replicate {
                         assert!(stats.is_empty(), "{what}: backward, got {stats:?}");
@@ -251,8 +254,7 @@ fn sequence_parallel_replicas_stay_bit_identical_after_a_step() {
             let xd = DTensor::from_host(&m, &[t, h], &x, Placement::Shard(0)).unwrap();
             let dyd = DTensor::from_host(&m, &[t, h], &dy, Placement::Shard(0)).unwrap();
             for _ in 0..2 {
-                norm.forward(&xd).unwrap();
-                norm.backward(&dyd).unwrap();
+                norm.forward_backward(&xd, &dyd).unwrap();
             }
             for (name, param) in norm.named_parameters() {
                 assert_replicas_identical(&format!("P={p} grad {name}"), &param.grad().unwrap());
@@ -301,13 +303,9 @@ fn bad_inputs_are_errors_and_leave_the_layer_usable() {
     assert!(RMSNorm::from_master(&m, NormConfig::rms(h), &[1.0; 3]).is_err());
     // Forward and backward.
     for kind in KINDS {
-        let mut norm = Norm::new(&m, *kind, &g, &b);
+        let norm = Norm::new(&m, *kind, &g, &b);
         let xd = DTensor::from_host(&m, &[t, h], &x, Placement::Replicate).unwrap();
         let dyd = DTensor::from_host(&m, &[t, h], &dy, Placement::Replicate).unwrap();
-        assert!(
-            norm.backward(&dyd).is_err(),
-            "{kind:?}: backward before forward"
-        );
         let wide = DTensor::from_host(&m, &[h, t], &x, Placement::Replicate).unwrap();
         let ids: Vec<i32> = (0..(t * h) as i32).collect();
         let ints = DTensor::from_host_i32(&m, &[t, h], &ids, Placement::Replicate).unwrap();
@@ -326,25 +324,22 @@ fn bad_inputs_are_errors_and_leave_the_layer_usable() {
             assert!(e.is_err(), "{kind:?}: forward of {what} must fail");
         }
         let want = reference(*kind, &x, &g, &b, &dy, h);
-        let y = norm.forward(&xd).unwrap();
+        let xt = xd.requires_grad();
+        let y = norm.forward(&xt).unwrap();
         assert_close(
             &format!("{kind:?} y after errors"),
             &y.to_host().unwrap(),
             &want[0],
             TOL,
         );
-        let dy_sharded = DTensor::from_host(&m, &[t, h], &dy, Placement::Shard(0)).unwrap();
-        for (what, bad) in [
-            ("wrong shape", &wide),
-            ("i32", &ints),
-            ("other placement", &dy_sharded),
-        ] {
+        for (what, bad) in [("wrong shape", &wide), ("1-D", &flat)] {
             assert!(
-                norm.backward(bad).is_err(),
+                y.backward_with(bad).is_err(),
                 "{kind:?}: backward of {what} must fail"
             );
         }
-        let dx = norm.backward(&dyd).unwrap();
+        y.backward_with(&dyd).unwrap();
+        let dx = xt.grad().unwrap();
         assert_close(
             &format!("{kind:?} dx after errors"),
             &dx.to_host().unwrap(),
@@ -370,13 +365,11 @@ fn one_rank_accepts_any_placement() {
         (Placement::Shard(1), Placement::Replicate),
         (sum, Placement::Shard(0)),
     ] {
-        let mut norm = Norm::new(&m, Kind::Layer { bias: true }, &g, &b);
-        let y = norm
-            .forward(&DTensor::from_host(&m, &[t, h], &x, xp).unwrap())
-            .unwrap();
-        assert_close(&format!("{xp:?} y"), &y.to_host().unwrap(), &want[0], TOL);
+        let norm = Norm::new(&m, Kind::Layer { bias: true }, &g, &b);
+        let xd = DTensor::from_host(&m, &[t, h], &x, xp).unwrap();
         let dyd = DTensor::from_host(&m, &[t, h], &dy, dyp).unwrap();
-        let dx = norm.backward(&dyd).unwrap();
+        let (y, dx) = norm.forward_backward(&xd, &dyd).unwrap();
+        assert_close(&format!("{xp:?} y"), &y.to_host().unwrap(), &want[0], TOL);
         assert_close(&format!("{xp:?} dx"), &dx.to_host().unwrap(), &want[1], TOL);
         let dg = norm.named_parameters()[0].1.master_grad().unwrap().unwrap();
         assert_close(&format!("{xp:?} dγ"), &dg, &want[2], TOL);

@@ -143,7 +143,11 @@ fn mutation_through_named_parameters_mut_reaches_the_layers_p2() {
     }
     assert!(net.head.out.weight.grad().is_some());
     net.zero_grad();
-    assert!(net.named_parameters().iter().all(|(_, p)| p.grad().is_none()));
+    assert!(
+        net.named_parameters()
+            .iter()
+            .all(|(_, p)| p.grad().is_none())
+    );
 }
 
 #[test]

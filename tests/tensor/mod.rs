@@ -9,8 +9,12 @@
 //!   finite differences (`fd`: the check they share);
 //! - `grad_ring`: the sequence-parallel fused products and their VJPs.
 //! - `embedding`, `cross_entropy`, `dropout`: those ops' VJPs against finite
-//!   differences (`finite_diff`), placements, communication.
+//!   differences (`finite_diff`), placements, communication;
+//! - `norm`, `attention`: the norms' and attention's VJPs against finite
+//!   differences (`fd`), decoding against the full attention;
+//! - `tied_head`: the matmul of a tied head past one storage binding.
 
+mod attention;
 mod autograd;
 mod cross_entropy;
 mod dropout;
@@ -23,5 +27,7 @@ mod grad_ops;
 mod grad_ring;
 mod mappings;
 mod matmul;
+mod norm;
 mod ops_vs_layers;
 mod rows;
+mod tied_head;

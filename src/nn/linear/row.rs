@@ -19,8 +19,8 @@ use super::shared::{
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::nn::init::{Init, InitRng};
 use crate::nn::Params;
+use crate::nn::init::{Init, InitRng};
 use crate::nn::parameter::Parameter;
 use crate::tensor::{DTensor, Mapping, MatmulOptions, Placement};
 

@@ -1,5 +1,7 @@
-//! The tied output head's GEMMs on one rank, for tables and logits of any
-//! size: `logits = h · Eᵀ`, `dE = dlogitsᵀ · h`, `dh = dlogits · E`.
+//! [`DTensor::matmul`](crate::DTensor::matmul)'s GEMMs on one rank when
+//! `w` (a tied output head's vocab shard `E`, used transposed) or the
+//! product is larger than one storage binding: `logits = h · Eᵀ`,
+//! `dE = dlogitsᵀ · h`, `dh = dlogits · E`.
 //!
 //! Past one storage binding a vocab shard `E` is stored in row blocks of
 //! vocab rows, and the logits `[tokens, vocab rows]` in row blocks of tokens
@@ -9,7 +11,7 @@
 //! vocab blocks; both sums by GEMM accumulation.
 
 use crate::device::LocalTensor;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
 
 /// `parts` joined along `dim`, without a copy for one part.
@@ -28,9 +30,47 @@ fn rows(x: &LocalTensor, dim: usize, start: usize, n: usize) -> Result<LocalTens
     }
 }
 
+/// `x · w` as [`kernels::gemm_weight`] with `opts`, or, where `w` is used
+/// transposed and it or the product is past one binding, block by block
+/// ([`logits`]; no bias there).
+pub(super) fn product(x: &LocalTensor, w: &LocalTensor, opts: GemmOptions) -> Result<LocalTensor> {
+    let out = [x.shape()[0], w.shape()[0]];
+    let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
+    if !opts.trans_b || !(w.is_blocked() || x.rank().row_blocks(&out, out_dtype)?.is_some()) {
+        return kernels::gemm_weight(x, w, opts);
+    }
+    if opts.bias.is_some() {
+        return Err(Error::invalid(
+            "DTensor::linear",
+            "a bias with a weight or product past one storage binding is not supported: \
+             add the bias after the product (DTensor::add_row)",
+        ));
+    }
+    logits(x, w, opts)
+}
+
+/// `(dx, dw)` of [`product`] from `dy`: `dy · w(ᵀ)` with `dx_opts` and
+/// `dyᵀ · x` (`x · dy` unless transposed: `dw_opts`) as the matmul VJP runs
+/// them, by [`backward`] where `dy` or a transposed `w` is blocked.
+pub(super) fn product_vjp(
+    dy: &LocalTensor,
+    x: &LocalTensor,
+    w: &LocalTensor,
+    transposed: bool,
+    (dx_opts, dw_opts): (GemmOptions, GemmOptions),
+) -> Result<(LocalTensor, LocalTensor)> {
+    if transposed && (dy.is_blocked() || w.is_blocked()) {
+        let (dw, dx) = backward(dy, x, w, (dw_opts, dx_opts))?;
+        return Ok((dx, dw));
+    }
+    let dx = kernels::gemm_weight(dy, w, dx_opts)?;
+    let (a, b) = if transposed { (dy, x) } else { (x, dy) };
+    Ok((dx, kernels::gemm(a, b, dw_opts)?))
+}
+
 /// `h · eᵀ` (`opts` has `trans_b`), in token-row blocks where the logits
 /// do not fit one binding.
-pub(super) fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Result<LocalTensor> {
+fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Result<LocalTensor> {
     let t = h.shape()[0];
     let layout = h.rank().row_blocks(&[t, e.shape()[0]], h.dtype())?;
     let (mut start, mut token_blocks) = (0, Vec::new());
@@ -49,7 +89,7 @@ pub(super) fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Res
 
 /// `(dlᵀ · h, dl · e)` with the GEMM options `grad` (`trans_a`) and
 /// `partial`, block by block where `dl` or `e` is blocked.
-pub(super) fn backward(
+fn backward(
     dl: &LocalTensor,
     h: &LocalTensor,
     e: &LocalTensor,

@@ -1,0 +1,226 @@
+//! [`DTensor::layer_norm`] and [`DTensor::rms_norm`] over the last dim of
+//! `[tokens, dim]` activations, with [`kernels::norm`](crate::kernels::norm)'s
+//! maths shard by shard and no communication forward.
+//!
+//! The input is `Replicate` (every rank normalises the same rows) or, with
+//! sequence parallelism, `Shard(0)` (each rank its own tokens); on one rank
+//! any placement (all hold the same bytes). `weight` (`γ`) and `bias` (`β`)
+//! are `[dim]`, `Replicate`. The VJP gives `dx` placed like `x` and
+//! `Replicate` `dγ`, `dβ`: for a `Replicate` input every rank's sums are
+//! whole already; for a `Shard(0)` input each rank's `[dγ; dβ]` is a partial
+//! sum over its tokens, all-reduced at once as one `[2, dim]` tensor (`[1,
+//! dim]` without a bias) through [`Mapping::ReduceFromParallel`]: **one
+//! all-reduce per backward**, before anything reaches the optimiser
+//! (Megatron's rule), so the replicas stay bit-identical and the tape
+//! reduces nothing more.
+//!
+//! An f16 input is normalised in f32 (statistics, `γ`, `β` and gradients are
+//! f32) and `y`, `dx` are rounded back to f16.
+
+use super::autograd::{placed, record};
+use super::dtensor::{DTensor, Placement};
+use super::mappings::Mapping;
+use crate::device::LocalTensor;
+use crate::element::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::kernels::{self, NormKind};
+
+/// A `[dim]` float parameter on x's mesh, `Replicate` (any placement on one rank).
+fn check_param(op: &'static str, what: &str, p: &DTensor, x: &DTensor, dim: usize) -> Result<()> {
+    if !p.mesh().same_as(x.mesh()) {
+        return Err(Error::invalid(op, format!("{what} lives on another mesh")));
+    }
+    if p.shape() != [dim] {
+        return Err(Error::shape(op, format!("{what} [{dim}]"), p.shape()));
+    }
+    if p.dtype() == DType::I32 {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got: p.dtype(),
+        });
+    }
+    if p.placement() != Placement::Replicate && p.mesh().size() > 1 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "{what} must be Replicate (every rank normalises with the whole γ, β), got {:?}",
+                p.placement()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `x` f32 or f16 `[tokens, dim]`, `Replicate` or `Shard(0)` (any on one rank).
+fn check_input(op: &'static str, x: &DTensor) -> Result<usize> {
+    let [_, dim] = *x.shape() else {
+        return Err(Error::shape(op, "x as [tokens, dim]", x.shape()));
+    };
+    if x.dtype() == DType::I32 {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got: x.dtype(),
+        });
+    }
+    match x.placement() {
+        _ if x.mesh().size() == 1 => Ok(dim),
+        Placement::Replicate | Placement::Shard(0) => Ok(dim),
+        other => Err(Error::invalid(
+            op,
+            format!("x must be placed Replicate or Shard(0) (tokens), got {other:?}"),
+        )),
+    }
+}
+
+impl DTensor {
+    /// Layer normalisation of each row of `self` `[tokens, dim]`:
+    /// `y = γ ⊙ (x − μ)/√(σ² + ε) + β`, placed like `self`, in its dtype.
+    /// `weight` and `bias` are `[dim]`, `Replicate`. See the module docs for
+    /// the placements and the one all-reduce of the VJP under sequence
+    /// parallelism.
+    ///
+    /// ```
+    /// # fn main() -> wgpu_tp::Result<()> {
+    /// use wgpu_tp::{DTensor, Mesh, Placement};
+    /// let mesh = Mesh::simulated(2)?;
+    /// let x = DTensor::from_host(&mesh, &[2, 2], &[1.0, 3.0, 0.0, 4.0], Placement::Shard(0))?;
+    /// let g = DTensor::from_host(&mesh, &[2], &[1.0, 1.0], Placement::Replicate)?;
+    /// let b = DTensor::from_host(&mesh, &[2], &[0.0, 0.5], Placement::Replicate)?;
+    /// let y = x.layer_norm(&g, Some(&b), 0.0)?.to_host()?;
+    /// assert_eq!(y, vec![-1.0, 1.5, -1.0, 1.5]);
+    /// # Ok(()) }
+    /// ```
+    pub fn layer_norm(
+        &self,
+        weight: &DTensor,
+        bias: Option<&DTensor>,
+        eps: f32,
+    ) -> Result<DTensor> {
+        norm(
+            "DTensor::layer_norm",
+            NormKind::LayerNorm,
+            self,
+            (weight, bias),
+            eps,
+        )
+    }
+
+    /// Root-mean-square normalisation of each row of `self` `[tokens, dim]`:
+    /// `y = γ ⊙ x/√(Σx²/dim + ε)`, placed like `self`; as
+    /// [`DTensor::layer_norm`] without a bias.
+    pub fn rms_norm(&self, weight: &DTensor, eps: f32) -> Result<DTensor> {
+        norm(
+            "DTensor::rms_norm",
+            NormKind::RmsNorm,
+            self,
+            (weight, None),
+            eps,
+        )
+    }
+}
+
+/// What the VJP keeps: x widened, γ in f32, each rank's `(mean, rstd)` rows.
+struct Saved {
+    x: DTensor,
+    gamma: DTensor,
+    stats: Vec<LocalTensor>,
+    kind: NormKind,
+    bias: bool,
+    dtype: DType,
+}
+
+fn norm(
+    op: &'static str,
+    kind: NormKind,
+    x: &DTensor,
+    (weight, bias): (&DTensor, Option<&DTensor>),
+    eps: f32,
+) -> Result<DTensor> {
+    let dim = check_input(op, x)?;
+    check_param(op, "weight", weight, x, dim)?;
+    if let Some(b) = bias {
+        check_param(op, "bias", b, x, dim)?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(
+            op,
+            format!("eps {eps} must be finite and ≥ 0"),
+        ));
+    }
+    let mut inputs = vec![x, weight];
+    inputs.extend(bias);
+    record(op, &inputs, || {
+        let dtype = x.dtype();
+        let wide = x.cast(DType::F32)?;
+        let gamma = weight.cast(DType::F32)?;
+        let beta = bias.map(|b| b.cast(DType::F32)).transpose()?;
+        let mut ys = Vec::with_capacity(wide.shards().len());
+        let mut stats = Vec::with_capacity(wide.shards().len());
+        for (r, xr) in wide.shards().iter().enumerate() {
+            let b = beta.as_ref().map(|b| &b.shards()[r]);
+            let (y, s) = kernels::norm_forward(xr, &gamma.shards()[r], b, kind, eps)?;
+            ys.push(y);
+            stats.push(s);
+        }
+        let y = wide
+            .with_shards(ys, wide.shape().to_vec(), wide.placement())
+            .cast(dtype)?;
+        let saved = Saved {
+            x: wide.detach(),
+            gamma: gamma.detach(),
+            stats,
+            kind,
+            bias: bias.is_some(),
+            dtype,
+        };
+        Ok((y, move |dy: &DTensor| norm_vjp(saved, dy)))
+    })
+}
+
+/// The norm's backward: `dx` placed like x in its dtype, `dγ` (and `dβ`)
+/// `Replicate` f32, reduced once when x was split along tokens.
+fn norm_vjp(s: Saved, dy: &DTensor) -> Result<Vec<Option<DTensor>>> {
+    let dy = &placed(dy, s.x.placement())?.cast(DType::F32)?;
+    let k = if s.bias { 2 } else { 1 };
+    let mut dxs = Vec::with_capacity(dy.shards().len());
+    let mut grads = Vec::with_capacity(dy.shards().len());
+    for (r, (xr, dyr)) in s.x.shards().iter().zip(dy.shards()).enumerate() {
+        let gamma = &s.gamma.shards()[r];
+        dxs.push(kernels::norm_backward(xr, gamma, &s.stats[r], dyr, s.kind)?);
+        grads.push(kernels::norm_param_grads(xr, &s.stats[r], dyr, s.bias)?);
+    }
+    let dim = s.x.shape()[1];
+    let grads = if s.x.placement() == Placement::Replicate {
+        // Every rank normalised the same rows: the sums are already whole.
+        dy.with_shards(grads, vec![k, dim], Placement::Replicate)
+    } else {
+        // Each rank summed its own tokens: one all-reduce makes the whole sum.
+        let partial = dy.with_shards(grads, vec![k, dim], Placement::Partial(ReduceOp::Sum));
+        Mapping::ReduceFromParallel.forward(&partial)?
+    };
+    let row = |i: usize| -> Result<DTensor> {
+        let shards = grads
+            .shards()
+            .iter()
+            .map(|g| {
+                let g = if k == 1 {
+                    g.clone()
+                } else {
+                    kernels::narrow(g, 0, i, 1)?
+                };
+                g.reshape(&[dim])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(grads.with_shards(shards, vec![dim], Placement::Replicate))
+    };
+    let dx = dy
+        .with_shards(dxs, dy.shape().to_vec(), dy.placement())
+        .cast(s.dtype)?;
+    let mut out = vec![Some(dx), Some(row(0)?)];
+    if s.bias {
+        out.push(Some(row(1)?));
+    }
+    Ok(out)
+}
