@@ -1,5 +1,5 @@
-//! Layer 5, neural-network pieces: parallel layers with explicit forward and
-//! backward, norms (LayerNorm, RMSNorm) and dropout, attention with heads
+//! Layer 5, neural-network pieces: parallel layers written as forward code
+//! on `DTensor` operations (their backward is the tape's), norms (LayerNorm, RMSNorm) and dropout, attention with heads
 //! split over ranks, the MLP, the transformer block and a GPT that trains
 //! and generates, the vocab-parallel loss,
 //! initialisers, optimisers and checkpoints (the crate's own, and Hugging
