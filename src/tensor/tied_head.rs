@@ -11,6 +11,7 @@
 //! vocab blocks; both sums by GEMM accumulation.
 
 use crate::device::LocalTensor;
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
 
@@ -60,7 +61,16 @@ pub(super) fn product_vjp(
     (dx_opts, dw_opts): (GemmOptions, GemmOptions),
 ) -> Result<(LocalTensor, LocalTensor)> {
     if transposed && (dy.is_blocked() || w.is_blocked()) {
-        let (dw, dx) = backward(dy, x, w, (dw_opts, dx_opts))?;
+        // dx sums over the vocab blocks: accumulated in f32, rounded once.
+        let wide = GemmOptions {
+            out_dtype: Some(DType::F32),
+            ..dx_opts
+        };
+        let (dw, dx) = backward(dy, x, w, (dw_opts, wide))?;
+        let dx = match dx_opts.out_dtype {
+            Some(d) if d != DType::F32 => kernels::cast(&dx, d)?,
+            _ => dx,
+        };
         return Ok((dx, dw));
     }
     let dx = kernels::gemm_weight(dy, w, dx_opts)?;
