@@ -13,9 +13,9 @@ use std::collections::HashMap;
 
 use super::Params;
 use super::parameter::{ParamId, Parameter};
-use crate::device::LocalTensor;
 use crate::error::{Error, Result};
-use crate::kernels::optim::{AdamWStep, SgdStep, adamw_step, sgd_step};
+use crate::kernels::optim::{AdamWStep, SgdStep};
+use crate::tensor::DTensor;
 
 /// Stochastic gradient descent with optional momentum and L2 weight decay
 /// (PyTorch's `torch.optim.SGD` rule, dampening 0, no Nesterov).
@@ -27,9 +27,10 @@ pub struct Sgd {
     pub momentum: f32,
     /// Weight decay.
     pub weight_decay: f32,
-    buffers: HashMap<ParamId, Vec<LocalTensor>>,
-    /// Per rank, two 1-element tensors for the state slots SGD leaves unused.
-    spares: Vec<(LocalTensor, LocalTensor)>,
+    /// Momentum buffers, placed like their parameters.
+    buffers: HashMap<ParamId, DTensor>,
+    /// Two 1-element tensors per rank for the state slots SGD leaves unused.
+    spares: Option<(DTensor, DTensor)>,
 }
 
 impl Sgd {
@@ -40,7 +41,7 @@ impl Sgd {
             momentum: 0.0,
             weight_decay: 0.0,
             buffers: HashMap::new(),
-            spares: Vec::new(),
+            spares: None,
         }
     }
 
@@ -79,49 +80,27 @@ impl Sgd {
         let id = p.id();
         p.own_buffers()?;
         let first = !self.buffers.contains_key(&id);
-        if self.spares.is_empty() {
+        let spares = match self.spares.take() {
+            Some(spares) => spares,
             // Kept for the optimiser's life: taken during a step they would
             // come from the pool's free list and cost the next step new buffers.
-            self.spares = p
-                .value
-                .shards()
-                .iter()
-                .map(|s| {
-                    let r = s.rank();
-                    Ok((
-                        r.zeros_persistent(&[1], s.dtype())?,
-                        r.zeros_persistent(&[1], s.dtype())?,
-                    ))
-                })
-                .collect::<Result<Vec<_>>>()?;
-        }
-        let spares = &self.spares;
+            None => p.value.spare_slots()?,
+        };
+        let spares = &*self.spares.insert(spares);
         if self.momentum != 0.0 && first {
-            let bufs = p
-                .value
-                .shards()
-                .iter()
-                .map(|s| s.rank().zeros_persistent(s.shape(), s.dtype()))
-                .collect::<Result<Vec<_>>>()?;
-            self.buffers.insert(id, bufs);
+            self.buffers.insert(id, p.value.zeros_persistent_like()?);
         }
-        for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
-            let buf = self.buffers.get(&id).map(|b| &b[r]);
-            let spare = &spares[r];
-            sgd_step(
-                w,
-                g,
-                buf,
-                [&spare.0, &spare.1],
-                SgdStep {
-                    lr: self.lr,
-                    momentum: self.momentum,
-                    weight_decay: self.weight_decay,
-                    first_step: first,
-                },
-            )?;
-        }
-        Ok(())
+        p.value.sgd_update(
+            &grad,
+            self.buffers.get(&id),
+            spares,
+            SgdStep {
+                lr: self.lr,
+                momentum: self.momentum,
+                weight_decay: self.weight_decay,
+                first_step: first,
+            },
+        )
     }
 }
 
@@ -138,7 +117,8 @@ pub struct AdamW {
     pub eps: f32,
     /// Decoupled weight decay.
     pub weight_decay: f32,
-    state: HashMap<ParamId, (u32, Vec<LocalTensor>, Vec<LocalTensor>)>,
+    /// Step count and moments m, v (placed like their parameters).
+    state: HashMap<ParamId, (u32, DTensor, DTensor)>,
 }
 
 impl AdamW {
@@ -175,33 +155,24 @@ impl AdamW {
             let id = p.id();
             p.own_buffers()?;
             if let std::collections::hash_map::Entry::Vacant(slot) = self.state.entry(id) {
-                let zeros = || {
-                    p.value
-                        .shards()
-                        .iter()
-                        .map(|s| s.rank().zeros_persistent(s.shape(), s.dtype()))
-                        .collect::<Result<Vec<_>>>()
-                };
-                slot.insert((0, zeros()?, zeros()?));
+                let m = p.value.zeros_persistent_like()?;
+                slot.insert((0, m, p.value.zeros_persistent_like()?));
             }
             let (step, m, v) = self.state.get_mut(&id).expect("inserted above");
             *step += 1;
-            for (r, (w, g)) in p.value.shards().iter().zip(grad.shards()).enumerate() {
-                adamw_step(
-                    w,
-                    g,
-                    &m[r],
-                    &v[r],
-                    AdamWStep {
-                        lr: self.lr,
-                        beta1: self.beta1,
-                        beta2: self.beta2,
-                        eps: self.eps,
-                        weight_decay: self.weight_decay,
-                        step: *step,
-                    },
-                )?;
-            }
+            p.value.adamw_update(
+                &grad,
+                m,
+                v,
+                AdamWStep {
+                    lr: self.lr,
+                    beta1: self.beta1,
+                    beta2: self.beta2,
+                    eps: self.eps,
+                    weight_decay: self.weight_decay,
+                    step: *step,
+                },
+            )?;
         }
         Ok(())
     }
@@ -209,12 +180,8 @@ impl AdamW {
 
 /// Refuse state whose shards no longer match the parameter (its `value` was
 /// replaced by a tensor of another shape or on other ranks).
-fn check_state(op: &'static str, name: &str, state: &[LocalTensor], p: &Parameter) -> Result<()> {
-    let same = state.len() == p.value.shards().len()
-        && state
-            .iter()
-            .zip(p.value.shards())
-            .all(|(a, b)| a.shape() == b.shape() && a.rank_index() == b.rank_index());
+fn check_state(op: &'static str, name: &str, state: &DTensor, p: &Parameter) -> Result<()> {
+    let same = p.value.same_shards(state);
     if same {
         return Ok(());
     }

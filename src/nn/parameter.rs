@@ -7,9 +7,8 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::device::Mesh;
-use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::shard::{host_narrow, outer_dim_inner, split_range_in_units};
+use crate::shard::{outer_dim_inner, split_range_in_units};
 use crate::tensor::{DTensor, GradSlot, Node, Placement};
 
 /// A trainable tensor sharded like its layer says, with its gradient.
@@ -207,19 +206,26 @@ impl Parameter {
     /// this parameter (and views of its value) see the new values too. On
     /// error nothing changes.
     pub fn load_master(&mut self, master: &[f32]) -> Result<()> {
-        if let Some(parts) = self.in_place_parts(master)? {
-            // Submit what is pending everywhere, then look for errors, before
-            // writing anything: a device error found midway would leave some
-            // ranks loaded.
-            for s in self.value.shards() {
-                s.device().flush();
+        const OP: &str = "Parameter::load_master";
+        let shape = self.shape();
+        check_master(OP, "the master value", master.len(), shape.iter().product())?;
+        // Rank-contiguous blocks, as `from_master_in_units` uploads them.
+        let data = match self.value.placement() {
+            Placement::Shard(d) if self.stride != 1 => {
+                let split = (self.stride, self.unit);
+                Cow::Owned(strided(
+                    master,
+                    shape,
+                    d,
+                    split,
+                    self.value.mesh().size(),
+                    false,
+                ))
             }
-            for s in self.value.shards() {
-                s.device().check()?;
-            }
-            for (shard, part) in self.value.shards().iter().zip(parts) {
-                shard.write_f32("Parameter::load_master", &part)?;
-            }
+            _ => Cow::Borrowed(master),
+        };
+        let unit = self.stride * self.unit;
+        if self.value.overwrite_from_host_in_units(OP, &data, unit)? {
             return Ok(());
         }
         let fresh = Parameter::from_master_in_units(
@@ -234,77 +240,14 @@ impl Parameter {
         Ok(())
     }
 
-    /// Each shard's slice of `master` when every shard can be written in
-    /// place, `None` when the value must be replaced instead; a master of the
-    /// wrong length is an error.
-    fn in_place_parts(&self, master: &[f32]) -> Result<Option<Vec<Vec<f32>>>> {
-        const OP: &str = "Parameter::load_master";
-        let shape = self.shape();
-        check_master(OP, "the master value", master.len(), shape.iter().product())?;
-        let shards = self.value.shards();
-        if shards
-            .iter()
-            .any(|s| s.dtype() != DType::F32 || s.is_shared_across_ranks())
-        {
-            return Ok(None);
-        }
-        let p = self.value.mesh().size();
-        let parts: Vec<Vec<f32>> = match self.value.placement() {
-            Placement::Replicate => vec![master.to_vec(); p],
-            Placement::Shard(d) => {
-                let data = match self.stride {
-                    1 => Cow::Borrowed(master),
-                    _ => Cow::Owned(strided(
-                        master,
-                        shape,
-                        d,
-                        (self.stride, self.unit),
-                        p,
-                        false,
-                    )),
-                };
-                (0..p)
-                    .map(|r| {
-                        let range = split_range_in_units(shape[d], p, r, self.stride * self.unit);
-                        host_narrow(&data, shape, d, range)
-                    })
-                    .collect()
-            }
-            Placement::Partial(_) => return Ok(None),
-        };
-        let fits = shards.iter().zip(&parts).all(|(s, v)| s.len() == v.len());
-        Ok(fits.then_some(parts))
-    }
-
     /// Give the value a buffer per rank before an in-place update: a value
     /// that came from a replicated collective on a shared-device mesh shares
     /// one buffer between ranks, and updating it would update every rank at
     /// once. Copies only such shards; on error nothing changes.
     pub(crate) fn own_buffers(&mut self) -> Result<()> {
-        if !self
-            .value
-            .shards()
-            .iter()
-            .any(|s| s.is_shared_across_ranks())
-        {
-            return Ok(());
+        if let Some(value) = self.value.owning_buffers()? {
+            self.value = tracked(value, &self.slot);
         }
-        let shards = self
-            .value
-            .shards()
-            .iter()
-            .map(|s| {
-                if s.is_shared_across_ranks() {
-                    s.deep_copy()
-                } else {
-                    Ok(s.clone())
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let value =
-            self.value
-                .with_shards(shards, self.value.shape().to_vec(), self.value.placement());
-        self.value = tracked(value, &self.slot);
         Ok(())
     }
 

@@ -24,6 +24,7 @@ mod matmul;
 mod matmul_grad;
 mod narrow;
 mod norm;
+mod overwrite;
 mod redistribute;
 mod ring;
 mod ring_gather_linear;
@@ -32,6 +33,7 @@ mod rows;
 mod scatter_bias;
 mod tied_head;
 mod topk;
+mod update;
 
 pub use attention::AttentionDropout;
 #[allow(unused_imports)]

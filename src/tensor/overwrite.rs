@@ -1,0 +1,81 @@
+//! Writing into a tensor's own buffers: host values over each rank's shard
+//! (checkpoint loading without a second copy of the model on the devices),
+//! and giving each rank a buffer of its own before an in-place update.
+
+use super::dtensor::{DTensor, Placement};
+use crate::element::DType;
+use crate::error::Result;
+use crate::shard::{host_narrow, split_range_in_units};
+
+impl DTensor {
+    /// Overwrite the value in place from host `data` of the logical shape,
+    /// split like [`DTensor::from_host_in_units`] splits it in units of
+    /// `unit`, so views and clones sharing these buffers see the new values.
+    /// `Ok(false)`, writing nothing, when it cannot be done in place: a shard
+    /// that is not f32 or shares its buffer with other ranks, a `Partial`
+    /// placement, or shards that do not fit the split. Every device is
+    /// flushed and checked for errors before the first write, so a device
+    /// error found midway cannot leave some ranks written.
+    pub(crate) fn overwrite_from_host_in_units(
+        &self,
+        op: &'static str,
+        data: &[f32],
+        unit: usize,
+    ) -> Result<bool> {
+        let shards = self.shards();
+        if shards
+            .iter()
+            .any(|s| s.dtype() != DType::F32 || s.is_shared_across_ranks())
+        {
+            return Ok(false);
+        }
+        let (shape, p) = (self.shape(), self.mesh().size());
+        let parts: Vec<Vec<f32>> = match self.placement() {
+            Placement::Replicate => vec![data.to_vec(); p],
+            Placement::Shard(d) => (0..p)
+                .map(|r| host_narrow(data, shape, d, split_range_in_units(shape[d], p, r, unit)))
+                .collect(),
+            Placement::Partial(_) => return Ok(false),
+        };
+        if !shards.iter().zip(&parts).all(|(s, v)| s.len() == v.len()) {
+            return Ok(false);
+        }
+        for s in shards {
+            s.device().flush();
+        }
+        for s in shards {
+            s.device().check()?;
+        }
+        for (shard, part) in shards.iter().zip(parts) {
+            shard.write_f32(op, &part)?;
+        }
+        Ok(true)
+    }
+
+    /// The same values with a buffer per rank, untracked, when some shard
+    /// shares its buffer with other ranks (a replicated collective's result
+    /// on a shared-device mesh, which an in-place update would change on
+    /// every rank at once); `None` when every rank owns its buffer already.
+    /// Copies only the shared shards.
+    pub(crate) fn owning_buffers(&self) -> Result<Option<DTensor>> {
+        if !self.shards().iter().any(|s| s.is_shared_across_ranks()) {
+            return Ok(None);
+        }
+        let shards = self
+            .shards()
+            .iter()
+            .map(|s| {
+                if s.is_shared_across_ranks() {
+                    s.deep_copy()
+                } else {
+                    Ok(s.clone())
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(self.with_shards(
+            shards,
+            self.shape().to_vec(),
+            self.placement(),
+        )))
+    }
+}
