@@ -192,7 +192,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         mesh.size()
     );
     let serial_mesh = build_mesh(1, false)?;
-    let mut serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
+    let serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
     let loss_1_t = serial.loss(&ids, &targets, args.seq)?;
     let loss_1 = loss_1_t.to_host()?[0];
     loss_1_t.backward()?;

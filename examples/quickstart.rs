@@ -199,7 +199,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
 
     let mut model = MlpLanguageModel::new(&mesh, cfg, args.seed)?;
-    let mut serial = MlpLanguageModel::new(&serial_mesh, cfg, args.seed)?;
+    let serial = MlpLanguageModel::new(&serial_mesh, cfg, args.seed)?;
     let task = Task::new(args.vocab, args.seed);
 
     // ---- step 0: parity of the loss and every gradient with the 1-rank model ----

@@ -161,7 +161,7 @@ impl ParallelSelfAttention {
     /// parallelism) → the same shape and placement: `c_attn`, attention of
     /// each rank's heads ([`DTensor::causal_attention`], on the f32
     /// widening of f16 activations), `c_proj`.
-    pub fn forward(&mut self, x: &DTensor, seq: usize) -> Result<DTensor> {
+    pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
         let (heads, d) = (self.config.heads, self.config.head_dim);
         let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let out = qkv.causal_attention(seq, heads, d, self.probs_dropout())?;
@@ -175,7 +175,7 @@ impl ParallelSelfAttention {
     /// matching rows of [`Self::forward`] over the whole sequence, and grows
     /// the cache. Communicates only in `c_proj` (one all-reduce). Not
     /// differentiable: decode inside [`no_grad`](crate::no_grad).
-    pub fn decode(&mut self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
+    pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
         const OP: &str = "ParallelSelfAttention::decode";
         if self.config.sequence_parallel {
             return Err(Error::invalid(

@@ -129,7 +129,7 @@ impl TransformerBlock {
     }
 
     /// `x` `[batch·seq, hidden]` → the same shape and placement.
-    pub fn forward(&mut self, x: &DTensor, seq: usize) -> Result<DTensor> {
+    pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
         let a = self.attn.forward(&self.ln_1.forward(x)?, seq)?;
         let h = x.add(&self.drop_attn.forward(&a)?)?;
         let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
@@ -152,7 +152,7 @@ impl TransformerBlock {
 
     /// One step of cached decoding of one sequence: `x` `[new, hidden]`
     /// holds the new tokens (see [`ParallelSelfAttention::decode`]).
-    pub fn decode(&mut self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
+    pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
         let a = self.attn.decode(&self.ln_1.forward(x)?, cache)?;
         let h = x.add(&self.drop_attn.forward(&a)?)?;
         let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;

@@ -208,7 +208,7 @@ impl Gpt {
     /// Token ids `[batch·seq]` → logits `[batch·seq, vocab]`, `Shard(1)`
     /// (each rank its vocab rows), recorded on the tape unless inside
     /// [`no_grad`](crate::no_grad).
-    pub fn logits(&mut self, ids: &[i32], seq: usize) -> Result<DTensor> {
+    pub fn logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
         const OP: &str = "Gpt::logits";
         if seq == 0 || seq > self.config.n_ctx || !ids.len().is_multiple_of(seq) {
             return Err(Error::invalid(
@@ -226,7 +226,7 @@ impl Gpt {
         if self.config.sequence_parallel {
             x = Mapping::ScatterToParallel(0).forward(&x)?;
         }
-        for block in &mut self.h {
+        for block in &self.h {
             x = block.forward(&x, seq)?;
         }
         let x = self.ln_f.forward(&x)?;
@@ -257,7 +257,7 @@ impl Gpt {
     /// The mean next-token loss (`[1]`, replicated) of `ids` against
     /// `targets` (both `[batch·seq]`); `loss.backward()` fills every
     /// parameter's gradient.
-    pub fn loss(&mut self, ids: &[i32], targets: &[i32], seq: usize) -> Result<DTensor> {
+    pub fn loss(&self, ids: &[i32], targets: &[i32], seq: usize) -> Result<DTensor> {
         if ids.len() != targets.len() {
             return Err(Error::shape("Gpt::loss", [ids.len()], [targets.len()]));
         }

@@ -82,7 +82,7 @@ impl ParallelMlp {
 
     /// `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)` with sequence
     /// parallelism) → the same shape and placement.
-    pub fn forward(&mut self, x: &DTensor) -> Result<DTensor> {
+    pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
         let act = self.c_fc.forward(x)?.activation(self.config.activation)?;
         self.c_proj.forward(&act)
     }

@@ -80,7 +80,7 @@ impl MlpLanguageModel {
     }
 
     /// Token ids → vocab-sharded logits `[tokens, vocab]` (`Shard(1)`).
-    pub fn logits(&mut self, ids: &[i32]) -> Result<DTensor> {
+    pub fn logits(&self, ids: &[i32]) -> Result<DTensor> {
         let h = self.embed.forward(ids)?;
         let act = self.fc1.forward(&h)?.activation(Activation::Gelu)?;
         let h2 = self.fc2.forward(&act)?;
@@ -89,7 +89,7 @@ impl MlpLanguageModel {
 
     /// The mean next-token loss (`[1]`, replicated) of `ids` against
     /// `targets`; `loss.backward()` fills every parameter's gradient.
-    pub fn loss(&mut self, ids: &[i32], targets: &[i32]) -> Result<DTensor> {
+    pub fn loss(&self, ids: &[i32], targets: &[i32]) -> Result<DTensor> {
         if ids.len() != targets.len() {
             return Err(Error::shape(
                 "MlpLanguageModel::loss",

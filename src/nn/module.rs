@@ -11,3 +11,23 @@ pub trait Module {
     /// The layer applied to `x`.
     fn forward(&self, x: &DTensor) -> Result<DTensor>;
 }
+
+/// The single-input layers, through their inherent `forward`.
+macro_rules! module_is_forward {
+    ($($layer:ty),*) => {$(
+        impl Module for $layer {
+            fn forward(&self, x: &DTensor) -> Result<DTensor> {
+                <$layer>::forward(self, x)
+            }
+        }
+    )*};
+}
+
+module_is_forward!(
+    super::ColumnParallelLinear,
+    super::RowParallelLinear,
+    super::LayerNorm,
+    super::RMSNorm,
+    super::Dropout,
+    super::ParallelMlp
+);

@@ -188,7 +188,7 @@ fn cached_decoding_under_no_grad_equals_the_full_rows_p1_2_3_4() {
     for p in [1, 2, 3, 4] {
         for (transport, m) in counting_meshes(p) {
             let what = format!("decode P={p} {transport}");
-            let mut attn = layer(&m, false, 0.0, seed);
+            let attn = layer(&m, false, 0.0, seed);
             let xd = DTensor::from_host(&m, &[total, HIDDEN], &x, Placement::Replicate).unwrap();
             let full = no_grad(|| attn.forward(&xd, total))
                 .unwrap()

@@ -87,7 +87,7 @@ fn gpt_matches_f64_and_serial_plain_and_sequence_parallel_p1_2_3_4() {
         for p in [1, 2, 3, 4] {
             for (transport, m) in meshes(p) {
                 let what = format!("gpt P={p} sp={sp} {transport}");
-                let mut gpt = Gpt::new(&m, config(sp), seed).unwrap();
+                let gpt = Gpt::new(&m, config(sp), seed).unwrap();
                 m.reset_comm_stats();
                 let loss_t = gpt.loss(&ids, &targets, seq).unwrap();
                 let loss = loss_t.to_host().unwrap()[0];

@@ -366,7 +366,7 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
     let (ids, targets) = crate::util::token_batch(&mut rng, cfg.vocab, 16);
     let seed = rng.next_u64();
     // The f32 model (itself held to an f64 reference in nn::gpt).
-    let mut full = Gpt::new(&mesh(1), cfg, seed).unwrap();
+    let full = Gpt::new(&mesh(1), cfg, seed).unwrap();
     let loss32_t = full.loss(&ids, &targets, 8).unwrap();
     let loss32 = loss32_t.to_host().unwrap()[0] as f64;
     loss32_t.backward().unwrap();
