@@ -7,6 +7,8 @@
 //! - `ops_vs_layers`: those operations give the linear layers' bits;
 //! - `grad_ops`: the VJPs of matmul, linear, add_row and sum_rows against
 //!   finite differences (`fd`: the check they share);
+//! - `grad_elementwise`: add, scale, activations, narrow and redistribute
+//!   against finite differences;
 //! - `grad_ring`: the sequence-parallel fused products and their VJPs.
 //! - `embedding`, `cross_entropy`, `dropout`: those ops' VJPs against finite
 //!   differences (`finite_diff`), placements, communication;
@@ -23,6 +25,7 @@ mod elementwise;
 mod embedding;
 mod fd;
 mod finite_diff;
+mod grad_elementwise;
 mod grad_ops;
 mod grad_ring;
 mod mappings;
