@@ -5,7 +5,7 @@
 //! raggedly over 1 to 4 ranks; the loss against f64; three all-reduces
 //! forward (four with smoothing), none backward.
 
-use super::finite_diff::{assert_fd_close, central_differences, dot};
+use super::fd::{assert_fd, central_differences, dot};
 use crate::util::reference::widen;
 use crate::util::{Rng, assert_close, count_lock, counting_mesh};
 use wgpu_tp::nn::{CrossEntropyConfig, Reduction};
@@ -110,7 +110,7 @@ fn cross_entropy_vjp_matches_finite_differences_p1_2_3_4() {
             );
             let g = logits.grad().unwrap();
             assert_eq!(g.placement(), Placement::Shard(1), "{what}");
-            assert_fd_close(&what, &g.to_host().unwrap(), &fd);
+            assert_fd(&what, &g.to_host().unwrap(), &fd);
         }
     }
 }

@@ -5,7 +5,7 @@
 //! passes the gradient through, `p = 1` gives zeros; f16 gradients stay f16;
 //! nothing is communicated.
 
-use super::finite_diff::{assert_fd_close, central_differences, dot};
+use super::fd::{assert_fd, central_differences, dot};
 use crate::util::reference::widen;
 use crate::util::{Rng, count_lock, counting_mesh, f16_meshes, mesh, round_f16};
 use wgpu_tp::kernels::PhiloxKey;
@@ -66,7 +66,7 @@ fn dropout_vjp_matches_finite_differences_p1_2_3() {
             let g = xd.grad().unwrap();
             assert_eq!(g.placement(), placement, "{what}");
             let g = g.to_host().unwrap();
-            assert_fd_close(&what, &g, &fd);
+            assert_fd(&what, &g, &fd);
             assert_eq!(
                 bits(&g),
                 bits(&masked_dy),

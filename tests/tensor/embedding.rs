@@ -6,7 +6,7 @@
 //! binding equal to whole ones, no communication either way, and bad
 //! inputs refused.
 
-use super::finite_diff::{assert_fd_close, central_differences, dot};
+use super::fd::{assert_fd, central_differences, dot};
 use crate::util::reference::{embedding_backward, embedding_lookup, widen};
 use crate::util::{Rng, assert_close, count_lock, counting_mesh, limited_mesh, mesh};
 use wgpu_tp::{DTensor, Error, Placement, ReduceOp};
@@ -66,7 +66,7 @@ fn embedding_vjp_matches_finite_differences_p1_2_3_4() {
                 placement,
                 "{what}: gradient placed like the table"
             );
-            assert_fd_close(&what, &g.to_host().unwrap(), &fd);
+            assert_fd(&what, &g.to_host().unwrap(), &fd);
         }
     }
 }

@@ -29,27 +29,40 @@ impl Input {
     }
 }
 
-/// `∂(Σ dy·f(v))/∂v` for every entry of every input, by central differences
-/// with `h = 10⁻³·max(1, max|v_i|)`, all in f64.
-pub fn central_differences(
+/// `∂f/∂x_i ≈ (f(x + h·e_i) − f(x − h·e_i)) / 2h` for every `i`, in f64:
+/// the one primitive every check here is built on.
+pub fn central_differences(x: &[f64], h: f64, f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let mut at = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            at[i] = x[i] + h;
+            let up = f(&at);
+            at[i] = x[i] - h;
+            let down = f(&at);
+            at[i] = x[i];
+            (up - down) / (2.0 * h)
+        })
+        .collect()
+}
+
+/// The step for `x`: `10⁻³·max(1, max|x_i|)`.
+fn step(x: &[f64]) -> f64 {
+    1e-3 * x.iter().fold(1.0f64, |m, v| m.max(v.abs()))
+}
+
+/// `∂(Σ dy·f(v))/∂v` for every entry of every input.
+pub fn central_all(
     f: &dyn Fn(&[Vec<f64>]) -> Vec<f64>,
     inputs: &[Vec<f64>],
     dy: &[f64],
 ) -> Vec<Vec<f64>> {
-    let loss = |v: &[Vec<f64>]| f(v).iter().zip(dy).map(|(y, d)| y * d).sum::<f64>();
     (0..inputs.len())
         .map(|i| {
-            let h = 1e-3 * inputs[i].iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            (0..inputs[i].len())
-                .map(|j| {
-                    let mut v = inputs.to_vec();
-                    v[i][j] += h;
-                    let up = loss(&v);
-                    v[i][j] -= 2.0 * h;
-                    let down = loss(&v);
-                    (up - down) / (2.0 * h)
-                })
-                .collect()
+            central_differences(&inputs[i], step(&inputs[i]), |xi| {
+                let mut v = inputs.to_vec();
+                v[i] = xi.to_vec();
+                dot(dy, &f(&v))
+            })
         })
         .collect()
 }
@@ -92,7 +105,7 @@ pub fn check_vjp(
     let dyd = DTensor::from_host(m, y.shape(), &dy, dy_place).unwrap();
     y.backward_with(&dyd).unwrap();
     let dy64: Vec<f64> = dy.iter().map(|&v| f64::from(v)).collect();
-    let want = central_differences(host, &wide, &dy64);
+    let want = central_all(host, &wide, &dy64);
     for (i, (x, want)) in xs.iter().zip(&want).enumerate() {
         let g = x
             .grad()
@@ -141,22 +154,9 @@ pub fn add_row(y: &[f64], bias: &[f64]) -> Vec<f64> {
     y.iter().enumerate().map(|(i, v)| v + bias[i % n]).collect()
 }
 
-// The norms' and attention's checks (a plain-slice form of the same check).
-
-/// `∂f/∂x` by central differences with `h = 1e-3·max(1, max |x|)`.
+/// `∂f/∂x` by central differences with the default step.
 pub fn central(f: impl Fn(&[f64]) -> f64, x: &[f64]) -> Vec<f64> {
-    let h = 1e-3 * x.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    let mut at = x.to_vec();
-    (0..x.len())
-        .map(|i| {
-            at[i] = x[i] + h;
-            let up = f(&at);
-            at[i] = x[i] - h;
-            let down = f(&at);
-            at[i] = x[i];
-            (up - down) / (2.0 * h)
-        })
-        .collect()
+    central_differences(x, step(x), f)
 }
 
 /// `Σ dy ⊙ y`: the scalar whose gradient is the VJP of `dy`.

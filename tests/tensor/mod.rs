@@ -11,7 +11,7 @@
 //!   against finite differences;
 //! - `grad_ring`: the sequence-parallel fused products and their VJPs.
 //! - `embedding`, `cross_entropy`, `dropout`: those ops' VJPs against finite
-//!   differences (`finite_diff`), placements, communication;
+//!   differences (`fd`), placements, communication;
 //! - `norm`, `attention`: the norms' and attention's VJPs against finite
 //!   differences (`fd`), decoding against the full attention;
 //! - `tied_head`: the matmul of a tied head past one storage binding.
@@ -24,7 +24,6 @@ mod dtensor;
 mod elementwise;
 mod embedding;
 mod fd;
-mod finite_diff;
 mod grad_elementwise;
 mod grad_ops;
 mod grad_ring;
