@@ -193,12 +193,12 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
     let serial_mesh = build_mesh(1, false)?;
     let serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
-    let loss_1_t = serial.loss(&ids, &targets, args.seq)?;
-    let loss_1 = loss_1_t.to_host()?[0];
-    loss_1_t.backward()?;
-    let loss_p_t = model.loss(&ids, &targets, args.seq)?;
-    let loss_p = loss_p_t.to_host()?[0];
-    loss_p_t.backward()?;
+    let loss = serial.loss(&ids, &targets, args.seq)?;
+    let loss_1 = loss.to_host()?[0];
+    loss.backward()?;
+    let loss = model.loss(&ids, &targets, args.seq)?;
+    let loss_p = loss.to_host()?[0];
+    loss.backward()?;
     let parity_ok = parity(&model, &serial, (loss_p, loss_1), parity_tol)?;
     drop((serial, serial_mesh));
 

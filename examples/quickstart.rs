@@ -207,13 +207,13 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     // software adapters the driver's shader cache then serves the P devices,
     // which would otherwise all compile the same kernels at once.
     let (ids, targets) = task.batch(0, args.tokens);
-    let loss_1_t = serial.loss(&ids, &targets)?;
-    let loss_1 = loss_1_t.to_host()?[0];
-    loss_1_t.backward()?;
+    let loss = serial.loss(&ids, &targets)?;
+    let loss_1 = loss.to_host()?[0];
+    loss.backward()?;
     serial_mesh.synchronize()?;
-    let loss_p_t = model.loss(&ids, &targets)?;
-    let loss_p = loss_p_t.to_host()?[0];
-    loss_p_t.backward()?;
+    let loss = model.loss(&ids, &targets)?;
+    let loss_p = loss.to_host()?[0];
+    loss.backward()?;
     println!(
         "\nstep-0 parity, P = {} vs P = 1 (tolerance {PARITY_TOL:.0e}):",
         mesh.size()
