@@ -3,7 +3,7 @@
 //! against the state a step must hold.
 //!
 //! Model: vocab 50257, context 1024, width 768, 12 heads, 12 layers (random
-//! weights, seed 0); batch 2 × 256 tokens; `Gpt::forward` + `backward` +
+//! weights, seed 0); batch 2 × 256 tokens; `Gpt::loss` + `loss.backward()` +
 //! AdamW step + zero-grad, then `Mesh::synchronize`. One untimed step
 //! compiles the pipelines and creates the AdamW moments; the figure is the
 //! best and the median of N steps.
