@@ -164,10 +164,24 @@ impl Parameter {
         self.slot.get()
     }
 
-    /// Replace the gradient (shaped and placed like the value).
+    /// Replace the gradient (shaped and placed like the value, else an error).
     pub fn set_grad(&mut self, grad: Option<DTensor>) -> Result<()> {
         if let Some(g) = grad.as_ref().filter(|g| g.shape() != self.shape()) {
             return Err(Error::shape("Parameter::set_grad", self.shape(), g.shape()));
+        }
+        // Later passes add into it shard by shard.
+        if let Some(g) = grad
+            .as_ref()
+            .filter(|g| g.placement() != self.value.placement())
+        {
+            return Err(Error::invalid(
+                "Parameter::set_grad",
+                format!(
+                    "the gradient is placed {:?}, the value {:?}: redistribute it first",
+                    g.placement(),
+                    self.value.placement()
+                ),
+            ));
         }
         self.slot.set(grad.map(|g| g.detach()));
         Ok(())

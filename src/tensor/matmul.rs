@@ -180,19 +180,21 @@ impl DTensor {
     /// `[N]` added in f32 before y is rounded). The bias is placed as
     /// [`DTensor::add_row`] takes it for y's placement (`Shard(0)` split like
     /// w's rows for a column-parallel y, else `Replicate`); a `Partial` y
-    /// (row parallel) is refused: add the bias after the reduce.
+    /// (row parallel) is refused: add the bias after the reduce. Only
+    /// `opts.out_dtype` is read; w is always used transposed.
     pub fn linear(
         &self,
         w: &DTensor,
         bias: Option<&DTensor>,
         opts: MatmulOptions,
     ) -> Result<DTensor> {
-        let Some(b) = bias else {
-            return self.matmul_with(w, opts);
-        };
+        // w is a layer's [out, in] weight whatever opts.transpose_w says.
         let opts = MatmulOptions {
             transpose_w: true,
             ..opts
+        };
+        let Some(b) = bias else {
+            return self.matmul_with(w, opts);
         };
         record("DTensor::linear", &[self, w, b], || {
             let y = product(self, w, Some(b), opts)?;

@@ -157,3 +157,20 @@ fn a_clone_of_a_parameter_accumulates_its_own_gradient() {
         vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
     );
 }
+
+#[test]
+fn set_grad_refuses_a_gradient_shaped_or_placed_unlike_the_value() {
+    let m = mesh(2);
+    let mut w = Parameter::from_master(&m, &[2, 3], &[1.0; 6], Placement::Shard(0), 1).unwrap();
+    let rep = DTensor::from_host(&m, &[2, 3], &[1.0; 6], Placement::Replicate).unwrap();
+    assert!(w.set_grad(Some(rep)).is_err());
+    let wide = DTensor::from_host(&m, &[3, 3], &[1.0; 9], Placement::Shard(0)).unwrap();
+    assert!(matches!(
+        w.set_grad(Some(wide)),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(w.grad().is_none());
+    let ok = DTensor::from_host(&m, &[2, 3], &[2.0; 6], Placement::Shard(0)).unwrap();
+    w.set_grad(Some(ok)).unwrap();
+    assert_eq!(w.master_grad().unwrap().unwrap(), vec![2.0; 6]);
+}
