@@ -23,10 +23,7 @@ impl DTensor {
         if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::invalid(
                 OP,
-                format!(
-                    "window {start}..{} past dim {dim} of size {size}",
-                    start + len
-                ),
+                format!("a window of {len} from {start} passes dim {dim} of size {size}"),
             ));
         }
         if self.placement() == Placement::Shard(dim) {

@@ -40,10 +40,12 @@ fn reachable(root: &Arc<Node>) -> Vec<Arc<Node>> {
 fn as_node_keeps(node: &Node, g: DTensor) -> Result<DTensor> {
     let partial = matches!(g.placement(), Placement::Partial(_));
     if node.slot.is_some() && g.placement() != node.placement {
+        // Exactly the value's placement (a Partial leaf's gradient too), so
+        // later passes add into it shard by shard.
         let g = if g.mesh().size() == 1 {
             g.with_shards(g.shards().to_vec(), g.shape().to_vec(), node.placement)
         } else {
-            g.redistribute(node.placement)?
+            g.move_to(node.placement, 1)?
         };
         return as_node_keeps(node, g);
     }

@@ -142,9 +142,20 @@ where
     Ok(y.with_node(Some(node)))
 }
 
-/// `dy` placed as `placement` (a partial gradient reduced, or a gradient
-/// of another placement moved), for VJPs that act element by element.
+/// How the gradient of a tensor placed `p` is placed: like it, except that
+/// a partial sum's gradient is the sum's, the same on every rank.
+pub(crate) fn grad_placement(p: Placement) -> Placement {
+    match p {
+        Placement::Partial(_) => Placement::Replicate,
+        p => p,
+    }
+}
+
+/// `dy` placed as the gradient of a tensor placed `placement` is
+/// ([`grad_placement`]: a partial gradient reduced, a gradient of another
+/// placement moved), for VJPs that act element by element.
 pub(crate) fn placed(dy: &DTensor, placement: Placement) -> Result<DTensor> {
+    let placement = grad_placement(placement);
     if dy.placement() == placement {
         Ok(dy.clone())
     } else if dy.mesh().size() == 1 {
