@@ -190,6 +190,24 @@ pub enum Error {
         /// What to do instead.
         hint: &'static str,
     },
+    /// A collective over processes did not complete in time: some ranks
+    /// failed, stopped, or run a different sequence of collectives.
+    #[error(
+        "{op}: ranks {missing:?} did not arrive within {seconds:.1} s (rank {rank} waited); a process failed or runs a different sequence of collectives. Raise the limit with MeshBuilder::mpi_timeout or WGPU_TP_MPI_TIMEOUT (seconds) if it is only slow"
+    )]
+    Timeout {
+        /// The collective.
+        op: &'static str,
+        /// Ranks whose messages did not arrive.
+        missing: Vec<usize>,
+        /// The time limit that ran out.
+        seconds: f64,
+        /// The rank that reports it.
+        rank: usize,
+    },
+    /// MPI failed or is not available.
+    #[error("MPI: {0}")]
+    Mpi(String),
     /// A bad argument that is not a shape or a range.
     #[error("{op}: {message}")]
     InvalidArgument {

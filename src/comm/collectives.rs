@@ -12,10 +12,10 @@ use super::plan::AllToAll;
 use super::stats::Collective;
 use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
-use super::{host, same_device};
+use super::{host, mpi, same_device};
 use crate::device::{LocalTensor, Mesh, Rank, blocked_error, common_blocks};
 use crate::element::ReduceOp;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Every rank ends with the element-wise reduction of all shards (same shapes).
 pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<Vec<LocalTensor>> {
@@ -23,7 +23,8 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
     let ranks = check_group(OP, mesh, shards)?;
     check_same_shapes(OP, shards)?;
     let span = CommSpan::begin(mesh, Collective::AllReduce, contributions(shards));
-    let out = if shards.len() == 1 {
+    let mut bytes = bytes_of(shards);
+    let out = if alone(mesh, shards) {
         shards.to_vec()
     } else {
         match mesh.transport() {
@@ -31,9 +32,14 @@ pub fn all_reduce(mesh: &Mesh, shards: &[LocalTensor], op: ReduceOp) -> Result<V
             Transport::SharedDevice => {
                 per_block(OP, shards, |s| same_device::all_reduce(s, &ranks, op))?
             }
+            Transport::Mpi => {
+                let (out, b) = per_block_counted(OP, shards, |s| mpi::all_reduce(mesh, s, op))?;
+                bytes = b;
+                out
+            }
         }
     };
-    mesh.record_comm(Collective::AllReduce, bytes_of(shards));
+    mesh.record_comm(Collective::AllReduce, bytes);
     finish_span(span);
     Ok(out)
 }
@@ -47,15 +53,21 @@ pub fn all_gather(mesh: &Mesh, shards: &[LocalTensor], dim: usize) -> Result<Vec
     check_same_except(OP, shards, dim)?;
     check_unblocked(OP, shards)?;
     let span = CommSpan::begin(mesh, Collective::AllGather, contributions(shards));
-    let out = if shards.len() == 1 {
+    let mut bytes = bytes_of(shards);
+    let out = if alone(mesh, shards) {
         shards.to_vec()
     } else {
         match mesh.transport() {
             Transport::HostStaged => host::all_gather(shards, &ranks, dim)?,
             Transport::SharedDevice => same_device::all_gather(shards, &ranks, dim)?,
+            Transport::Mpi => {
+                let (out, b) = mpi::all_gather(mesh, shards, dim)?;
+                bytes = b;
+                out
+            }
         }
     };
-    mesh.record_comm(Collective::AllGather, bytes_of(shards));
+    mesh.record_comm(Collective::AllGather, bytes);
     finish_span(span);
     Ok(out)
 }
@@ -76,7 +88,8 @@ pub fn reduce_scatter(
         check_unblocked(OP, shards)?;
     }
     let span = CommSpan::begin(mesh, Collective::ReduceScatter, contributions(shards));
-    let out = if shards.len() == 1 {
+    let mut bytes = bytes_of(shards);
+    let out = if alone(mesh, shards) {
         shards.to_vec()
     } else {
         match mesh.transport() {
@@ -86,16 +99,24 @@ pub fn reduce_scatter(
             Transport::SharedDevice => per_block(OP, shards, |s| {
                 same_device::reduce_scatter(s, &ranks, dim, op)
             })?,
+            Transport::Mpi => {
+                let (out, b) =
+                    per_block_counted(OP, shards, |s| mpi::reduce_scatter(mesh, s, dim, op))?;
+                bytes = b;
+                out
+            }
         }
     };
-    mesh.record_comm(Collective::ReduceScatter, bytes_of(shards));
+    mesh.record_comm(Collective::ReduceScatter, bytes);
     finish_span(span);
     Ok(out)
 }
 
 /// Copies of `src` (which lives on one of `ranks`, the root) on every rank of `ranks`, in order.
+/// In a multi-process mesh, where only the root holds `src`, use [`broadcast_from`].
 pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<LocalTensor>> {
     const OP: &str = "broadcast";
+    multi_controller_form(OP, mesh, "broadcast_from")?;
     let (ranks, root) = check_rooted(OP, mesh, src, ranks)?;
     let span = CommSpan::begin(mesh, Collective::Broadcast, rooted(src, &ranks));
     let out = if ranks.len() == 1 {
@@ -108,9 +129,53 @@ pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<L
             Transport::SharedDevice => per_block(OP, std::slice::from_ref(src), |s| {
                 same_device::broadcast(&s[0], &ranks, root)
             })?,
+            Transport::Mpi => {
+                return multi_controller_form(OP, mesh, "broadcast_from").map(|_| vec![]);
+            }
         }
     };
     mesh.record_comm(Collective::Broadcast, src.byte_len());
+    finish_span(span);
+    Ok(out)
+}
+
+/// Every rank of the mesh ends with rank `root`'s tensor: each addressable
+/// rank passes one tensor of the same shape and dtype (only the root's bytes
+/// are read), so a multi-process program calls it alike on every process.
+/// Counts one [`Collective::Broadcast`] of the root's bytes.
+pub fn broadcast_from(
+    mesh: &Mesh,
+    shards: &[LocalTensor],
+    root: usize,
+) -> Result<Vec<LocalTensor>> {
+    const OP: &str = "broadcast";
+    check_group(OP, mesh, shards)?;
+    check_same_shapes(OP, shards)?;
+    if shards.len() != mesh.ranks().len() {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "broadcast_from takes one tensor per addressable rank ({}), got {}",
+                mesh.ranks().len(),
+                shards.len()
+            ),
+        ));
+    }
+    if mesh.transport() != Transport::Mpi || alone(mesh, shards) {
+        let src = shards
+            .iter()
+            .find(|s| s.rank_index() == root)
+            .ok_or(Error::OutOfRange {
+                op: OP,
+                what: "root",
+                value: root as i64,
+                bound: mesh.size(),
+            })?;
+        return broadcast(mesh, src, mesh.ranks());
+    }
+    let span = CommSpan::begin(mesh, Collective::Broadcast, contributions(shards));
+    let (out, bytes) = per_block_counted(OP, shards, |s| mpi::broadcast(mesh, s, root))?;
+    mesh.record_comm(Collective::Broadcast, bytes);
     finish_span(span);
     Ok(out)
 }
@@ -124,6 +189,7 @@ pub fn scatter(
     dim: usize,
 ) -> Result<Vec<LocalTensor>> {
     const OP: &str = "scatter";
+    multi_controller_form(OP, mesh, "broadcast_from, then a narrow per rank")?;
     check_dim(OP, "dim", dim, src.shape().len())?;
     let (ranks, _root) = check_rooted(OP, mesh, src, ranks)?;
     check_unblocked(OP, std::slice::from_ref(src))?;
@@ -134,6 +200,9 @@ pub fn scatter(
         match mesh.transport() {
             Transport::HostStaged => host::scatter(src, &ranks, dim)?,
             Transport::SharedDevice => same_device::scatter(src, &ranks, dim)?,
+            Transport::Mpi => {
+                return multi_controller_form(OP, mesh, "broadcast_from").map(|_| vec![]);
+            }
         }
     };
     mesh.record_comm(Collective::Scatter, src.byte_len());
@@ -160,18 +229,56 @@ pub fn all_to_all(
     check_same_except(OP, shards, concat_dim)?;
     check_unblocked(OP, shards)?;
     let span = CommSpan::begin(mesh, Collective::AllToAll, contributions(shards));
-    let out = if shards.len() == 1 {
+    let mut bytes = bytes_of(shards);
+    let out = if alone(mesh, shards) {
         shards.to_vec()
+    } else if mesh.transport() == Transport::Mpi {
+        let (out, b) = mpi::all_to_all(mesh, shards, split_dim, concat_dim)?;
+        bytes = b;
+        out
     } else {
         let plan = AllToAll::new(shards, split_dim, concat_dim);
         match mesh.transport() {
-            Transport::HostStaged => host::all_to_all(shards, &ranks, &plan)?,
+            Transport::HostStaged | Transport::Mpi => host::all_to_all(shards, &ranks, &plan)?,
             Transport::SharedDevice => same_device::all_to_all(shards, &ranks, &plan)?,
         }
     };
-    mesh.record_comm(Collective::AllToAll, bytes_of(shards));
+    mesh.record_comm(Collective::AllToAll, bytes);
     finish_span(span);
     Ok(out)
+}
+
+/// The group is one rank and no other process takes part: nothing moves.
+pub(super) fn alone(mesh: &Mesh, shards: &[LocalTensor]) -> bool {
+    shards.len() == 1 && !mesh.is_multi_process()
+}
+
+/// Rooted collectives that take the root's tensor alone cannot be called
+/// alike on every process; name the form that can.
+fn multi_controller_form(op: &'static str, mesh: &Mesh, instead: &str) -> Result<()> {
+    if mesh.is_multi_process() {
+        return Err(Error::invalid(
+            op,
+            format!("in a multi-process mesh only the root holds the source; use {instead}"),
+        ));
+    }
+    Ok(())
+}
+
+/// [`per_block`] for a transport that also reports the bytes every rank
+/// contributed (MPI, where the other ranks' sizes come from their headers).
+fn per_block_counted(
+    op: &'static str,
+    shards: &[LocalTensor],
+    f: impl Fn(&[LocalTensor]) -> Result<(Vec<LocalTensor>, u64)>,
+) -> Result<(Vec<LocalTensor>, u64)> {
+    let bytes = std::cell::Cell::new(0);
+    let out = per_block(op, shards, |s| {
+        let (out, b) = f(s)?;
+        bytes.set(bytes.get() + b);
+        Ok(out)
+    })?;
+    Ok((out, bytes.get()))
 }
 
 /// Run a transport call on `shards`, block by block when they are stored in

@@ -41,6 +41,11 @@
 mod collectives;
 mod group;
 mod host;
+#[cfg(feature = "mpi")]
+mod mpi;
+#[cfg(not(feature = "mpi"))]
+#[path = "mpi/stub.rs"]
+mod mpi;
 mod plan;
 mod ring;
 mod same_device;
@@ -50,7 +55,10 @@ mod transport;
 
 /// Re-exported from where it lives, `crate::element`, for existing paths.
 pub use crate::element::ReduceOp;
-pub use collectives::{all_gather, all_reduce, all_to_all, broadcast, reduce_scatter, scatter};
+pub use collectives::{
+    all_gather, all_reduce, all_to_all, broadcast, broadcast_from, reduce_scatter, scatter,
+};
+pub(crate) use mpi::gather_words;
 pub use ring::{RingShift, ring_shift};
 pub use stats::{Collective, CommCount, CommStats};
 pub use transport::Transport;

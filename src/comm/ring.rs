@@ -27,7 +27,9 @@
 //!   the next rank gets a tensor over the same (immutable) buffer, so the
 //!   step costs nothing and there is nothing to overlap.
 
+use super::collectives::alone;
 use super::group::{bytes_of, check_group};
+use super::mpi::MpiShift;
 use super::stats::Collective;
 use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
@@ -49,6 +51,7 @@ impl std::fmt::Debug for RingShift {
         let kind = match &self.pending {
             Pending::Done(_) => "shared-device",
             Pending::Host(_) => "host-staged",
+            Pending::Mpi(_) => "mpi",
         };
         f.debug_struct("RingShift")
             .field("transport", &kind)
@@ -62,6 +65,8 @@ enum Pending {
     /// Host-staged: input i is being read back; output i, on participant
     /// i + 1, waits for its bytes.
     Host(InFlight),
+    /// MPI: this rank's send and receive are posted.
+    Mpi(MpiShift),
 }
 
 impl RingShift {
@@ -75,8 +80,13 @@ impl RingShift {
         let parts = shards.iter().map(|s| (s.rank_index(), s.byte_len()));
         let span = CommSpan::begin(mesh, Collective::SendRecv, parts);
         let n = shards.len();
-        let pending = if n == 1 {
+        let mut bytes = bytes_of(shards);
+        let pending = if alone(mesh, shards) {
             Pending::Done(shards.to_vec())
+        } else if mesh.transport() == Transport::Mpi {
+            let (shift, b) = MpiShift::start(mesh, shards)?;
+            bytes = b;
+            Pending::Mpi(shift)
         } else {
             match mesh.transport() {
                 Transport::SharedDevice => {
@@ -87,7 +97,7 @@ impl RingShift {
                         .collect::<Result<Vec<_>>>()?;
                     Pending::Done(received_order(out))
                 }
-                Transport::HostStaged => {
+                Transport::HostStaged | Transport::Mpi => {
                     let mut x = Exchange::with_capacity(n, n);
                     for (i, t) in shards.iter().enumerate() {
                         x.read(t)?;
@@ -98,7 +108,7 @@ impl RingShift {
                 }
             }
         };
-        mesh.record_comm(Collective::SendRecv, bytes_of(shards));
+        mesh.record_comm(Collective::SendRecv, bytes);
         Ok(RingShift { pending, span })
     }
 
@@ -120,6 +130,7 @@ impl RingShift {
                 }
                 received_order(mapped.finish()?)
             }
+            Pending::Mpi(shift) => shift.finish()?,
         };
         finish_span(self.span);
         Ok(out)

@@ -12,6 +12,9 @@ pub enum Transport {
     /// replicated results share one buffer
     /// ([`LocalTensor::is_shared_across_ranks`](crate::device::LocalTensor::is_shared_across_ranks)).
     SharedDevice,
+    /// Each rank in its own process, joined by MPI (feature `mpi`): bytes go
+    /// device -> host -> MPI -> host -> device, combined in rank order.
+    Mpi,
 }
 
 impl Mesh {
@@ -20,6 +23,7 @@ impl Mesh {
         match self.layout() {
             DeviceLayout::SharedDevice => Transport::SharedDevice,
             DeviceLayout::Simulated | DeviceLayout::PerAdapter => Transport::HostStaged,
+            DeviceLayout::Process => Transport::Mpi,
         }
     }
 }

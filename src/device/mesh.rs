@@ -1,8 +1,14 @@
-//! [`Mesh`]: the ordered group of ranks one controller drives.
+//! [`Mesh`]: the ordered group of ranks a program drives.
 //!
 //! The mesh knows its ranks and how they sit on wgpu devices
 //! ([`DeviceLayout`]); what the layers above keep per mesh (the comm layer's
 //! counters) lives in typed extension slots, so this layer need not know it.
+//!
+//! Multi-controller, as JAX's multi-process mode: in a mesh built with
+//! [`MeshBuilder::mpi`](super::MeshBuilder::mpi) every process runs the same
+//! program and holds only its own rank; [`Mesh::size`] is the world size over
+//! all processes, [`Mesh::ranks`] the ranks this process can address. In a
+//! single-process mesh every rank is addressable and the two agree.
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,13 +26,21 @@ pub enum DeviceLayout {
     SharedDevice,
     /// One rank per matching physical adapter.
     PerAdapter,
+    /// One rank per process, the processes joined by MPI
+    /// ([`MeshBuilder::mpi`](super::MeshBuilder::mpi)).
+    Process,
 }
 
 type Extension = Arc<dyn Any + Send + Sync>;
 
 struct MeshInner {
+    /// The ranks this process addresses (all of them in one process).
     ranks: Vec<Rank>,
+    /// The world size over every process.
+    world: usize,
     layout: DeviceLayout,
+    #[cfg(feature = "mpi")]
+    process: Option<Arc<super::process::Process>>,
     extensions: Mutex<Vec<Extension>>,
     // Keeps the instance (and so the adapters) alive as long as the mesh.
     _instance: wgpu::Instance,
@@ -56,32 +70,105 @@ impl Mesh {
     ) -> Self {
         Mesh {
             inner: Arc::new(MeshInner {
+                world: ranks.len(),
                 ranks,
                 layout,
+                #[cfg(feature = "mpi")]
+                process: None,
                 extensions: Mutex::default(),
                 _instance: instance,
             }),
         }
     }
 
-    /// Number of ranks (the world size P).
-    pub fn size(&self) -> usize {
-        self.inner.ranks.len()
+    /// This process's rank in a multi-process mesh.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn from_process(
+        instance: wgpu::Instance,
+        rank: Rank,
+        process: Arc<super::process::Process>,
+    ) -> Self {
+        Mesh {
+            inner: Arc::new(MeshInner {
+                world: process.size(),
+                ranks: vec![rank],
+                layout: DeviceLayout::Process,
+                process: Some(process),
+                extensions: Mutex::default(),
+                _instance: instance,
+            }),
+        }
     }
 
-    /// All ranks in order.
+    /// The MPI process group of a multi-process mesh.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn process(&self) -> Option<&Arc<super::process::Process>> {
+        self.inner.process.as_ref()
+    }
+
+    /// Number of ranks over every process (the world size P).
+    pub fn size(&self) -> usize {
+        self.inner.world
+    }
+
+    /// The ranks this process addresses, in rank order: every rank in a
+    /// single-process mesh, this process's own in a multi-process one. A
+    /// [`DTensor`](crate::tensor::DTensor) holds one shard per rank listed here.
     pub fn ranks(&self) -> &[Rank] {
         &self.inner.ranks
     }
 
-    /// Rank `r`, or an error naming the mesh size.
+    /// Whether the ranks live in several processes ([`MeshBuilder::mpi`](super::MeshBuilder::mpi)).
+    pub fn is_multi_process(&self) -> bool {
+        self.inner.ranks.len() != self.inner.world
+    }
+
+    /// This process's index among the mesh's processes (0 in one process).
+    pub fn process_index(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        if let Some(p) = &self.inner.process {
+            return p.rank();
+        }
+        0
+    }
+
+    /// Number of processes the mesh spans (1 in one process).
+    pub fn process_count(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        if let Some(p) = &self.inner.process {
+            return p.size();
+        }
+        1
+    }
+
+    /// Position in [`Mesh::ranks`] of global rank `r`, when this process
+    /// addresses it.
+    pub fn local_position(&self, r: usize) -> Option<usize> {
+        self.inner.ranks.iter().position(|x| x.index() == r)
+    }
+
+    /// Rank `r` (a global index), or an error naming the mesh size, or that
+    /// the rank lives in another process.
     pub fn rank(&self, r: usize) -> Result<&Rank> {
-        self.inner.ranks.get(r).ok_or(Error::OutOfRange {
-            op: "Mesh::rank",
-            what: "rank",
-            value: r as i64,
-            bound: self.size(),
-        })
+        if r >= self.size() {
+            return Err(Error::OutOfRange {
+                op: "Mesh::rank",
+                what: "rank",
+                value: r as i64,
+                bound: self.size(),
+            });
+        }
+        match self.local_position(r) {
+            Some(i) => Ok(&self.inner.ranks[i]),
+            None => Err(Error::invalid(
+                "Mesh::rank",
+                format!(
+                    "rank {r} lives in another process (this is process {} of {}); each process addresses only its own ranks",
+                    self.process_index(),
+                    self.process_count()
+                ),
+            )),
+        }
     }
 
     /// How the ranks sit on wgpu devices.

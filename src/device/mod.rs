@@ -42,9 +42,12 @@ mod copy;
 mod derived;
 mod dispatch;
 mod mesh;
+mod multi_process;
 mod pipeline;
 mod pool;
 mod probe;
+#[cfg(feature = "mpi")]
+mod process;
 mod rank;
 mod readback;
 mod recording;
@@ -72,6 +75,8 @@ pub(crate) use copy::copy_region;
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};
 pub(crate) use probe::{intel_cpu, loop_limit, old_mesa};
+#[cfg(feature = "mpi")]
+pub(crate) use process::Process;
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::blocked_error;
 pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};

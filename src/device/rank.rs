@@ -47,7 +47,7 @@ impl Rank {
         self.upload_bytes("upload_f16", shape, DType::F16, bytemuck::cast_slice(data))
     }
 
-    fn upload_bytes(
+    pub(crate) fn upload_bytes(
         &self,
         op: &'static str,
         shape: &[usize],

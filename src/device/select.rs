@@ -32,6 +32,7 @@ pub struct MeshBuilder {
     trace_path: Option<PathBuf>,
     limits: Option<wgpu::Limits>,
     without_features: wgpu::Features,
+    pub(super) mpi_timeout: Option<std::time::Duration>,
 }
 
 impl Default for MeshBuilder {
@@ -73,6 +74,7 @@ impl MeshBuilder {
             trace_path: None,
             limits: None,
             without_features: wgpu::Features::empty(),
+            mpi_timeout: None,
         }
     }
 
@@ -224,7 +226,7 @@ impl MeshBuilder {
     }
 
     /// Matching adapters, best first.
-    fn candidates(
+    pub(super) fn candidates(
         &self,
         instance: &wgpu::Instance,
         backends: wgpu::Backends,
@@ -270,7 +272,11 @@ impl MeshBuilder {
     }
 
     fn open_mesh(&self) -> Result<Mesh> {
-        if self.ranks == 0 && self.layout != DeviceLayout::PerAdapter {
+        let any_count = matches!(
+            self.layout,
+            DeviceLayout::PerAdapter | DeviceLayout::Process
+        );
+        if self.ranks == 0 && !any_count {
             return Err(Error::invalid(
                 "MeshBuilder::build",
                 "a mesh needs at least one rank",
@@ -339,13 +345,14 @@ impl MeshBuilder {
                 }
                 Ok(Mesh::from_parts(instance, ranks, self.layout))
             }
+            DeviceLayout::Process => self.open_process_mesh(instance, &list, limits),
         }
     }
 }
 
 /// Open a device with `limits` (else the adapter's own) and the optional
 /// features the adapter has, less `without`.
-fn open(
+pub(super) fn open(
     adapter: &wgpu::Adapter,
     rank: usize,
     (limits, without): (Option<&wgpu::Limits>, wgpu::Features),

@@ -1,6 +1,8 @@
 //! Moving a [`DTensor`]'s logical value between the host and its shards:
 //! uploading host data under a placement (`from_host*`) and assembling it
-//! back (`to_host*`), without counting as communication.
+//! back (`to_host*`), without counting as communication. In a multi-process
+//! mesh every process uploads its own slices of the (same) host data, and
+//! `to_host` gives every process the whole value.
 
 use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use crate::device::{LocalTensor, Mesh, Rank, download_many};
@@ -144,10 +146,15 @@ impl DTensor {
             _ => self.shards().iter().collect(),
         };
         let raw = download_many(&refs)?;
-        let words: Vec<Vec<u32>> = raw
+        let mut words: Vec<Vec<u32>> = raw
             .iter()
             .map(|b| bytemuck::pod_collect_to_vec(b))
             .collect();
+        if self.mesh().is_multi_process() && self.placement() != Placement::Replicate {
+            // Each process holds its own shard: every process gets them all.
+            let mine = words.pop().unwrap_or_default();
+            words = crate::comm::gather_words(self.mesh(), mine)?;
+        }
         let dtype = self.dtype();
         Ok(match self.placement() {
             Placement::Replicate => words.into_iter().next().unwrap_or_default(),

@@ -1,0 +1,14 @@
+//! The MPI transport (feature `mpi`): collectives of a multi-process mesh
+//! ([`MeshBuilder::mpi`](crate::device::MeshBuilder::mpi)).
+//!
+//! Files: `p2p.rs` (messages with a time limit), `header.rs` (what every
+//! rank agrees on before data moves), `ops.rs` (the collectives), `ring.rs`
+//! (ring steps).
+
+mod header;
+mod ops;
+mod p2p;
+mod ring;
+
+pub(crate) use ops::{all_gather, all_reduce, all_to_all, broadcast, gather_words, reduce_scatter};
+pub(crate) use ring::MpiShift;

@@ -1,0 +1,215 @@
+//! Point-to-point messages with a time limit: a batch of `MPI_Isend` /
+//! `MPI_Irecv` on owned buffers, polled until all complete or the limit runs
+//! out. On time-out the receives are cancelled, buffers still in MPI's hands
+//! are leaked (never freed under it), and the error names the ranks whose
+//! messages did not arrive.
+
+use std::os::raw::c_int;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mpi::ffi;
+
+use crate::device::Process;
+use crate::error::{Error, Result};
+
+/// Largest single message; bigger payloads go as several with one tag
+/// (MPI keeps their order).
+const MAX_MESSAGE: usize = 1 << 30;
+
+/// A tag for phase `phase` (0..4) of collective `seq`; 8192 collectives in
+/// flight at most, within the 32767 every MPI allows.
+pub(super) fn tag(seq: u64, phase: u32) -> c_int {
+    ((seq % 8192) as u32 * 4 + phase) as c_int
+}
+
+struct Pending {
+    request: ffi::MPI_Request,
+    done: bool,
+}
+
+/// One batch of messages in flight.
+pub(super) struct Traffic {
+    process: Arc<Process>,
+    op: &'static str,
+    sends: Vec<(usize, Vec<u8>, Vec<Pending>)>,
+    recvs: Vec<(usize, Vec<u8>, Vec<Pending>)>,
+}
+
+fn check(code: c_int, what: &str) -> Result<()> {
+    if code == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(Error::Mpi(format!(
+            "{what} failed with MPI error code {code}"
+        )))
+    }
+}
+
+impl Traffic {
+    pub(super) fn new(process: &Arc<Process>, op: &'static str) -> Result<Traffic> {
+        process.check_thread(op)?;
+        Ok(Traffic {
+            process: Arc::clone(process),
+            op,
+            sends: Vec::new(),
+            recvs: Vec::new(),
+        })
+    }
+
+    /// Send `data` to rank `to` under `tag`.
+    pub(super) fn send(&mut self, to: usize, tag: c_int, data: Vec<u8>) -> Result<()> {
+        let mut reqs = Vec::new();
+        for chunk in pieces(data.len()) {
+            let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: the buffer is owned by `self.sends` until the request
+            // completes, or leaked if it never does (`abandon`).
+            let code = unsafe {
+                ffi::MPI_Isend(
+                    data.as_ptr().add(chunk.start).cast(),
+                    chunk.len() as c_int,
+                    ffi::RSMPI_UINT8_T,
+                    to as c_int,
+                    tag,
+                    self.process.raw_world(),
+                    &mut request,
+                )
+            };
+            check(code, "MPI_Isend")?;
+            reqs.push(Pending {
+                request,
+                done: false,
+            });
+        }
+        self.sends.push((to, data, reqs));
+        Ok(())
+    }
+
+    /// Receive `len` bytes from rank `from` under `tag`; returns its index
+    /// among this batch's receives.
+    pub(super) fn recv(&mut self, from: usize, tag: c_int, len: usize) -> Result<usize> {
+        let mut data = vec![0u8; len];
+        let mut reqs = Vec::new();
+        for chunk in pieces(len) {
+            let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+            // SAFETY: as in `send`; the Vec's heap buffer does not move when
+            // the Vec itself is moved into `self.recvs`.
+            let code = unsafe {
+                ffi::MPI_Irecv(
+                    data.as_mut_ptr().add(chunk.start).cast(),
+                    chunk.len() as c_int,
+                    ffi::RSMPI_UINT8_T,
+                    from as c_int,
+                    tag,
+                    self.process.raw_world(),
+                    &mut request,
+                )
+            };
+            check(code, "MPI_Irecv")?;
+            reqs.push(Pending {
+                request,
+                done: false,
+            });
+        }
+        self.recvs.push((from, data, reqs));
+        Ok(self.recvs.len() - 1)
+    }
+
+    /// Wait for every message; returns the received buffers in the order the
+    /// receives were posted.
+    pub(super) fn wait(mut self) -> Result<Vec<Vec<u8>>> {
+        let limit = self.process.timeout();
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(1);
+        loop {
+            let mut all = true;
+            for (_, _, reqs) in self.sends.iter_mut().chain(self.recvs.iter_mut()) {
+                for r in reqs.iter_mut().filter(|r| !r.done) {
+                    let mut flag: c_int = 0;
+                    // SAFETY: a live request of this batch; status ignored.
+                    let code = unsafe {
+                        ffi::MPI_Test(&mut r.request, &mut flag, ffi::RSMPI_STATUS_IGNORE)
+                    };
+                    check(code, "MPI_Test")?;
+                    r.done = flag != 0;
+                    all &= r.done;
+                }
+            }
+            if all {
+                let recvs = std::mem::take(&mut self.recvs);
+                return Ok(recvs.into_iter().map(|(_, d, _)| d).collect());
+            }
+            if start.elapsed() > limit {
+                return Err(self.abandon(limit));
+            }
+            // Back off so oversubscribed ranks leave the cores to the others.
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    /// Cancel what did not arrive and name the ranks it should come from.
+    fn abandon(&mut self, limit: Duration) -> Error {
+        let mut missing: Vec<usize> = self
+            .recvs
+            .iter()
+            .filter(|(_, _, reqs)| reqs.iter().any(|r| !r.done))
+            .map(|(from, _, _)| *from)
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        self.release();
+        Error::Timeout {
+            op: self.op,
+            missing,
+            seconds: limit.as_secs_f64(),
+            rank: self.process.rank(),
+        }
+    }
+
+    /// Hand unfinished requests back to MPI without waiting: receives are
+    /// cancelled, every unfinished request freed, and its buffer leaked so
+    /// MPI never touches freed memory. Nothing here can block.
+    fn release(&mut self) {
+        let release = |list: &mut Vec<(usize, Vec<u8>, Vec<Pending>)>, cancel: bool| {
+            for (_, data, reqs) in list.drain(..) {
+                let mut live = false;
+                for mut r in reqs.into_iter().filter(|r| !r.done) {
+                    live = true;
+                    // SAFETY: a live request of this batch; freeing an active
+                    // request lets it finish (or be cancelled) on its own.
+                    unsafe {
+                        if cancel {
+                            ffi::MPI_Cancel(&mut r.request);
+                        }
+                        ffi::MPI_Request_free(&mut r.request);
+                    }
+                }
+                if live {
+                    std::mem::forget(data);
+                }
+            }
+        };
+        release(&mut self.recvs, true);
+        release(&mut self.sends, false);
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        // After an error while posting, some requests may still be live.
+        self.release();
+    }
+}
+
+/// Byte ranges of one message split into pieces MPI's int counts can hold
+/// (one empty piece for an empty message, so it still matches).
+fn pieces(len: usize) -> Vec<std::ops::Range<usize>> {
+    if len == 0 {
+        return vec![0..0];
+    }
+    (0..len)
+        .step_by(MAX_MESSAGE)
+        .map(|s| s..(s + MAX_MESSAGE).min(len))
+        .collect()
+}

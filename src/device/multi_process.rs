@@ -1,0 +1,61 @@
+//! [`MeshBuilder::mpi`]: a mesh whose ranks are separate processes joined by
+//! MPI, one rank per process (multi-controller, as JAX's multi-process mode).
+
+use std::time::Duration;
+
+use super::mesh::{DeviceLayout, Mesh};
+use super::select::MeshBuilder;
+use crate::error::Result;
+
+impl MeshBuilder {
+    /// One rank per MPI process: the world size and this process's rank come
+    /// from MPI (launch with `mpirun -np P program`), and each process opens
+    /// the adapter `local_rank % adapters` among the matching ones, so a
+    /// host with several GPUs runs one process per GPU. Every process runs
+    /// the same program; tensors hold only this process's shard, and
+    /// collectives go through MPI with the same bytes as a single-process
+    /// mesh of the same size. Needs the cargo feature `mpi`; without it,
+    /// [`MeshBuilder::build`] returns an error saying so.
+    pub fn mpi(self) -> Self {
+        self.layout(DeviceLayout::Process)
+    }
+
+    /// How long a collective of a multi-process mesh waits for the other
+    /// ranks before it fails with [`Error::Timeout`](crate::error::Error::Timeout) naming those that did
+    /// not arrive (default 300 s, or `WGPU_TP_MPI_TIMEOUT` in seconds).
+    pub fn mpi_timeout(mut self, limit: Duration) -> Self {
+        self.mpi_timeout = Some(limit);
+        self
+    }
+
+    #[cfg(feature = "mpi")]
+    pub(super) fn open_process_mesh(
+        &self,
+        instance: wgpu::Instance,
+        list: &[wgpu::Adapter],
+        limits: (Option<&wgpu::Limits>, wgpu::Features),
+    ) -> Result<Mesh> {
+        let process = super::process::Process::get()?;
+        if let Some(t) = self.mpi_timeout {
+            process.set_timeout(t);
+        }
+        let adapter = &list[process.local_rank() % list.len()];
+        let rank = super::rank::Rank {
+            index: process.rank(),
+            device: super::select::open(adapter, process.rank(), limits)?,
+        };
+        Ok(Mesh::from_process(instance, rank, process))
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    pub(super) fn open_process_mesh(
+        &self,
+        _instance: wgpu::Instance,
+        _list: &[wgpu::Adapter],
+        _limits: (Option<&wgpu::Limits>, wgpu::Features),
+    ) -> Result<Mesh> {
+        Err(crate::error::Error::Mpi(
+            "this build has no MPI support: rebuild with `--features mpi` (Debian: apt-get install libopenmpi-dev openmpi-bin libclang-dev pkgconf)".into(),
+        ))
+    }
+}
