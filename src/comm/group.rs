@@ -13,14 +13,16 @@ pub(super) fn bytes_of(shards: &[LocalTensor]) -> u64 {
 /// The mesh's [`Rank`] for index `r`, if `device_id` is that rank's device
 /// (a tensor or rank from another mesh fails this).
 fn member(mesh: &Mesh, r: usize, device_id: u64) -> Option<Rank> {
-    mesh.ranks()
-        .get(r)
+    mesh.local_position(r)
+        .map(|i| &mesh.ranks()[i])
         .filter(|rank| rank.device().id() == device_id)
         .cloned()
 }
 
 fn foreign(op: &'static str, r: usize, mesh: &Mesh) -> Error {
-    let what = if r < mesh.size() {
+    let what = if r < mesh.size() && mesh.is_multi_process() && mesh.local_position(r).is_none() {
+        format!("rank {r} lives in another process")
+    } else if r < mesh.size() {
         format!("rank {r} belongs to another mesh")
     } else {
         format!("rank {r} is not one of this mesh's {} ranks", mesh.size())

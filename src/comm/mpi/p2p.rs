@@ -206,7 +206,7 @@ impl Drop for Traffic {
 /// (one empty piece for an empty message, so it still matches).
 fn pieces(len: usize) -> Vec<std::ops::Range<usize>> {
     if len == 0 {
-        return vec![0..0];
+        return std::iter::once(0..0).collect();
     }
     (0..len)
         .step_by(MAX_MESSAGE)
