@@ -10,10 +10,14 @@
 //! key/value cache.
 //!
 //! Run: `cargo run --release --example gpt` (`-- --help` lists the flags;
+//! `--features mpi` and `mpirun -np 4 target/release/examples/gpt --mpi`
+//! runs one rank per process, checked bit for bit against one process;
 //! `WGPU_BACKEND=gl` picks GL llvmpipe on a machine without a GPU). Exits
 //! non-zero if parity fails or the loss does not fall.
 
 mod common;
+
+use common::say;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -77,6 +81,11 @@ struct Args {
     /// Put all ranks on one wgpu device (collectives become on-device copies).
     #[arg(long)]
     shared_device: bool,
+    /// One rank per MPI process (launch with `mpirun -np P`; --ranks is
+    /// ignored). Step 0 is then checked bit for bit against a single-process
+    /// mesh of the same P. Needs `--features mpi`.
+    #[arg(long)]
+    mpi: bool,
     /// Mixed precision: f16 activations, f32 accumulation and master weights
     /// (needs SHADER_F16: Mesa >= 24 lavapipe, most GPUs; not GL).
     #[arg(long)]
@@ -113,33 +122,44 @@ fn build_mesh(ranks: usize, shared: bool) -> wgpu_tp::Result<Mesh> {
     if shared { b.shared_device() } else { b }.build()
 }
 
-/// Step 0 on P ranks and on one: the loss and every gradient must agree.
+/// Step 0 on P ranks and on the reference (one rank; with `--mpi`, one
+/// process of P ranks, on process 0 only): the loss and every gradient must
+/// agree. Every process reads the model's gradients (that gathers them).
 fn parity(
     model: &Gpt,
-    serial: &Gpt,
+    serial: Option<&Gpt>,
     (loss_p, loss_1): (f32, f32),
     tol: f64,
 ) -> wgpu_tp::Result<bool> {
     let loss_err = common::rel_err(&[loss_p], &[loss_1]);
-    println!("  loss                      {loss_p:.6} vs {loss_1:.6}  rel {loss_err:.2e}");
+    say!("  loss                      {loss_p:.6} vs {loss_1:.6}  rel {loss_err:.2e}");
     let mut worst = loss_err;
-    for ((name, p), (_, s)) in model
-        .named_parameters()
-        .into_iter()
-        .zip(serial.named_parameters())
-    {
-        let e = match (p.master_grad()?, s.master_grad()?) {
+    let reference = serial.map(|s| s.named_parameters());
+    for (i, (name, p)) in model.named_parameters().into_iter().enumerate() {
+        let g = p.master_grad()?;
+        let Some(reference) = &reference else {
+            continue;
+        };
+        let e = match (g, reference[i].1.master_grad()?) {
+            (Some(g), Some(gs)) if tol == 0.0 => {
+                let same = g.iter().zip(&gs).all(|(a, b)| a.to_bits() == b.to_bits());
+                if same && g.len() == gs.len() {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            }
             (Some(g), Some(gs)) => common::rel_err(&g, &gs),
             _ => f64::INFINITY,
         };
         worst = worst.max(e);
         if e > tol || name.starts_with("h.0.") || !name.starts_with("h.") {
-            println!("  grad {name:<22} rel {e:.2e}");
+            say!("  grad {name:<22} rel {e:.2e}");
         }
     }
     let ok = worst <= tol;
     let verdict = if ok { "PASS" } else { "FAIL" };
-    println!("  max relative error over all parameters  {worst:.2e}  {verdict}");
+    say!("  max relative error over all parameters  {worst:.2e}  {verdict}");
     Ok(ok)
 }
 
@@ -157,22 +177,31 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     if args.f16 {
         cfg.dtype = DType::F16;
     }
-    let mesh = build_mesh(args.ranks, args.shared_device)?;
-    println!("wgpu-tp character-level GPT");
-    println!("  adapter   {}", mesh.adapter_summary());
-    println!(
+    let mesh = if args.mpi {
+        MeshBuilder::new().mpi().build()?
+    } else {
+        build_mesh(args.ranks, args.shared_device)?
+    };
+    common::set_quiet(mesh.process_index() != 0);
+    say!("wgpu-tp character-level GPT");
+    say!("  adapter   {}", mesh.adapter_summary());
+    say!(
         "  mesh      {} ranks, {:?} transport",
         mesh.size(),
         mesh.transport()
     );
-    println!(
+    say!(
         "  model     {} layers · hidden {} · {} heads · vocab {} · context {}",
-        cfg.layers, cfg.hidden, cfg.heads, cfg.vocab, cfg.n_ctx
+        cfg.layers,
+        cfg.hidden,
+        cfg.heads,
+        cfg.vocab,
+        cfg.n_ctx
     );
     if args.f16 {
-        println!("  precision f16 activations, f32 accumulation and master weights");
+        say!("  precision f16 activations, f32 accumulation and master weights");
     }
-    println!(
+    say!(
         "  data      Genesis 1-11 (KJV), {} characters; {} steps of {} × {} characters",
         data.len(),
         args.steps,
@@ -186,27 +215,48 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
 
     // Step 0 on one rank first: on software adapters the driver's shader
     // cache then serves the P devices.
-    let parity_tol = if args.f16 { PARITY_TOL_F16 } else { PARITY_TOL };
-    println!(
-        "\nstep-0 parity, P = {} vs P = 1 (tolerance {parity_tol:.0e}):",
+    // With --mpi the reference is one process driving the same P ranks, and
+    // the two must agree bit for bit.
+    let (parity_tol, reference_ranks) = match (args.mpi, args.f16) {
+        (true, _) => (0.0, mesh.size()),
+        (false, true) => (PARITY_TOL_F16, 1),
+        (false, false) => (PARITY_TOL, 1),
+    };
+    say!(
+        "\nstep-0 parity, P = {} vs P = {reference_ranks} in one process (tolerance {parity_tol:.0e}):",
         mesh.size()
     );
-    let serial_mesh = build_mesh(1, false)?;
-    let serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
-    let loss = serial.loss(&ids, &targets, args.seq)?;
-    let loss_1 = loss.to_host()?[0];
-    loss.backward()?;
+    let serial = if mesh.process_index() == 0 {
+        let serial_mesh = build_mesh(reference_ranks, false)?;
+        let serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
+        let loss = serial.loss(&ids, &targets, args.seq)?;
+        let loss_1 = loss.to_host()?[0];
+        loss.backward()?;
+        Some((serial, loss_1))
+    } else {
+        None
+    };
     let loss = model.loss(&ids, &targets, args.seq)?;
     let loss_p = loss.to_host()?[0];
     loss.backward()?;
-    let parity_ok = parity(&model, &serial, (loss_p, loss_1), parity_tol)?;
-    drop((serial, serial_mesh));
+    let loss_1 = serial.as_ref().map_or(loss_p, |s| s.1);
+    let parity_ok = parity(
+        &model,
+        serial.as_ref().map(|s| &s.0),
+        (loss_p, loss_1),
+        parity_tol,
+    )?;
+    drop(serial);
 
     let mut opt = AdamW::new(args.lr);
     opt.step(&mut model)?;
     model.zero_grad();
     let mut losses = vec![loss_p];
-    let bar = ProgressBar::new(args.steps as u64);
+    let bar = if common::quiet() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(args.steps as u64)
+    };
     bar.set_style(
         ProgressStyle::with_template("  {bar:30} {pos:>4}/{len} steps  loss {msg}  [{elapsed}]")
             .expect("a valid template"),
@@ -232,14 +282,14 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     bar.finish_and_clear();
     let train_s = train_started.elapsed().as_secs_f64();
 
-    println!("\nloss curve ({} steps):", losses.len());
+    say!("\nloss curve ({} steps):", losses.len());
     let fell = common::report_loss(&losses, cfg.vocab, 5, 0.8);
-    println!(
+    say!(
         "  {:.1} ms per step (forward + backward + AdamW + loss readback)",
         train_s * 1e3 / (args.steps.max(2) - 1) as f64
     );
     if let Some(stats) = comm {
-        println!(
+        say!(
             "\ncommunication in one training step (P = {}):",
             mesh.size()
         );
@@ -260,16 +310,16 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let t0 = Instant::now();
     let out = model.generate(&prompt, args.sample_len, sampling)?;
     let gen_s = t0.elapsed().as_secs_f64();
-    println!(
+    say!(
         "\nsample ({} characters with the key/value cache, {:.1} ms each, {sampling:?}):",
         args.sample_len,
         gen_s * 1e3 / args.sample_len.max(1) as f64
     );
-    println!("{}{}", args.prompt, vocab.decode(&out));
-    println!("decoding communication:");
+    say!("{}{}", args.prompt, vocab.decode(&out));
+    say!("decoding communication:");
     common::print_comm(&mesh.comm_stats());
 
-    println!(
+    say!(
         "\n{} in {:.1} s",
         if parity_ok && fell { "PASS" } else { "FAIL" },
         started.elapsed().as_secs_f64()

@@ -3,6 +3,31 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Silence [`say!`] in this process: with `--mpi` every process runs the
+/// example, and only process 0 reports.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether [`say!`] is silenced.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// `println!` unless this process was silenced with [`set_quiet`].
+macro_rules! say {
+    ($($t:tt)*) => {
+        if !$crate::common::quiet() {
+            println!($($t)*);
+        }
+    };
+}
+pub(crate) use say;
+
 /// Norm-wise relative error of `got` against `want` (infinite on a length
 /// mismatch or a non-finite value).
 pub fn rel_err(got: &[f32], want: &[f32]) -> f64 {
@@ -55,10 +80,10 @@ pub fn quiet_vulkan_loader() {
 /// Print what each collective moved in `stats`.
 pub fn print_comm(stats: &wgpu_tp::CommStats) {
     if stats.is_empty() {
-        println!("  none (one rank)");
+        say!("  none (one rank)");
     }
     for (kind, c) in stats {
-        println!(
+        say!(
             "  {:<14} {:>3} calls  {:>10} total ({} per call)",
             format!("{kind:?}"),
             c.calls,
@@ -72,14 +97,14 @@ pub fn print_comm(stats: &wgpu_tp::CommStats) {
 /// the last `tail`, and whether it fell below `ratio` × the first (PASS) or
 /// not (FAIL). Returns whether it fell.
 pub fn report_loss(losses: &[f32], vocab: usize, tail: usize, ratio: f32) -> bool {
-    println!("  {}", sparkline(losses));
+    say!("  {}", sparkline(losses));
     let Some(&first) = losses.first() else {
         return false;
     };
     let tail = &losses[losses.len().saturating_sub(tail)..];
     let last = tail.iter().sum::<f32>() / tail.len() as f32;
     let fell = losses.len() > 1 && last < ratio * first;
-    println!(
+    say!(
         "  ln(vocab) = {:.4}; loss {first:.4} → {last:.4} (mean of the last {}): {}",
         (vocab as f32).ln(),
         tail.len(),
