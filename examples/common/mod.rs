@@ -26,6 +26,7 @@ macro_rules! say {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use say;
 
 /// Norm-wise relative error of `got` against `want` (infinite on a length
