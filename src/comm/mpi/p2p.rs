@@ -17,6 +17,9 @@ use crate::error::{Error, Result};
 /// (MPI keeps their order).
 const MAX_MESSAGE: usize = 1 << 30;
 
+/// How long a wait polls without sleeping.
+const SPIN: Duration = Duration::from_millis(50);
+
 /// A tag for phase `phase` (0..4) of collective `seq`; 8192 collectives in
 /// flight at most, within the 32767 every MPI allows.
 pub(super) fn tag(seq: u64, phase: u32) -> c_int {
@@ -142,9 +145,15 @@ impl Traffic {
             if start.elapsed() > limit {
                 return Err(self.abandon(limit));
             }
-            // Back off so oversubscribed ranks leave the cores to the others.
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(1));
+            // MPI moves large messages only inside its calls: poll hot
+            // (yielding the core, for oversubscribed ranks) for a while,
+            // then back off to naps for long waits.
+            if start.elapsed() < SPIN {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(1));
+            }
         }
     }
 
