@@ -22,6 +22,8 @@
 //! (`benches/netns.sh` does that across two network namespaces).
 //! `WGPU_TP_BENCH_MAX_MIB` caps the largest size (default 16).
 
+mod project;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -223,18 +225,20 @@ fn collectives(mesh: &Mesh, world: &SimpleCommunicator) -> wgpu_tp::Result<()> {
     Ok(())
 }
 
-/// A small GPT's step time and its communication per step.
-fn gpt_step(mesh: &Mesh, world: &SimpleCommunicator) -> wgpu_tp::Result<()> {
+/// A GPT's step time (forward, backward, AdamW) and its communication per
+/// step, per collective as (calls, per-rank bytes per call).
+fn gpt_step(mesh: &Mesh, world: &SimpleCommunicator, name: &str, cfg: GptConfig, (batch, seq): (usize, usize), reps: usize) -> wgpu_tp::Result<()> {
     let (p, lead) = (mesh.size(), mesh.process_index() == 0);
-    let mut cfg = GptConfig::new(512, 128, 256, 8, 2);
-    cfg.ffn = 1024;
     let mut gpt = Gpt::new(mesh, cfg, 0)?;
-    let ids: Vec<i32> = (0..256).map(|i| (i * 7 % 512) as i32).collect();
-    let targets: Vec<i32> = (0..256).map(|i| (i * 11 % 512) as i32).collect();
-    let mut opt = AdamW::new(1e-3);
+    let vocab = cfg.vocab as u64;
+    let tokens = |k: u64| -> Vec<i32> {
+        (0..(batch * seq) as u64).map(|i| ((i * 2654435761 + k) % vocab) as i32).collect()
+    };
+    let (ids, targets) = (tokens(1), tokens(7));
+    let mut opt = AdamW::new(1e-4);
     let mut step = || -> wgpu_tp::Result<()> {
         gpt.zero_grad();
-        let loss = gpt.loss(&ids, &targets, 128)?;
+        let loss = gpt.loss(&ids, &targets, seq)?;
         loss.backward()?;
         opt.step(&mut gpt)?;
         mesh.synchronize()
@@ -243,31 +247,16 @@ fn gpt_step(mesh: &Mesh, world: &SimpleCommunicator) -> wgpu_tp::Result<()> {
     mesh.reset_comm_stats();
     step()?;
     let stats = mesh.comm_stats();
-    let t = timed(world, 3, || step().expect("step"));
+    let t = timed(world, reps, || step().expect("step"));
     if lead {
-        println!(
-            "gpt step P={p} (2 x 128 tokens, hidden 256, 2 layers, vocab 512): {:.1} ms",
-            t.as_secs_f64() * 1e3
-        );
+        println!("gpt {name} step P={p} ({batch} x {seq} tokens): {:.1} ms", t.as_secs_f64() * 1e3);
         for (kind, c) in &stats {
-            let name = match kind {
-                Collective::AllReduce => "all_reduce",
-                Collective::AllGather => "all_gather",
-                Collective::ReduceScatter => "reduce_scatter",
-                other => {
-                    println!("gpt comm {other:?} calls {} bytes {}", c.calls, c.bytes);
-                    continue;
-                }
-            };
             // Per-rank message as the fits measure it.
             let per_rank = match kind {
                 Collective::AllGather => c.bytes,
                 _ => c.bytes / p as u64,
             } / c.calls.max(1);
-            println!(
-                "gpt comm {name} calls {} per_rank_bytes {per_rank}",
-                c.calls
-            );
+            println!("gpt {name} comm {kind:?} calls {} per_rank_bytes {per_rank}", c.calls);
         }
     }
     Ok(())
@@ -300,6 +289,10 @@ fn launch() {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--project") {
+        return project::run(&args[i + 1..]);
+    }
     if std::env::var_os("OMPI_COMM_WORLD_SIZE").is_none() {
         return launch();
     }
@@ -313,5 +306,12 @@ fn main() {
         );
     }
     collectives(&mesh, &world).expect("collectives");
-    gpt_step(&mesh, &world).expect("gpt step");
+    let mut small = GptConfig::new(512, 128, 256, 8, 2);
+    small.ffn = 1024;
+    gpt_step(&mesh, &world, "small", small, (2, 128), 3).expect("gpt step");
+    if std::env::var_os("WGPU_TP_BENCH_GPT2").is_some() {
+        // GPT-2 124M's shapes (random weights), 2 × 256 tokens as benches/gpt2.rs.
+        let gpt2 = GptConfig::new(50257, 1024, 768, 12, 12);
+        gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1).expect("gpt2 step");
+    }
 }
