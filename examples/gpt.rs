@@ -23,9 +23,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
+use wgpu_tp::DType;
 use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params, Sampling};
-use wgpu_tp::{DType, Mesh, MeshBuilder};
 
 const TEXT: &str = include_str!("data/genesis_kjv.txt");
 
@@ -117,11 +116,6 @@ impl Vocab {
     }
 }
 
-fn build_mesh(ranks: usize, shared: bool) -> wgpu_tp::Result<Mesh> {
-    let b = MeshBuilder::new().ranks(ranks);
-    if shared { b.shared_device() } else { b }.build()
-}
-
 /// Step 0 on P ranks and on the reference (one rank; with `--mpi`, one
 /// process of P ranks, on process 0 only): the loss and every gradient must
 /// agree. Every process reads the model's gradients (that gathers them).
@@ -177,12 +171,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     if args.f16 {
         cfg.dtype = DType::F16;
     }
-    let mesh = if args.mpi {
-        MeshBuilder::new().mpi().build()?
-    } else {
-        build_mesh(args.ranks, args.shared_device)?
-    };
-    common::set_quiet(mesh.process_index() != 0);
+    let mesh = common::build_mesh(args.ranks, args.shared_device, args.mpi)?;
     say!("wgpu-tp character-level GPT");
     say!("  adapter   {}", mesh.adapter_summary());
     say!(
@@ -227,7 +216,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         mesh.size()
     );
     let serial = if mesh.process_index() == 0 {
-        let serial_mesh = build_mesh(reference_ranks, false)?;
+        let serial_mesh = common::build_mesh(reference_ranks, false, false)?;
         let serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
         let loss = serial.loss(&ids, &targets, args.seq)?;
         let loss_1 = loss.to_host()?[0];
@@ -252,15 +241,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     opt.step(&mut model)?;
     model.zero_grad();
     let mut losses = vec![loss_p];
-    let bar = if common::quiet() {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(args.steps as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("  {bar:30} {pos:>4}/{len} steps  loss {msg}  [{elapsed}]")
-            .expect("a valid template"),
-    );
+    let bar = common::progress(args.steps);
     bar.inc(1);
     let mut comm = None;
     let train_started = Instant::now();

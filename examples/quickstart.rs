@@ -19,14 +19,14 @@
 
 mod common;
 
+use common::say;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use wgpu_tp::nn::{AdamW, MlpLanguageModel, MlpLmConfig, Params, Sgd};
-use wgpu_tp::{Mesh, MeshBuilder};
 
 /// Relative error (norm-wise) above which the parity check fails.
 const PARITY_TOL: f64 = 1e-4;
@@ -75,6 +75,10 @@ struct Args {
     /// Put all ranks on one wgpu device (collectives become on-device copies).
     #[arg(long)]
     shared_device: bool,
+    /// One rank per MPI process (`mpirun -np P`; --ranks is ignored; needs
+    /// `--features mpi`); only process 0 prints.
+    #[arg(long)]
+    mpi: bool,
     /// Trace the last training step (every kernel and collective, per rank)
     /// and write it to FILE as Chrome trace-event JSON (open it in
     /// https://ui.perfetto.dev); that step is left out of the time per step.
@@ -161,14 +165,6 @@ impl Opt {
     }
 }
 
-fn build_mesh(ranks: usize, shared: bool) -> wgpu_tp::Result<Mesh> {
-    let mut b = MeshBuilder::new().ranks(ranks);
-    if shared {
-        b = b.shared_device();
-    }
-    b.build()
-}
-
 fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let started = Instant::now();
     let lr = args.lr.unwrap_or(match args.optimizer {
@@ -180,22 +176,29 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         hidden: args.hidden,
         ffn: args.ffn,
     };
-    let mesh = build_mesh(args.ranks, args.shared_device)?;
-    let serial_mesh = build_mesh(1, false)?;
-    println!("wgpu-tp quickstart");
-    println!("  adapter   {}", mesh.adapter_summary());
-    println!(
+    let mesh = common::build_mesh(args.ranks, args.shared_device, args.mpi)?;
+    let serial_mesh = common::build_mesh(1, false, false)?;
+    common::set_quiet(mesh.process_index() != 0); // the serial mesh reset it
+    say!("wgpu-tp quickstart");
+    say!("  adapter   {}", mesh.adapter_summary());
+    say!(
         "  mesh      {} ranks, {:?} transport",
         mesh.size(),
         mesh.transport()
     );
-    println!(
+    say!(
         "  model     vocab {} · hidden {} · ffn {} (embedding → column → GELU → row → vocab head → CE)",
-        cfg.vocab, cfg.hidden, cfg.ffn
+        cfg.vocab,
+        cfg.hidden,
+        cfg.ffn
     );
-    println!(
+    say!(
         "  training  {} steps of {} tokens, {:?} lr {}, seed {}",
-        args.steps, args.tokens, args.optimizer, lr, args.seed
+        args.steps,
+        args.tokens,
+        args.optimizer,
+        lr,
+        args.seed
     );
 
     let mut model = MlpLanguageModel::new(&mesh, cfg, args.seed)?;
@@ -214,12 +217,12 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let loss = model.loss(&ids, &targets)?;
     let loss_p = loss.to_host()?[0];
     loss.backward()?;
-    println!(
+    say!(
         "\nstep-0 parity, P = {} vs P = 1 (tolerance {PARITY_TOL:.0e}):",
         mesh.size()
     );
     let loss_err = common::rel_err(&[loss_p], &[loss_1]);
-    println!("  loss                {loss_p:.6} vs {loss_1:.6}  rel {loss_err:.2e}");
+    say!("  loss                {loss_p:.6} vs {loss_1:.6}  rel {loss_err:.2e}");
     let mut worst = loss_err;
     for ((name, p), (sname, s)) in model
         .named_parameters()
@@ -236,13 +239,13 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
             _ => f64::INFINITY,
         };
         worst = worst.max(e);
-        println!(
+        say!(
             "  grad {name:<15} {:<12} rel {e:.2e}",
             format!("{:?}", p.shape())
         );
     }
     let parity_ok = worst <= PARITY_TOL;
-    println!(
+    say!(
         "  max relative error  {worst:.2e}  {}",
         if parity_ok { "PASS" } else { "FAIL" }
     );
@@ -257,11 +260,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     opt.step(&mut model)?;
     model.zero_grad();
     let mut losses = vec![loss_p];
-    let bar = ProgressBar::new(args.steps as u64);
-    bar.set_style(
-        ProgressStyle::with_template("  {bar:30} {pos:>4}/{len} steps  loss {msg}  [{elapsed}]")
-            .expect("a valid template"),
-    );
+    let bar = common::progress(args.steps);
     bar.set_message(format!("{loss_p:.4}"));
     bar.inc(1);
     let mut timed = Duration::ZERO;
@@ -300,7 +299,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let training = training.elapsed();
     bar.finish_and_clear();
 
-    println!("\nloss curve ({} steps):", losses.len());
+    say!("\nloss curve ({} steps):", losses.len());
     let every = losses.len().div_ceil(10).max(1);
     let mut row = String::new();
     for (i, l) in losses.iter().enumerate() {
@@ -308,20 +307,20 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
             row.push_str(&format!("  {i:>4}: {l:.4}"));
         }
     }
-    println!("{row}");
+    say!("{row}");
     let fell = common::report_loss(&losses, args.vocab, 3, 0.5);
 
-    println!(
+    say!(
         "\nbefore training: {:.2} s (meshes, step-0 parity; mostly shader compilation on first use)",
         before_training.as_secs_f64()
     );
-    println!(
+    say!(
         "training: {} steps in {:.2} s",
         args.steps - 1,
         training.as_secs_f64()
     );
     if timed_steps > 0 {
-        println!(
+        say!(
             "time per step: {:.2} ms (mean of {timed_steps} steps: forward + backward + optimiser + loss readback)",
             timed.as_secs_f64() * 1e3 / timed_steps as f64
         );
@@ -333,7 +332,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         let devices = m.devices();
         let built: u64 = devices.iter().map(|d| d.pipelines_built()).sum();
         let time: Duration = devices.iter().map(|d| d.pipeline_build_time()).sum();
-        println!(
+        say!(
             "pipelines ({name} mesh, {} device{}): {built} built in {:.2} s",
             devices.len(),
             if devices.len() == 1 { "" } else { "s" },
@@ -341,30 +340,30 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         );
     }
     if let Some(stats) = comm {
-        println!("communication in one training step (P = {}):", mesh.size());
+        say!("communication in one training step (P = {}):", mesh.size());
         common::print_comm(&stats);
     }
     if args.trace.is_some() && trace.is_none() {
-        println!("\nno step traced: --trace needs --steps of at least 2");
+        say!("\nno step traced: --trace needs --steps of at least 2");
     }
     if let (Some(trace), Some(path)) = (&trace, &args.trace) {
         trace.write_chrome_json(path)?;
         let kernels = trace.kernels().count();
-        println!(
+        say!(
             "\ntrace of step {} written to {} (open it in https://ui.perfetto.dev):",
             args.steps - 1,
             path.display()
         );
-        println!(
+        say!(
             "  {kernels} kernels and {} collective spans over {} ranks; step {:.2} ms, kernels {:.2} ms summed over ranks",
             trace.host_spans().count(),
             trace.tracks().len(),
             trace.span().as_secs_f64() * 1e3,
             trace.kernel_time().as_secs_f64() * 1e3
         );
-        println!("  top kernels by total time:");
+        say!("  top kernels by total time:");
         for k in trace.top_kernels(5) {
-            println!(
+            say!(
                 "  {:<32} {:>4} calls  {:>8.3} ms  {:>5.1} %",
                 k.name,
                 k.calls,
@@ -373,7 +372,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
             );
         }
     }
-    println!(
+    say!(
         "\n{} in {:.1} s",
         if parity_ok && fell { "PASS" } else { "FAIL" },
         started.elapsed().as_secs_f64()

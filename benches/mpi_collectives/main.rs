@@ -227,12 +227,21 @@ fn collectives(mesh: &Mesh, world: &SimpleCommunicator) -> wgpu_tp::Result<()> {
 
 /// A GPT's step time (forward, backward, AdamW) and its communication per
 /// step, per collective as (calls, per-rank bytes per call).
-fn gpt_step(mesh: &Mesh, world: &SimpleCommunicator, name: &str, cfg: GptConfig, (batch, seq): (usize, usize), reps: usize) -> wgpu_tp::Result<()> {
+fn gpt_step(
+    mesh: &Mesh,
+    world: &SimpleCommunicator,
+    name: &str,
+    cfg: GptConfig,
+    (batch, seq): (usize, usize),
+    reps: usize,
+) -> wgpu_tp::Result<()> {
     let (p, lead) = (mesh.size(), mesh.process_index() == 0);
     let mut gpt = Gpt::new(mesh, cfg, 0)?;
     let vocab = cfg.vocab as u64;
     let tokens = |k: u64| -> Vec<i32> {
-        (0..(batch * seq) as u64).map(|i| ((i * 2654435761 + k) % vocab) as i32).collect()
+        (0..(batch * seq) as u64)
+            .map(|i| ((i * 2654435761 + k) % vocab) as i32)
+            .collect()
     };
     let (ids, targets) = (tokens(1), tokens(7));
     let mut opt = AdamW::new(1e-4);
@@ -249,14 +258,20 @@ fn gpt_step(mesh: &Mesh, world: &SimpleCommunicator, name: &str, cfg: GptConfig,
     let stats = mesh.comm_stats();
     let t = timed(world, reps, || step().expect("step"));
     if lead {
-        println!("gpt {name} step P={p} ({batch} x {seq} tokens): {:.1} ms", t.as_secs_f64() * 1e3);
+        println!(
+            "gpt {name} step P={p} ({batch} x {seq} tokens): {:.1} ms",
+            t.as_secs_f64() * 1e3
+        );
         for (kind, c) in &stats {
             // Per-rank message as the fits measure it.
             let per_rank = match kind {
                 Collective::AllGather => c.bytes,
                 _ => c.bytes / p as u64,
             } / c.calls.max(1);
-            println!("gpt {name} comm {kind:?} calls {} per_rank_bytes {per_rank}", c.calls);
+            println!(
+                "gpt {name} comm {kind:?} calls {} per_rank_bytes {per_rank}",
+                c.calls
+            );
         }
     }
     Ok(())

@@ -24,7 +24,8 @@ struct Run {
 }
 
 fn num(word: Option<&str>) -> f64 {
-    word.and_then(|w| w.trim_end_matches(':').parse().ok()).unwrap_or(f64::NAN)
+    word.and_then(|w| w.trim_end_matches(':').parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 fn parse(text: &str) -> Run {
@@ -33,7 +34,8 @@ fn parse(text: &str) -> Run {
         let w: Vec<&str> = line.split_whitespace().collect();
         match w.as_slice() {
             ["fit", op, _p, "alpha", a, "us", "beta", b, ..] => {
-                run.fits.insert(op.to_string(), (num(Some(a)) * 1e-6, num(Some(b)) * 1e-9));
+                run.fits
+                    .insert(op.to_string(), (num(Some(a)) * 1e-6, num(Some(b)) * 1e-9));
             }
             ["gpt", name, "step", .., ms, "ms"] => {
                 run.gpts.entry(name.to_string()).or_default().0 = num(Some(ms)) * 1e-3;
@@ -88,16 +90,27 @@ pub fn run(args: &[String]) {
     println!("## α–β fits (per-rank message n; t = α + β·n)");
     for (label, r) in &runs {
         for (op, (a, b)) in &r.fits {
-            println!("{label:<10} {op:<15} α {:>8.1} us  β {:>7.3} ns/B  ({:.3} GB/s)", a * 1e6, b * 1e9, 1e-9 / b.max(1e-30));
+            println!(
+                "{label:<10} {op:<15} α {:>8.1} us  β {:>7.3} ns/B  ({:.3} GB/s)",
+                a * 1e6,
+                b * 1e9,
+                1e-9 / b.max(1e-30)
+            );
         }
     }
     println!("\n## model vs measured step (compute from the unlimited run)");
     let mut worst: f64 = 0.0;
     for (name, (step, comm)) in &base.gpts {
         let compute = step - comm_time(&base.fits, comm);
-        println!("{name}: step {:.1} ms unlimited, compute {:.1} ms", step * 1e3, compute * 1e3);
+        println!(
+            "{name}: step {:.1} ms unlimited, compute {:.1} ms",
+            step * 1e3,
+            compute * 1e3
+        );
         for (label, r) in runs.iter().filter(|(l, _)| l != "unlimited") {
-            let Some((measured, _)) = r.gpts.get(name) else { continue };
+            let Some((measured, _)) = r.gpts.get(name) else {
+                continue;
+            };
             let predicted = compute + comm_time(&r.fits, comm);
             let err = (predicted - measured) / measured;
             worst = worst.max(err.abs());
@@ -106,7 +119,11 @@ pub fn run(args: &[String]) {
                 measured * 1e3,
                 predicted * 1e3,
                 err * 100.0,
-                if err.abs() <= 0.25 { "within 25 %" } else { "OFF by more than 25 %" }
+                if err.abs() <= 0.25 {
+                    "within 25 %"
+                } else {
+                    "OFF by more than 25 %"
+                }
             );
         }
     }
@@ -124,12 +141,28 @@ fn project(base: &Run) {
     // 6·N·tokens with N = 12·L·H² + V·H: GPT-2 124M 123.5M, the 1.3B 1311M.
     let n = |l: f64, h: f64| 12.0 * l * h * h + 50257.0 * h;
     let flops_ratio = n(24.0, 2048.0) / n(12.0, 768.0);
-    println!("\n## projected step, 2 × 256 tokens, AdamW (per-rank compute from GPT-2 at P = 2 here: {:.2} s)", compute2);
-    println!("assumptions: compute splits evenly over P; the 1.3B (24 layers, hidden 2048) costs {flops_ratio:.1}× the FLOPs,");
-    println!("  twice the collectives, each {:.2}× the bytes; host staging and software costs per call and per byte", 2048.0 / 768.0);
-    println!("  as fitted on the unlimited link; link α 50 us at 10 Gbit/s (TCP), 10 us at 100 Gbit/s (RDMA class)");
-    println!("{:<8} {:>2} {:>9} {:>10} {:>10} {:>10} {:>6}", "model", "P", "link", "compute s", "comm s", "step s", "comm %");
-    for (model, work, calls, bytes) in [("gpt2", 1.0, 1.0, 1.0), ("1.3B", flops_ratio, 2.0, 2048.0 / 768.0)] {
+    println!(
+        "\n## projected step, 2 × 256 tokens, AdamW (per-rank compute from GPT-2 at P = 2 here: {:.2} s)",
+        compute2
+    );
+    println!(
+        "assumptions: compute splits evenly over P; the 1.3B (24 layers, hidden 2048) costs {flops_ratio:.1}× the FLOPs,"
+    );
+    println!(
+        "  twice the collectives, each {:.2}× the bytes; host staging and software costs per call and per byte",
+        2048.0 / 768.0
+    );
+    println!(
+        "  as fitted on the unlimited link; link α 50 us at 10 Gbit/s (TCP), 10 us at 100 Gbit/s (RDMA class)"
+    );
+    println!(
+        "{:<8} {:>2} {:>9} {:>10} {:>10} {:>10} {:>6}",
+        "model", "P", "link", "compute s", "comm s", "step s", "comm %"
+    );
+    for (model, work, calls, bytes) in [
+        ("gpt2", 1.0, 1.0, 1.0),
+        ("1.3B", flops_ratio, 2.0, 2048.0 / 768.0),
+    ] {
         for p in [2.0f64, 4.0, 8.0] {
             for (link, gbit, alpha) in [("10G", 10.0, 50e-6), ("100G", 100.0, 10e-6)] {
                 let compute = compute2 * work * 2.0 / p;
@@ -138,11 +171,17 @@ fn project(base: &Run) {
                     .map(|(k, c, nb)| {
                         let (a, b) = fit_for(&base.fits, k).copied().unwrap_or((0.0, 0.0));
                         let nb = nb * bytes;
-                        c * calls * (a + 2.0 * alpha + b * nb + link_factor(k, p) * nb * 8.0 / (gbit * 1e9))
+                        c * calls
+                            * (a + 2.0 * alpha
+                                + b * nb
+                                + link_factor(k, p) * nb * 8.0 / (gbit * 1e9))
                     })
                     .sum();
                 let step = compute + comm;
-                println!("{model:<8} {p:>2} {link:>9} {compute:>10.2} {comm:>10.2} {step:>10.2} {:>6.0}", 100.0 * comm / step);
+                println!(
+                    "{model:<8} {p:>2} {link:>9} {compute:>10.2} {comm:>10.2} {step:>10.2} {:>6.0}",
+                    100.0 * comm / step
+                );
             }
         }
     }

@@ -78,6 +78,35 @@ pub fn quiet_vulkan_loader() {
     }
 }
 
+/// The mesh an example runs on: `ranks` simulated ranks (all on one device
+/// with `shared`), or one rank per MPI process with `mpi` (then only
+/// process 0 reports: [`say!`] is silenced elsewhere).
+pub fn build_mesh(ranks: usize, shared: bool, mpi: bool) -> wgpu_tp::Result<wgpu_tp::Mesh> {
+    let b = wgpu_tp::MeshBuilder::new().ranks(ranks);
+    let mesh = match (mpi, shared) {
+        (true, _) => b.mpi().build()?,
+        (false, true) => b.shared_device().build()?,
+        (false, false) => b.build()?,
+    };
+    set_quiet(mesh.process_index() != 0);
+    Ok(mesh)
+}
+
+/// A progress bar over `steps`, hidden where [`say!`] is silenced.
+pub fn progress(steps: usize) -> indicatif::ProgressBar {
+    if quiet() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(steps as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "  {bar:30} {pos:>4}/{len} steps  loss {msg}  [{elapsed}]",
+        )
+        .expect("a valid template"),
+    );
+    bar
+}
+
 /// Print what each collective moved in `stats`.
 pub fn print_comm(stats: &wgpu_tp::CommStats) {
     if stats.is_empty() {
