@@ -108,7 +108,10 @@ impl DTensor {
             let mesh = table.mesh();
             let ids_dev = upload_ids(mesh, ids)?;
             // Position i in the shards; the row offset is the global rank's.
-            let parts = (table.shards().iter().zip(&ids_dev))
+            let parts = table
+                .shards()
+                .iter()
+                .zip(&ids_dev)
                 .map(|(t, ids)| kernels::embedding_lookup(t, ids, rows(t.rank_index()).1))
                 .collect::<Result<Vec<_>>>()?;
             let y = table.with_shards(parts, vec![ids.len(), dim], placement);
@@ -140,7 +143,11 @@ fn scatter_add(
     }
     .cast(DType::F32)?;
     let (rows, _) = split(table)?;
-    let grads = (table.shards().iter().zip(ids).zip(dy.shards()))
+    let grads = table
+        .shards()
+        .iter()
+        .zip(ids)
+        .zip(dy.shards())
         .map(|((t, ids), dy)| {
             let (n, start) = rows(t.rank_index());
             kernels::embedding_backward(ids, dy, n, start, None)

@@ -33,7 +33,8 @@ impl DTensor {
         // One part per addressable shard, cut at its global rank's range.
         let parts: Vec<Vec<f32>> = match self.placement() {
             Placement::Replicate => vec![data.to_vec(); shards.len()],
-            Placement::Shard(d) => (shards.iter())
+            Placement::Shard(d) => shards
+                .iter()
                 .map(|s| {
                     let range = split_range_in_units(shape[d], p, s.rank_index(), unit);
                     host_narrow(data, shape, d, range)

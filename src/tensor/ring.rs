@@ -13,7 +13,7 @@
 //! all-gather or reduce-scatter collective is issued: each step counts one
 //! [`Collective::SendRecv`](crate::comm::Collective::SendRecv).
 
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use crate::comm::RingShift;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::DType;
@@ -77,12 +77,16 @@ pub fn ring_reduce_scatter_fused(
 ) -> Result<DTensor> {
     let p = mesh.size();
     let ranks: Vec<usize> = mesh.ranks().iter().map(|r| r.index()).collect();
-    let mut acc = (ranks.iter().enumerate())
+    let mut acc = ranks
+        .iter()
+        .enumerate()
         .map(|(i, &r)| partial(i, (r + p - 1) % p))
         .collect::<Result<Vec<_>>>()?;
     for s in 1..p {
         let shift = RingShift::start(mesh, &acc)?;
-        let parts = (ranks.iter().enumerate())
+        let parts = ranks
+            .iter()
+            .enumerate()
             .map(|(i, &r)| partial(i, (r + 2 * p - 1 - s) % p))
             .collect::<Result<Vec<_>>>()?;
         let incoming = shift.finish()?;
@@ -137,15 +141,17 @@ pub(crate) fn expect_tokens_split(op: &'static str, x: &DTensor) -> Result<()> {
 pub(super) fn expect_token_chunks(op: &'static str, x: &DTensor) -> Result<()> {
     expect_tokens_split(op, x)?;
     let (p, tokens) = (x.mesh().size(), x.shape().first().copied().unwrap_or(0));
-    let rows: Vec<usize> = x.shards().iter().map(|s| s.shape()[0]).collect();
-    let want: Vec<usize> = (x.shards().iter())
-        .map(|s| split_range(tokens, p, s.rank_index()).len())
+    // Every global rank's rows from the placement (not the addressable
+    // shards), so every process reaches the same verdict before the ring.
+    let rows: Vec<usize> = (0..p)
+        .map(|r| local_shape_in_units(x.shape(), x.placement(), p, r, x.shard_unit())[0])
         .collect();
+    let want: Vec<usize> = (0..p).map(|r| split_range(tokens, p, r).len()).collect();
     if rows != want {
         return Err(Error::invalid(
             op,
             format!(
-                "the tokens are split {rows:?} over the (addressable) ranks (shard unit {}), but the ring's \
+                "the tokens are split {rows:?} over the ranks (shard unit {}), but the ring's \
                  chunks follow the plain split {want:?}: redistribute to Shard(0) first",
                 x.shard_unit()
             ),
