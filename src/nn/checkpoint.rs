@@ -1,6 +1,7 @@
 //! Checkpoints: the *master* (full, serial) parameters as safetensors, named
 //! like a Hugging Face model (`"fc1.weight"`). Saving gathers each parameter to
-//! the host; loading checks every name, dtype and shape first and only then
+//! the host (on every process of a multi-process mesh; process 0 writes);
+//! loading checks every name, dtype and shape first and only then
 //! shards the values onto the model's mesh, so a checkpoint saved on P ranks
 //! loads on any other P, and a bad file leaves the model unchanged.
 //!
@@ -57,11 +58,24 @@ pub fn to_safetensors_bytes_as(model: &dyn Params, dtype: DType) -> Result<Vec<u
 }
 
 /// Save the master parameters of `model` to a `.safetensors` file (F32;
-/// [`to_safetensors_bytes_as`] writes F16).
+/// [`to_safetensors_bytes_as`] writes F16). In a multi-process mesh every
+/// process must call it (each parameter is gathered from all of them) and
+/// only process 0 writes the file.
 pub fn save_safetensors(model: &dyn Params, path: impl AsRef<Path>) -> Result<()> {
     let bytes = to_safetensors_bytes(model)?;
-    std::fs::write(path, bytes)?;
+    if writes_files(model) {
+        std::fs::write(path, bytes)?;
+    }
     Ok(())
+}
+
+/// Whether this process writes `model`'s checkpoint files: process 0 of its
+/// parameters' mesh (every process builds the same bytes; one writes them).
+pub(crate) fn writes_files(model: &dyn Params) -> bool {
+    model
+        .named_parameters()
+        .first()
+        .is_none_or(|(_, p)| p.value.mesh().process_index() == 0)
 }
 
 /// Load master parameters from safetensors bytes into `model` (any world size).
@@ -115,6 +129,8 @@ pub fn from_safetensors_bytes(model: &mut dyn Params, bytes: &[u8]) -> Result<()
 }
 
 /// Load a `.safetensors` file into `model`; see [`from_safetensors_bytes`].
+/// In a multi-process mesh every process reads the file and uploads its
+/// own slices.
 pub fn load_safetensors(model: &mut dyn Params, path: impl AsRef<Path>) -> Result<()> {
     let bytes = std::fs::read(path)?;
     from_safetensors_bytes(model, &bytes)

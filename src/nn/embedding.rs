@@ -250,7 +250,8 @@ embedding_api!(ParallelEmbedding, Split::Dim, "ParallelEmbedding");
 embedding_api!(Embedding, Split::Replicated, "Embedding");
 
 impl VocabParallelEmbedding {
-    /// The vocab rows `[start, end)` rank `r` holds.
+    /// The vocab rows `[start, end)` global rank `r` holds (any rank, in
+    /// this process or another).
     pub fn vocab_range(&self, r: usize) -> std::ops::Range<usize> {
         split_range(
             self.0.config.num_embeddings,

@@ -17,7 +17,7 @@
 //! global head index, so it is the same at any P.
 
 use super::autograd::record;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -38,7 +38,7 @@ pub struct AttentionDropout {
     pub key: PhiloxKey,
 }
 
-/// Each rank's heads as `(first global head, count)`, from qkv's columns.
+/// Each addressable rank's heads as `(first global head, count)`, from qkv's columns.
 fn head_split(
     op: &'static str,
     qkv: &DTensor,
@@ -84,8 +84,10 @@ fn head_split(
             ),
         ));
     }
-    let mut start = 0;
-    let mut split = Vec::with_capacity(p);
+    // Global rank r's columns, from the placement: ranks before it may live
+    // in other processes.
+    let cols_of = |r| local_shape_in_units(qkv.shape(), qkv.placement(), p, r, qkv.shard_unit())[1];
+    let mut split = Vec::with_capacity(qkv.shards().len());
     for s in qkv.shards() {
         let cols = s.shape()[1];
         if !cols.is_multiple_of(3 * d) {
@@ -97,8 +99,8 @@ fn head_split(
                 ),
             ));
         }
+        let start = (0..s.rank_index()).map(cols_of).sum::<usize>() / (3 * d);
         split.push((start, cols / (3 * d)));
-        start += cols / (3 * d);
     }
     Ok(split)
 }

@@ -90,7 +90,7 @@ fn all_reduce_rows(
         .map(|d| d.shards().to_vec())
 }
 
-/// Rank `r`'s columns of the logits.
+/// Global rank `r`'s columns of the logits.
 pub(super) fn vocab_shard(logits: &DTensor, r: usize, valid_vocab: usize) -> VocabShard {
     let (vocab, p) = (logits.shape()[1], logits.mesh().size());
     VocabShard {
@@ -168,16 +168,17 @@ impl DTensor {
         let (valid_vocab, counted) = check(self, targets, config)?;
         record(OP, &[self], || {
             let (dtype, logits) = (self.dtype(), self.cast(DType::F32)?);
-            let (mesh, p, opts) = (logits.mesh(), logits.mesh().size(), config.options());
-            let shard = |r: usize| vocab_shard(&logits, r, valid_vocab);
+            let (mesh, opts) = (logits.mesh(), config.options());
             let z = logits.shards();
+            // `r` below is a position in the shards; the vocab offset is its global rank's.
+            let shard = |r: usize| vocab_shard(&logits, z[r].rank_index(), valid_vocab);
             let tgt = mesh
                 .ranks()
                 .iter()
                 .map(|r| r.upload_i32(&[targets.len()], targets))
                 .collect::<Result<Vec<_>>>()?;
             let each = |f: &dyn Fn(usize) -> Result<LocalTensor>| {
-                (0..p).map(f).collect::<Result<Vec<_>>>()
+                (0..z.len()).map(f).collect::<Result<Vec<_>>>()
             };
             let max = all_reduce_rows(
                 &logits,

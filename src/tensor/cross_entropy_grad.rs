@@ -64,7 +64,8 @@ pub(super) fn logits_grad(s: &Saved, dloss: &DTensor) -> Result<DTensor> {
     let logits = &s.logits;
     let row_scale = row_scale(s, dloss)?;
     let opts = s.config.options();
-    let grads = (0..logits.mesh().size())
+    // Position r in the shards; the vocab offset is its global rank's.
+    let grads = (0..logits.shards().len())
         .map(|r| {
             kernels::ce_grad(
                 &logits.shards()[r],
@@ -72,7 +73,7 @@ pub(super) fn logits_grad(s: &Saved, dloss: &DTensor) -> Result<DTensor> {
                 &s.sum_exp[r],
                 &s.targets[r],
                 &row_scale[r],
-                vocab_shard(logits, r, s.valid_vocab),
+                vocab_shard(logits, logits.shards()[r].rank_index(), s.valid_vocab),
                 &opts,
             )
         })

@@ -22,8 +22,9 @@ fn masked(x: &DTensor, p: f32, key: PhiloxKey) -> Result<DTensor> {
     let shards = x
         .shards()
         .iter()
-        .enumerate()
-        .map(|(r, s)| {
+        .map(|s| {
+            // The offset is the shard's global rank's, not its position.
+            let r = s.rank_index();
             let window = match x.placement() {
                 Placement::Shard(d) => Some(ShardWindow {
                     dim: d,

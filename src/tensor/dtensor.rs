@@ -1,4 +1,5 @@
-//! [`DTensor`]: one logical tensor held as one shard per rank of a mesh, with a
+//! [`DTensor`]: one logical tensor held as one shard per rank of a mesh (per
+//! rank this process addresses, in a multi-process mesh), with a
 //! [`Placement`] saying how the shards make up the logical value, and
 //! [`DTensor::redistribute`] (in `redistribute.rs`) to move between
 //! placements with collectives. Moving its value to and from the host
@@ -103,7 +104,8 @@ impl DTensor {
         self.unit
     }
 
-    /// Wrap existing shards (one per mesh rank, in rank order) after checking
+    /// Wrap existing shards (one per rank in [`Mesh::ranks`], in that order:
+    /// only this process's ranks in a multi-process mesh) after checking
     /// their ranks, dtypes and shapes against `shape` and `placement`.
     pub fn from_shards(
         mesh: &Mesh,
@@ -125,16 +127,20 @@ impl DTensor {
     ) -> Result<DTensor> {
         const OP: &str = "DTensor::from_shards";
         Self::check_units(OP, shape, placement, unit)?;
-        let p = mesh.size();
-        if shards.len() != p {
+        let (p, n) = (mesh.size(), mesh.ranks().len());
+        if shards.len() != n {
             return Err(Error::invalid(
                 OP,
-                format!("expected {p} shards (one per rank), got {}", shards.len()),
+                format!(
+                    "expected {n} shards (one per rank this process addresses), got {}",
+                    shards.len()
+                ),
             ));
         }
         let dtype = shards[0].dtype();
-        for (r, s) in shards.iter().enumerate() {
-            let rank = mesh.rank(r)?;
+        for (s, rank) in shards.iter().zip(mesh.ranks()) {
+            // Shard i sits on mesh.ranks()[i]; its shape is that global rank's.
+            let r = rank.index();
             if s.rank_index() != r || s.device().id() != rank.device().id() {
                 return Err(Error::RankMismatch {
                     op: OP,
@@ -222,17 +228,45 @@ impl DTensor {
         self.shards[0].dtype()
     }
 
-    /// One shard per rank, in rank order.
+    /// One shard per rank this process addresses ([`Mesh::ranks`]), in rank
+    /// order: every rank's in a single-process mesh, only this process's in a
+    /// multi-process one. `shards()[i].rank_index()` is the global rank.
     pub fn shards(&self) -> &[LocalTensor] {
         &self.shards
     }
 
-    /// Rank `r`'s shard.
+    /// Global rank `r`'s shard; an error when `r` is past the mesh or lives
+    /// in another process (use [`DTensor::shards`] for this process's
+    /// shards, or [`DTensor::to_host`] for the whole value).
     pub fn local(&self, r: usize) -> Result<&LocalTensor> {
-        self.shards.get(r).ok_or(Error::OutOfRange {
-            op: "DTensor::local",
-            what: "rank",
-            value: r as i64,
+        const OP: &str = "DTensor::local";
+        if r >= self.mesh.size() {
+            return Err(Error::OutOfRange {
+                op: OP,
+                what: "rank",
+                value: r as i64,
+                bound: self.mesh.size(),
+            });
+        }
+        let i = self.mesh.local_position(r).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!(
+                    "rank {r} lives in another process: use shards() for this process's \
+                     shards, or to_host() for the whole value"
+                ),
+            )
+        })?;
+        self.shard_at(i)
+    }
+
+    /// The shard at position `i` of [`DTensor::shards`] (tensors on one mesh
+    /// pair up by position).
+    pub(crate) fn shard_at(&self, i: usize) -> Result<&LocalTensor> {
+        self.shards.get(i).ok_or(Error::OutOfRange {
+            op: "DTensor::shard_at",
+            what: "shard position",
+            value: i as i64,
             bound: self.shards.len(),
         })
     }

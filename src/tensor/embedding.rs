@@ -52,7 +52,7 @@ fn grad_ids(ids: &[i32], vocab: usize, padding_idx: Option<usize>) -> Result<Vec
         .collect()
 }
 
-/// (rows rank `r` holds, global id of its first row), and the lookups' placement.
+/// (rows global rank `r` holds, global id of its first row), and the lookups' placement.
 fn split(table: &DTensor) -> Result<(impl Fn(usize) -> (usize, i64), Placement)> {
     let (vocab, p, unit) = (table.shape()[0], table.mesh().size(), table.shard_unit());
     let (by_rows, placement) = match table.placement() {
@@ -107,8 +107,12 @@ impl DTensor {
         record(OP, &[table], || {
             let mesh = table.mesh();
             let ids_dev = upload_ids(mesh, ids)?;
-            let parts = (0..mesh.size())
-                .map(|r| kernels::embedding_lookup(&table.shards()[r], &ids_dev[r], rows(r).1))
+            // Position i in the shards; the row offset is the global rank's.
+            let parts = table
+                .shards()
+                .iter()
+                .zip(&ids_dev)
+                .map(|(t, ids)| kernels::embedding_lookup(t, ids, rows(t.rank_index()).1))
                 .collect::<Result<Vec<_>>>()?;
             let y = table.with_shards(parts, vec![ids.len(), dim], placement);
             // The padding row gets no gradient: its ids become −1 (owned by no rank).
@@ -139,10 +143,14 @@ fn scatter_add(
     }
     .cast(DType::F32)?;
     let (rows, _) = split(table)?;
-    let grads = (0..table.mesh().size())
-        .map(|r| {
-            let (n, start) = rows(r);
-            kernels::embedding_backward(&ids[r], &dy.shards()[r], n, start, None)
+    let grads = table
+        .shards()
+        .iter()
+        .zip(ids)
+        .zip(dy.shards())
+        .map(|((t, ids), dy)| {
+            let (n, start) = rows(t.rank_index());
+            kernels::embedding_backward(ids, dy, n, start, None)
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(table.with_shards(grads, table.shape().to_vec(), table.placement()))

@@ -25,7 +25,7 @@
 //! (`tied_head.rs`); a bias is refused there.
 
 use super::autograd::record;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use super::matmul_grad::product_vjp;
 use super::rows::check_bias;
 use super::tied_head;
@@ -51,9 +51,13 @@ pub(super) fn expect_same_mesh(op: &'static str, a: &DTensor, b: &DTensor) -> Re
     Ok(())
 }
 
-/// Each rank's size of dim `d` of `t`.
+/// Every global rank's size of dim `d` of `t`, from its shape and placement
+/// (not the addressable shards: every process must reach the same verdict).
 pub(super) fn local_sizes(t: &DTensor, d: usize) -> Vec<usize> {
-    t.shards().iter().map(|s| s.shape()[d]).collect()
+    let p = t.mesh().size();
+    (0..p)
+        .map(|r| local_shape_in_units(t.shape(), t.placement(), p, r, t.shard_unit())[d])
+        .collect()
 }
 
 /// The per-rank sizes of `a`'s dim `da` and `b`'s dim `db` agree (both split

@@ -30,10 +30,15 @@ impl DTensor {
             return Ok(false);
         }
         let (shape, p) = (self.shape(), self.mesh().size());
+        // One part per addressable shard, cut at its global rank's range.
         let parts: Vec<Vec<f32>> = match self.placement() {
-            Placement::Replicate => vec![data.to_vec(); p],
-            Placement::Shard(d) => (0..p)
-                .map(|r| host_narrow(data, shape, d, split_range_in_units(shape[d], p, r, unit)))
+            Placement::Replicate => vec![data.to_vec(); shards.len()],
+            Placement::Shard(d) => shards
+                .iter()
+                .map(|s| {
+                    let range = split_range_in_units(shape[d], p, s.rank_index(), unit);
+                    host_narrow(data, shape, d, range)
+                })
                 .collect(),
             Placement::Partial(_) => return Ok(false),
         };

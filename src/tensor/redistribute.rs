@@ -81,8 +81,8 @@ impl DTensor {
                 let p = mesh.size();
                 self.shards()
                     .iter()
-                    .enumerate()
-                    .map(|(r, s)| {
+                    .map(|s| {
+                        let r = s.rank_index();
                         let range = split_range_in_units(self.shape()[d], p, r, unit);
                         kernels::narrow(s, d, range.start, range.len())
                     })
@@ -94,9 +94,9 @@ impl DTensor {
             (Placement::Replicate, Placement::Partial(ReduceOp::Sum)) => self
                 .shards()
                 .iter()
-                .enumerate()
-                .map(|(r, s)| {
-                    if r == 0 {
+                .map(|s| {
+                    // Global rank 0, wherever it lives, keeps the value.
+                    if s.rank_index() == 0 {
                         Ok(s.clone())
                     } else {
                         s.rank().zeros(s.shape(), s.dtype())

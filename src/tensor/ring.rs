@@ -13,7 +13,7 @@
 //! all-gather or reduce-scatter collective is issued: each step counts one
 //! [`Collective::SendRecv`](crate::comm::Collective::SendRecv).
 
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use crate::comm::RingShift;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::DType;
@@ -23,17 +23,22 @@ use crate::shard::split_range;
 
 /// Ring all-gather of a `Shard(0)` tensor fused with `visit`: rank r starts
 /// with chunk r; at step s it holds chunk `(r − s) mod P`, and
-/// `visit(r, chunk_index, chunk)` records that step's work after the step's
-/// transfer has started. Returns what `visit` produced as `[rank][chunk]`,
-/// chunks in chunk order. `P − 1` ring steps in all.
+/// `visit(i, chunk_index, chunk)` records that step's work after the step's
+/// transfer has started, `i` being the position in `x.shards()` (the global
+/// rank is `x.shards()[i].rank_index()`). Returns what `visit` produced as
+/// `[position][chunk]`, chunks in chunk order. `P − 1` ring steps in all.
 pub fn ring_all_gather_fused<T>(
     x: &DTensor,
     mut visit: impl FnMut(usize, usize, &LocalTensor) -> Result<T>,
 ) -> Result<Vec<Vec<T>>> {
     expect_tokens_split("ring_all_gather_fused", x)?;
     let (mesh, p) = (x.mesh(), x.mesh().size());
-    let mut produced: Vec<Vec<Option<T>>> =
-        (0..p).map(|_| (0..p).map(|_| None).collect()).collect();
+    // Only the addressable ranks' rows; the chunk index needs the global rank.
+    let ranks: Vec<usize> = x.shards().iter().map(LocalTensor::rank_index).collect();
+    let mut produced: Vec<Vec<Option<T>>> = ranks
+        .iter()
+        .map(|_| (0..p).map(|_| None).collect())
+        .collect();
     let mut held = x.shards().to_vec();
     for s in 0..p {
         let shift = if s + 1 < p {
@@ -41,9 +46,9 @@ pub fn ring_all_gather_fused<T>(
         } else {
             None
         };
-        for (r, chunk) in held.iter().enumerate() {
-            let c = (r + p - s) % p;
-            produced[r][c] = Some(visit(r, c, chunk)?);
+        for (i, chunk) in held.iter().enumerate() {
+            let c = (ranks[i] + p - s) % p;
+            produced[i][c] = Some(visit(i, c, chunk)?);
         }
         if let Some(shift) = shift {
             held = shift.finish()?;
@@ -59,25 +64,30 @@ pub fn ring_all_gather_fused<T>(
         .collect())
 }
 
-/// Ring reduce-scatter of per-chunk partial products: `partial(r, c)`
-/// records rank r's partial `[rows of chunk c, ..]`. At step s rank r
-/// computes the partial for chunk `(r − 1 − s) mod P` while the running sum
-/// from step s − 1 travels one hop, then adds it; after `P − 1` ring steps
-/// rank r holds the full sum of chunk r. The result is `shape` (dim 0 the
-/// tokens), `Shard(0)`.
+/// Ring reduce-scatter of per-chunk partial products: `partial(i, c)`
+/// records the partial `[rows of chunk c, ..]` of the rank at position `i`
+/// of `mesh.ranks()`. At step s global rank r computes the partial for
+/// chunk `(r − 1 − s) mod P` while the running sum from step s − 1 travels
+/// one hop, then adds it; after `P − 1` ring steps rank r holds the full sum
+/// of chunk r. The result is `shape` (dim 0 the tokens), `Shard(0)`.
 pub fn ring_reduce_scatter_fused(
     mesh: &Mesh,
     shape: &[usize],
     mut partial: impl FnMut(usize, usize) -> Result<LocalTensor>,
 ) -> Result<DTensor> {
     let p = mesh.size();
-    let mut acc = (0..p)
-        .map(|r| partial(r, (r + p - 1) % p))
+    let ranks: Vec<usize> = mesh.ranks().iter().map(|r| r.index()).collect();
+    let mut acc = ranks
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| partial(i, (r + p - 1) % p))
         .collect::<Result<Vec<_>>>()?;
     for s in 1..p {
         let shift = RingShift::start(mesh, &acc)?;
-        let parts = (0..p)
-            .map(|r| partial(r, (r + 2 * p - 1 - s) % p))
+        let parts = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| partial(i, (r + 2 * p - 1 - s) % p))
             .collect::<Result<Vec<_>>>()?;
         let incoming = shift.finish()?;
         acc = parts
@@ -100,7 +110,7 @@ pub fn token_chunk(t: &LocalTensor, p: usize, c: usize) -> Result<LocalTensor> {
     kernels::narrow(t, 0, range.start, range.len())
 }
 
-/// Per rank, its chunks (in chunk order) joined along rows: the gathered
+/// Per addressable rank, its chunks (in chunk order) joined along rows: the gathered
 /// tensor from what [`ring_all_gather_fused`] produced.
 pub fn concat_token_chunks(chunks: &[Vec<LocalTensor>]) -> Result<Vec<LocalTensor>> {
     chunks
@@ -131,7 +141,11 @@ pub(crate) fn expect_tokens_split(op: &'static str, x: &DTensor) -> Result<()> {
 pub(super) fn expect_token_chunks(op: &'static str, x: &DTensor) -> Result<()> {
     expect_tokens_split(op, x)?;
     let (p, tokens) = (x.mesh().size(), x.shape().first().copied().unwrap_or(0));
-    let rows: Vec<usize> = x.shards().iter().map(|s| s.shape()[0]).collect();
+    // Every global rank's rows from the placement (not the addressable
+    // shards), so every process reaches the same verdict before the ring.
+    let rows: Vec<usize> = (0..p)
+        .map(|r| local_shape_in_units(x.shape(), x.placement(), p, r, x.shard_unit())[0])
+        .collect();
     let want: Vec<usize> = (0..p).map(|r| split_range(tokens, p, r).len()).collect();
     if rows != want {
         return Err(Error::invalid(

@@ -63,13 +63,13 @@ impl DTensor {
         let inputs: Vec<&DTensor> = [Some(self), Some(w), bias].into_iter().flatten().collect();
         let keep_chunks = tracking(&inputs);
         record(OP, &inputs, || {
-            let done = ring_all_gather_fused(self, |r, _, chunk| {
+            let done = ring_all_gather_fused(self, |i, _, chunk| {
                 let y = kernels::gemm_weight(
                     chunk,
-                    &w.shards()[r],
+                    &w.shards()[i],
                     GemmOptions {
                         trans_b: true,
-                        bias: bias.map(|b| &b.shards()[r]),
+                        bias: bias.map(|b| &b.shards()[i]),
                         ..Default::default()
                     },
                 )?;
@@ -128,7 +128,7 @@ fn check_ring_bias(b: &DTensor, w: &DTensor, n: usize) -> Result<()> {
 
 /// `(dx, dw)`: the ring reduce-scatter of `dx`'s per-chunk partials
 /// `dy_r[c]·w_r`, with `dw_r += dy_r[c]ᵀ·x_c` accumulated as each chunk's
-/// partial is made (`chunks[r][c]` is token chunk c of x as rank r got it).
+/// partial is made (`chunks[i][c]` is token chunk c of x as the rank at position i got it).
 fn backward(
     w: &DTensor,
     chunks: &[Vec<LocalTensor>],
@@ -136,19 +136,20 @@ fn backward(
     x_shape: [usize; 2],
 ) -> Result<(DTensor, DTensor)> {
     let (mesh, p) = (w.mesh(), w.mesh().size());
-    let mut dw: Vec<Option<LocalTensor>> = vec![None; p];
-    let dx = ring_reduce_scatter_fused(mesh, &x_shape, |r, c| {
-        let dy_rc = token_chunk(&dy.shards()[r], p, c)?;
-        dw[r] = Some(kernels::gemm(
+    // One per addressable rank, indexed by position like the shards.
+    let mut dw: Vec<Option<LocalTensor>> = vec![None; w.shards().len()];
+    let dx = ring_reduce_scatter_fused(mesh, &x_shape, |i, c| {
+        let dy_rc = token_chunk(&dy.shards()[i], p, c)?;
+        dw[i] = Some(kernels::gemm(
             &dy_rc,
-            &chunks[r][c],
+            &chunks[i][c],
             GemmOptions {
                 trans_a: true,
-                accumulate: dw[r].as_ref(),
+                accumulate: dw[i].as_ref(),
                 ..Default::default()
             },
         )?);
-        kernels::gemm_weight(&dy_rc, &w.shards()[r], GemmOptions::default())
+        kernels::gemm_weight(&dy_rc, &w.shards()[i], GemmOptions::default())
     })?;
     let dw = dw
         .into_iter()

@@ -74,11 +74,11 @@ impl DTensor {
         let inputs: Vec<&DTensor> = [Some(self), Some(w), bias].into_iter().flatten().collect();
         record(OP, &inputs, || {
             // Each chunk's partial product is computed while the running sum travels.
-            let y = ring_reduce_scatter_fused(self.mesh(), &[t, n], |r, c| {
-                let x_rc = token_chunk(&self.shards()[r], p, c)?;
+            let y = ring_reduce_scatter_fused(self.mesh(), &[t, n], |i, c| {
+                let x_rc = token_chunk(&self.shards()[i], p, c)?;
                 kernels::gemm_weight(
                     &x_rc,
-                    &w.shards()[r],
+                    &w.shards()[i],
                     GemmOptions {
                         trans_b: true,
                         ..Default::default()
@@ -149,19 +149,20 @@ fn backward(
     dy: &DTensor,
 ) -> Result<(DTensor, DTensor, Vec<Vec<LocalTensor>>)> {
     let p = x.mesh().size();
-    let mut dw: Vec<Option<LocalTensor>> = vec![None; p];
-    let gathered = ring_all_gather_fused(dy, |r, c, dy_c| {
-        let x_rc = token_chunk(&x.shards()[r], p, c)?;
-        dw[r] = Some(kernels::gemm(
+    // One per addressable rank, indexed by position like the shards.
+    let mut dw: Vec<Option<LocalTensor>> = vec![None; w.shards().len()];
+    let gathered = ring_all_gather_fused(dy, |i, c, dy_c| {
+        let x_rc = token_chunk(&x.shards()[i], p, c)?;
+        dw[i] = Some(kernels::gemm(
             dy_c,
             &x_rc,
             GemmOptions {
                 trans_a: true,
-                accumulate: dw[r].as_ref(),
+                accumulate: dw[i].as_ref(),
                 ..Default::default()
             },
         )?);
-        let dx_c = kernels::gemm_weight(dy_c, &w.shards()[r], GemmOptions::default())?;
+        let dx_c = kernels::gemm_weight(dy_c, &w.shards()[i], GemmOptions::default())?;
         Ok((dx_c, dy_c.clone()))
     })?;
     let (dxs, dys): (Vec<Vec<_>>, Vec<Vec<_>>) = gathered

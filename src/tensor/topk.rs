@@ -7,13 +7,16 @@ use crate::device::download_many;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
+use crate::shard::split_range_in_units;
 
 /// The `k` largest entries of row `row` of vocab-sharded logits (`[rows,
 /// vocab]`, `Shard(1)`, f32 or f16) as (value, global id), best first in
 /// `f32::total_cmp` order, ties by the lower id; fewer where the vocab is
 /// smaller. Each rank finds its shard's best `k` on the device
 /// ([`kernels::top_k`]); the `k` pairs per rank are read back together (one
-/// wait per device) and merged, so the vocab never crosses to the host.
+/// wait per device) and merged, so the vocab never crosses to the host. In
+/// a multi-process mesh the candidates are exchanged, and every process
+/// gets the same answer.
 pub fn vocab_top_k(logits: &DTensor, row: usize, k: usize) -> Result<Vec<(f32, usize)>> {
     const OP: &str = "vocab_top_k";
     if logits.shape().len() != 2 || logits.placement() != Placement::Shard(1) {
@@ -26,24 +29,32 @@ pub fn vocab_top_k(logits: &DTensor, row: usize, k: usize) -> Result<Vec<(f32, u
             ),
         ));
     }
-    let mut offset = 0;
+    let (vocab, p, unit) = (logits.shape()[1], logits.mesh().size(), logits.shard_unit());
     let mut shards = Vec::with_capacity(logits.shards().len());
     for s in logits.shards() {
+        // The shard's first global id, from its global rank.
+        let offset = split_range_in_units(vocab, p, s.rank_index(), unit).start;
         shards.push(kernels::top_k(
             &kernels::cast(s, DType::F32)?,
             row,
             k,
             offset,
         )?);
-        offset += s.shape()[1];
     }
     // One wait per device for every rank's candidates.
     let raw = download_many(&shards.iter().collect::<Vec<_>>())?;
-    let pairs: Vec<i32> = raw
+    let mut pairs: Vec<i32> = raw
         .iter()
         .flat_map(|b| b.chunks_exact(4))
         .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
         .collect();
+    if logits.mesh().is_multi_process() {
+        // Every process merges every rank's candidates (the sort below fixes
+        // the order), so all choose the same ids.
+        let mine = pairs.iter().map(|&v| v as u32).collect();
+        let all = crate::comm::gather_words(logits.mesh(), mine)?;
+        pairs = all.into_iter().flatten().map(|w| w as i32).collect();
+    }
     let mut top: Vec<(f32, usize)> = pairs
         .chunks_exact(2)
         .filter(|c| c[1] >= 0)

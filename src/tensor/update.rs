@@ -63,9 +63,10 @@ impl DTensor {
         spares: &(DTensor, DTensor),
         step: SgdStep,
     ) -> Result<()> {
-        for (r, (w, g)) in self.shards().iter().zip(grad.shards()).enumerate() {
-            let buf = buf.map(|b| b.local(r)).transpose()?;
-            let spare = [spares.0.local(r)?, spares.1.local(r)?];
+        // State pairs with the value by shard position.
+        for (i, (w, g)) in self.shards().iter().zip(grad.shards()).enumerate() {
+            let buf = buf.map(|b| b.shard_at(i)).transpose()?;
+            let spare = [spares.0.shard_at(i)?, spares.1.shard_at(i)?];
             sgd_step(w, g, buf, spare, step)?;
         }
         Ok(())
@@ -80,8 +81,8 @@ impl DTensor {
         v: &DTensor,
         step: AdamWStep,
     ) -> Result<()> {
-        for (r, (w, g)) in self.shards().iter().zip(grad.shards()).enumerate() {
-            adamw_step(w, g, m.local(r)?, v.local(r)?, step)?;
+        for (i, (w, g)) in self.shards().iter().zip(grad.shards()).enumerate() {
+            adamw_step(w, g, m.shard_at(i)?, v.shard_at(i)?, step)?;
         }
         Ok(())
     }

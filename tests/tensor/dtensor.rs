@@ -82,3 +82,15 @@ fn from_shards_and_from_host_validate() {
     let ids = DTensor::from_host_i32(&m, &[5], &[1, -2, 3, 4, 5], Placement::Shard(0)).unwrap();
     assert_eq!(ids.to_host_i32().unwrap(), vec![1, -2, 3, 4, 5]);
 }
+
+#[test]
+fn local_takes_a_global_rank() {
+    let m = mesh(3);
+    let x = DTensor::from_host(&m, &[4, 2], &[1.0; 8], Placement::Shard(0)).unwrap();
+    // In one process a global rank is also its position in shards().
+    for (r, s) in x.shards().iter().enumerate() {
+        assert_eq!(s.rank_index(), r);
+        assert_eq!(x.local(r).unwrap().rank_index(), r);
+    }
+    assert!(x.local(3).is_err());
+}

@@ -106,7 +106,8 @@ impl Gpt {
     /// `model.safetensors` (F32, `Conv1D` weights `[in, out]`, names without
     /// a prefix, the head tied to `wte`), which
     /// `transformers.GPT2LMHeadModel.from_pretrained(dir)` loads. Creates
-    /// `dir` if needed; one parameter at a time is gathered to the host.
+    /// `dir` if needed; one parameter at a time is gathered to the host. In a
+    /// multi-process mesh every process calls it and only process 0 writes.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
         self.save_pretrained_with(dir, &HfGpt2Config::from(self.config()))
     }
@@ -118,8 +119,15 @@ impl Gpt {
     pub fn save_pretrained_with(&self, dir: impl AsRef<Path>, config: &HfGpt2Config) -> Result<()> {
         load::check_same_model(config, self.config(), "the config to save")?;
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir)?;
+        // Only process 0 of a multi-process mesh writes; all gather.
+        let writes = super::checkpoint::writes_files(self);
+        if writes {
+            std::fs::create_dir_all(dir)?;
+        }
         save::write_model(self, &dir.join(MODEL_FILE))?;
+        if !writes {
+            return Ok(());
+        }
         save::write_atomic(&dir.join(CONFIG_FILE), config.to_json().as_bytes())
     }
 }

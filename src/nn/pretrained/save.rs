@@ -14,6 +14,7 @@ use super::{hf_shape, is_conv1d, transpose};
 use crate::error::{Error, Result};
 use crate::nn::Gpt;
 use crate::nn::Params;
+use crate::nn::checkpoint::writes_files;
 
 /// `path` with `.partial` appended: where a file is written before renaming.
 fn partial(path: &Path) -> PathBuf {
@@ -48,9 +49,17 @@ fn header(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
     text
 }
 
-/// Write every parameter of `gpt` to `path` (F32, HF names and layout).
+/// Write every parameter of `gpt` to `path` (F32, HF names and layout). In
+/// a multi-process mesh only process 0 writes; the others take part in the
+/// same gathers, in the same order, and write nothing.
 pub(super) fn write_model(gpt: &Gpt, path: &Path) -> Result<()> {
     let params = gpt.named_parameters();
+    if !writes_files(gpt) {
+        for (_, p) in &params {
+            p.master()?;
+        }
+        return Ok(());
+    }
     let layout: Vec<(String, Vec<usize>)> = params
         .iter()
         .map(|(n, p)| (n.clone(), hf_shape(n, p.shape())))
