@@ -10,8 +10,8 @@ use crate::error::Result;
 impl MeshBuilder {
     /// One rank per MPI process: the world size and this process's rank come
     /// from MPI (launch with `mpirun -np P program`), and each process opens
-    /// the adapter `local_rank % adapters` among the matching ones, so a
-    /// host with several GPUs runs one process per GPU. Every process runs
+    /// the adapter `local_rank % adapters` among the matching devices of the
+    /// best backend, so a host with several GPUs runs one process per GPU. Every process runs
     /// the same program; tensors hold only this process's shard, and
     /// collectives go through MPI with the same bytes as a single-process
     /// mesh of the same size. Needs the cargo feature `mpi`; without it,
@@ -39,7 +39,24 @@ impl MeshBuilder {
         if let Some(t) = self.mpi_timeout {
             process.set_timeout(t);
         }
-        let adapter = &list[process.local_rank() % list.len()];
+        // Distinct devices of the best backend: the same chip shows up under
+        // several backends (lavapipe on Vulkan and llvmpipe on GL), and
+        // ranks on different backends could round differently.
+        let backend = list[0].get_info().backend;
+        let mut seen = Vec::new();
+        let distinct: Vec<&wgpu::Adapter> = list
+            .iter()
+            .filter(|a| {
+                let i = a.get_info();
+                let key = (i.name.clone(), i.vendor, i.device);
+                let new = i.backend == backend && !seen.contains(&key);
+                if new {
+                    seen.push(key);
+                }
+                new
+            })
+            .collect();
+        let adapter = distinct[process.local_rank() % distinct.len()];
         let rank = super::rank::Rank {
             index: process.rank(),
             device: super::select::open(adapter, process.rank(), limits)?,

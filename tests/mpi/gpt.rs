@@ -3,8 +3,11 @@
 //! mesh of the same size (built and run on rank 0), with the same
 //! communication counts.
 
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params};
-use wgpu_tp::{Mesh, MeshBuilder};
+use wgpu_tp::nn::{
+    AdamW, ColumnParallelConfig, ColumnParallelLinear, Gpt, GptConfig, Overlap, Params,
+    RowParallelConfig, RowParallelLinear,
+};
+use wgpu_tp::{Collective, DTensor, Mesh, MeshBuilder, Placement};
 
 use super::collectives::data;
 
@@ -16,11 +19,25 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-fn train(mesh: &Mesh, sp: bool) -> wgpu_tp::Result<Run> {
+/// A GPT variant: plain, sequence-parallel, or with dropout (whose masks
+/// depend on each rank's global index).
+#[derive(Clone, Copy, Debug)]
+enum Variant {
+    Plain,
+    SequenceParallel,
+    Dropout,
+}
+
+fn train(mesh: &Mesh, v: Variant) -> wgpu_tp::Result<Run> {
     // Uneven on purpose: 11 tokens of vocabulary, 3 heads, 14 tokens.
     let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    (cfg.ffn, cfg.sequence_parallel) = (20, sp);
+    cfg.ffn = 20;
+    cfg.sequence_parallel = matches!(v, Variant::SequenceParallel);
+    if matches!(v, Variant::Dropout) {
+        (cfg.dropout, cfg.attn_dropout) = (0.2, 0.1);
+    }
     let mut gpt = Gpt::new(mesh, cfg, 7)?;
+    gpt.set_mode(matches!(v, Variant::Dropout), 3);
     let ids: Vec<i32> = data(1, 0, 14)
         .iter()
         .map(|v| ((v + 1.0) * 5.0) as i32 % 11)
@@ -60,16 +77,16 @@ pub fn run(mesh: &Mesh) -> Result<usize, String> {
     } else {
         None
     };
-    for sp in [false, true] {
+    for sp in [Variant::Plain, Variant::SequenceParallel, Variant::Dropout] {
         mesh.reset_comm_stats();
-        let got = train(mesh, sp).map_err(|e| format!("sp={sp}: {e}"))?;
+        let got = train(mesh, sp).map_err(|e| format!("{sp:?}: {e}"))?;
         let stats = mesh.comm_stats();
         let Some(single) = &single else { continue };
         single.reset_comm_stats();
         let want = train(single, sp).map_err(e)?;
         if got.0 != want.0 {
             return Err(format!(
-                "sp={sp}: losses differ: {:?} vs {:?}",
+                "{sp:?}: losses differ: {:?} vs {:?}",
                 got.0, want.0
             ));
         }
@@ -78,27 +95,89 @@ pub fn run(mesh: &Mesh) -> Result<usize, String> {
             ("parameter", &got.2, &want.2),
         ] {
             if a.len() != b.len() || a.is_empty() {
-                return Err(format!("sp={sp}: {} vs {} {what}s", a.len(), b.len()));
+                return Err(format!("{sp:?}: {} vs {} {what}s", a.len(), b.len()));
             }
             for ((n, x), (_, y)) in a.iter().zip(b) {
                 if x != y {
                     return Err(format!(
-                        "sp={sp}: {what} {n} differs from the single-process run"
+                        "{sp:?}: {what} {n} differs from the single-process run"
                     ));
                 }
             }
         }
         if stats != single.comm_stats() {
             return Err(format!(
-                "sp={sp}: communication differs: {stats:?} vs single-process {:?}",
+                "{sp:?}: communication differs: {stats:?} vs single-process {:?}",
                 single.comm_stats()
             ));
         }
         println!(
-            "gpt sp={sp} P={p}: loss {:?}, {} gradients and parameters bit-identical",
+            "gpt {sp:?} P={p}: loss {:?}, {} gradients and parameters bit-identical",
             got.0.iter().map(|b| f32::from_bits(*b)).collect::<Vec<_>>(),
             got.1.len()
         );
     }
+    ring_mlp(mesh, single.as_ref())?;
     Ok(me)
+}
+
+/// A sequence-parallel MLP with `Overlap::Ring` (the ring steps go through
+/// MPI point to point) over 13 tokens: output, input gradient and weight
+/// gradients bit-identical to the single-process mesh.
+fn ring_mlp(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
+    let run = |m: &Mesh| -> wgpu_tp::Result<Vec<Vec<u32>>> {
+        let (t, d, h) = (13, 6, 10);
+        let mut c = ColumnParallelConfig::new(d, h);
+        (c.sequence_parallel, c.overlap) = (true, Overlap::Ring);
+        let mut r = RowParallelConfig::new(h, d);
+        (r.sequence_parallel, r.overlap) = (true, Overlap::Ring);
+        let fc1 =
+            ColumnParallelLinear::from_master(m, c, &data(3, 0, d * h), Some(&data(4, 0, h)))?;
+        let fc2 = RowParallelLinear::from_master(m, r, &data(5, 0, h * d), Some(&data(6, 0, d)))?;
+        let x = DTensor::from_host(m, &[t, d], &data(7, 0, t * d), Placement::Shard(0))?
+            .requires_grad();
+        let y = fc2.forward(&fc1.forward(&x)?)?;
+        let dy = DTensor::from_host(m, &[t, d], &data(8, 0, t * d), Placement::Shard(0))?;
+        y.backward_with(&dy)?;
+        let mut out = vec![
+            bits(&y.to_host()?),
+            bits(
+                &x.grad()
+                    .map(|g| g.to_host())
+                    .transpose()?
+                    .unwrap_or_default(),
+            ),
+        ];
+        for (_, p) in fc1
+            .named_parameters()
+            .into_iter()
+            .chain(fc2.named_parameters())
+        {
+            out.push(bits(&p.master_grad()?.unwrap_or_default()));
+        }
+        Ok(out)
+    };
+    mesh.reset_comm_stats();
+    let got = run(mesh).map_err(|e| format!("ring MLP: {e}"))?;
+    let rings = mesh.comm_calls(Collective::SendRecv);
+    if let Some(single) = single {
+        let want = run(single).map_err(|e| e.to_string())?;
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            if a != b || a.is_empty() {
+                let diff = a.iter().zip(b).filter(|(x, y)| x != y).count();
+                return Err(format!(
+                    "ring MLP output {i} (y, dx, then fc1's and fc2's gradients) differs from the single-process mesh in {diff} of {} values",
+                    b.len()
+                ));
+            }
+        }
+        if mesh.size() > 1 && rings == 0 {
+            return Err("the ring MLP sent no ring steps".into());
+        }
+        println!(
+            "ring MLP P={}: y, dx and 4 gradients bit-identical, {rings} ring steps",
+            mesh.size()
+        );
+    }
+    Ok(())
 }
