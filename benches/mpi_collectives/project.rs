@@ -16,11 +16,14 @@ use std::collections::BTreeMap;
 /// α (s) and β (s/B) per collective.
 type Fits = BTreeMap<String, (f64, f64)>;
 
+/// (collective, calls, per-rank bytes per call) of one step.
+type Comm = Vec<(String, f64, f64)>;
+
 #[derive(Default)]
 struct Run {
     fits: Fits,
     /// Step seconds, and (collective, calls, per-rank bytes), per GPT.
-    gpts: BTreeMap<String, (f64, Vec<(String, f64, f64)>)>,
+    gpts: BTreeMap<String, (f64, Comm)>,
 }
 
 fn num(word: Option<&str>) -> f64 {
