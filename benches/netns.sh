@@ -5,18 +5,21 @@
 # inside wtp-a and starts one daemon per "host" through `ip netns exec`
 # (its rsh agent), so every byte between ranks crosses the veth; nothing
 # leaves the namespaces. The script removes them when it ends, however it
-# ends, and each run has a time limit.
+# ends, and each run has a time limit. Ranks yield the core while they wait
+# (mpi_yield_when_idle): on 2 cores, busy-polling ranks and their daemons
+# turned a 15 us veth round trip into 8 ms collectives.
 #
 # Needs root (ip netns, tc), Open MPI, and the bench built with --features
 # mpi. Usage: sudo benches/netns.sh [NP]   (NP = 2 or 4 ranks, half per host)
-# RATES (default "1gbit 10gbit") are the tc tbf rates; a run without a limit
-# comes first. Outputs go to target/netns/, then the α–β projection
+# RATES (default "100mbit 1gbit 10gbit") are the tc tbf rates; a run without a limit
+# comes first; WGPU_TP_BENCH_GPT2=1 adds GPT-2 124M's step to every run (the
+# projection needs it). Outputs go to target/netns/, then the α–β projection
 # (`mpi_collectives --project`) prints from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 np="${1:-2}"
-rates="${RATES:-1gbit 10gbit}"
+rates="${RATES:-100mbit 1gbit 10gbit}"
 limit_s="${LIMIT_S:-900}"
 a=wtp-a
 b=wtp-b
@@ -64,8 +67,15 @@ shape() {
         if [ "$rate" = unlimited ]; then
             tc -n "$1" qdisc del dev "$2" root 2>/dev/null || true
         else
-            # Burst about 1 ms of the rate (tbf needs at least rate / HZ).
-            tc -n "$1" qdisc replace dev "$2" root tbf rate "$rate" burst 2mb latency 100ms
+            # A bucket of about one kernel tick of the rate (tbf's minimum at
+            # HZ = 250): bigger ones let whole messages through unthrottled.
+            local burst
+            case "$rate" in
+                *mbit) burst=64kb ;;
+                1gbit) burst=640kb ;;
+                *) burst=6mb ;;
+            esac
+            tc -n "$1" qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" latency 100ms
         fi
     done
 }
@@ -78,11 +88,11 @@ for rate in unlimited $rates; do
     before="$(ip -n "$a" -s link show veth-wtp-a | awk '/TX:/ { getline; print $1 }')"
     echo "==> np=$np across $a and $b, link $rate"
     gpt2=()
-    [ "$rate" = unlimited ] && [ -n "${WGPU_TP_BENCH_GPT2:-}" ] && gpt2=(-x WGPU_TP_BENCH_GPT2)
+    [ -n "${WGPU_TP_BENCH_GPT2:-}" ] && gpt2=(-x WGPU_TP_BENCH_GPT2)
     timeout "$limit_s" ip netns exec "$a" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         LP_NUM_THREADS=1 XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" \
-        mpirun -np "$np" --host "$a:$per_host,$b:$per_host" \
-        --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
+        mpirun -np "$np" --host "${HOSTS:-$a:$per_host,$b:$per_host}" ${MPI_EXTRA:-} \
+        --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 --mca mpi_yield_when_idle 1 \
         --mca oob_tcp_if_include 10.77.0.0/24 \
         --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
         -x LP_NUM_THREADS -x XDG_RUNTIME_DIR -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \

@@ -12,8 +12,8 @@
 //! - `mpi` lines are MPI's own collective on host buffers of the same size
 //!   (no device), `memcpy` a host copy of that size (the floor of any staged
 //!   transport), `stage` this rank's device → host → device round trip;
-//! - `fit`: least squares of time = α + β · bytes per collective over the
-//!   sizes (the model `netns.sh` projects from);
+//! - `fit`: time = α + β · bytes per collective through the smallest and
+//!   the largest size (the model `netns.sh` projects from);
 //! - `gpt`: a small GPT's training step (forward, backward, AdamW) and what
 //!   it communicates per step, for the projection.
 //!
@@ -69,23 +69,19 @@ fn reps(bytes: usize) -> usize {
     if bytes >= 4 * MIB { 3 } else { 10 }
 }
 
-/// Least squares of t = α + β·x weighted by 1/t² (relative error, so the
-/// small sizes that fix α count as much as the large ones that fix β);
-/// returns (α seconds, β seconds per byte).
+/// t = α + β·x through the smallest and the largest message: α is what a
+/// tiny message costs, β what each byte adds at the sizes that matter
+/// (a least-squares line bends to whichever end has more points, and a
+/// link's bucket makes small messages faster than its rate).
 fn fit(points: &[(f64, f64)]) -> (f64, f64) {
-    let w = |y: f64| 1.0 / (y * y).max(1e-30);
-    let (mut sw, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(x, y) in points {
-        let k = w(y);
-        (sw, sx, sy) = (sw + k, sx + k * x, sy + k * y);
-        (sxx, sxy) = (sxx + k * x * x, sxy + k * x * y);
+    let (Some(small), Some(large)) = (points.first(), points.last()) else {
+        return (0.0, 0.0);
+    };
+    if large.0 <= small.0 {
+        return (small.1, 0.0);
     }
-    let det = sw * sxx - sx * sx;
-    if det.abs() < 1e-300 {
-        return (sy / sw.max(1e-300), 0.0);
-    }
-    let beta = (sw * sxy - sx * sy) / det;
-    ((sy - beta * sx) / sw, beta)
+    let beta = (large.1 - small.1) / (large.0 - small.0);
+    (small.1 - beta * small.0, beta)
 }
 
 fn report(

@@ -69,7 +69,8 @@ fn comm_time(fits: &Fits, comm: &[(String, f64, f64)]) -> f64 {
         .sum()
 }
 
-/// Bytes over the link per byte of per-rank message, at world size p.
+/// Bytes over the link per byte of per-rank message, at world size p (the
+/// fits are at P = 2, where these are 1 and 1/2).
 fn link_factor(kind: &str, p: f64) -> f64 {
     match kind {
         "AllReduce" => 2.0 * (p - 1.0) / p,
@@ -98,6 +99,28 @@ pub fn run(args: &[String]) {
                 a * 1e6,
                 b * 1e9,
                 1e-9 / b.max(1e-30)
+            );
+        }
+    }
+    println!("\n## the link model: β on a rate-limited link = β unlimited + link bytes / rate");
+    for (label, r) in runs.iter().filter(|(l, _)| l != "unlimited") {
+        let Some(rate) = bits_per_second(label) else {
+            continue;
+        };
+        for (op, kind) in [
+            ("all_reduce", "AllReduce"),
+            ("all_gather", "AllGather"),
+            ("reduce_scatter", "ReduceScatter"),
+        ] {
+            let (Some((_, b0)), Some((_, b))) = (base.fits.get(op), r.fits.get(op)) else {
+                continue;
+            };
+            let want = b0 + link_factor(kind, 2.0) * 8.0 / rate;
+            println!(
+                "{label:<8} {op:<15} β measured {:>8.3} ns/B  model {:>8.3} ns/B  ({:+.1} %)",
+                b * 1e9,
+                want * 1e9,
+                (want - b) / b * 100.0
             );
         }
     }
@@ -132,6 +155,16 @@ pub fn run(args: &[String]) {
     }
     println!("worst model error {:.1} %", worst * 100.0);
     project(base);
+}
+
+/// "100mbit", "1gbit", "10gbit" (tc's spelling) in bits per second.
+fn bits_per_second(label: &str) -> Option<f64> {
+    let (n, scale) = if let Some(n) = label.strip_suffix("gbit") {
+        (n, 1e9)
+    } else {
+        (label.strip_suffix("mbit")?, 1e6)
+    };
+    n.parse::<f64>().ok().map(|v| v * scale)
 }
 
 /// GPT-2 124M (measured here at P = 2) and a 1.3B configuration.

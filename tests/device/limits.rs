@@ -116,3 +116,13 @@ fn webgpu_default_limits_open_on_the_test_adapter() {
     );
     assert_eq!(got.max_compute_invocations_per_workgroup, 256);
 }
+
+/// Without the `mpi` feature, asking for an MPI mesh is an error that says
+/// how to get one, not a panic.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn mpi_mesh_without_the_feature_says_how_to_build_one() {
+    let e = MeshBuilder::new().mpi().build().unwrap_err();
+    assert!(matches!(e, Error::Mpi(_)), "{e}");
+    assert!(e.to_string().contains("--features mpi"), "{e}");
+}

@@ -5,7 +5,7 @@
 
 use wgpu_tp::nn::{
     AdamW, ColumnParallelConfig, ColumnParallelLinear, Gpt, GptConfig, Overlap, Params,
-    RowParallelConfig, RowParallelLinear,
+    RowParallelConfig, RowParallelLinear, load_safetensors, save_safetensors, to_safetensors_bytes,
 };
 use wgpu_tp::{Collective, DTensor, Mesh, MeshBuilder, Placement};
 
@@ -118,6 +118,7 @@ pub fn run(mesh: &Mesh) -> Result<usize, String> {
         );
     }
     ring_mlp(mesh, single.as_ref())?;
+    checkpoint(mesh, single.as_ref())?;
     Ok(me)
 }
 
@@ -177,6 +178,41 @@ fn ring_mlp(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
         println!(
             "ring MLP P={}: y, dx and 4 gradients bit-identical, {rings} ring steps",
             mesh.size()
+        );
+    }
+    Ok(())
+}
+
+/// A checkpoint of the MPI model is the single-process checkpoint's bytes:
+/// every process takes part, process 0 alone writes, and every process
+/// loads it back into a differently seeded model.
+fn checkpoint(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
+    let e = |e: wgpu_tp::Error| e.to_string();
+    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
+    cfg.ffn = 20;
+    let gpt = Gpt::new(mesh, cfg, 7).map_err(e)?;
+    let bytes = to_safetensors_bytes(&gpt).map_err(e)?;
+    let dir = std::env::var("WGPU_TP_MPI_TMP").map_err(|_| "WGPU_TP_MPI_TMP is not set")?;
+    let path = std::path::Path::new(&dir).join("gpt.safetensors");
+    save_safetensors(&gpt, &path).map_err(e)?;
+    // The file is complete on every process once process 0 is past this.
+    let one = mesh.ranks()[0].upload(&[1], &[1.0]).map_err(e)?;
+    wgpu_tp::comm::all_reduce(mesh, &[one], wgpu_tp::ReduceOp::Sum).map_err(e)?;
+    let mut other = Gpt::new(mesh, cfg, 8).map_err(e)?;
+    load_safetensors(&mut other, &path).map_err(e)?;
+    if to_safetensors_bytes(&other).map_err(e)? != bytes {
+        return Err("the loaded checkpoint differs from the saved one".into());
+    }
+    if let Some(single) = single {
+        let want = to_safetensors_bytes(&Gpt::new(single, cfg, 7).map_err(e)?).map_err(e)?;
+        let file = std::fs::read(&path).map_err(|e| e.to_string())?;
+        if bytes != want || file != want {
+            return Err("the checkpoint differs from the single-process one".into());
+        }
+        println!(
+            "checkpoint P={}: {} bytes, the same as one process's",
+            mesh.size(),
+            want.len()
         );
     }
     Ok(())

@@ -48,8 +48,15 @@ fn mpirun(np: usize) -> Command {
 
 fn run(np: usize, scenario: &str) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // Files the ranks share (one host): a fresh directory per run.
+    let tmp = std::env::temp_dir().join(format!(
+        "wgpu-tp-mpi-{}-{np}-{scenario}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
     let mut child = mpirun(np)
-        .args(["-x", "WGPU_TP_MPI_WORKER"])
+        .args(["-x", "WGPU_TP_MPI_WORKER", "-x", "WGPU_TP_MPI_TMP"])
+        .env("WGPU_TP_MPI_TMP", &tmp)
         .arg(exe)
         .env("WGPU_TP_MPI_WORKER", scenario)
         .stdout(Stdio::piped())
@@ -90,6 +97,7 @@ fn run(np: usize, scenario: &str) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    let _ = std::fs::remove_dir_all(&tmp);
     let out = out_reader.join().unwrap_or_default();
     let err = err_reader.join().unwrap_or_default();
     let passes = (0..np)
