@@ -51,13 +51,24 @@ fn master_grads(m: &impl wgpu_tp::nn::Params) -> BTreeMap<String, Vec<f32>> {
         .collect()
 }
 
-fn close_maps(what: &str, got: &BTreeMap<String, Vec<f32>>, want: &BTreeMap<String, Vec<f32>>) {
+fn close_maps(
+    what: &str,
+    got: &BTreeMap<String, Vec<f32>>,
+    want: &BTreeMap<String, Vec<f32>>,
+    tol: f64,
+) {
     assert_eq!(got.len(), want.len(), "{what}: same parameters");
     for (name, g) in got {
         let w: Vec<f64> = want[name].iter().map(|&v| v as f64).collect();
-        assert_close(&format!("{what} {name}"), g, &w, TOL);
+        assert_close(&format!("{what} {name}"), g, &w, tol);
     }
 }
+
+/// AdamW's first steps move each element by about lr·g/|g|: an element whose
+/// gradient is at rounding level in both models (a zero-initialised bias)
+/// can move by a different fraction of lr, so parameters after a step agree
+/// to 1e-4, not 1e-5 (seed 1795573889630975121 gave 1.3e-5 on a bias).
+const TOL_AFTER_ADAMW: f64 = 1e-4;
 
 #[test]
 fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
@@ -108,6 +119,7 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
                 &format!("{what} step {step} d"),
                 &grads,
                 &master_grads(&plain),
+                TOL,
             );
             for s in blocked.wte.weight().grad().unwrap().shards() {
                 assert!(s.is_blocked(), "{what}: the wte gradient is blocked");
@@ -132,6 +144,7 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
                 &format!("{what} after AdamW step {step}"),
                 &masters(&blocked),
                 &masters(&plain),
+                TOL_AFTER_ADAMW,
             );
         }
         // Greedy decoding with the KV cache gives the unlimited model's tokens.
@@ -338,6 +351,7 @@ fn logits_past_one_binding_run_in_token_blocks_p1_2() {
             &format!("{what} d"),
             &master_grads(&blocked),
             &master_grads(&plain),
+            TOL,
         );
     }
 }

@@ -18,8 +18,8 @@ use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::shard::{host_concat, host_narrow, outer_dim_inner, split_range, with_dim};
 
-/// What a collective over MPI needs: the process group, this rank, its
-/// shard as words, and the collective's sequence number.
+/// What a collective over MPI needs: the process group, this rank, the
+/// world size and the collective's sequence number.
 struct Call {
     process: Arc<Process>,
     me: usize,
@@ -28,18 +28,12 @@ struct Call {
 }
 
 impl Call {
-    fn new(mesh: &Mesh, op: &'static str, shards: &[LocalTensor]) -> Result<Call> {
+    fn new(mesh: &Mesh, op: &'static str) -> Result<Call> {
         let process = mesh
             .process()
             .cloned()
             .ok_or_else(|| Error::invalid(op, "not a multi-process mesh"))?;
         process.check_thread(op)?;
-        if shards.len() != 1 {
-            return Err(Error::invalid(
-                op,
-                "a multi-process mesh runs collectives over all its ranks: pass this process's one shard",
-            ));
-        }
         let seq = process.next_seq();
         Ok(Call {
             me: process.rank(),
@@ -49,8 +43,57 @@ impl Call {
         })
     }
 
-    fn traffic(&self, op: &'static str) -> Result<Traffic> {
-        Traffic::new(&self.process, op)
+    /// [`Call::new`] for a collective over this process's one shard.
+    fn over<'a>(
+        mesh: &Mesh,
+        op: &'static str,
+        shards: &'a [LocalTensor],
+    ) -> Result<(Call, &'a LocalTensor)> {
+        let [x] = shards else {
+            return Err(Error::invalid(
+                op,
+                "a multi-process mesh runs collectives over all its ranks: pass this process's one shard",
+            ));
+        };
+        Ok((Call::new(mesh, op)?, x))
+    }
+
+    /// Every rank's header, checked to agree.
+    fn agree(&self, op: &'static str, h: &Header) -> Result<Vec<Header>> {
+        agree(&self.process, op, self.seq, h)
+    }
+
+    /// One round of messages: from every other rank r receive `words_from(r)`
+    /// words, to it send `to(r)`. Returns every rank's words in rank order,
+    /// `mine` at this rank's place.
+    fn round(
+        &self,
+        op: &'static str,
+        phase: u32,
+        words_from: impl Fn(usize) -> usize,
+        to: impl Fn(usize) -> Vec<u32>,
+        mine: Vec<u32>,
+    ) -> Result<Vec<Vec<u32>>> {
+        let mut t = Traffic::new(&self.process, op)?;
+        for r in (0..self.p).filter(|&r| r != self.me) {
+            t.recv(r, tag(self.seq, phase), words_from(r) * 4)?;
+            t.send(
+                r,
+                tag(self.seq, phase),
+                bytemuck::cast_slice(&to(r)).to_vec(),
+            )?;
+        }
+        let mut got = t.wait()?.into_iter();
+        let mut mine = Some(mine);
+        Ok((0..self.p)
+            .map(|r| match r == self.me {
+                true => mine.take().unwrap_or_default(),
+                false => got
+                    .next()
+                    .map(|b| bytemuck::pod_collect_to_vec(&b))
+                    .unwrap_or_default(),
+            })
+            .collect())
     }
 }
 
@@ -69,40 +112,20 @@ fn upload(
         .upload_bytes(op, shape, like.dtype(), bytemuck::cast_slice(words))
 }
 
-fn to_words(b: &[u8]) -> Vec<u32> {
-    bytemuck::pod_collect_to_vec(b)
-}
-
-fn bytes(w: &[u32]) -> Vec<u8> {
-    bytemuck::cast_slice(w).to_vec()
-}
-
-/// Reduce, in rank order, piece `k` of every rank: `mine` is this rank's,
-/// `others` the rest in rank order.
-fn reduce_in_order(
-    me: usize,
-    mine: &[u32],
-    others: &[Vec<u32>],
-    dtype: DType,
-    op: ReduceOp,
-) -> Vec<u32> {
-    let mut it = others.iter();
-    let pieces: Vec<&[u32]> = (0..=others.len())
-        .map(|r| {
-            if r == me {
-                mine
-            } else {
-                it.next().map_or(mine, |v| &v[..])
-            }
-        })
-        .collect();
-    let mut acc = pieces[0].to_vec();
+/// Every rank's piece reduced in rank order (acc = x0; acc = op(acc, x1); ...).
+fn reduce_in_order(pieces: &[Vec<u32>], dtype: DType, op: ReduceOp) -> Vec<u32> {
+    let mut acc = pieces[0].clone();
     for x in &pieces[1..] {
-        for (a, b) in acc.iter_mut().zip(x.iter()) {
+        for (a, b) in acc.iter_mut().zip(x) {
             *a = op.combine_words(dtype, *a, *b);
         }
     }
     acc
+}
+
+/// The bytes every rank contributed.
+fn total(all: &[Header]) -> u64 {
+    all.iter().map(Header::bytes).sum()
 }
 
 /// All-reduce; returns the output and the bytes every rank contributed.
@@ -112,38 +135,30 @@ pub(crate) fn all_reduce(
     op: ReduceOp,
 ) -> Result<(Vec<LocalTensor>, u64)> {
     const OP: &str = "all_reduce";
-    let c = Call::new(mesh, OP, shards)?;
-    let x = &shards[0];
+    let (c, x) = Call::over(mesh, OP, shards)?;
     let mut h = Header::new(OP, x.dtype(), x.shape());
     h.op = op_code(op);
-    let all = agree(&c.process, OP, c.seq, &h)?;
+    let all = c.agree(OP, &h)?;
     same_shapes(OP, &all)?;
     let words = words_of(x)?;
-    let n = words.len();
-    let slice = |j: usize| split_range(n, c.p, j);
-    let mut t = c.traffic(OP)?;
-    for r in (0..c.p).filter(|&r| r != c.me) {
-        t.recv(r, tag(c.seq, 1), slice(c.me).len() * 4)?;
-        t.send(r, tag(c.seq, 1), bytes(&words[slice(r)]))?;
-    }
-    let got: Vec<Vec<u32>> = t.wait()?.iter().map(|b| to_words(b)).collect();
-    let reduced = reduce_in_order(c.me, &words[slice(c.me)], &got, x.dtype(), op);
-    let mut t = c.traffic(OP)?;
-    for r in (0..c.p).filter(|&r| r != c.me) {
-        t.recv(r, tag(c.seq, 2), slice(r).len() * 4)?;
-        t.send(r, tag(c.seq, 2), bytes(&reduced))?;
-    }
-    let mut got = t.wait()?.into_iter();
-    let mut out = Vec::with_capacity(n);
-    for r in 0..c.p {
-        if r == c.me {
-            out.extend_from_slice(&reduced);
-        } else if let Some(b) = got.next() {
-            out.extend(to_words(&b));
-        }
-    }
-    let total = all.iter().map(Header::bytes).sum();
-    Ok((vec![upload(x, OP, x.shape(), &out)?], total))
+    let slice = |j: usize| split_range(words.len(), c.p, j);
+    let mine = words[slice(c.me)].to_vec();
+    let pieces = c.round(
+        OP,
+        1,
+        |_| slice(c.me).len(),
+        |r| words[slice(r)].to_vec(),
+        mine,
+    )?;
+    let reduced = reduce_in_order(&pieces, x.dtype(), op);
+    let out = c.round(
+        OP,
+        2,
+        |r| slice(r).len(),
+        |_| reduced.clone(),
+        reduced.clone(),
+    )?;
+    Ok((vec![upload(x, OP, x.shape(), &out.concat())?], total(&all)))
 }
 
 /// All-gather along `dim` (sizes may differ along it, 0 included).
@@ -153,30 +168,21 @@ pub(crate) fn all_gather(
     dim: usize,
 ) -> Result<(Vec<LocalTensor>, u64)> {
     const OP: &str = "all_gather";
-    let c = Call::new(mesh, OP, shards)?;
-    let x = &shards[0];
+    let (c, x) = Call::over(mesh, OP, shards)?;
     let mut h = Header::new(OP, x.dtype(), x.shape());
     h.dim = dim as u64;
-    let all = agree(&c.process, OP, c.seq, &h)?;
+    let all = c.agree(OP, &h)?;
     same_except(OP, &all, dim)?;
     let words = words_of(x)?;
-    let mut t = c.traffic(OP)?;
-    for r in (0..c.p).filter(|&r| r != c.me) {
-        t.recv(r, tag(c.seq, 1), all[r].bytes() as usize)?;
-        t.send(r, tag(c.seq, 1), bytes(&words))?;
-    }
-    let mut got = t.wait()?.into_iter();
-    let parts: Vec<Vec<u32>> = (0..c.p)
-        .map(|r| {
-            if r == c.me {
-                words.clone()
-            } else {
-                got.next().map(|b| to_words(&b)).unwrap_or_default()
-            }
-        })
-        .collect();
-    let total: usize = all.iter().map(|h| h.shape[dim]).sum();
-    let shape = with_dim(x.shape(), dim, total);
+    let parts = c.round(
+        OP,
+        1,
+        |r| all[r].bytes() as usize / 4,
+        |_| words.clone(),
+        words.clone(),
+    )?;
+    let joined: usize = all.iter().map(|h| h.shape[dim]).sum();
+    let shape = with_dim(x.shape(), dim, joined);
     let (outer, _, inner) = outer_dim_inner(&shape, dim);
     let refs: Vec<(&[u32], usize)> = parts
         .iter()
@@ -184,8 +190,7 @@ pub(crate) fn all_gather(
         .map(|(w, h)| (&w[..], h.shape[dim]))
         .collect();
     let out = host_concat(&refs, outer, inner);
-    let sent = all.iter().map(Header::bytes).sum();
-    Ok((vec![upload(x, OP, &shape, &out)?], sent))
+    Ok((vec![upload(x, OP, &shape, &out)?], total(&all)))
 }
 
 /// Reduce full-shape shards; rank r keeps slice r along `dim`.
@@ -196,26 +201,19 @@ pub(crate) fn reduce_scatter(
     op: ReduceOp,
 ) -> Result<(Vec<LocalTensor>, u64)> {
     const OP: &str = "reduce_scatter";
-    let c = Call::new(mesh, OP, shards)?;
-    let x = &shards[0];
+    let (c, x) = Call::over(mesh, OP, shards)?;
     let mut h = Header::new(OP, x.dtype(), x.shape());
     (h.op, h.dim) = (op_code(op), dim as u64);
-    let all = agree(&c.process, OP, c.seq, &h)?;
+    let all = c.agree(OP, &h)?;
     same_shapes(OP, &all)?;
     let words = words_of(x)?;
     let shape = x.shape();
     let piece = |j: usize| host_narrow(&words, shape, dim, split_range(shape[dim], c.p, j));
     let mine_shape = with_dim(shape, dim, split_range(shape[dim], c.p, c.me).len());
     let mine_len = mine_shape.iter().product::<usize>();
-    let mut t = c.traffic(OP)?;
-    for r in (0..c.p).filter(|&r| r != c.me) {
-        t.recv(r, tag(c.seq, 1), mine_len * 4)?;
-        t.send(r, tag(c.seq, 1), bytes(&piece(r)))?;
-    }
-    let got: Vec<Vec<u32>> = t.wait()?.iter().map(|b| to_words(b)).collect();
-    let reduced = reduce_in_order(c.me, &piece(c.me), &got, x.dtype(), op);
-    let total = all.iter().map(Header::bytes).sum();
-    Ok((vec![upload(x, OP, &mine_shape, &reduced)?], total))
+    let pieces = c.round(OP, 1, |_| mine_len, piece, piece(c.me))?;
+    let reduced = reduce_in_order(&pieces, x.dtype(), op);
+    Ok((vec![upload(x, OP, &mine_shape, &reduced)?], total(&all)))
 }
 
 /// Every rank ends with rank `root`'s tensor (all pass same-shaped tensors;
@@ -226,8 +224,7 @@ pub(crate) fn broadcast(
     root: usize,
 ) -> Result<(Vec<LocalTensor>, u64)> {
     const OP: &str = "broadcast";
-    let c = Call::new(mesh, OP, shards)?;
-    let x = &shards[0];
+    let (c, x) = Call::over(mesh, OP, shards)?;
     if root >= c.p {
         return Err(Error::OutOfRange {
             op: OP,
@@ -238,21 +235,25 @@ pub(crate) fn broadcast(
     }
     let mut h = Header::new(OP, x.dtype(), x.shape());
     h.root = root as u64;
-    let all = agree(&c.process, OP, c.seq, &h)?;
+    let all = c.agree(OP, &h)?;
     same_shapes(OP, &all)?;
-    let mut t = c.traffic(OP)?;
+    let sent = all[root].bytes();
+    let mut t = Traffic::new(&c.process, OP)?;
     if c.me == root {
         let words = words_of(x)?;
         for r in (0..c.p).filter(|&r| r != c.me) {
-            t.send(r, tag(c.seq, 1), bytes(&words))?;
+            t.send(r, tag(c.seq, 1), bytemuck::cast_slice(&words).to_vec())?;
         }
         t.wait()?;
-        return Ok((vec![x.clone()], all[root].bytes()));
+        return Ok((vec![x.clone()], sent));
     }
-    t.recv(root, tag(c.seq, 1), all[root].bytes() as usize)?;
+    t.recv(root, tag(c.seq, 1), sent as usize)?;
     let got = t.wait()?;
-    let out = got.first().map(|b| to_words(b)).unwrap_or_default();
-    Ok((vec![upload(x, OP, x.shape(), &out)?], all[root].bytes()))
+    let out: Vec<u32> = got
+        .first()
+        .map(|b| bytemuck::pod_collect_to_vec(b))
+        .unwrap_or_default();
+    Ok((vec![upload(x, OP, x.shape(), &out)?], sent))
 }
 
 /// Split along `split_dim`, send piece j to rank j, join what arrives
@@ -264,15 +265,17 @@ pub(crate) fn all_to_all(
     concat_dim: usize,
 ) -> Result<(Vec<LocalTensor>, u64)> {
     const OP: &str = "all_to_all";
-    let c = Call::new(mesh, OP, shards)?;
-    let x = &shards[0];
+    let (c, x) = Call::over(mesh, OP, shards)?;
     let mut h = Header::new(OP, x.dtype(), x.shape());
     (h.dim, h.dim2) = (split_dim as u64, concat_dim as u64);
-    let all = agree(&c.process, OP, c.seq, &h)?;
+    let all = c.agree(OP, &h)?;
     same_except(OP, &all, concat_dim)?;
     let words = words_of(x)?;
-    let piece_shape =
-        |s: &[usize], j: usize| with_dim(s, split_dim, split_range(s[split_dim], c.p, j).len());
+    // Rank r's piece for this rank.
+    let incoming = |r: usize| {
+        let s = &all[r].shape;
+        with_dim(s, split_dim, split_range(s[split_dim], c.p, c.me).len())
+    };
     let piece = |j: usize| {
         host_narrow(
             &words,
@@ -281,59 +284,31 @@ pub(crate) fn all_to_all(
             split_range(x.shape()[split_dim], c.p, j),
         )
     };
-    let mut t = c.traffic(OP)?;
-    for r in (0..c.p).filter(|&r| r != c.me) {
-        let len: usize = piece_shape(&all[r].shape, c.me).iter().product();
-        t.recv(r, tag(c.seq, 1), len * 4)?;
-        t.send(r, tag(c.seq, 1), bytes(&piece(r)))?;
-    }
-    let mut got = t.wait()?.into_iter();
-    let parts: Vec<(Vec<u32>, usize)> = (0..c.p)
-        .map(|r| {
-            let n = piece_shape(&all[r].shape, c.me)[concat_dim];
-            let w = if r == c.me {
-                piece(c.me)
-            } else {
-                got.next().map(|b| to_words(&b)).unwrap_or_default()
-            };
-            (w, n)
-        })
-        .collect();
-    let first = piece_shape(&all[0].shape, c.me);
-    let joined: usize = parts.iter().map(|(_, n)| n).sum();
-    let shape = with_dim(&first, concat_dim, joined);
+    let words_from = |r: usize| incoming(r).iter().product::<usize>();
+    let parts = c.round(OP, 1, words_from, piece, piece(c.me))?;
+    let sizes: Vec<usize> = (0..c.p).map(|r| incoming(r)[concat_dim]).collect();
+    let shape = with_dim(&incoming(0), concat_dim, sizes.iter().sum());
     let (outer, _, inner) = outer_dim_inner(&shape, concat_dim);
-    let refs: Vec<(&[u32], usize)> = parts.iter().map(|(w, n)| (&w[..], *n)).collect();
+    let refs: Vec<(&[u32], usize)> = parts
+        .iter()
+        .zip(&sizes)
+        .map(|(w, &n)| (&w[..], n))
+        .collect();
     let out = host_concat(&refs, outer, inner);
-    let total = all.iter().map(Header::bytes).sum();
-    Ok((vec![upload(x, OP, &shape, &out)?], total))
+    Ok((vec![upload(x, OP, &shape, &out)?], total(&all)))
 }
 
 /// Every rank's `words`, in rank order (reading a tensor's value back to
 /// the host; not counted as communication).
 pub(crate) fn gather_words(mesh: &Mesh, words: Vec<u32>) -> Result<Vec<Vec<u32>>> {
     const OP: &str = "to_host";
-    let process = mesh
-        .process()
-        .cloned()
-        .ok_or_else(|| Error::invalid(OP, "not a multi-process mesh"))?;
-    process.check_thread(OP)?;
-    let (me, p, seq) = (process.rank(), process.size(), process.next_seq());
-    let h = Header::new(OP, DType::I32, &[words.len()]);
-    let all = agree(&process, OP, seq, &h)?;
-    let mut t = Traffic::new(&process, OP)?;
-    for r in (0..p).filter(|&r| r != me) {
-        t.recv(r, tag(seq, 1), all[r].bytes() as usize)?;
-        t.send(r, tag(seq, 1), bytes(&words))?;
-    }
-    let mut got = t.wait()?.into_iter();
-    Ok((0..p)
-        .map(|r| {
-            if r == me {
-                words.clone()
-            } else {
-                got.next().map(|b| to_words(&b)).unwrap_or_default()
-            }
-        })
-        .collect())
+    let c = Call::new(mesh, OP)?;
+    let all = c.agree(OP, &Header::new(OP, DType::I32, &[words.len()]))?;
+    c.round(
+        OP,
+        1,
+        |r| all[r].bytes() as usize / 4,
+        |_| words.clone(),
+        words.clone(),
+    )
 }

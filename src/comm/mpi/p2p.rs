@@ -62,60 +62,52 @@ impl Traffic {
 
     /// Send `data` to rank `to` under `tag`.
     pub(super) fn send(&mut self, to: usize, tag: c_int, data: Vec<u8>) -> Result<()> {
-        let mut reqs = Vec::new();
-        for chunk in pieces(data.len()) {
-            let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: the buffer is owned by `self.sends` until the request
-            // completes, or leaked if it never does (`abandon`).
-            let code = unsafe {
-                ffi::MPI_Isend(
-                    data.as_ptr().add(chunk.start).cast(),
-                    chunk.len() as c_int,
-                    ffi::RSMPI_UINT8_T,
-                    to as c_int,
-                    tag,
-                    self.process.raw_world(),
-                    &mut request,
-                )
-            };
-            check(code, "MPI_Isend")?;
-            reqs.push(Pending {
-                request,
-                done: false,
-            });
-        }
-        self.sends.push((to, data, reqs));
-        Ok(())
+        self.post(false, to, tag, data)
     }
 
     /// Receive `len` bytes from rank `from` under `tag`; returns its index
     /// among this batch's receives.
     pub(super) fn recv(&mut self, from: usize, tag: c_int, len: usize) -> Result<usize> {
-        let mut data = vec![0u8; len];
-        let mut reqs = Vec::new();
-        for chunk in pieces(len) {
+        self.post(true, from, tag, vec![0u8; len])?;
+        Ok(self.recvs.len() - 1)
+    }
+
+    /// Post `data` (sent, or received into) in pieces MPI's counts can hold.
+    /// The buffer joins the batch before the first piece is posted, so it
+    /// outlives every posted request even when a later post fails.
+    fn post(&mut self, recv: bool, peer: usize, tag: c_int, data: Vec<u8>) -> Result<()> {
+        let comm = self.process.raw_world();
+        let list = if recv {
+            &mut self.recvs
+        } else {
+            &mut self.sends
+        };
+        list.push((peer, data, Vec::new()));
+        let Some((_, data, reqs)) = list.last_mut() else {
+            return Ok(());
+        };
+        let base = data.as_mut_ptr();
+        for chunk in pieces(data.len()) {
             let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-            // SAFETY: as in `send`; the Vec's heap buffer does not move when
-            // the Vec itself is moved into `self.recvs`.
+            // SAFETY: the buffer belongs to this batch until the request
+            // completes, or is leaked if it never does (`release`); moving
+            // the Vec moves no heap bytes.
             let code = unsafe {
-                ffi::MPI_Irecv(
-                    data.as_mut_ptr().add(chunk.start).cast(),
-                    chunk.len() as c_int,
-                    ffi::RSMPI_UINT8_T,
-                    from as c_int,
-                    tag,
-                    self.process.raw_world(),
-                    &mut request,
-                )
+                let (at, n) = (base.add(chunk.start).cast(), chunk.len() as c_int);
+                let (peer, dt) = (peer as c_int, ffi::RSMPI_UINT8_T);
+                if recv {
+                    ffi::MPI_Irecv(at, n, dt, peer, tag, comm, &mut request)
+                } else {
+                    ffi::MPI_Isend(at, n, dt, peer, tag, comm, &mut request)
+                }
             };
-            check(code, "MPI_Irecv")?;
+            check(code, if recv { "MPI_Irecv" } else { "MPI_Isend" })?;
             reqs.push(Pending {
                 request,
                 done: false,
             });
         }
-        self.recvs.push((from, data, reqs));
-        Ok(self.recvs.len() - 1)
+        Ok(())
     }
 
     /// Wait for every message; returns the received buffers in the order the
