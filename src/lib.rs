@@ -5,7 +5,10 @@
 //! WARP). Ranks are separate adapters or simulated logical devices on one GPU;
 //! one controller (your program) drives them all, recording work into every
 //! rank's queue without waiting, and the host waits only where bytes must
-//! cross ranks (inside collectives) or reach you.
+//! cross ranks (inside collectives) or reach you. With the cargo feature
+//! `mpi`, [`MeshBuilder::mpi`] puts each rank in its own process, on one host
+//! or several: every process runs the same program on its own rank, and
+//! collectives go through MPI with the same bytes as in one process.
 //!
 //! The crate is layered, each layer using only the ones below it:
 //! 1. devices: [`Mesh`], [`MeshBuilder`], [`Rank`], [`Device`], [`LocalTensor`],
