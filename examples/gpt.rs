@@ -172,6 +172,8 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         cfg.dtype = DType::F16;
     }
     let mesh = common::build_mesh(args.ranks, args.shared_device, args.mpi)?;
+    // With --mpi every process runs this; only process 0 reports.
+    common::set_quiet(mesh.process_index() != 0);
     say!("wgpu-tp character-level GPT");
     say!("  adapter   {}", mesh.adapter_summary());
     say!(

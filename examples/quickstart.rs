@@ -177,8 +177,9 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         ffn: args.ffn,
     };
     let mesh = common::build_mesh(args.ranks, args.shared_device, args.mpi)?;
+    // With --mpi every process runs this; only process 0 reports.
+    common::set_quiet(mesh.process_index() != 0);
     let serial_mesh = common::build_mesh(1, false, false)?;
-    common::set_quiet(mesh.process_index() != 0); // the serial mesh reset it
     say!("wgpu-tp quickstart");
     say!("  adapter   {}", mesh.adapter_summary());
     say!(

@@ -79,17 +79,14 @@ pub fn quiet_vulkan_loader() {
 }
 
 /// The mesh an example runs on: `ranks` simulated ranks (all on one device
-/// with `shared`), or one rank per MPI process with `mpi` (then only
-/// process 0 reports: [`say!`] is silenced elsewhere).
+/// with `shared`), or one rank per MPI process with `mpi`.
 pub fn build_mesh(ranks: usize, shared: bool, mpi: bool) -> wgpu_tp::Result<wgpu_tp::Mesh> {
     let b = wgpu_tp::MeshBuilder::new().ranks(ranks);
-    let mesh = match (mpi, shared) {
-        (true, _) => b.mpi().build()?,
-        (false, true) => b.shared_device().build()?,
-        (false, false) => b.build()?,
-    };
-    set_quiet(mesh.process_index() != 0);
-    Ok(mesh)
+    match (mpi, shared) {
+        (true, _) => b.mpi().build(),
+        (false, true) => b.shared_device().build(),
+        (false, false) => b.build(),
+    }
 }
 
 /// A progress bar over `steps`, hidden where [`say!`] is silenced.

@@ -123,15 +123,15 @@ pub fn broadcast(mesh: &Mesh, src: &LocalTensor, ranks: &[Rank]) -> Result<Vec<L
         vec![src.clone()]
     } else {
         match mesh.transport() {
-            Transport::HostStaged => per_block(OP, std::slice::from_ref(src), |s| {
-                host::broadcast(&s[0], &ranks, root)
-            })?,
+            // Past `multi_controller_form`, every rank is in this process.
+            Transport::HostStaged | Transport::Mpi => {
+                per_block(OP, std::slice::from_ref(src), |s| {
+                    host::broadcast(&s[0], &ranks, root)
+                })?
+            }
             Transport::SharedDevice => per_block(OP, std::slice::from_ref(src), |s| {
                 same_device::broadcast(&s[0], &ranks, root)
             })?,
-            Transport::Mpi => {
-                return multi_controller_form(OP, mesh, "broadcast_from").map(|_| vec![]);
-            }
         }
     };
     mesh.record_comm(Collective::Broadcast, src.byte_len());
@@ -198,11 +198,9 @@ pub fn scatter(
         vec![src.clone()]
     } else {
         match mesh.transport() {
-            Transport::HostStaged => host::scatter(src, &ranks, dim)?,
+            // Past `multi_controller_form`, every rank is in this process.
+            Transport::HostStaged | Transport::Mpi => host::scatter(src, &ranks, dim)?,
             Transport::SharedDevice => same_device::scatter(src, &ranks, dim)?,
-            Transport::Mpi => {
-                return multi_controller_form(OP, mesh, "broadcast_from").map(|_| vec![]);
-            }
         }
     };
     mesh.record_comm(Collective::Scatter, src.byte_len());

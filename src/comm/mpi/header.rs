@@ -65,7 +65,7 @@ impl Header {
         }
     }
 
-    fn encode(&self, op: &'static str) -> Result<Vec<u8>> {
+    fn encode(&self, op: &'static str) -> Result<Arc<[u32]>> {
         if self.shape.len() > MAX_DIMS {
             return Err(Error::invalid(
                 op,
@@ -88,11 +88,11 @@ impl Header {
         for (d, &n) in self.shape.iter().enumerate() {
             w[7 + d] = n as u64;
         }
-        Ok(bytemuck::cast_slice(&w).to_vec())
+        Ok(bytemuck::cast_slice::<u64, u32>(&w).into())
     }
 
-    fn decode(bytes: &[u8]) -> Header {
-        let w: Vec<u64> = bytemuck::pod_collect_to_vec(bytes);
+    fn decode(words: &[u32]) -> Header {
+        let w: Vec<u64> = bytemuck::pod_collect_to_vec(words);
         let ndim = (w[6] as usize).min(MAX_DIMS);
         Header {
             kind: w[0],
@@ -116,9 +116,14 @@ impl Header {
         )
     }
 
-    /// Bytes this rank contributes (32-bit words).
+    /// Words (f32 or i32) this rank contributes.
+    pub(super) fn words(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes this rank contributes.
     pub(super) fn bytes(&self) -> u64 {
-        self.shape.iter().product::<usize>() as u64 * 4
+        self.words() as u64 * 4
     }
 }
 
@@ -133,11 +138,11 @@ pub(super) fn agree(
     mine: &Header,
 ) -> Result<Vec<Header>> {
     let (me, p) = (process.rank(), process.size());
-    let bytes = mine.encode(op)?;
+    let words = mine.encode(op)?;
     let mut t = Traffic::new(process, op)?;
     for r in (0..p).filter(|&r| r != me) {
-        t.recv(r, tag(seq, 0), WORDS * 8)?;
-        t.send(r, tag(seq, 0), bytes.clone())?;
+        t.recv(r, tag(seq, 0), WORDS * 2)?;
+        t.send(r, tag(seq, 0), Arc::clone(&words))?;
     }
     let mut got = t.wait()?.into_iter();
     let all: Vec<Header> = (0..p)

@@ -71,27 +71,20 @@ impl Call {
         op: &'static str,
         phase: u32,
         words_from: impl Fn(usize) -> usize,
-        to: impl Fn(usize) -> Vec<u32>,
+        to: impl Fn(usize) -> Arc<[u32]>,
         mine: Vec<u32>,
     ) -> Result<Vec<Vec<u32>>> {
         let mut t = Traffic::new(&self.process, op)?;
         for r in (0..self.p).filter(|&r| r != self.me) {
-            t.recv(r, tag(self.seq, phase), words_from(r) * 4)?;
-            t.send(
-                r,
-                tag(self.seq, phase),
-                bytemuck::cast_slice(&to(r)).to_vec(),
-            )?;
+            t.recv(r, tag(self.seq, phase), words_from(r))?;
+            t.send(r, tag(self.seq, phase), to(r))?;
         }
         let mut got = t.wait()?.into_iter();
         let mut mine = Some(mine);
         Ok((0..self.p)
             .map(|r| match r == self.me {
                 true => mine.take().unwrap_or_default(),
-                false => got
-                    .next()
-                    .map(|b| bytemuck::pod_collect_to_vec(&b))
-                    .unwrap_or_default(),
+                false => got.next().unwrap_or_default(),
             })
             .collect())
     }
@@ -147,17 +140,12 @@ pub(crate) fn all_reduce(
         OP,
         1,
         |_| slice(c.me).len(),
-        |r| words[slice(r)].to_vec(),
+        |r| words[slice(r)].into(),
         mine,
     )?;
     let reduced = reduce_in_order(&pieces, x.dtype(), op);
-    let out = c.round(
-        OP,
-        2,
-        |r| slice(r).len(),
-        |_| reduced.clone(),
-        reduced.clone(),
-    )?;
+    let shared: Arc<[u32]> = reduced.as_slice().into();
+    let out = c.round(OP, 2, |r| slice(r).len(), |_| Arc::clone(&shared), reduced)?;
     Ok((vec![upload(x, OP, x.shape(), &out.concat())?], total(&all)))
 }
 
@@ -174,13 +162,8 @@ pub(crate) fn all_gather(
     let all = c.agree(OP, &h)?;
     same_except(OP, &all, dim)?;
     let words = words_of(x)?;
-    let parts = c.round(
-        OP,
-        1,
-        |r| all[r].bytes() as usize / 4,
-        |_| words.clone(),
-        words.clone(),
-    )?;
+    let shared: Arc<[u32]> = words.as_slice().into();
+    let parts = c.round(OP, 1, |r| all[r].words(), |_| Arc::clone(&shared), words)?;
     let joined: usize = all.iter().map(|h| h.shape[dim]).sum();
     let shape = with_dim(x.shape(), dim, joined);
     let (outer, _, inner) = outer_dim_inner(&shape, dim);
@@ -211,7 +194,7 @@ pub(crate) fn reduce_scatter(
     let piece = |j: usize| host_narrow(&words, shape, dim, split_range(shape[dim], c.p, j));
     let mine_shape = with_dim(shape, dim, split_range(shape[dim], c.p, c.me).len());
     let mine_len = mine_shape.iter().product::<usize>();
-    let pieces = c.round(OP, 1, |_| mine_len, piece, piece(c.me))?;
+    let pieces = c.round(OP, 1, |_| mine_len, |r| piece(r).into(), piece(c.me))?;
     let reduced = reduce_in_order(&pieces, x.dtype(), op);
     Ok((vec![upload(x, OP, &mine_shape, &reduced)?], total(&all)))
 }
@@ -240,19 +223,15 @@ pub(crate) fn broadcast(
     let sent = all[root].bytes();
     let mut t = Traffic::new(&c.process, OP)?;
     if c.me == root {
-        let words = words_of(x)?;
+        let words: Arc<[u32]> = words_of(x)?.into();
         for r in (0..c.p).filter(|&r| r != c.me) {
-            t.send(r, tag(c.seq, 1), bytemuck::cast_slice(&words).to_vec())?;
+            t.send(r, tag(c.seq, 1), Arc::clone(&words))?;
         }
         t.wait()?;
         return Ok((vec![x.clone()], sent));
     }
-    t.recv(root, tag(c.seq, 1), sent as usize)?;
-    let got = t.wait()?;
-    let out: Vec<u32> = got
-        .first()
-        .map(|b| bytemuck::pod_collect_to_vec(b))
-        .unwrap_or_default();
+    t.recv(root, tag(c.seq, 1), all[root].words())?;
+    let out = t.wait()?.into_iter().next().unwrap_or_default();
     Ok((vec![upload(x, OP, x.shape(), &out)?], sent))
 }
 
@@ -285,7 +264,7 @@ pub(crate) fn all_to_all(
         )
     };
     let words_from = |r: usize| incoming(r).iter().product::<usize>();
-    let parts = c.round(OP, 1, words_from, piece, piece(c.me))?;
+    let parts = c.round(OP, 1, words_from, |r| piece(r).into(), piece(c.me))?;
     let sizes: Vec<usize> = (0..c.p).map(|r| incoming(r)[concat_dim]).collect();
     let shape = with_dim(&incoming(0), concat_dim, sizes.iter().sum());
     let (outer, _, inner) = outer_dim_inner(&shape, concat_dim);
@@ -304,11 +283,6 @@ pub(crate) fn gather_words(mesh: &Mesh, words: Vec<u32>) -> Result<Vec<Vec<u32>>
     const OP: &str = "to_host";
     let c = Call::new(mesh, OP)?;
     let all = c.agree(OP, &Header::new(OP, DType::I32, &[words.len()]))?;
-    c.round(
-        OP,
-        1,
-        |r| all[r].bytes() as usize / 4,
-        |_| words.clone(),
-        words.clone(),
-    )
+    let shared: Arc<[u32]> = words.as_slice().into();
+    c.round(OP, 1, |r| all[r].words(), |_| Arc::clone(&shared), words)
 }

@@ -1,6 +1,7 @@
 //! Point-to-point messages with a time limit: a batch of `MPI_Isend` /
-//! `MPI_Irecv` on owned buffers, polled until all complete or the limit runs
-//! out. On time-out the receives are cancelled, buffers still in MPI's hands
+//! `MPI_Irecv` of 32-bit words (collectives move only f32 and i32), polled
+//! until all complete or the limit runs out. A payload sent to several ranks
+//! is one shared buffer, not a copy per rank. On time-out the receives are cancelled, buffers still in MPI's hands
 //! are leaked (never freed under it), and the error names the ranks whose
 //! messages did not arrive.
 
@@ -13,9 +14,9 @@ use mpi::ffi;
 use crate::device::Process;
 use crate::error::{Error, Result};
 
-/// Largest single message; bigger payloads go as several with one tag
-/// (MPI keeps their order).
-const MAX_MESSAGE: usize = 1 << 30;
+/// Largest single message in words (1 GiB); bigger payloads go as several
+/// with one tag (MPI keeps their order).
+const MAX_MESSAGE: usize = 1 << 28;
 
 /// How long a wait polls without sleeping.
 const SPIN: Duration = Duration::from_millis(50);
@@ -35,8 +36,8 @@ struct Pending {
 pub(super) struct Traffic {
     process: Arc<Process>,
     op: &'static str,
-    sends: Vec<(usize, Vec<u8>, Vec<Pending>)>,
-    recvs: Vec<(usize, Vec<u8>, Vec<Pending>)>,
+    sends: Vec<(usize, Arc<[u32]>, Vec<Pending>)>,
+    recvs: Vec<(usize, Vec<u32>, Vec<Pending>)>,
 }
 
 fn check(code: c_int, what: &str) -> Result<()> {
@@ -61,39 +62,42 @@ impl Traffic {
     }
 
     /// Send `data` to rank `to` under `tag`.
-    pub(super) fn send(&mut self, to: usize, tag: c_int, data: Vec<u8>) -> Result<()> {
-        self.post(false, to, tag, data)
+    pub(super) fn send(&mut self, to: usize, tag: c_int, data: Arc<[u32]>) -> Result<()> {
+        let base = data.as_ptr();
+        let len = data.len();
+        self.sends.push((to, data, Vec::new()));
+        let i = self.sends.len() - 1;
+        self.post(false, i, (base.cast_mut(), len), to, tag)
     }
 
-    /// Receive `len` bytes from rank `from` under `tag`; returns its index
-    /// among this batch's receives.
-    pub(super) fn recv(&mut self, from: usize, tag: c_int, len: usize) -> Result<usize> {
-        self.post(true, from, tag, vec![0u8; len])?;
-        Ok(self.recvs.len() - 1)
+    /// Receive `len` words from rank `from` under `tag`.
+    pub(super) fn recv(&mut self, from: usize, tag: c_int, len: usize) -> Result<()> {
+        self.recvs.push((from, vec![0u32; len], Vec::new()));
+        let i = self.recvs.len() - 1;
+        let base = self.recvs[i].1.as_mut_ptr();
+        self.post(true, i, (base, len), from, tag)
     }
 
-    /// Post `data` (sent, or received into) in pieces MPI's counts can hold.
-    /// The buffer joins the batch before the first piece is posted, so it
-    /// outlives every posted request even when a later post fails.
-    fn post(&mut self, recv: bool, peer: usize, tag: c_int, data: Vec<u8>) -> Result<()> {
+    /// Post entry `i` of the sends or receives, whose buffer is `(base,
+    /// len)`, in pieces MPI's counts can hold. The buffer joined the batch
+    /// before the first piece is posted, so it outlives every posted request
+    /// even when a later post fails.
+    fn post(
+        &mut self,
+        recv: bool,
+        i: usize,
+        (base, len): (*mut u32, usize),
+        peer: usize,
+        tag: c_int,
+    ) -> Result<()> {
         let comm = self.process.raw_world();
-        let list = if recv {
-            &mut self.recvs
-        } else {
-            &mut self.sends
-        };
-        list.push((peer, data, Vec::new()));
-        let Some((_, data, reqs)) = list.last_mut() else {
-            return Ok(());
-        };
-        let base = data.as_mut_ptr();
-        for chunk in pieces(data.len()) {
+        for chunk in pieces(len) {
             let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
             // SAFETY: the buffer belongs to this batch until the request
             // completes, or is leaked if it never does (`release`); moving
-            // the Vec moves no heap bytes.
+            // a Vec or an Arc moves no heap bytes. Sends are only read.
             let code = unsafe {
-                let (at, n) = (base.add(chunk.start).cast(), chunk.len() as c_int);
+                let (at, n) = (base.add(chunk.start).cast(), (chunk.len() * 4) as c_int);
                 let (peer, dt) = (peer as c_int, ffi::RSMPI_UINT8_T);
                 if recv {
                     ffi::MPI_Irecv(at, n, dt, peer, tag, comm, &mut request)
@@ -102,7 +106,12 @@ impl Traffic {
                 }
             };
             check(code, if recv { "MPI_Irecv" } else { "MPI_Isend" })?;
-            reqs.push(Pending {
+            let list = if recv {
+                &mut self.recvs[i].2
+            } else {
+                &mut self.sends[i].2
+            };
+            list.push(Pending {
                 request,
                 done: false,
             });
@@ -112,13 +121,14 @@ impl Traffic {
 
     /// Wait for every message; returns the received buffers in the order the
     /// receives were posted.
-    pub(super) fn wait(mut self) -> Result<Vec<Vec<u8>>> {
+    pub(super) fn wait(mut self) -> Result<Vec<Vec<u32>>> {
         let limit = self.process.timeout();
         let start = Instant::now();
         let mut nap = Duration::from_micros(1);
         loop {
             let mut all = true;
-            for (_, _, reqs) in self.sends.iter_mut().chain(self.recvs.iter_mut()) {
+            let sends = self.sends.iter_mut().map(|e| &mut e.2);
+            for reqs in sends.chain(self.recvs.iter_mut().map(|e| &mut e.2)) {
                 for r in reqs.iter_mut().filter(|r| !r.done) {
                     let mut flag: c_int = 0;
                     // SAFETY: a live request of this batch; status ignored.
@@ -172,27 +182,16 @@ impl Traffic {
     /// cancelled, every unfinished request freed, and its buffer leaked so
     /// MPI never touches freed memory. Nothing here can block.
     fn release(&mut self) {
-        let release = |list: &mut Vec<(usize, Vec<u8>, Vec<Pending>)>, cancel: bool| {
-            for (_, data, reqs) in list.drain(..) {
-                let mut live = false;
-                for mut r in reqs.into_iter().filter(|r| !r.done) {
-                    live = true;
-                    // SAFETY: a live request of this batch; freeing an active
-                    // request lets it finish (or be cancelled) on its own.
-                    unsafe {
-                        if cancel {
-                            ffi::MPI_Cancel(&mut r.request);
-                        }
-                        ffi::MPI_Request_free(&mut r.request);
-                    }
-                }
-                if live {
-                    std::mem::forget(data);
-                }
+        for (_, data, reqs) in self.recvs.drain(..) {
+            if free_live(reqs, true) {
+                std::mem::forget(data);
             }
-        };
-        release(&mut self.recvs, true);
-        release(&mut self.sends, false);
+        }
+        for (_, data, reqs) in self.sends.drain(..) {
+            if free_live(reqs, false) {
+                std::mem::forget(data);
+            }
+        }
     }
 }
 
@@ -203,7 +202,25 @@ impl Drop for Traffic {
     }
 }
 
-/// Byte ranges of one message split into pieces MPI's int counts can hold
+/// Free (after cancelling, for receives) the requests that have not
+/// completed; whether there were any, so their buffer must be leaked.
+fn free_live(reqs: Vec<Pending>, cancel: bool) -> bool {
+    let mut live = false;
+    for mut r in reqs.into_iter().filter(|r| !r.done) {
+        live = true;
+        // SAFETY: a live request of this batch; freeing an active request
+        // lets it finish (or be cancelled) on its own.
+        unsafe {
+            if cancel {
+                ffi::MPI_Cancel(&mut r.request);
+            }
+            ffi::MPI_Request_free(&mut r.request);
+        }
+    }
+    live
+}
+
+/// Word ranges of one message split into pieces MPI's int counts can hold
 /// (one empty piece for an empty message, so it still matches).
 fn pieces(len: usize) -> Vec<std::ops::Range<usize>> {
     if len == 0 {

@@ -35,13 +35,13 @@ impl MpiShift {
         let all = agree(&process, OP, seq, &Header::new(OP, x.dtype(), x.shape()))?;
         let prev = (me + p - 1) % p;
         let raw = download_many(&[x])?;
+        let words: Vec<u32> = raw
+            .first()
+            .map(|b| bytemuck::pod_collect_to_vec(b))
+            .unwrap_or_default();
         let mut traffic = Traffic::new(&process, OP)?;
-        traffic.recv(prev, tag(seq, 1), all[prev].bytes() as usize)?;
-        traffic.send(
-            (me + 1) % p,
-            tag(seq, 1),
-            raw.into_iter().next().unwrap_or_default(),
-        )?;
+        traffic.recv(prev, tag(seq, 1), all[prev].words())?;
+        traffic.send((me + 1) % p, tag(seq, 1), words.into())?;
         let total = all.iter().map(Header::bytes).sum();
         let shift = MpiShift {
             traffic,
@@ -54,11 +54,13 @@ impl MpiShift {
     /// Wait for the step; the previous rank's tensor, now on this rank.
     pub(crate) fn finish(self) -> Result<Vec<LocalTensor>> {
         let got = self.traffic.wait()?;
-        let b = got.first().map(Vec::as_slice).unwrap_or_default();
-        let t = self
-            .like
-            .rank()
-            .upload_bytes("ring_shift", &self.shape, self.like.dtype(), b)?;
+        let words = got.first().map(Vec::as_slice).unwrap_or_default();
+        let t = self.like.rank().upload_bytes(
+            "ring_shift",
+            &self.shape,
+            self.like.dtype(),
+            bytemuck::cast_slice(words),
+        )?;
         Ok(vec![t])
     }
 }
