@@ -190,6 +190,15 @@ pub enum Error {
         /// What to do instead.
         hint: &'static str,
     },
+    /// A blocking call in a browser (wasm32), where nothing may wait for the
+    /// GPU: results come back only through the `async` form.
+    #[error(
+        "{op} waits for the device, which a browser page cannot do: call {op}_async(...).await instead"
+    )]
+    WouldBlock {
+        /// The blocking operation.
+        op: &'static str,
+    },
     /// A collective over processes did not complete in time: some ranks
     /// failed, stopped, or run a different sequence of collectives.
     #[error(

@@ -16,9 +16,18 @@ pub struct AdapterReport {
 }
 
 /// Every adapter wgpu can see on the given backends (all if `None`).
+/// Blocks; in a browser use [`adapters_async`].
 pub fn adapters(backends: Option<wgpu::Backends>) -> Vec<AdapterReport> {
-    let instance = instance_for(backends.unwrap_or(wgpu::Backends::all()));
-    pollster::block_on(instance.enumerate_adapters(backends.unwrap_or(wgpu::Backends::all())))
+    super::wait::block_on("adapters", async { Ok(adapters_async(backends).await) })
+        .unwrap_or_default()
+}
+
+/// [`adapters`] as a future (in a browser: the one adapter the page gets).
+pub async fn adapters_async(backends: Option<wgpu::Backends>) -> Vec<AdapterReport> {
+    let backends = backends.unwrap_or(wgpu::Backends::all());
+    instance_for(backends)
+        .enumerate_adapters(backends)
+        .await
         .into_iter()
         .map(|a| AdapterReport {
             info: a.get_info(),

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use web_time::Instant;
 
 use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
 use super::pool::{BufferPool, MemoryStats};
@@ -332,11 +332,36 @@ impl Device {
         }
     }
 
-    /// Submit pending work and block until the device is idle.
+    /// Submit pending work and block until the device is idle (in a
+    /// browser, [`Error::WouldBlock`]: use [`Device::synchronize_async`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.flush();
-        self.wait()?;
+        super::wait::block_on("Device::synchronize", self.synchronize_async())
+    }
+
+    /// Submit pending work; resolves when the device is idle.
+    pub async fn synchronize_async(&self) -> Result<()> {
+        let signal = super::wait::Signal::default();
+        self.queue.on_submitted_work_done(signal.done_callback());
+        let index = self.flush_index();
+        self.settle(index)?;
+        signal.done().await;
         self.check()
+    }
+
+    /// On native, block until submission `index` is done, which runs the
+    /// callbacks (mapping, work done) it completes; in a browser the page's
+    /// event loop runs them while their future is awaited, and polling
+    /// would not wait.
+    pub(crate) fn settle(&self, index: wgpu::SubmissionIndex) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.wait_for(index)
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = index;
+            Ok(())
+        }
     }
 
     /// Block until all submitted work is done.
@@ -345,6 +370,7 @@ impl Device {
     }
 
     /// Block until submission `index` (and everything before it) is done.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn wait_for(&self, index: wgpu::SubmissionIndex) -> Result<()> {
         self.poll(wgpu::PollType::Wait {
             submission_index: Some(index),

@@ -6,7 +6,7 @@
 //! the host.
 
 use std::sync::Arc;
-use std::time::Instant;
+use web_time::Instant;
 
 use super::context::Device;
 use super::pipeline::{Access, KernelSpec};

@@ -199,14 +199,20 @@ impl Mesh {
         }
     }
 
-    /// Submit pending work on every device and wait for all of it.
+    /// Submit pending work on every device and wait for all of it (in a
+    /// browser, use [`Mesh::synchronize_async`]).
     pub fn synchronize(&self) -> Result<()> {
+        super::wait::block_on("Mesh::synchronize", self.synchronize_async())
+    }
+
+    /// [`Mesh::synchronize`] as a future.
+    pub async fn synchronize_async(&self) -> Result<()> {
         let devices = self.devices();
         for d in &devices {
             d.flush();
         }
         for d in &devices {
-            d.synchronize()?;
+            d.synchronize_async().await?;
         }
         Ok(())
     }

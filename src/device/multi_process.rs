@@ -29,7 +29,7 @@ impl MeshBuilder {
     }
 
     #[cfg(feature = "mpi")]
-    pub(super) fn open_process_mesh(
+    pub(super) async fn open_process_mesh(
         &self,
         instance: wgpu::Instance,
         list: &[wgpu::Adapter],
@@ -59,13 +59,13 @@ impl MeshBuilder {
         let adapter = distinct[process.local_rank() % distinct.len()];
         let rank = super::rank::Rank {
             index: process.rank(),
-            device: super::select::open(adapter, process.rank(), limits)?,
+            device: super::select::open(adapter, process.rank(), limits).await?,
         };
         Ok(Mesh::from_process(instance, rank, process))
     }
 
     #[cfg(not(feature = "mpi"))]
-    pub(super) fn open_process_mesh(
+    pub(super) async fn open_process_mesh(
         &self,
         _instance: wgpu::Instance,
         _list: &[wgpu::Adapter],

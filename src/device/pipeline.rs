@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use crate::error::{Error, Result};
 
@@ -171,6 +172,9 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Pipeline> {
     if spec.source.contains("override WG:") && !constants.iter().any(|(n, _)| *n == "WG") {
         constants.push(("WG", grid_workgroup(&limits).into()));
     }
+    // A browser cannot wait for the scope: there a shader error reaches the
+    // uncaptured-error handler and the next readback returns it.
+    #[cfg(not(target_arch = "wasm32"))]
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
         label: Some(spec.family),
@@ -240,6 +244,7 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Pipeline> {
         },
         cache: None,
     });
+    #[cfg(not(target_arch = "wasm32"))]
     if let Some(e) = pollster::block_on(scope.pop()) {
         return Err(Error::Shader {
             name: spec.family,

@@ -1,24 +1,35 @@
 //! Reading tensors back to the host, through the one staging path
-//! ([`Exchange`]): [`download_many`] waits once per device for any number of
-//! tensors; [`LocalTensor::to_vec`] reads one.
+//! ([`Exchange`]): [`download_many_async`] waits once per device for any
+//! number of tensors; [`LocalTensor::to_vec_async`] reads one. The blocking
+//! forms ([`download_many`], [`LocalTensor::to_vec`], …) are the same code
+//! run to its end on native; in a browser they are
+//! [`Error::WouldBlock`](crate::Error::WouldBlock).
 
 use super::staging::Exchange;
 use super::tensor::LocalTensor;
+use super::wait::block_on;
 use crate::element::DType;
 use crate::error::Result;
 
 /// Read several tensors (on any ranks and devices) back to the host with one
 /// wait per device: copy each into a MAP_READ staging buffer, submit every
-/// device, map all, then poll each device once.
+/// device, map all, then poll each device once (blocking form of
+/// [`download_many_async`]).
 /// A blocked tensor is read block by block and joined on the host.
 pub fn download_many(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
+    block_on("download_many", download_many_async(tensors))
+}
+
+/// [`download_many`] as a future, resolved by the staging buffers' map
+/// callbacks: what a browser page awaits.
+pub async fn download_many_async(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>>> {
     let mut x = Exchange::with_capacity(tensors.len(), 0);
     for t in tensors {
         for b in t.blocks() {
             x.read(b)?;
         }
     }
-    let mapped = x.map()?;
+    let mapped = x.map_async().await?;
     let mut next = 0;
     Ok(tensors
         .iter()
@@ -37,28 +48,41 @@ impl LocalTensor {
     /// Read back as f32 (waits for the device); f16 tensors are widened,
     /// which is exact.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
+        block_on("LocalTensor::to_vec", self.to_vec_async())
+    }
+
+    /// [`LocalTensor::to_vec`] as a future.
+    pub async fn to_vec_async(&self) -> Result<Vec<f32>> {
         if self.dtype() == DType::F16 {
-            return Ok(self.to_vec_f16()?.iter().map(|h| h.to_f32()).collect());
+            let h = self.read_async("to_vec_f16", DType::F16).await?;
+            let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(&h);
+            return Ok(h.iter().map(|h| h.to_f32()).collect());
         }
-        self.expect_dtype("to_vec", DType::F32)?;
-        Ok(bytemuck::pod_collect_to_vec(
-            &download_many(&[self])?.remove(0),
-        ))
+        let raw = self.read_async("to_vec", DType::F32).await?;
+        Ok(bytemuck::pod_collect_to_vec(&raw))
     }
 
     /// Read back an f16 tensor (waits for the device).
     pub fn to_vec_f16(&self) -> Result<Vec<half::f16>> {
-        self.expect_dtype("to_vec_f16", DType::F16)?;
-        Ok(bytemuck::pod_collect_to_vec(
-            &download_many(&[self])?.remove(0),
-        ))
+        block_on("LocalTensor::to_vec_f16", async {
+            let raw = self.read_async("to_vec_f16", DType::F16).await?;
+            Ok(bytemuck::pod_collect_to_vec(&raw))
+        })
     }
 
     /// Read back as i32 (waits for the device).
     pub fn to_vec_i32(&self) -> Result<Vec<i32>> {
-        self.expect_dtype("to_vec_i32", DType::I32)?;
-        Ok(bytemuck::pod_collect_to_vec(
-            &download_many(&[self])?.remove(0),
-        ))
+        block_on("LocalTensor::to_vec_i32", self.to_vec_i32_async())
+    }
+
+    /// [`LocalTensor::to_vec_i32`] as a future.
+    pub async fn to_vec_i32_async(&self) -> Result<Vec<i32>> {
+        let raw = self.read_async("to_vec_i32", DType::I32).await?;
+        Ok(bytemuck::pod_collect_to_vec(&raw))
+    }
+
+    async fn read_async(&self, op: &'static str, dtype: DType) -> Result<Vec<u8>> {
+        self.expect_dtype(op, dtype)?;
+        Ok(download_many_async(&[self]).await?.remove(0))
     }
 }

@@ -10,7 +10,7 @@
 //! taken buffer can never overtake a command that still reads its old contents.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use web_time::Instant;
 
 use super::pool::BufferPool;
 use super::trace::Tracer;

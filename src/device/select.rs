@@ -70,7 +70,12 @@ impl MeshBuilder {
             allow_software: true,
             force_software: false,
             use_env: true,
-            layout: DeviceLayout::Simulated,
+            // A browser hands a page one device: its ranks share it.
+            layout: if cfg!(target_arch = "wasm32") {
+                DeviceLayout::SharedDevice
+            } else {
+                DeviceLayout::Simulated
+            },
             trace_path: None,
             limits: None,
             without_features: wgpu::Features::empty(),
@@ -226,24 +231,25 @@ impl MeshBuilder {
     }
 
     /// Matching adapters, best first.
-    pub(super) fn candidates(
+    pub(super) async fn candidates(
         &self,
         instance: &wgpu::Instance,
         backends: wgpu::Backends,
     ) -> Vec<wgpu::Adapter> {
         let name = self.resolved_name().map(|s| s.to_lowercase());
-        let mut list: Vec<wgpu::Adapter> =
-            pollster::block_on(instance.enumerate_adapters(backends))
-                .into_iter()
-                .filter(|a| {
-                    let info = a.get_info();
-                    let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
-                    name.as_ref()
-                        .is_none_or(|n| info.name.to_lowercase().contains(n.as_str()))
-                        && (!self.force_software || is_cpu)
-                        && (self.allow_software || !is_cpu)
-                })
-                .collect();
+        let mut list: Vec<wgpu::Adapter> = instance
+            .enumerate_adapters(backends)
+            .await
+            .into_iter()
+            .filter(|a| {
+                let info = a.get_info();
+                let is_cpu = info.device_type == wgpu::DeviceType::Cpu;
+                name.as_ref()
+                    .is_none_or(|n| info.name.to_lowercase().contains(n.as_str()))
+                    && (!self.force_software || is_cpu)
+                    && (self.allow_software || !is_cpu)
+            })
+            .collect();
         let power = self.power;
         list.sort_by_key(|a| {
             let i = a.get_info();
@@ -262,16 +268,24 @@ impl MeshBuilder {
     }
 
     /// Open the devices and build the mesh (tracing it when
-    /// [`MeshBuilder::trace_to`] or `WGPU_TP_TRACE` asks).
+    /// [`MeshBuilder::trace_to`] or `WGPU_TP_TRACE` asks). Blocks; in a
+    /// browser use [`MeshBuilder::build_async`].
     pub fn build(self) -> Result<Mesh> {
-        let mesh = self.open_mesh()?;
+        super::wait::block_on("MeshBuilder::build", self.build_async())
+    }
+
+    /// [`MeshBuilder::build`] as a future (requesting adapters and devices
+    /// is asynchronous in WebGPU). In a browser a page gets one device, so
+    /// there the default layout is [`DeviceLayout::SharedDevice`].
+    pub async fn build_async(self) -> Result<Mesh> {
+        let mesh = self.open_mesh().await?;
         if let Some(path) = self.resolved_trace_path() {
             mesh.trace_until_drop(&path)?;
         }
         Ok(mesh)
     }
 
-    fn open_mesh(&self) -> Result<Mesh> {
+    async fn open_mesh(&self) -> Result<Mesh> {
         let any_count = matches!(
             self.layout,
             DeviceLayout::PerAdapter | DeviceLayout::Process
@@ -286,7 +300,7 @@ impl MeshBuilder {
         let limits = self.resolved_limits()?;
         let limits = (limits.as_ref(), self.without_features);
         let instance = instance_for(backends);
-        let list = self.candidates(&instance, backends);
+        let list = self.candidates(&instance, backends).await;
         if list.is_empty() {
             let mut detail = String::new();
             if backends != wgpu::Backends::all() {
@@ -305,18 +319,17 @@ impl MeshBuilder {
         match self.layout {
             DeviceLayout::Simulated => {
                 let adapter = &list[0];
-                let ranks = (0..self.ranks)
-                    .map(|r| {
-                        Ok(Rank {
-                            index: r,
-                            device: open(adapter, r, limits)?,
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let mut ranks = Vec::with_capacity(self.ranks);
+                for r in 0..self.ranks {
+                    ranks.push(Rank {
+                        index: r,
+                        device: open(adapter, r, limits).await?,
+                    });
+                }
                 Ok(Mesh::from_parts(instance, ranks, self.layout))
             }
             DeviceLayout::SharedDevice => {
-                let device = open(&list[0], 0, limits)?;
+                let device = open(&list[0], 0, limits).await?;
                 let ranks = (0..self.ranks)
                     .map(|r| Rank {
                         index: r,
@@ -340,19 +353,19 @@ impl MeshBuilder {
                     let r = ranks.len();
                     ranks.push(Rank {
                         index: r,
-                        device: open(a, r, limits)?,
+                        device: open(a, r, limits).await?,
                     });
                 }
                 Ok(Mesh::from_parts(instance, ranks, self.layout))
             }
-            DeviceLayout::Process => self.open_process_mesh(instance, &list, limits),
+            DeviceLayout::Process => self.open_process_mesh(instance, &list, limits).await,
         }
     }
 }
 
 /// Open a device with `limits` (else the adapter's own) and the optional
 /// features the adapter has, less `without`.
-pub(super) fn open(
+pub(super) async fn open(
     adapter: &wgpu::Adapter,
     rank: usize,
     (limits, without): (Option<&wgpu::Limits>, wgpu::Features),
@@ -370,9 +383,12 @@ pub(super) fn open(
         trace: wgpu::Trace::Off,
     };
     let (device, queue) =
-        pollster::block_on(adapter.request_device(&desc)).map_err(|e| Error::RequestDevice {
-            adapter: info.name.clone(),
-            message: e.to_string(),
-        })?;
+        adapter
+            .request_device(&desc)
+            .await
+            .map_err(|e| Error::RequestDevice {
+                adapter: info.name.clone(),
+                message: e.to_string(),
+            })?;
     Ok(Device::new(device, queue, info, rank))
 }

@@ -16,11 +16,11 @@
 //! host or on the device.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::context::{Device, distinct_devices};
 use super::rank::Rank;
 use super::tensor::LocalTensor;
+use super::wait::{Signal, block_on};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -123,9 +123,15 @@ impl Exchange {
         Ok(())
     }
 
-    /// Submit every device, map every staging buffer, wait once per device.
+    /// Submit every device, map every staging buffer, wait once per device
+    /// (blocking; [`Exchange::map_async`] is the core).
     pub(crate) fn map(self) -> Result<Mapped> {
         self.submit().wait()
+    }
+
+    /// [`Exchange::map`] as a future: in a browser, the only way to read back.
+    pub(crate) async fn map_async(self) -> Result<Mapped> {
+        self.submit().ready().await
     }
 
     /// Submit every device (so ranks copy together) and start mapping every
@@ -145,25 +151,18 @@ impl Exchange {
                 (d, index)
             })
             .collect();
-        let failed = Arc::new(AtomicBool::new(false));
-        let on_map = |failed: &Arc<AtomicBool>| {
-            let failed = failed.clone();
-            move |r: std::result::Result<(), wgpu::BufferAsyncError>| {
-                if r.is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-            }
-        };
+        let signal = Signal::default();
         for d in &self.downs {
             d.staging
                 .slice(..)
-                .map_async(wgpu::MapMode::Read, on_map(&failed));
+                .map_async(wgpu::MapMode::Read, signal.map_callback());
         }
         for u in &mut self.ups {
             if let Some(b) = &u.staging
                 && !u.mapped
             {
-                b.slice(..).map_async(wgpu::MapMode::Write, on_map(&failed));
+                b.slice(..)
+                    .map_async(wgpu::MapMode::Write, signal.map_callback());
             }
         }
         InFlight {
@@ -174,7 +173,7 @@ impl Exchange {
                 downs_mapped: false,
             },
             waits,
-            failed,
+            signal,
         }
     }
 }
@@ -184,23 +183,42 @@ pub(crate) struct InFlight {
     mapped: Mapped,
     /// Per device: the submission that holds the staging copies.
     waits: Vec<(Arc<Device>, wgpu::SubmissionIndex)>,
-    failed: Arc<AtomicBool>,
+    /// Completed by the staging buffers' map callbacks.
+    signal: Signal,
 }
 
 impl InFlight {
     /// Submit what was recorded since [`Exchange::submit`] (so it runs
-    /// meanwhile), wait for the staging copies only, and hand out the views.
+    /// meanwhile), wait for the staging copies only, and hand out the views
+    /// (blocking; [`InFlight::ready`] is the core).
     pub(crate) fn wait(self) -> Result<Mapped> {
+        block_on("read back", self.ready())
+    }
+
+    /// [`InFlight::wait`] as a future: the map callbacks complete it (on
+    /// native after a blocking poll of each device, in a browser from the
+    /// page's event loop).
+    pub(crate) async fn ready(self) -> Result<Mapped> {
         let InFlight {
             mut mapped,
             waits,
-            failed,
+            signal,
         } = self;
         for (d, _) in &waits {
             d.flush();
         }
         for (d, index) in waits {
-            d.wait_for(index)?;
+            d.settle(index)?;
+            d.check()?;
+        }
+        let failed = signal.done().await;
+        for d in distinct_devices(
+            mapped
+                .downs
+                .iter()
+                .map(|d| &d.device)
+                .chain(mapped.ups.iter().map(|u| &u.device)),
+        ) {
             d.check()?;
         }
         let rank = mapped
@@ -209,7 +227,7 @@ impl InFlight {
             .map(|d| d.rank)
             .or(mapped.ups.first().map(|u| u.out.rank_index()))
             .unwrap_or(0);
-        if failed.load(Ordering::Relaxed) {
+        if failed {
             return Err(Error::Wgpu {
                 rank,
                 message: "mapping a staging buffer failed".into(),

@@ -11,9 +11,10 @@
 
 use super::attention::KvCache;
 use super::gpt::Gpt;
+use crate::device::block_on;
 use crate::error::{Error, Result};
 use crate::kernels;
-use crate::tensor::{DTensor, NoGradGuard, vocab_top_k};
+use crate::tensor::{DTensor, NoGradGuard, vocab_top_k_async};
 
 /// How the next token is chosen from the last position's logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -131,6 +132,18 @@ impl Gpt {
         self.generate_with(prompt, max_new, sampling, |_| Ok(()))
     }
 
+    /// [`Gpt::generate`] as a future (a browser page awaits each token's
+    /// candidates; nothing else leaves the GPU).
+    pub async fn generate_async(
+        &mut self,
+        prompt: &[i32],
+        max_new: usize,
+        sampling: Sampling,
+    ) -> Result<Vec<i32>> {
+        self.generate_with_async(prompt, max_new, sampling, |_| Ok(()))
+            .await
+    }
+
     /// [`Gpt::generate`] calling `on_token` with each token as soon as it
     /// is chosen (to stream text); an error from it stops generation and is
     /// returned. Per token only the last position is normed and multiplied
@@ -143,6 +156,20 @@ impl Gpt {
         prompt: &[i32],
         max_new: usize,
         sampling: Sampling,
+        on_token: impl FnMut(i32) -> Result<()>,
+    ) -> Result<Vec<i32>> {
+        block_on(
+            "Gpt::generate",
+            self.generate_with_async(prompt, max_new, sampling, on_token),
+        )
+    }
+
+    /// [`Gpt::generate_with`] as a future.
+    pub async fn generate_with_async(
+        &mut self,
+        prompt: &[i32],
+        max_new: usize,
+        sampling: Sampling,
         mut on_token: impl FnMut(i32) -> Result<()>,
     ) -> Result<Vec<i32>> {
         // Nothing is recorded for a backward pass while generating.
@@ -151,24 +178,14 @@ impl Gpt {
         let mut caches = vec![KvCache::default(); self.h.len()];
         let mut out = Vec::with_capacity(max_new);
         let mut step = prompt.to_vec();
-        let result = loop {
-            if out.len() == max_new {
-                break Ok(());
-            }
-            let next = match self
-                .decode_step(&step, &mut caches)
-                .and_then(|logits| self.next_token(&mut sampler, &logits))
-            {
-                Ok(next) => next,
-                Err(e) => break Err(e),
-            };
+        while out.len() < max_new {
+            let logits = self.decode_step(&step, &mut caches)?;
+            let next = self.next_token(&mut sampler, &logits).await?;
             out.push(next);
-            if let Err(e) = on_token(next) {
-                break Err(e);
-            }
+            on_token(next)?;
             step = vec![next];
-        };
-        result.map(|()| out)
+        }
+        Ok(out)
     }
 
     /// Run `ids` (the tokens after the cached ones) through the model and
@@ -190,14 +207,14 @@ impl Gpt {
 
     /// The next token from the last row of `logits` (`Shard(1)` over the
     /// vocab), chosen from [`vocab_top_k`]'s candidates.
-    fn next_token(&self, sampler: &mut Sampler, logits: &DTensor) -> Result<i32> {
+    async fn next_token(&self, sampler: &mut Sampler, logits: &DTensor) -> Result<i32> {
         let width = sampler.width().min(self.config().vocab);
         let row = logits.shape()[0] - 1;
         if width > kernels::topk::TOP_K_MAX {
-            let all = logits.to_host()?;
+            let all = logits.to_host_async().await?;
             return Ok(sampler.pick(&all[row * self.config().vocab..]));
         }
-        let top = vocab_top_k(logits, row, width)?;
+        let top = vocab_top_k_async(logits, row, width).await?;
         Ok(sampler.choose(&top))
     }
 
@@ -210,12 +227,25 @@ impl Gpt {
         max_new: usize,
         sampling: Sampling,
     ) -> Result<Vec<i32>> {
+        block_on(
+            "Gpt::generate_uncached",
+            self.generate_uncached_async(prompt, max_new, sampling),
+        )
+    }
+
+    /// [`Gpt::generate_uncached`] as a future.
+    pub async fn generate_uncached_async(
+        &mut self,
+        prompt: &[i32],
+        max_new: usize,
+        sampling: Sampling,
+    ) -> Result<Vec<i32>> {
         let _off = NoGradGuard::new();
         let mut sampler = self.start_generation(prompt, max_new, sampling)?;
         let mut seq = prompt.to_vec();
         let vocab = self.config().vocab;
         for _ in 0..max_new {
-            let logits = self.logits(&seq, seq.len())?.to_host()?;
+            let logits = self.logits(&seq, seq.len())?.to_host_async().await?;
             let last = &logits[(seq.len() - 1) * vocab..];
             seq.push(sampler.pick(last));
         }

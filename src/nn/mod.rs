@@ -26,10 +26,12 @@ mod norm;
 mod optim;
 mod parameter;
 mod params;
+#[cfg(not(target_arch = "wasm32"))]
 mod pretrained;
+#[cfg(not(target_arch = "wasm32"))]
 mod tokenizer;
 
-pub use crate::tensor::vocab_top_k;
+pub use crate::tensor::{vocab_top_k, vocab_top_k_async};
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
 pub use checkpoint::{
@@ -52,7 +54,9 @@ pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{ParamId, Parameter};
 pub use params::{Params, join_name};
+#[cfg(not(target_arch = "wasm32"))]
 pub use pretrained::{HfGpt2Config, pretrained_config};
+#[cfg(not(target_arch = "wasm32"))]
 pub use tokenizer::{TokenStream, Tokenizer};
 /// `#[derive(Params)]`: see the [`Params`] trait.
 pub use wgpu_tp_derive::Params;

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::device::Mesh;
+use crate::device::{Mesh, block_on};
 use crate::error::{Error, Result};
 use crate::shard::{outer_dim_inner, split_range_in_units};
 use crate::tensor::{DTensor, GradSlot, Node, Placement};
@@ -194,17 +194,30 @@ impl Parameter {
 
     /// The full (serial) value on the host, undoing any stride.
     pub fn master(&self) -> Result<Vec<f32>> {
-        self.to_master(&self.value)
+        block_on("Parameter::master", self.master_async())
+    }
+
+    /// [`Parameter::master`] as a future.
+    pub async fn master_async(&self) -> Result<Vec<f32>> {
+        self.to_master(&self.value).await
     }
 
     /// The full gradient on the host (`None` if no gradient yet).
     pub fn master_grad(&self) -> Result<Option<Vec<f32>>> {
-        self.grad().map(|g| self.to_master(&g)).transpose()
+        block_on("Parameter::master_grad", self.master_grad_async())
+    }
+
+    /// [`Parameter::master_grad`] as a future.
+    pub async fn master_grad_async(&self) -> Result<Option<Vec<f32>>> {
+        match self.grad() {
+            Some(g) => Ok(Some(self.to_master(&g).await?)),
+            None => Ok(None),
+        }
     }
 
     /// Gather `t` (placed like the value) and undo the stride permutation.
-    fn to_master(&self, t: &DTensor) -> Result<Vec<f32>> {
-        let v = t.to_host()?;
+    async fn to_master(&self, t: &DTensor) -> Result<Vec<f32>> {
+        let v = t.to_host_async().await?;
         Ok(match t.placement() {
             Placement::Shard(d) => {
                 let split = (self.stride, self.unit);

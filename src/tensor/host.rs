@@ -5,7 +5,7 @@
 //! `to_host` gives every process the whole value.
 
 use super::dtensor::{DTensor, Placement, local_shape_in_units};
-use crate::device::{LocalTensor, Mesh, Rank, download_many};
+use crate::device::{LocalTensor, Mesh, Rank, block_on, download_many_async};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::shard::{host_narrow, outer_dim_inner, split_range_in_units};
@@ -113,10 +113,17 @@ impl DTensor {
     }
 
     /// Read the logical tensor back to the host (f32; f16 is widened, which
-    /// is exact). Waits for the devices.
+    /// is exact). Waits for the devices (in a browser, use
+    /// [`DTensor::to_host_async`]).
     pub fn to_host(&self) -> Result<Vec<f32>> {
+        block_on("DTensor::to_host", self.to_host_async())
+    }
+
+    /// [`DTensor::to_host`] as a future: only the final copy to the host
+    /// waits, resolved by the map callbacks.
+    pub async fn to_host_async(&self) -> Result<Vec<f32>> {
         if self.dtype() == DType::F16 {
-            let wide = self.cast(DType::F32)?.to_host()?;
+            let wide = Box::pin(self.cast(DType::F32)?.to_host_async()).await?;
             return Ok(match self.placement() {
                 // Summed on the host in f32, then rounded once, as
                 // `redistribute(Replicate)` would.
@@ -128,24 +135,30 @@ impl DTensor {
             });
         }
         self.shards()[0].expect_dtype("DTensor::to_host", DType::F32)?;
-        let bytes = self.host_words()?;
+        let bytes = self.host_words().await?;
         Ok(bytes.into_iter().map(f32::from_bits).collect())
     }
 
     /// Read the logical tensor back to the host (i32).
     pub fn to_host_i32(&self) -> Result<Vec<i32>> {
+        block_on("DTensor::to_host_i32", self.to_host_i32_async())
+    }
+
+    /// [`DTensor::to_host_i32`] as a future.
+    pub async fn to_host_i32_async(&self) -> Result<Vec<i32>> {
         self.shards()[0].expect_dtype("DTensor::to_host_i32", DType::I32)?;
-        Ok(self.host_words()?.into_iter().map(|w| w as i32).collect())
+        let words = self.host_words().await?;
+        Ok(words.into_iter().map(|w| w as i32).collect())
     }
 
     /// Assemble the logical value on the host, without counting as communication.
-    fn host_words(&self) -> Result<Vec<u32>> {
+    async fn host_words(&self) -> Result<Vec<u32>> {
         let p = self.mesh().size();
         let refs: Vec<&LocalTensor> = match self.placement() {
             Placement::Replicate => vec![&self.shards()[0]],
             _ => self.shards().iter().collect(),
         };
-        let raw = download_many(&refs)?;
+        let raw = download_many_async(&refs).await?;
         let mut words: Vec<Vec<u32>> = raw
             .iter()
             .map(|b| bytemuck::pod_collect_to_vec(b))

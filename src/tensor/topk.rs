@@ -3,7 +3,7 @@
 //! host. Generation's greedy and top-k choice.
 
 use super::dtensor::{DTensor, Placement};
-use crate::device::download_many;
+use crate::device::{block_on, download_many_async};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -18,6 +18,15 @@ use crate::shard::split_range_in_units;
 /// a multi-process mesh the candidates are exchanged, and every process
 /// gets the same answer.
 pub fn vocab_top_k(logits: &DTensor, row: usize, k: usize) -> Result<Vec<(f32, usize)>> {
+    block_on("vocab_top_k", vocab_top_k_async(logits, row, k))
+}
+
+/// [`vocab_top_k`] as a future: only the final read of the candidates waits.
+pub async fn vocab_top_k_async(
+    logits: &DTensor,
+    row: usize,
+    k: usize,
+) -> Result<Vec<(f32, usize)>> {
     const OP: &str = "vocab_top_k";
     if logits.shape().len() != 2 || logits.placement() != Placement::Shard(1) {
         return Err(Error::invalid(
@@ -42,7 +51,7 @@ pub fn vocab_top_k(logits: &DTensor, row: usize, k: usize) -> Result<Vec<(f32, u
         )?);
     }
     // One wait per device for every rank's candidates.
-    let raw = download_many(&shards.iter().collect::<Vec<_>>())?;
+    let raw = download_many_async(&shards.iter().collect::<Vec<_>>()).await?;
     let mut pairs: Vec<i32> = raw
         .iter()
         .flat_map(|b| b.chunks_exact(4))

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use web_time::Instant;
 
 use super::super::context::distinct_devices;
 use super::super::mesh::Mesh;

@@ -38,7 +38,7 @@ mod timestamps;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use web_time::Instant;
 
 use crate::error::{Error, Result};
 
