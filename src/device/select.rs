@@ -296,6 +296,16 @@ impl MeshBuilder {
                 "a mesh needs at least one rank",
             ));
         }
+        if cfg!(target_arch = "wasm32")
+            && matches!(self.layout, DeviceLayout::Simulated | DeviceLayout::Process)
+            && (self.ranks > 1 || self.layout == DeviceLayout::Process)
+        {
+            return Err(Error::invalid(
+                "MeshBuilder::build",
+                "a browser gives a page one WebGPU device, so its ranks share it: use \
+                 MeshBuilder::shared_device() (the default in a browser)",
+            ));
+        }
         let backends = self.resolved_backends()?;
         let limits = self.resolved_limits()?;
         let limits = (limits.as_ref(), self.without_features);

@@ -1,6 +1,6 @@
 //! The GPT in the browser: one training step on P = 4 ranks sharing the
 //! page's device equals P = 1 (loss, every gradient, every parameter after
-//! an SGD step), plain and sequence-parallel, under both limit sets;
+//! an SGD step), plain, and sequence-parallel with dropout, under both limit sets;
 //! cached generation equals recomputation; f16 is reported skipped where
 //! the adapter has no `shader-f16`.
 
@@ -14,6 +14,13 @@ fn config(sequence_parallel: bool) -> GptConfig {
     // 3 heads: P = 4 splits them unevenly and one rank holds none.
     let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
     (cfg.ffn, cfg.sequence_parallel) = (20, sequence_parallel);
+    cfg
+}
+
+/// With dropout on activations and attention probabilities: the masks
+/// follow global positions, so they are the same at every P.
+fn with_dropout(mut cfg: GptConfig) -> GptConfig {
+    (cfg.dropout, cfg.attn_dropout) = (0.1, 0.1);
     cfg
 }
 
@@ -53,7 +60,12 @@ async fn gpt_step_on_4_ranks_equals_1_rank() {
     let mut rng = Rng::fresh("gpt");
     for (label, limits) in limit_sets() {
         for sp in [false, true] {
-            let cfg = config(sp);
+            // The sequence-parallel run also has dropout.
+            let cfg = if sp {
+                with_dropout(config(sp))
+            } else {
+                config(sp)
+            };
             let seq = 8;
             let ids: Vec<i32> = (0..2 * seq).map(|_| (rng.next_u64() % 11) as i32).collect();
             let targets: Vec<i32> = (0..2 * seq).map(|_| (rng.next_u64() % 11) as i32).collect();

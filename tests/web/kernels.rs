@@ -1,7 +1,7 @@
 //! Kernels in the browser against f64 references, ragged sizes, outputs
 //! poisoned first, under both limit sets: GEMM (every transpose, bias,
-//! accumulate), GELU, LayerNorm, causal attention, cross-entropy and the
-//! vocab top-k.
+//! accumulate), GELU, LayerNorm, causal attention, cross-entropy, the
+//! vocab top-k and the AdamW step.
 
 use wasm_bindgen_test::wasm_bindgen_test;
 use wgpu_tp::kernels::{
@@ -189,4 +189,42 @@ async fn cross_entropy_and_top_k_match_f64() {
         assert_eq!(ids, order[..k], "{label}: top-k ids");
         log!("{label}: cross-entropy rel {e:.2e}, top-{k} {ids:?}");
     }
+}
+
+#[wasm_bindgen_test]
+async fn adamw_step_matches_f64() {
+    let mut rng = Rng::fresh("adamw");
+    let m = mesh(1, None).await;
+    let r = &m.ranks()[0];
+    let n = 1037;
+    let (w, g, m0) = (rng.vec(n), rng.vec(n), rng.vec(n));
+    let v0: Vec<f32> = rng.vec(n).iter().map(|x| x.abs()).collect();
+    let s = kernels::optim::AdamWStep {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step: 3,
+    };
+    let (gw, gg, gm, gv) = (
+        r.upload(&[n], &w).unwrap(),
+        r.upload(&[n], &g).unwrap(),
+        r.upload(&[n], &m0).unwrap(),
+        r.upload(&[n], &v0).unwrap(),
+    );
+    kernels::optim::adamw_step(&gw, &gg, &gm, &gv, s).unwrap();
+    let (b1, b2, lr) = (s.beta1 as f64, s.beta2 as f64, s.lr as f64);
+    let want: Vec<f64> = (0..n)
+        .map(|i| {
+            let gi = g[i] as f64;
+            let mi = b1 * m0[i] as f64 + (1.0 - b1) * gi;
+            let vi = b2 * v0[i] as f64 + (1.0 - b2) * gi * gi;
+            let mh = mi / (1.0 - b1.powi(3));
+            let vh = vi / (1.0 - b2.powi(3));
+            w[i] as f64 * (1.0 - lr * s.weight_decay as f64) - lr * mh / (vh.sqrt() + s.eps as f64)
+        })
+        .collect();
+    let e = rel_err(&gw.to_vec_async().await.unwrap(), &want);
+    assert!(e <= TOL, "adamw rel {e:.2e}");
 }
