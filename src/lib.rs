@@ -10,6 +10,15 @@
 //! or several: every process runs the same program on its own rank, and
 //! collectives go through MPI with the same bytes as in one process.
 //!
+//! It also builds for `wasm32-unknown-unknown` and runs in a browser on
+//! WebGPU. There every rank shares the page's one device (collectives stay
+//! on the GPU) and nothing may block, so what waits for the GPU is `async`
+//! at its core: [`MeshBuilder::build_async`], [`DTensor::to_host_async`],
+//! [`download_many_async`], [`nn::Gpt::generate_async`], … On native the
+//! blocking forms ([`MeshBuilder::build`], [`DTensor::to_host`], …) run the
+//! same futures to their end; in a browser they return
+//! [`Error::WouldBlock`] naming the `async` form to await.
+//!
 //! The crate is layered, each layer using only the ones below it:
 //! 1. devices: [`Mesh`], [`MeshBuilder`], [`Rank`], [`Device`], [`LocalTensor`],
 //!    and per-kernel tracing ([`Trace`]);
