@@ -319,6 +319,11 @@ impl MeshBuilder {
             if let Some(n) = self.resolved_name() {
                 detail.push_str(&format!(" named like {n:?}"));
             }
+            if cfg!(target_arch = "wasm32") {
+                detail.push_str(
+                    " (this browser gave no WebGPU adapter: it needs WebGPU, on Linux Chrome with --enable-unsafe-webgpu; chrome://gpu tells)",
+                );
+            }
             if self.force_software {
                 detail.push_str(" (software only)");
             } else if !self.allow_software {
