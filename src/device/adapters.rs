@@ -16,7 +16,8 @@ pub struct AdapterReport {
 }
 
 /// Every adapter wgpu can see on the given backends (all if `None`).
-/// Blocks; in a browser use [`adapters_async`].
+/// Blocks; in a browser, where this returns an empty list, use
+/// [`adapters_async`].
 pub fn adapters(backends: Option<wgpu::Backends>) -> Vec<AdapterReport> {
     super::wait::block_on("adapters", async { Ok(adapters_async(backends).await) })
         .unwrap_or_default()

@@ -340,9 +340,10 @@ impl Device {
 
     /// Submit pending work; resolves when the device is idle.
     pub async fn synchronize_async(&self) -> Result<()> {
+        // Flush first: the callback covers only work submitted before it.
+        let index = self.flush_index();
         let signal = super::wait::Signal::default();
         self.queue.on_submitted_work_done(signal.done_callback());
-        let index = self.flush_index();
         self.settle(index)?;
         signal.done().await;
         self.check()

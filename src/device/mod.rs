@@ -33,7 +33,10 @@
 //!   `control.rs` starting and stopping it and the host-span API upper
 //!   layers report spans with;
 //! - `adapters.rs`: listing adapters ([`adapters`]) and parsing backend names;
-//! - `select.rs`: adapter choice and [`MeshBuilder`].
+//! - `select.rs`: adapter choice and [`MeshBuilder`]; `open.rs`: opening
+//!   one device with the limits and features asked for;
+//! - `wait.rs`: the one place the crate waits for the GPU (async at the
+//!   core, blocking on native).
 
 mod adapters;
 mod blocks;
@@ -43,6 +46,7 @@ mod derived;
 mod dispatch;
 mod mesh;
 mod multi_process;
+mod open;
 mod pipeline;
 mod pool;
 mod probe;

@@ -59,7 +59,7 @@ impl MeshBuilder {
         let adapter = distinct[process.local_rank() % distinct.len()];
         let rank = super::rank::Rank {
             index: process.rank(),
-            device: super::select::open(adapter, process.rank(), limits).await?,
+            device: super::open::open(adapter, process.rank(), limits).await?,
         };
         Ok(Mesh::from_process(instance, rank, process))
     }

@@ -10,11 +10,10 @@
 //! devices with weaker limits ([`MeshBuilder::limits`]).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use super::adapters::{instance_for, parse_backends};
-use super::context::Device;
 use super::mesh::{DeviceLayout, Mesh};
+use super::open::open;
 use super::rank::Rank;
 use crate::error::{Error, Result};
 
@@ -296,10 +295,12 @@ impl MeshBuilder {
                 "a mesh needs at least one rank",
             ));
         }
-        if cfg!(target_arch = "wasm32")
-            && matches!(self.layout, DeviceLayout::Simulated | DeviceLayout::Process)
-            && (self.ranks > 1 || self.layout == DeviceLayout::Process)
-        {
+        let one_device_each = match self.layout {
+            DeviceLayout::Simulated => self.ranks > 1,
+            DeviceLayout::Process => true,
+            DeviceLayout::SharedDevice | DeviceLayout::PerAdapter => false,
+        };
+        if cfg!(target_arch = "wasm32") && one_device_each {
             return Err(Error::invalid(
                 "MeshBuilder::build",
                 "a browser gives a page one WebGPU device, so its ranks share it: use \
@@ -376,34 +377,4 @@ impl MeshBuilder {
             DeviceLayout::Process => self.open_process_mesh(instance, &list, limits).await,
         }
     }
-}
-
-/// Open a device with `limits` (else the adapter's own) and the optional
-/// features the adapter has, less `without`.
-pub(super) async fn open(
-    adapter: &wgpu::Adapter,
-    rank: usize,
-    (limits, without): (Option<&wgpu::Limits>, wgpu::Features),
-) -> Result<Arc<Device>> {
-    let info = adapter.get_info();
-    let wanted =
-        (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP)
-            - without;
-    let desc = wgpu::DeviceDescriptor {
-        label: Some("wgpu-tp rank"),
-        required_features: adapter.features() & wanted,
-        required_limits: limits.cloned().unwrap_or_else(|| adapter.limits()),
-        experimental_features: wgpu::ExperimentalFeatures::disabled(),
-        memory_hints: wgpu::MemoryHints::Performance,
-        trace: wgpu::Trace::Off,
-    };
-    let (device, queue) =
-        adapter
-            .request_device(&desc)
-            .await
-            .map_err(|e| Error::RequestDevice {
-                adapter: info.name.clone(),
-                message: e.to_string(),
-            })?;
-    Ok(Device::new(device, queue, info, rank))
 }

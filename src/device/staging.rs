@@ -207,18 +207,12 @@ impl InFlight {
         for (d, _) in &waits {
             d.flush();
         }
-        for (d, index) in waits {
-            d.settle(index)?;
-            d.check()?;
+        for (d, index) in &waits {
+            d.settle(index.clone())?;
         }
         let failed = signal.done().await;
-        for d in distinct_devices(
-            mapped
-                .downs
-                .iter()
-                .map(|d| &d.device)
-                .chain(mapped.ups.iter().map(|u| &u.device)),
-        ) {
+        // After the callbacks: in a browser errors arrive with them.
+        for (d, _) in &waits {
             d.check()?;
         }
         let rank = mapped

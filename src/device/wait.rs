@@ -1,7 +1,7 @@
 //! The one place the crate waits for the GPU. Results come back through
 //! futures completed by wgpu's callbacks (`map_async`,
 //! `on_submitted_work_done`): in a browser the page's event loop runs those
-//! callbacks while the future is awaited; on native, [`Signal::settle`]
+//! callbacks while the future is awaited; on native, `Device::settle`
 //! first polls the device until the callbacks have run, and the blocking API
 //! is [`block_on`] over the same async code.
 
@@ -21,7 +21,8 @@ struct State {
     waker: Option<Waker>,
 }
 
-/// Completion of a batch of wgpu callbacks: each [`Signal::callback`] adds
+/// Completion of a batch of wgpu callbacks: each [`Signal::map_callback`] or
+/// [`Signal::done_callback`] adds
 /// one to wait for; [`Signal::done`] resolves when all have run, to whether
 /// any reported a failure.
 #[derive(Clone, Default)]
@@ -83,7 +84,7 @@ impl Future for Done {
 
 /// Run an async operation of the crate to its end, blocking this thread:
 /// the native blocking API is this over the async one. In a browser nothing
-/// may block, so there it is [`Error::WouldBlock`] unless the result is
+/// may block, so there it is [`Error::WouldBlock`](crate::Error::WouldBlock) unless the result is
 /// already there.
 pub(crate) fn block_on<T>(op: &'static str, f: impl Future<Output = Result<T>>) -> Result<T> {
     #[cfg(not(target_arch = "wasm32"))]

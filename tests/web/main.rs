@@ -109,4 +109,13 @@ async fn webgpu_comes_up_on_the_pages_one_device() {
         other => panic!("a blocking read in a browser gave {other:?}"),
     }
     assert_eq!(y.to_vec_async().await.unwrap(), vec![2.0, 4.0]);
+    // Waiting for all of it resolves, and a blocking wait says what to await.
+    let _z = wgpu_tp::kernels::scale(&y, 3.0).unwrap();
+    m.synchronize_async().await.unwrap();
+    assert!(matches!(
+        m.synchronize(),
+        Err(wgpu_tp::Error::WouldBlock {
+            op: "Mesh::synchronize"
+        })
+    ));
 }
