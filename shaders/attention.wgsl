@@ -1,9 +1,13 @@
 // Causal softmax attention, one rank's heads (src/kernels/attention/).
-// Per sequence b and head h, with queries at positions past + i (i < tq) and
-// keys/values at positions j < tk:
-//   S[i, j] = q_i . k_j * scale, masked to j <= past + i,
+// Per sequence b and query head h, with queries at positions past + i
+// (i < tq) and keys/values at positions j < tk of key/value head kvh(h):
+//   S[i, j] = q_i . k_j * scale, masked to j <= past + i (and, with a
+//     window w > 0, to past + i < j + w: Mistral's sliding window),
 //   P = softmax over each row of S (max subtracted), exactly 0 where masked,
 //   O[i] = sum_j P[i, j] v_j.
+// Grouped-query attention: query head h (local, global q0 + h) reads
+// key/value head kvh(h) = (q0 + h) / group - kv0 of the key/value views; with
+// group 1 and q0 = kv0 that is h itself (multi-head attention).
 // Element e of head h at position t of sequence b of a view lives at
 //   src[base + b*sb + h*sh + t*st + e]
 // (the fused QKV layout, the output layout and the KV-cache layout are all
@@ -50,18 +54,29 @@ struct Params {
     o_st: u32,
     // Invocations with work: tiles or rows.
     n: u32,
+    // Query heads per key/value head.
+    group: u32,
+    // Global index of this rank's first query head, and of the first
+    // key/value head its key/value views hold.
+    q0: u32,
+    kv0: u32,
+    // Sliding window (0: none).
+    window: u32,
+    // Key/value heads of the views (mix with trans = 1 and append_kv run
+    // over these).
+    kv_heads: u32,
     _pad0: u32,
     _pad1: u32,
-    _pad2: u32,
 }
 
 // One layout for every entry; unused slots get any read-only input.
 @group(0) @binding(0) var<uniform> p: Params;
-// append_kv: the new fused QKV rows.
+// append_kv: the new keys (view a).
 @group(0) @binding(1) var<storage, read> a_src: array<f32>;
 // append_kv: the old cache.
 @group(0) @binding(2) var<storage, read> b_src: array<f32>;
-// A score-shaped matrix: P or dS (mix), P (grad_softmax_rows).
+// A score-shaped matrix: P or dS (mix), P (grad_softmax_rows); append_kv:
+// the new values (view b).
 @group(0) @binding(3) var<storage, read> mat: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
@@ -85,9 +100,25 @@ fn o_at(b: u32, h: u32, t: u32) -> u32 {
     return p.o_base + b * p.o_sb + h * p.o_sh + t * p.o_st;
 }
 
+// The key/value head query head h (local) reads.
+fn kvh(h: u32) -> u32 {
+    return (p.q0 + h) / p.group - p.kv0;
+}
+
 // Keys query i sees: j < past + i + 1 (and j < tk).
 fn keys_of(i: u32) -> u32 {
     return min(p.past + i + 1u, p.tk);
+}
+
+// First key query i sees: past + i + 1 - window (0 without a window).
+fn first_key(i: u32) -> u32 {
+    let end = p.past + i + 1u;
+    return select(0u, end - p.window, p.window > 0u && end > p.window);
+}
+
+// Whether query i sees key j.
+fn visible(i: u32, j: u32) -> bool {
+    return j <= p.past + i && (p.window == 0u || p.past + i < j + p.window);
 }
 
 // Row i of a score tile into out (row-major, tk wide from `row`): columns
@@ -97,14 +128,15 @@ fn store_scores(row: u32, i: u32, j0: u32, v: vec4<f32>) {
     for (var c = 0u; c < 4u; c++) {
         let j = j0 + c;
         if (j < p.tk) {
-            out[row + j] = select(0.0, p.scale * v[c], j <= p.past + i);
+            out[row + j] = select(0.0, p.scale * v[c], visible(i, j));
         }
     }
 }
 
-// out[b, h, i, j] = scale * (a_i . b_j) for j <= past + i, else 0, over
-// [batch, heads, tq, tk]: S = q kᵀ / sqrt(d) (a = q, b = k) or dP = dO vᵀ
-// (a = dO, b = v, scale 1). One invocation per 4 x 4 tile of (i, j).
+// out[b, h, i, j] = scale * (a_i . b_j) where query i sees key j, else 0,
+// over [batch, heads, tq, tk]: S = q kᵀ / sqrt(d) (a = q, b = k) or
+// dP = dO vᵀ (a = dO, b = v, scale 1); a per query head, b per key/value
+// head kvh(h). One invocation per 4 x 4 tile of (i, j).
 @compute @workgroup_size(64)
 fn masked_dots(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) li: u32) {
@@ -121,16 +153,19 @@ fn masked_dots(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
-    // Skip tiles wholly above the diagonal (they store zeros).
-    if (j0 <= p.past + min(i0 + 3u, p.tq - 1u)) {
+    // Skip tiles wholly above the diagonal or before the window (they
+    // store zeros).
+    let i_last = min(i0 + 3u, p.tq - 1u);
+    if (j0 <= p.past + i_last && j0 + 4u > first_key(i0)) {
         let ia0 = a_at(b, h, min(i0, p.tq - 1u));
         let ia1 = a_at(b, h, min(i0 + 1u, p.tq - 1u));
         let ia2 = a_at(b, h, min(i0 + 2u, p.tq - 1u));
         let ia3 = a_at(b, h, min(i0 + 3u, p.tq - 1u));
-        let jb0 = b_at(b, h, min(j0, p.tk - 1u));
-        let jb1 = b_at(b, h, min(j0 + 1u, p.tk - 1u));
-        let jb2 = b_at(b, h, min(j0 + 2u, p.tk - 1u));
-        let jb3 = b_at(b, h, min(j0 + 3u, p.tk - 1u));
+        let c = kvh(h);
+        let jb0 = b_at(b, c, min(j0, p.tk - 1u));
+        let jb1 = b_at(b, c, min(j0 + 1u, p.tk - 1u));
+        let jb2 = b_at(b, c, min(j0 + 2u, p.tk - 1u));
+        let jb3 = b_at(b, c, min(j0 + 3u, p.tk - 1u));
         for (var e = 0u; e < p.d; e++) {
             let kv = vec4<f32>(b_src[jb0 + e], b_src[jb1 + e], b_src[jb2 + e], b_src[jb3 + e]);
             acc0 += a_src[ia0 + e] * kv;
@@ -147,7 +182,7 @@ fn masked_dots(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
 }
 
 // In place on out = the scores from masked_dots: each row becomes
-// softmax_j(S[i, j]) over j < keys_of(i), zeros after.
+// softmax_j(S[i, j]) over first_key(i) <= j < keys_of(i), zeros elsewhere.
 @compute @workgroup_size(64)
 fn softmax_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) li: u32) {
@@ -155,12 +190,13 @@ fn softmax_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     if (r >= p.n) { return; }
     let base = r * p.tk;
     let keys = keys_of(r % p.tq);
+    let first = first_key(r % p.tq);
     var m = NEG_BIG;
-    for (var j = 0u; j < keys; j++) {
+    for (var j = first; j < keys; j++) {
         m = max(m, out[base + j]);
     }
     var sum = 0.0;
-    for (var j = 0u; j < keys; j++) {
+    for (var j = first; j < keys; j++) {
         let x = exp(out[base + j] - m);
         out[base + j] = x;
         sum += x;
@@ -168,8 +204,11 @@ fn softmax_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) n
     // sum >= 1 whenever a key is visible (the max contributes exp(0));
     // guarded so that nothing divides by 0.
     let inv = select(0.0, 1.0 / sum, sum > 0.0);
-    for (var j = 0u; j < keys; j++) {
+    for (var j = first; j < keys; j++) {
         out[base + j] *= inv;
+    }
+    for (var j = 0u; j < first; j++) {
+        out[base + j] = 0.0;
     }
     for (var j = keys; j < p.tk; j++) {
         out[base + j] = 0.0;
@@ -185,12 +224,16 @@ fn grad_softmax_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgrou
     if (r >= p.n) { return; }
     let base = r * p.tk;
     let keys = keys_of(r % p.tq);
+    let first = first_key(r % p.tq);
     var dot = 0.0;
-    for (var j = 0u; j < keys; j++) {
+    for (var j = first; j < keys; j++) {
         dot += mat[base + j] * out[base + j];
     }
-    for (var j = 0u; j < keys; j++) {
+    for (var j = first; j < keys; j++) {
         out[base + j] = mat[base + j] * (out[base + j] - dot);
+    }
+    for (var j = 0u; j < first; j++) {
+        out[base + j] = 0.0;
     }
     for (var j = keys; j < p.tk; j++) {
         out[base + j] = 0.0;
@@ -209,8 +252,11 @@ fn store_row(b: u32, h: u32, r: u32, rows: u32, e0: u32, v: vec4<f32>) {
 }
 
 // A score-shaped mat M [batch, heads, tq, tk] times view a (X), into view o:
-//   trans = 0: o[i, e] = scale * sum_j M[i, j] X[j, e]   (O = P v, dQ = dS k / sqrt(d))
-//   trans = 1: o[j, e] = scale * sum_i M[i, j] X[i, e]   (dK = dSᵀ q / sqrt(d), dV = Pᵀ dO)
+//   trans = 0: o[h, i, e] = scale * sum_j M[h, i, j] X[kvh(h), j, e]
+//              (O = P v, dQ = dS k / sqrt(d); o per query head)
+//   trans = 1: o[c, j, e] = scale * sum_{h: kvh(h) = c} sum_i M[h, i, j] X[h, i, e]
+//              (dK = dSᵀ q / sqrt(d), dV = Pᵀ dO; o per key/value head c,
+//              summed over the group's query heads of this rank in order)
 // M is 0 where masked, so each sum may run over whole tiles of the unmasked
 // range. One invocation per 4 x 4 tile of (output row, e).
 @compute @workgroup_size(64)
@@ -220,14 +266,15 @@ fn mix(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     if (id >= p.n) { return; }
     let trans = p.trans != 0u;
     let rows = select(p.tq, p.tk, trans);
+    let hs = select(p.heads, p.kv_heads, trans);
     let ne = (p.d + 3u) / 4u;
     let nr = (rows + 3u) / 4u;
     let e0 = (id % ne) * 4u;
     let r0 = ((id / ne) % nr) * 4u;
     let bh = id / (ne * nr);
-    let h = bh % p.heads;
-    let b = bh / p.heads;
-    let mbase = bh * p.tq * p.tk;
+    // A query head (trans = 0) or a key/value head (trans = 1).
+    let h = bh % hs;
+    let b = bh / hs;
     let ec = min(vec4<u32>(e0, e0 + 1u, e0 + 2u, e0 + 3u), vec4<u32>(p.d - 1u));
     let last = rows - 1u;
     var acc0 = vec4<f32>(0.0);
@@ -235,14 +282,16 @@ fn mix(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
     if (!trans) {
-        // Rows i0..i0+4 of M, summed over the keys the tile's last row sees.
+        // Rows i0..i0+4 of M, summed over the keys the tile's rows see.
+        let mbase = (b * p.heads + h) * p.tq * p.tk;
         let m0 = mbase + min(r0, last) * p.tk;
         let m1 = mbase + min(r0 + 1u, last) * p.tk;
         let m2 = mbase + min(r0 + 2u, last) * p.tk;
         let m3 = mbase + min(r0 + 3u, last) * p.tk;
         let keys = keys_of(min(r0 + 3u, last));
-        for (var j = 0u; j < keys; j++) {
-            let xr = a_at(b, h, j);
+        let c = kvh(h);
+        for (var j = first_key(min(r0, last)); j < keys; j++) {
+            let xr = a_at(b, c, j);
             let x = vec4<f32>(a_src[xr + ec.x], a_src[xr + ec.y], a_src[xr + ec.z], a_src[xr + ec.w]);
             acc0 += mat[m0 + j] * x;
             acc1 += mat[m1 + j] * x;
@@ -250,20 +299,33 @@ fn mix(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
             acc3 += mat[m3 + j] * x;
         }
     } else {
-        // Columns j0..j0+4 of M, summed over the queries that see column j0.
+        // Columns j0..j0+4 of M, summed over the queries that see them, of
+        // every query head of this rank that reads key/value head h.
         let c0 = min(r0, last);
         let c1 = min(r0 + 1u, last);
         let c2 = min(r0 + 2u, last);
         let c3 = min(r0 + 3u, last);
         let first = select(0u, r0 - p.past, r0 > p.past);
-        for (var i = first; i < p.tq; i++) {
-            let xr = a_at(b, h, i);
-            let x = vec4<f32>(a_src[xr + ec.x], a_src[xr + ec.y], a_src[xr + ec.z], a_src[xr + ec.w]);
-            let mr = mbase + i * p.tk;
-            acc0 += mat[mr + c0] * x;
-            acc1 += mat[mr + c1] * x;
-            acc2 += mat[mr + c2] * x;
-            acc3 += mat[mr + c3] * x;
+        // Query i sees key j only while past + i < j + window.
+        var end = p.tq;
+        if (p.window > 0u) {
+            let reach = c3 + p.window;
+            end = min(p.tq, select(0u, reach - p.past, reach > p.past));
+        }
+        let g0 = (p.kv0 + h) * p.group;
+        let h_lo = select(0u, g0 - p.q0, g0 > p.q0);
+        let h_hi = min(p.heads, select(0u, g0 + p.group - p.q0, g0 + p.group > p.q0));
+        for (var qh = h_lo; qh < h_hi; qh++) {
+            let mbase = (b * p.heads + qh) * p.tq * p.tk;
+            for (var i = first; i < end; i++) {
+                let xr = a_at(b, qh, i);
+                let x = vec4<f32>(a_src[xr + ec.x], a_src[xr + ec.y], a_src[xr + ec.z], a_src[xr + ec.w]);
+                let mr = mbase + i * p.tk;
+                acc0 += mat[mr + c0] * x;
+                acc1 += mat[mr + c1] * x;
+                acc2 += mat[mr + c2] * x;
+                acc3 += mat[mr + c3] * x;
+            }
         }
     }
     store_row(b, h, r0, rows, e0, acc0);
@@ -272,10 +334,10 @@ fn mix(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     store_row(b, h, r0 + 3u, rows, e0, acc3);
 }
 
-// out = the grown KV cache [2, batch, heads, tk, d] (keys, then values): the
-// old cache [2, batch, heads, past, d] (b_src) for positions t < past, the new
-// rows' k and v (a_src: fused [batch * tq, 3 heads d]) after. One invocation
-// per element.
+// out = the grown key/value cache [2, batch, kv_heads, tk, d] (keys, then
+// values): the old cache [2, batch, kv_heads, past, d] (b_src) for positions
+// t < past, then the new rows' keys (a_src, view a) and values (mat, view b),
+// tq per sequence. One invocation per element.
 @compute @workgroup_size(64)
 fn append_kv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) li: u32) {
@@ -284,14 +346,14 @@ fn append_kv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
     let e = idx % p.d;
     let t = (idx / p.d) % p.tk;
     let sbh = idx / (p.d * p.tk);
-    let h = sbh % p.heads;
-    let b = (sbh / p.heads) % p.batch;
-    let s = sbh / (p.heads * p.batch);
+    let h = sbh % p.kv_heads;
+    let b = (sbh / p.kv_heads) % p.batch;
+    let s = sbh / (p.kv_heads * p.batch);
     if (t < p.past) {
         out[idx] = b_src[(sbh * p.past + t) * p.d + e];
+    } else if (s == 0u) {
+        out[idx] = a_src[a_at(b, h, t - p.past) + e];
     } else {
-        let hd = p.heads * p.d;
-        let row = b * p.tq + (t - p.past);
-        out[idx] = a_src[row * 3u * hd + (1u + s) * hd + h * p.d + e];
+        out[idx] = mat[b_at(b, h, t - p.past) + e];
     }
 }

@@ -31,6 +31,15 @@ fn axpby(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
     out[i] = p.alpha * a[i] + p.beta * b[i];
 }
 
+// out = alpha * a * b (the gated MLP's product, and its backward).
+@compute @workgroup_size(WG)
+fn mul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+       @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (past_end(i)) { return; }
+    out[i] = p.alpha * a[i] * b[i];
+}
+
 // b[j] of a row of `cols` entries (any cols: one vec4 load per entry).
 fn bias_at(j: u32) -> f32 {
     return b[j / 4u][j % 4u];

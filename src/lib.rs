@@ -26,7 +26,9 @@
 //! 3. [`comm`]: all-reduce, all-gather, reduce-scatter, broadcast, scatter, all-to-all;
 //! 4. [`tensor`]: [`DTensor`] with its [`Placement`] and the conjugate [`Mapping`]s;
 //! 5. [`nn`]: parallel layers, the vocab-parallel loss, initialisers, optimisers,
-//!    checkpoints.
+//!    checkpoints;
+//! 6. [`models`]: model families (the Llama family, GPT-2) and their Hugging
+//!    Face directories.
 //!
 //! ## Example: a Megatron MLP on 2 ranks equals the serial layers
 //!
@@ -64,6 +66,7 @@ mod device;
 mod element;
 mod error;
 pub mod kernels;
+pub mod models;
 pub mod nn;
 pub mod shard;
 pub mod tensor;

@@ -25,6 +25,7 @@
 //!   block and the GPT against an f64 model, decoding, checkpoints),
 //!   `tokenizer` (GPT-2's ids against tiktoken, streaming decode),
 //!   `model_dir` (weights and tokenizer of one directory, the shipped model).
+//! - `models/`: model families (`llama`) against transformers' own numbers.
 //! - `shaders`: every shader the crate builds validated by naga, checked for
 //!   FXC-rejected stores, translated to MSL, HLSL, SPIR-V and GLSL, and run
 //!   through `spirv-val` and `glslangValidator` where installed.
@@ -36,6 +37,7 @@ mod util;
 mod comm;
 mod device;
 mod kernels;
+mod models;
 mod nn;
 mod shaders;
 mod tensor;

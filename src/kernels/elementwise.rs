@@ -1,5 +1,5 @@
 //! Element-wise kernels (`shaders/elementwise.wgsl`): `alpha·a + beta·b`
-//! (add, scale, axpy) and the activations GELU (tanh form), ReLU and SiLU with
+//! (add, scale, axpy), the product `a ⊙ b` (SwiGLU's gate) and the activations GELU (tanh form), ReLU and SiLU with
 //! their backward `dy · act'(x)`. One invocation per four elements, read and
 //! written as vec4s (`KernelSpec::in_vec4s` in `device/pipeline.rs`).
 
@@ -92,6 +92,11 @@ pub fn axpby(alpha: f32, a: &LocalTensor, beta: f32, b: &LocalTensor) -> Result<
 /// `a + b`.
 pub fn add(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     run("axpby", "add", a, b, 1.0, 1.0)
+}
+
+/// `a ⊙ b`, element by element (same shape, same rank).
+pub fn mul(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
+    run("mul", "mul", a, b, 1.0, 0.0)
 }
 
 /// `alpha·a`.

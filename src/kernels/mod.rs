@@ -17,6 +17,7 @@ mod loops;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
+pub mod rope;
 mod row_blocks;
 pub mod slicing;
 pub mod topk;
@@ -27,8 +28,9 @@ pub mod transpose;
 pub use slicing as layout;
 
 pub use attention::{
-    Attention, AttentionShape, Decoded, HeadWindow, ProbsDropout, attention_backward,
-    attention_backward_with, attention_decode, attention_forward, attention_forward_with,
+    Attention, AttentionShape, Decoded, HeadGroups, HeadWindow, ProbsDropout, attention_backward,
+    attention_backward_gqa, attention_backward_with, attention_decode, attention_decode_gqa,
+    attention_forward, attention_forward_gqa, attention_forward_with,
 };
 pub use cast::cast;
 pub use cross_entropy::{
@@ -36,11 +38,14 @@ pub use cross_entropy::{
     cross_entropy_backward, row_max, row_sum, row_sum_exp, target_logit,
 };
 pub use dropout::{PhiloxKey, ShardWindow, dropout};
-pub use elementwise::{Activation, activation, activation_backward, add, add_row, axpby, scale};
+pub use elementwise::{
+    Activation, activation, activation_backward, add, add_row, axpby, mul, scale,
+};
 pub use embedding::{embedding_backward, embedding_lookup};
 pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_with, matmul};
 pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
+pub use rope::rotary;
 pub use slicing::{concat, narrow};
 pub use topk::top_k;
 pub use transpose::transpose;
@@ -54,6 +59,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("cross_entropy", grid::grid_source!("cross_entropy.wgsl")),
     ("copy_fold", grid::grid_source!("copy_fold.wgsl")),
     ("norm", grid::grid_source!("norm.wgsl")),
+    ("rope", grid::grid_source!("rope.wgsl")),
     ("dropout", grid::grid_source!("dropout.wgsl")),
     ("attention", include_str!("../../shaders/attention.wgsl")),
     ("transpose", transpose::SOURCE),

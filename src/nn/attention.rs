@@ -197,9 +197,11 @@ impl ParallelSelfAttention {
 /// each rank holds only its own heads.
 #[derive(Clone, Debug, Default)]
 pub struct KvCache {
-    /// `[2, 1, heads, len, head_dim]`, `Shard(2)`; `None` before the first step.
-    kv: Option<DTensor>,
-    len: usize,
+    /// `[2, 1, heads, len, head_dim]` (`Shard(2)` for [`ParallelSelfAttention`],
+    /// `Replicate` key/value heads for grouped-query attention); `None`
+    /// before the first step.
+    pub(super) kv: Option<DTensor>,
+    pub(super) len: usize,
 }
 
 impl KvCache {

@@ -1,6 +1,7 @@
-//! Text generation with a [`Gpt`]: greedy or seeded temperature / top-k
-//! sampling, decoding incrementally with a key/value cache in which each
-//! rank keeps only its own heads, so a decoding step communicates only the
+//! Text generation, written once for every model family through
+//! [`CausalDecoder`] ([`Gpt`], [`Llama`](crate::models::Llama)): greedy or
+//! seeded temperature / top-k sampling, decoding incrementally with a
+//! key/value cache per layer, so a decoding step communicates only the
 //! row-parallel all-reduces (two per block) and the embedding's. Per token
 //! only what that token needs runs: the last position alone is normed and
 //! multiplied by the head, the one-row GEMMs read the weights as stored
@@ -11,6 +12,7 @@
 
 use super::attention::KvCache;
 use super::gpt::Gpt;
+use super::params::Params;
 use crate::device::block_on;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -119,6 +121,159 @@ impl Sampler {
     }
 }
 
+/// What [`generate`] needs of a model: its sizes, cached decoding and
+/// whole-sequence logits. Every model family implements it.
+pub trait CausalDecoder: Params {
+    /// Vocabulary size.
+    fn vocab_size(&self) -> usize;
+    /// Longest sequence the model takes.
+    fn context(&self) -> usize;
+    /// Key/value caches a decoding run needs (one per layer).
+    fn num_caches(&self) -> usize;
+    /// Run `ids` (the tokens after the cached ones) and return the logits
+    /// of the last one, `[1, vocab]`, `Shard(1)`.
+    fn decode_logits(&self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor>;
+    /// Logits of every position of `ids` (`[ids.len(), vocab]`, `Shard(1)`).
+    fn sequence_logits(&self, ids: &[i32], seq: usize) -> Result<DTensor>;
+}
+
+/// Continue `prompt` by up to `max_new` tokens with a key/value cache (the
+/// prompt in one step, then one token per step), calling `on_token` with
+/// each as soon as it is chosen; stops after a token of `stop` (which is
+/// returned). Returns the new tokens.
+pub async fn generate<M: CausalDecoder + ?Sized>(
+    model: &M,
+    prompt: &[i32],
+    max_new: usize,
+    sampling: Sampling,
+    stop: &[i32],
+    mut on_token: impl FnMut(i32) -> Result<()>,
+) -> Result<Vec<i32>> {
+    // Nothing is recorded for a backward pass while generating.
+    let _off = NoGradGuard::new();
+    let mut sampler = start_generation(model, prompt, max_new, sampling)?;
+    let mut caches = vec![KvCache::default(); model.num_caches()];
+    let mut out = Vec::with_capacity(max_new);
+    let mut step = prompt.to_vec();
+    while out.len() < max_new {
+        let logits = model.decode_logits(&step, &mut caches)?;
+        let next = next_token(model.vocab_size(), &mut sampler, &logits).await?;
+        out.push(next);
+        on_token(next)?;
+        if stop.contains(&next) {
+            break;
+        }
+        step = vec![next];
+    }
+    Ok(out)
+}
+
+/// [`generate`] re-running the whole sequence for every token (no cache):
+/// the reference the cached path must equal.
+pub async fn generate_uncached<M: CausalDecoder + ?Sized>(
+    model: &M,
+    prompt: &[i32],
+    max_new: usize,
+    sampling: Sampling,
+    stop: &[i32],
+) -> Result<Vec<i32>> {
+    let _off = NoGradGuard::new();
+    let mut sampler = start_generation(model, prompt, max_new, sampling)?;
+    let mut seq = prompt.to_vec();
+    let vocab = model.vocab_size();
+    for _ in 0..max_new {
+        let logits = model
+            .sequence_logits(&seq, seq.len())?
+            .to_host_async()
+            .await?;
+        let next = sampler.pick(&logits[(seq.len() - 1) * vocab..]);
+        seq.push(next);
+        if stop.contains(&next) {
+            break;
+        }
+    }
+    Ok(seq[prompt.len()..].to_vec())
+}
+
+/// The next token from the last row of `logits` (`Shard(1)` over the
+/// vocab), chosen from [`vocab_top_k`]'s candidates.
+async fn next_token(vocab: usize, sampler: &mut Sampler, logits: &DTensor) -> Result<i32> {
+    let width = sampler.width().min(vocab);
+    let row = logits.shape()[0] - 1;
+    if width > kernels::topk::TOP_K_MAX {
+        let all = logits.to_host_async().await?;
+        return Ok(sampler.pick(&all[row * vocab..]));
+    }
+    let top = vocab_top_k_async(logits, row, width).await?;
+    Ok(sampler.choose(&top))
+}
+
+/// The sampler, once the prompt is checked: at least one known token,
+/// with room for `max_new` more.
+fn start_generation<M: CausalDecoder + ?Sized>(
+    model: &M,
+    prompt: &[i32],
+    max_new: usize,
+    sampling: Sampling,
+) -> Result<Sampler> {
+    const OP: &str = "generate";
+    let (vocab, n_ctx) = (model.vocab_size(), model.context());
+    if prompt.is_empty() {
+        return Err(Error::invalid(OP, "the prompt needs at least one token"));
+    }
+    if prompt.len() + max_new > n_ctx {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "{} prompt + {max_new} new tokens exceed the context of {n_ctx}",
+                prompt.len()
+            ),
+        ));
+    }
+    if let Some(&bad) = prompt.iter().find(|&&t| t < 0 || t as usize >= vocab) {
+        return Err(Error::OutOfRange {
+            op: OP,
+            what: "token id",
+            value: bad as i64,
+            bound: vocab,
+        });
+    }
+    Sampler::new(sampling)
+}
+
+impl CausalDecoder for Gpt {
+    fn vocab_size(&self) -> usize {
+        self.config().vocab
+    }
+
+    fn context(&self) -> usize {
+        self.config().n_ctx
+    }
+
+    fn num_caches(&self) -> usize {
+        self.h.len()
+    }
+
+    fn decode_logits(&self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor> {
+        let past = caches.first().map_or(0, KvCache::len);
+        let positions: Vec<i32> = (past..past + ids.len()).map(|p| p as i32).collect();
+        let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let x = x.cast(self.config().dtype)?;
+        let mut x = self.drop.forward(&x)?;
+        for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
+            x = block.decode(&x, cache)?;
+        }
+        // Only the last position's next token is wanted: norm and head one row.
+        let rows = x.shape()[0];
+        let x = self.ln_f.forward(&x.narrow(0, rows - 1, 1)?)?;
+        self.head(&x)
+    }
+
+    fn sequence_logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
+        self.logits(ids, seq)
+    }
+}
+
 impl Gpt {
     /// Continue `prompt` by `max_new` tokens with a key/value cache: the
     /// prompt in one step, then one token per step; each rank caches only
@@ -170,52 +325,9 @@ impl Gpt {
         prompt: &[i32],
         max_new: usize,
         sampling: Sampling,
-        mut on_token: impl FnMut(i32) -> Result<()>,
+        on_token: impl FnMut(i32) -> Result<()>,
     ) -> Result<Vec<i32>> {
-        // Nothing is recorded for a backward pass while generating.
-        let _off = NoGradGuard::new();
-        let mut sampler = self.start_generation(prompt, max_new, sampling)?;
-        let mut caches = vec![KvCache::default(); self.h.len()];
-        let mut out = Vec::with_capacity(max_new);
-        let mut step = prompt.to_vec();
-        while out.len() < max_new {
-            let logits = self.decode_step(&step, &mut caches)?;
-            let next = self.next_token(&mut sampler, &logits).await?;
-            out.push(next);
-            on_token(next)?;
-            step = vec![next];
-        }
-        Ok(out)
-    }
-
-    /// Run `ids` (the tokens after the cached ones) through the model and
-    /// return the logits of the last one (`[1, vocab]`, `Shard(1)`).
-    fn decode_step(&mut self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor> {
-        let past = caches.first().map_or(0, KvCache::len);
-        let positions: Vec<i32> = (past..past + ids.len()).map(|p| p as i32).collect();
-        let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
-        let x = x.cast(self.config().dtype)?;
-        let mut x = self.drop.forward(&x)?;
-        for (block, cache) in self.h.iter_mut().zip(caches.iter_mut()) {
-            x = block.decode(&x, cache)?;
-        }
-        // Only the last position's next token is wanted: norm and head one row.
-        let rows = x.shape()[0];
-        let x = self.ln_f.forward(&x.narrow(0, rows - 1, 1)?)?;
-        self.head(&x)
-    }
-
-    /// The next token from the last row of `logits` (`Shard(1)` over the
-    /// vocab), chosen from [`vocab_top_k`]'s candidates.
-    async fn next_token(&self, sampler: &mut Sampler, logits: &DTensor) -> Result<i32> {
-        let width = sampler.width().min(self.config().vocab);
-        let row = logits.shape()[0] - 1;
-        if width > kernels::topk::TOP_K_MAX {
-            let all = logits.to_host_async().await?;
-            return Ok(sampler.pick(&all[row * self.config().vocab..]));
-        }
-        let top = vocab_top_k_async(logits, row, width).await?;
-        Ok(sampler.choose(&top))
+        generate(&*self, prompt, max_new, sampling, &[], on_token).await
     }
 
     /// Continue `prompt` by `max_new` tokens, re-running the whole sequence
@@ -240,48 +352,6 @@ impl Gpt {
         max_new: usize,
         sampling: Sampling,
     ) -> Result<Vec<i32>> {
-        let _off = NoGradGuard::new();
-        let mut sampler = self.start_generation(prompt, max_new, sampling)?;
-        let mut seq = prompt.to_vec();
-        let vocab = self.config().vocab;
-        for _ in 0..max_new {
-            let logits = self.logits(&seq, seq.len())?.to_host_async().await?;
-            let last = &logits[(seq.len() - 1) * vocab..];
-            seq.push(sampler.pick(last));
-        }
-        Ok(seq[prompt.len()..].to_vec())
-    }
-
-    /// The sampler, once the prompt is checked: at least one known token,
-    /// with room for `max_new` more.
-    fn start_generation(
-        &self,
-        prompt: &[i32],
-        max_new: usize,
-        sampling: Sampling,
-    ) -> Result<Sampler> {
-        const OP: &str = "Gpt::generate";
-        let (vocab, n_ctx) = (self.config().vocab, self.config().n_ctx);
-        if prompt.is_empty() {
-            return Err(Error::invalid(OP, "the prompt needs at least one token"));
-        }
-        if prompt.len() + max_new > n_ctx {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "{} prompt + {max_new} new tokens exceed the context of {n_ctx}",
-                    prompt.len()
-                ),
-            ));
-        }
-        if let Some(&bad) = prompt.iter().find(|&&t| t < 0 || t as usize >= vocab) {
-            return Err(Error::OutOfRange {
-                op: OP,
-                what: "token id",
-                value: bad as i64,
-                bound: vocab,
-            });
-        }
-        Sampler::new(sampling)
+        generate_uncached(&*self, prompt, max_new, sampling, &[]).await
     }
 }

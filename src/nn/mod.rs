@@ -11,12 +11,15 @@
 
 mod attention;
 mod block;
+#[cfg(not(target_arch = "wasm32"))]
 mod checkpoint;
 mod cross_entropy;
 mod dropout;
 mod embedding;
+mod gated_mlp;
 mod generate;
 mod gpt;
+mod gqa_attention;
 mod init;
 mod linear;
 mod mlp;
@@ -27,13 +30,15 @@ mod optim;
 mod parameter;
 mod params;
 #[cfg(not(target_arch = "wasm32"))]
-mod pretrained;
+pub(crate) mod pretrained;
+mod rope;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer;
 
 pub use crate::tensor::{vocab_top_k, vocab_top_k_async};
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
+#[cfg(not(target_arch = "wasm32"))]
 pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
     to_safetensors_bytes_as,
@@ -41,11 +46,14 @@ pub use checkpoint::{
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
-pub use generate::Sampling;
+pub use gated_mlp::{GatedMlp, GatedMlpConfig};
+pub use generate::{CausalDecoder, Sampling, generate, generate_uncached};
 pub use gpt::{Gpt, GptConfig};
+pub use gqa_attention::{GqaAttention, GqaConfig};
 pub use init::{Init, InitRng};
 pub use linear::{
-    ColumnParallelConfig, ColumnParallelLinear, Overlap, RowParallelConfig, RowParallelLinear,
+    ColumnParallelConfig, ColumnParallelLinear, Overlap, ReplicatedLinear, ReplicatedLinearConfig,
+    RowParallelConfig, RowParallelLinear,
 };
 pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};
@@ -56,6 +64,7 @@ pub use parameter::{ParamId, Parameter};
 pub use params::{Params, join_name};
 #[cfg(not(target_arch = "wasm32"))]
 pub use pretrained::{HfGpt2Config, pretrained_config};
+pub use rope::{RopeConfig, RopeScaling};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokenizer::{TokenStream, Tokenizer};
 /// `#[derive(Params)]`: see the [`Params`] trait.

@@ -8,6 +8,7 @@
 //! | operation | placements | why |
 //! |---|---|---|
 //! | `add` | both operands alike: `Replicate`, `Shard(d)` or `Partial(Sum)` | `Σa + Σb = Σ(a + b)`; a sum of maxima is not the maximum of sums |
+//! | `mul` | both operands alike: `Replicate` or `Shard(d)` | `Σa · Σb ≠ Σ(a · b)` |
 //! | `scale(α)` | any; `Partial(Max)` needs `α ≥ 0` | `α·Σx = Σ αx`, `α·max x = max αx` only for `α ≥ 0` |
 //! | activations | `Replicate`, `Shard(d)` | `act(Σx) ≠ Σ act(x)` |
 //! | `cast` (f32 ↔ f16) | any | rounding each shard rounds each element; a `Partial(Sum)` rounds its addends |
@@ -150,6 +151,30 @@ impl DTensor {
             })?;
             Ok((y, |dy: &DTensor| {
                 Ok(vec![Some(dy.clone()), Some(dy.clone())])
+            }))
+        })
+    }
+
+    /// `self ⊙ other`, element-wise (SwiGLU's `silu(gate) ⊙ up`): both f32
+    /// (or both f16) on one mesh, shaped and placed alike, `Replicate` or
+    /// `Shard(d)`. Communicates nothing; the VJP is `(dy ⊙ other, dy ⊙ self)`.
+    pub fn mul(&self, other: &DTensor) -> Result<DTensor> {
+        const OP: &str = "DTensor::mul";
+        expect_alike(OP, self, other)?;
+        expect_not_partial(OP, self)?;
+        record(OP, &[self, other], || {
+            let y = in_f32(&[self, other], |w| {
+                w[0].map_shards(|r| kernels::mul(&w[0].shards()[r], &w[1].shards()[r]))
+            })?;
+            let (a, b) = (self.detach(), other.detach());
+            Ok((y, move |dy: &DTensor| {
+                let dy = placed(dy, a.placement())?.cast(a.dtype())?;
+                let times = |x: &DTensor| {
+                    in_f32(&[&dy, x], |w| {
+                        w[0].map_shards(|r| kernels::mul(&w[0].shards()[r], &w[1].shards()[r]))
+                    })
+                };
+                Ok(vec![Some(times(&b)?), Some(times(&a)?)])
             }))
         })
     }

@@ -9,6 +9,14 @@
 //! | Shard(1) × Shard(K) → Partial | `Replicate` | `Shard(1)` | `Shard(K)` |
 //! | Replicate × Replicate | `Replicate` | `Replicate` | `Replicate` |
 //! | Shard(0) × Replicate → Shard(0) | `Shard(0)` | `Shard(0)` | `Partial(Sum)`, f32 |
+//! | Replicate × Replicate, dy partial | `Partial(Sum)` | `Partial(Sum)`, f32 | `Partial(Sum)`, f32 |
+//!
+//! The last row is a replicated projection whose output each rank uses for
+//! its own part of the work (a grouped-query attention's keys and values,
+//! read by each rank's own query heads): the products are linear in `dy`,
+//! so each rank's share stays a partial sum, reduced once where it is
+//! needed (the weight's gradient at the parameter, `dx` with the other
+//! partial input gradients) rather than as an activation-sized `dy`.
 //!
 //! These are the column and row layers' backward GEMMs: products in the
 //! operands' dtype, accumulated in f32; `dw` and partial sums stay f32 (a
@@ -42,10 +50,20 @@ pub(super) fn product_vjp(
         (Placement::Shard(0), Placement::Replicate) if x.mesh().size() > 1 => {
             (Placement::Shard(0), Placement::Shard(0), SUM)
         }
+        (Placement::Replicate, Placement::Replicate)
+            if x.mesh().size() > 1 && dy.placement() == SUM =>
+        {
+            (SUM, SUM, SUM)
+        }
         (xp, wp) => (xp, xp, wp),
     };
     // In the operands' dtype, as the forward computed.
-    let dy = placed(dy, dy_at)?.cast(x.dtype())?;
+    let dy = if dy_at == SUM {
+        dy.clone()
+    } else {
+        placed(dy, dy_at)?
+    };
+    let dy = dy.cast(x.dtype())?;
     let dx_dtype = if dx_placement == SUM {
         DType::F32
     } else {

@@ -16,6 +16,12 @@
 //!
 //! An f16 input is normalised in f32 (statistics, `γ`, `β` and gradients are
 //! f32) and `y`, `dx` are rounded back to f16.
+//!
+//! [`DTensor::rms_norm_heads`] normalises each head of a `[tokens,
+//! heads·head_dim]` projection over its `head_dim` (Qwen3's `q_norm` /
+//! `k_norm`): `Replicate` or `Shard(1)` in whole heads. Its `dγ` is each
+//! rank's sum over its own heads, `Partial(Sum)` when the heads are split
+//! or the incoming gradient is a partial sum, reduced once at the parameter.
 
 use super::autograd::{placed, record};
 use super::dtensor::{DTensor, Placement};
@@ -223,4 +229,101 @@ fn norm_vjp(s: Saved, dy: &DTensor) -> Result<Vec<Option<DTensor>>> {
         out.push(Some(row(1)?));
     }
     Ok(out)
+}
+
+impl DTensor {
+    /// RMSNorm of every head of `self` `[tokens, heads·head_dim]` (f32) over
+    /// its `head_dim` entries, with one `weight` `[head_dim]` (`Replicate`)
+    /// shared by all heads: `y = γ ⊙ x/√(Σx²/head_dim + ε)` per head, placed
+    /// like `self` (`Replicate` or `Shard(1)` in whole heads). Communicates
+    /// nothing forward; see the module docs for the VJP's placements.
+    pub fn rms_norm_heads(&self, weight: &DTensor, eps: f32, head_dim: usize) -> Result<DTensor> {
+        const OP: &str = "DTensor::rms_norm_heads";
+        let [_, cols] = *self.shape() else {
+            return Err(Error::shape(
+                OP,
+                "x as [tokens, heads·head_dim]",
+                self.shape(),
+            ));
+        };
+        if self.dtype() != DType::F32 {
+            return Err(Error::DTypeMismatch {
+                op: OP,
+                expected: DType::F32,
+                got: self.dtype(),
+            });
+        }
+        if head_dim == 0 || !cols.is_multiple_of(head_dim) {
+            return Err(Error::invalid(
+                OP,
+                format!("head_dim {head_dim} must be ≥ 1 and divide the {cols} columns"),
+            ));
+        }
+        check_param(OP, "weight", weight, self, head_dim)?;
+        let split = self.placement() == Placement::Shard(1);
+        if self.mesh().size() > 1 && !(split || self.placement() == Placement::Replicate) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "x must be Replicate or Shard(1) in whole heads, got {:?}",
+                    self.placement()
+                ),
+            ));
+        }
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(Error::invalid(
+                OP,
+                format!("eps {eps} must be finite and ≥ 0"),
+            ));
+        }
+        let per_head = move |t: &LocalTensor| {
+            let rows = t.shape()[0] * t.shape()[1] / head_dim;
+            t.reshape(&[rows, head_dim])
+        };
+        record(OP, &[self, weight], || {
+            let gamma = weight.cast(DType::F32)?.detach();
+            let mut ys = Vec::with_capacity(self.shards().len());
+            let mut stats = Vec::with_capacity(self.shards().len());
+            for (r, xr) in self.shards().iter().enumerate() {
+                let (y, st) = kernels::norm_forward(
+                    &per_head(xr)?,
+                    &gamma.shards()[r],
+                    None,
+                    NormKind::RmsNorm,
+                    eps,
+                )?;
+                ys.push(y.reshape(xr.shape())?);
+                stats.push(st);
+            }
+            let y = self.with_shards(ys, self.shape().to_vec(), self.placement());
+            let x = self.detach();
+            Ok((y, move |dy: &DTensor| {
+                let sum = Placement::Partial(ReduceOp::Sum);
+                let p = x.mesh().size();
+                let (dy, at) = if dy.placement() == sum && p > 1 {
+                    (dy.clone(), sum)
+                } else {
+                    (placed(dy, x.placement())?, x.placement())
+                };
+                let dy = dy.cast(DType::F32)?;
+                let (mut dxs, mut dgs) = (vec![], vec![]);
+                for (r, xr) in x.shards().iter().enumerate() {
+                    let (x2, g2) = (per_head(xr)?, per_head(&dy.shards()[r])?);
+                    let g = &gamma.shards()[r];
+                    let dx = kernels::norm_backward(&x2, g, &stats[r], &g2, NormKind::RmsNorm)?;
+                    dxs.push(dx.reshape(xr.shape())?);
+                    let dg = kernels::norm_param_grads(&x2, &stats[r], &g2, false)?;
+                    dgs.push(dg.reshape(&[head_dim])?);
+                }
+                let dg_at = if p > 1 && (at == sum || at == Placement::Shard(1)) {
+                    sum
+                } else {
+                    Placement::Replicate
+                };
+                let dx = x.with_shards_in_units(dxs, x.shape().to_vec(), at, x.shard_unit());
+                let dg = dy.with_shards(dgs, vec![head_dim], dg_at);
+                Ok(vec![Some(dx), Some(dg)])
+            }))
+        })
+    }
 }

@@ -2,7 +2,7 @@
 //! tensor ([`View`]), the uniform parameters, and the dispatches of the five
 //! entry points for one rank's [`Problem`].
 
-use super::shape::{AttentionShape, elements};
+use super::shape::{AttentionShape, HeadGroups, elements};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::error::Result;
 
@@ -41,9 +41,9 @@ impl View {
         }
     }
 
-    /// Keys (`block` 0) or values (1) of a cache `[2, B, H, len, D]`.
-    pub(super) fn cache(s: &AttentionShape, len: usize, block: usize) -> View {
-        let (b, h, d) = (s.batch as u64, s.heads as u64, s.head_dim as u64);
+    /// Keys (`block` 0) or values (1) of a cache `[2, B, KV, len, D]`.
+    pub(super) fn cache_of(s: &AttentionShape, kv: usize, len: usize, block: usize) -> View {
+        let (b, h, d) = (s.batch as u64, kv as u64, s.head_dim as u64);
         let len = len as u64;
         View {
             base: block as u64 * b * h * len * d,
@@ -53,12 +53,18 @@ impl View {
         }
     }
 
-    /// The output layout `[B·T, H·D]` (also `dO`'s).
+    /// The output layout `[B·T, H·D]` (also `dO`'s, and separate q's).
     pub(super) fn heads(s: &AttentionShape) -> View {
-        let (hd, d) = ((s.heads * s.head_dim) as u64, s.head_dim as u64);
+        View::packed(s.seq, s.heads, s.head_dim)
+    }
+
+    /// `[B·seq, heads·D]`, heads contiguous in the columns: a separate q, k
+    /// or v projection's output.
+    pub(super) fn packed(seq: usize, heads: usize, d: usize) -> View {
+        let (hd, d) = ((heads * d) as u64, d as u64);
         View {
             base: 0,
-            sb: s.seq as u64 * hd,
+            sb: seq as u64 * hd,
             sh: d,
             st: hd,
         }
@@ -86,15 +92,21 @@ pub(super) struct Params {
     b: [u32; 4],
     o: [u32; 4],
     n: u32,
-    _pad: [u32; 3],
+    group: u32,
+    q0: u32,
+    kv0: u32,
+    window: u32,
+    kv_heads: u32,
+    _pad: [u32; 2],
 }
 
 /// One rank's problem: `s.seq` queries per sequence after `past` cached
-/// positions, so `past + s.seq` keys.
+/// positions, so `past + s.seq` keys, of the key/value heads `g` says.
 #[derive(Clone, Copy)]
 pub(super) struct Problem {
     pub(super) s: AttentionShape,
     pub(super) past: usize,
+    pub(super) g: HeadGroups,
 }
 
 impl Problem {
@@ -117,7 +129,12 @@ impl Problem {
             b: b.words(),
             o: o.words(),
             n: 0,
-            _pad: [0; 3],
+            group: self.g.group as u32,
+            q0: self.g.q_start as u32,
+            kv0: self.g.kv_start as u32,
+            window: self.g.window as u32,
+            kv_heads: self.g.kv_heads as u32,
+            _pad: [0; 2],
         }
     }
 
@@ -185,10 +202,14 @@ impl Problem {
         (out, o): (&LocalTensor, View),
     ) -> Result<()> {
         let s = &self.s;
-        let rows = if trans { self.keys() } else { s.seq };
+        let (rows, heads) = if trans {
+            (self.keys(), self.g.kv_heads)
+        } else {
+            (s.seq, s.heads)
+        };
         let tiles = elements(&[
             s.batch,
-            s.heads,
+            heads,
             rows.div_ceil(TILE),
             s.head_dim.div_ceil(TILE),
         ]);

@@ -36,21 +36,31 @@
 //! backward uses `P'` for `dV` and masks `dP` the same way, and regenerates
 //! `P'` from `P` rather than keeping it.
 //!
-//! This file holds the API, `checks.rs` its argument checks, `shape.rs` the
-//! problem's sizes, `launch.rs` the shader's views, parameters and dispatches.
+//! Grouped-query attention ([`HeadGroups`], `gqa.rs`): queries, keys and
+//! values as separate tensors, fewer key/value heads than query heads (each
+//! read by a group of query heads), `head_dim` of any width and an optional
+//! sliding window; the fused multi-head entry points here are its special
+//! case (group 1, one buffer with three views).
+//!
+//! This file holds the fused API, `gqa.rs` the grouped one and the passes
+//! both run, `checks.rs` the argument checks, `shape.rs` the problem's
+//! sizes, `launch.rs` the shader's views, parameters and dispatches.
 
 mod checks;
+mod gqa;
 mod launch;
 mod shape;
 
 use checks::{check_operand, check_qkv, check_size};
+use gqa::{Src, backward_into, forward_into};
+pub use gqa::{attention_backward_gqa, attention_decode_gqa, attention_forward_gqa};
 use launch::{Problem, View};
-pub use shape::AttentionShape;
+pub use shape::{AttentionShape, HeadGroups};
 
 use super::dropout::{PhiloxKey, ShardWindow, dropout};
 use crate::device::LocalTensor;
 use crate::element::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// What [`attention_forward`] returns.
 #[derive(Clone, Debug)]
@@ -70,27 +80,6 @@ pub struct Decoded {
     /// `[2, B, H, past + T_new, D]`: the cache grown by the new keys and
     /// values; pass it to the next step.
     pub cache: LocalTensor,
-}
-
-/// The forward pass of `pr`: probabilities into `probs`, output into `out`
-/// (`[B·T, H·D]`), queries from the fused `qkv` and keys and values from the
-/// views `k`, `v` of `kv`.
-fn forward_into(
-    pr: &Problem,
-    qkv: &LocalTensor,
-    (kv, k, v): (&LocalTensor, View, View),
-    probs: &LocalTensor,
-    out: &LocalTensor,
-    drop: Option<&ProbsDropout>,
-) -> Result<()> {
-    let q = View::fused(&pr.s, pr.s.seq, 0);
-    pr.masked_dots(pr.inv_sqrt_d(), (qkv, q), (kv, k), probs)?;
-    pr.rows("softmax_rows", None, qkv, probs)?;
-    let mixed = match drop {
-        Some(d) => d.apply(probs)?,
-        None => probs.clone(),
-    };
-    pr.mix(1.0, false, &mixed, (kv, v), (out, View::heads(&pr.s)))
 }
 
 /// Dropout on the attention probabilities of one rank's heads: `P' =
@@ -118,7 +107,7 @@ pub struct HeadWindow {
 
 impl ProbsDropout {
     /// `probs` `[B, H, T, T]` with the mask applied and scaled by `1/(1 − p)`.
-    fn apply(&self, probs: &LocalTensor) -> Result<LocalTensor> {
+    pub(super) fn apply(&self, probs: &LocalTensor) -> Result<LocalTensor> {
         let window = ShardWindow {
             dim: 1,
             start: self.heads.start,
@@ -160,12 +149,13 @@ pub fn attention_forward_with(
     let out = qkv.rank().alloc(OP, &shape.out_shape(), DType::F32)?;
     let probs = qkv.rank().alloc(OP, &probs_shape, DType::F32)?;
     if !shape.is_empty() {
-        let pr = Problem { s: shape, past: 0 };
-        let (k, v) = (
-            View::fused(&shape, shape.seq, 1),
-            View::fused(&shape, shape.seq, 2),
-        );
-        forward_into(&pr, qkv, (qkv, k, v), &probs, &out, dropout.as_ref())?;
+        let pr = Problem {
+            s: shape,
+            past: 0,
+            g: HeadGroups::mha(shape.heads),
+        };
+        let [q, k, v] = [0, 1, 2].map(|blk| (qkv, View::fused(&shape, shape.seq, blk)));
+        forward_into(&pr, [q, k, v], &probs, &out, dropout.as_ref())?;
     }
     Ok(Attention { out, probs })
 }
@@ -216,25 +206,15 @@ pub fn attention_backward_with(
     if shape.is_empty() {
         return Ok(d_qkv);
     }
-    let pr = Problem { s: shape, past: 0 };
-    let t = shape.seq;
-    let [q, k, v] = [0, 1, 2].map(|blk| View::fused(&shape, t, blk));
-    let go = View::heads(&shape);
-    let scale = pr.inv_sqrt_d();
-    // dP = dO vᵀ, then dS = P ⊙ (dP − rowsum(P ⊙ dP)) in place.
-    let mut d_scores = qkv.rank().alloc(OP, &shape.probs_shape(), DType::F32)?;
-    pr.masked_dots(1.0, (d_out, go), (qkv, v), &d_scores)?;
-    // Under dropout that was dP'; the mask turns it into dP, and dV needs P'.
-    let mut mixed = probs.clone();
-    if let Some(d) = &dropout {
-        d_scores = d.apply(&d_scores)?;
-        mixed = d.apply(probs)?;
-    }
-    pr.rows("grad_softmax_rows", Some(probs), qkv, &d_scores)?;
-    // The three column blocks of d_qkv, each written whole.
-    pr.mix(scale, false, &d_scores, (qkv, k), (&d_qkv, q))?;
-    pr.mix(scale, true, &d_scores, (qkv, q), (&d_qkv, k))?;
-    pr.mix(1.0, true, &mixed, (d_out, go), (&d_qkv, v))?;
+    let pr = Problem {
+        s: shape,
+        past: 0,
+        g: HeadGroups::mha(shape.heads),
+    };
+    let views = [0, 1, 2].map(|blk| View::fused(&shape, shape.seq, blk));
+    let srcs: [Src; 3] = views.map(|v| (qkv, v));
+    let dsts: [Src; 3] = views.map(|v| (&d_qkv, v));
+    backward_into(&pr, srcs, probs, d_out, dsts, dropout.as_ref())?;
     Ok(d_qkv)
 }
 
@@ -274,40 +254,13 @@ pub fn attention_decode(
         }
         None => 0,
     };
-    let total = past
-        .checked_add(shape.seq)
-        .ok_or_else(|| Error::invalid(OP, "past + seq overflows usize"))?;
-    let cache_shape = shape.cache_shape(total);
-    check_size(
-        OP,
-        "the key/value cache [2, B, H, T, D]",
-        &cache_shape,
-        qkv.device(),
-    )?;
-    let probs_shape = [shape.batch, shape.heads, shape.seq, total];
-    check_size(
-        OP,
-        "the attention probabilities [B, H, T_new, T]",
-        &probs_shape,
-        qkv.device(),
-    )?;
-    let new_cache = qkv.rank().alloc(OP, &cache_shape, DType::F32)?;
-    let out = qkv.rank().alloc(OP, &shape.out_shape(), DType::F32)?;
-    let pr = Problem { s: shape, past };
-    let none = View::heads(&shape);
-    pr.run(
-        "append_kv",
-        pr.params(1.0, false, none, none, none),
-        new_cache.len() as u64,
-        [Some(qkv), cache, None],
-        qkv,
-        &new_cache,
-    )?;
-    if !shape.is_empty() {
-        let probs = qkv.rank().alloc(OP, &probs_shape, DType::F32)?;
-        let (k, v) = (View::cache(&shape, total, 0), View::cache(&shape, total, 1));
-        forward_into(&pr, qkv, (&new_cache, k, v), &probs, &out, None)?;
-    }
+    let pr = Problem {
+        s: shape,
+        past,
+        g: HeadGroups::mha(shape.heads),
+    };
+    let [q, k, v] = [0, 1, 2].map(|blk| (qkv, View::fused(&shape, shape.seq, blk)));
+    let (out, new_cache) = gqa::decode_into(OP, &pr, [q, k, v], cache)?;
     Ok(Decoded {
         out,
         cache: new_cache,

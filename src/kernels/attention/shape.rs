@@ -51,6 +51,43 @@ impl AttentionShape {
     }
 }
 
+/// Which key/value heads one rank's query heads read (grouped-query
+/// attention), and the causal window.
+///
+/// Local query head `h` (global `q_start + h`) reads key/value head
+/// `(q_start + h) / group − kv_start` of the key/value tensors, which hold
+/// `kv_heads` heads starting at global head `kv_start`. [`HeadGroups::mha`]
+/// is multi-head attention (every query head its own key/value head).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadGroups {
+    /// Query heads per key/value head (1: multi-head attention; all heads:
+    /// multi-query attention).
+    pub group: usize,
+    /// Global index of this rank's first query head.
+    pub q_start: usize,
+    /// Global index of the first key/value head the key/value tensors hold.
+    pub kv_start: usize,
+    /// Key/value heads the key/value tensors hold.
+    pub kv_heads: usize,
+    /// Sliding window: query position `i` sees key position `j` when
+    /// `i − window < j ≤ i` (Mistral's); 0 is plain causal attention.
+    pub window: usize,
+}
+
+impl HeadGroups {
+    /// Multi-head attention over `heads` heads: each query head reads its own
+    /// key/value head, no window.
+    pub fn mha(heads: usize) -> Self {
+        HeadGroups {
+            group: 1,
+            q_start: 0,
+            kv_start: 0,
+            kv_heads: heads,
+            window: 0,
+        }
+    }
+}
+
 /// Elements of a tensor of `dims`, saturating (an overflow is too large anyway).
 pub(super) fn elements(dims: &[usize]) -> u64 {
     dims.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))

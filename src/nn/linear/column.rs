@@ -154,4 +154,24 @@ impl ColumnParallelLinear {
     }
 }
 
+impl ColumnParallelLinear {
+    /// `xg·W_rᵀ + b_r` of an input already placed for the product (what
+    /// [`Mapping::CopyToParallel`] or the sequence-parallel
+    /// [`Mapping::AllGatherToParallel`] gives), without this layer's own
+    /// mapping: several column products of one input (SwiGLU's gate and up,
+    /// attention's q, k and v) then share one mapping, so backward reduces
+    /// their input gradients once. Output `Shard(1)`; `gather_output` and
+    /// the ring are not applied.
+    pub fn forward_mapped(&self, xg: &DTensor) -> Result<DTensor> {
+        const OP: &str = "ColumnParallelLinear::forward_mapped";
+        check_input(OP, xg, self.config.in_features, false)?;
+        let bias = match (&self.bias, self.config.skip_bias_add) {
+            (Some(b), false) => Some(&b.value),
+            _ => None,
+        };
+        let w = &self.weight.value.cast(xg.dtype())?;
+        xg.linear(w, bias, MatmulOptions::default())
+    }
+}
+
 linear_common!(ColumnParallelLinear, ColumnParallelConfig);

@@ -30,14 +30,19 @@
 //! Layers compose tensor operations only and never call a collective or
 //! touch a shard. Inputs are 2-D `[tokens, features]`.
 //!
-//! Files: `column.rs` and `row.rs` (each layer with its config), `shared.rs`
+//! [`ReplicatedLinear`] holds its weight whole on every rank (the key and
+//! value projections of grouped-query attention).
+//!
+//! Files: `column.rs`, `row.rs` and `replicated.rs` (each layer with its config), `shared.rs`
 //! (what both share: [`Overlap`], input checks, master-weight sharding, the
 //! accessors both layers have).
 
 mod column;
+mod replicated;
 mod row;
 mod shared;
 
 pub use column::{ColumnParallelConfig, ColumnParallelLinear};
+pub use replicated::{ReplicatedLinear, ReplicatedLinearConfig};
 pub use row::{RowParallelConfig, RowParallelLinear};
 pub use shared::Overlap;

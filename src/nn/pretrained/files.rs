@@ -17,7 +17,7 @@ use super::{INDEX_FILE, MODEL_FILE};
 use crate::error::{Error, Result};
 
 /// `message` about `path` as a checkpoint error.
-pub(super) fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
+pub(crate) fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
     Error::Checkpoint(format!("{}: {message}", path.display()))
 }
 
@@ -29,17 +29,17 @@ struct WeightFile {
 
 /// Where a tensor lives: file, its name there, dtype, shape, byte range.
 #[derive(Clone, Debug)]
-pub(super) struct Found {
+pub(crate) struct Found {
     file: usize,
     /// The name in the file (with any prefix).
-    pub(super) name: String,
-    pub(super) dtype: Dtype,
-    pub(super) shape: Vec<usize>,
+    pub(crate) name: String,
+    pub(crate) dtype: Dtype,
+    pub(crate) shape: Vec<usize>,
     bytes: (usize, usize),
 }
 
 /// Every weight file of a directory and the tensors they hold.
-pub(super) struct WeightFiles {
+pub(crate) struct WeightFiles {
     files: Vec<WeightFile>,
     /// By name without the `transformer.` prefix.
     tensors: HashMap<String, Found>,
@@ -110,7 +110,7 @@ fn read_index(path: &Path) -> Result<(Vec<String>, BTreeMap<String, String>)> {
 impl WeightFiles {
     /// Map `dir`'s `model.safetensors`, or every shard its
     /// `model.safetensors.index.json` names, and parse each header.
-    pub(super) fn open(dir: &Path) -> Result<Self> {
+    pub(crate) fn open(dir: &Path) -> Result<Self> {
         let (single, index) = (dir.join(MODEL_FILE), dir.join(INDEX_FILE));
         let (names, weight_map) = if single.is_file() {
             (vec![MODEL_FILE.to_string()], None)
@@ -169,17 +169,17 @@ impl WeightFiles {
     }
 
     /// The tensor called `name` (without prefix).
-    pub(super) fn get(&self, name: &str) -> Option<&Found> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Found> {
         self.tensors.get(name)
     }
 
     /// Every tensor, by name without prefix.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Found)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Found)> {
         self.tensors.iter()
     }
 
     /// The files, for messages.
-    pub(super) fn paths(&self) -> String {
+    pub(crate) fn paths(&self) -> String {
         let paths: Vec<String> = self
             .files
             .iter()
@@ -189,12 +189,12 @@ impl WeightFiles {
     }
 
     /// Where a tensor is, for messages: `dir/model.safetensors: tensor "x"`.
-    pub(super) fn at(&self, f: &Found) -> String {
+    pub(crate) fn at(&self, f: &Found) -> String {
         format!("{}: tensor {:?}", self.files[f.file].path.display(), f.name)
     }
 
     /// Elements `range` of tensor `f`, widened to f32.
-    pub(super) fn values(&self, f: &Found, range: Range<usize>) -> Vec<f32> {
+    pub(crate) fn values(&self, f: &Found, range: Range<usize>) -> Vec<f32> {
         let size = f.dtype.bitsize() / 8;
         let (start, end) = (f.bytes.0 + range.start * size, f.bytes.0 + range.end * size);
         let map = &self.files[f.file].map;

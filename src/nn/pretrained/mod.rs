@@ -15,7 +15,7 @@
 //! [`save_safetensors`]: crate::nn::save_safetensors
 
 mod config;
-mod files;
+pub(crate) mod files;
 mod load;
 mod save;
 

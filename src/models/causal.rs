@@ -1,0 +1,64 @@
+//! [`CausalLm`]: a causal language model of any supported family, picked
+//! by the `model_type` of a Hugging Face directory's `config.json`.
+
+use std::path::Path;
+
+use super::llama::{LLAMA_FAMILY, Llama};
+use crate::device::Mesh;
+use crate::error::{Error, Result};
+use crate::nn::{Gpt, Sampling};
+use crate::tensor::DTensor;
+
+/// A model of one of the supported families.
+#[derive(Debug)]
+pub enum CausalLm {
+    /// GPT-2 (`model_type` `gpt2`).
+    Gpt2(Gpt),
+    /// The Llama family (`llama`, `mistral`, `qwen2`, `qwen3`).
+    Llama(Llama),
+}
+
+impl CausalLm {
+    /// Load `dir` onto `mesh`, the family chosen by `config.json`'s
+    /// `model_type`; another `model_type` is an error naming it.
+    pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<CausalLm> {
+        let dir = dir.as_ref();
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::Checkpoint(format!("{}: cannot read it ({e})", path.display())))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::Checkpoint(format!("{}: not valid JSON ({e})", path.display())))?;
+        match json.get("model_type").and_then(|v| v.as_str()) {
+            Some("gpt2") => Ok(CausalLm::Gpt2(Gpt::from_pretrained(mesh, dir)?)),
+            Some(t) if LLAMA_FAMILY.contains(&t) => {
+                Ok(CausalLm::Llama(Llama::from_pretrained(mesh, dir)?))
+            }
+            other => Err(Error::Checkpoint(format!(
+                "{}: model_type {other:?} is not supported; supported: \"gpt2\" and {LLAMA_FAMILY:?}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Logits of every position (`[ids.len(), vocab]`, vocab-sharded).
+    pub fn logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
+        match self {
+            CausalLm::Gpt2(m) => m.logits(ids, seq),
+            CausalLm::Llama(m) => m.logits(ids, seq),
+        }
+    }
+
+    /// Continue `prompt` by up to `max_new` tokens (the new tokens).
+    pub fn generate_with(
+        &mut self,
+        prompt: &[i32],
+        max_new: usize,
+        sampling: Sampling,
+        on_token: impl FnMut(i32) -> Result<()>,
+    ) -> Result<Vec<i32>> {
+        match self {
+            CausalLm::Gpt2(m) => m.generate_with(prompt, max_new, sampling, on_token),
+            CausalLm::Llama(m) => m.generate_with(prompt, max_new, sampling, on_token),
+        }
+    }
+}

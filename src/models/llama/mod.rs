@@ -1,0 +1,272 @@
+//! [`Llama`]: the Llama family (`llama`, `mistral`, `qwen2`, `qwen3`, by
+//! config) on P ranks, named as Hugging Face names it so
+//! `#[derive(Params)]` gives the checkpoint names
+//! (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`,
+//! `model.norm.weight`, and `lm_head.weight` only when untied).
+//!
+//! `embed_tokens` (vocab-parallel) → `layers.{i}` (RMSNorm → [`GqaAttention`]
+//! → residual → RMSNorm → [`GatedMlp`] → residual) → `norm` → the head
+//! (the embedding when tied, else a vocab-parallel `lm_head`) → vocab-sharded
+//! logits and the vocab-parallel cross-entropy. Query heads split over
+//! ranks as GPT-2's (a rank may hold none); every rank holds every
+//! key/value head, so any P from 1 to the number of query heads runs.
+//! Per step: forward `2·layers + 4` all-reduces (as GPT-2), backward
+//! `3·layers + 1` (GPT-2's two per layer, plus one for the key/value
+//! projections' gradients, and one for the head). Sequence parallelism
+//! turns the layers' all-reduces into gather / reduce-scatter pairs.
+//!
+//! Files: `config.rs` (`config.json`), `load.rs` (Hugging Face directories).
+
+mod config;
+#[cfg(not(target_arch = "wasm32"))]
+mod load;
+
+pub use config::{LLAMA_FAMILY, LlamaConfig};
+#[cfg(not(target_arch = "wasm32"))]
+pub use load::GenerationConfig;
+
+use crate::device::Mesh;
+use crate::error::{Error, Result};
+use crate::nn::{
+    ColumnParallelConfig, ColumnParallelLinear, CrossEntropyConfig, EmbeddingConfig, GatedMlp,
+    GatedMlpConfig, GqaAttention, GqaConfig, Init, InitRng, KvCache, NormConfig, Params, RMSNorm,
+    Reduction, VocabParallelCrossEntropy, VocabParallelEmbedding,
+};
+use crate::tensor::{DTensor, Mapping};
+
+/// One decoder layer: pre-norm attention and pre-norm gated MLP, each with a residual.
+#[derive(Debug, Params)]
+pub struct LlamaDecoderLayer {
+    /// Norm before attention.
+    pub input_layernorm: RMSNorm,
+    /// Grouped-query attention with rotary positions.
+    pub self_attn: GqaAttention,
+    /// Norm before the MLP.
+    pub post_attention_layernorm: RMSNorm,
+    /// SwiGLU feed-forward.
+    pub mlp: GatedMlp,
+}
+
+impl LlamaDecoderLayer {
+    fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
+        let h = x.add(
+            &self
+                .self_attn
+                .forward(&self.input_layernorm.forward(x)?, seq)?,
+        )?;
+        h.add(
+            &self
+                .mlp
+                .forward(&self.post_attention_layernorm.forward(&h)?)?,
+        )
+    }
+
+    fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
+        let a = self
+            .self_attn
+            .decode(&self.input_layernorm.forward(x)?, cache)?;
+        let h = x.add(&a)?;
+        h.add(
+            &self
+                .mlp
+                .forward(&self.post_attention_layernorm.forward(&h)?)?,
+        )
+    }
+}
+
+/// The decoder stack (Hugging Face's `model.`).
+#[derive(Debug, Params)]
+pub struct LlamaModel {
+    /// Token embedding, vocab-parallel (also the head when tied).
+    pub embed_tokens: VocabParallelEmbedding,
+    /// The decoder layers.
+    pub layers: Vec<LlamaDecoderLayer>,
+    /// Final norm.
+    pub norm: RMSNorm,
+}
+
+/// A Llama-family causal language model on P ranks.
+#[derive(Debug, Params)]
+pub struct Llama {
+    /// The decoder stack.
+    pub model: LlamaModel,
+    /// The untied output head `[vocab, hidden]`, vocab-parallel; `None` when
+    /// the head is the embedding.
+    pub lm_head: Option<ColumnParallelLinear>,
+    #[params(skip)]
+    loss: VocabParallelCrossEntropy,
+    #[params(skip)]
+    config: LlamaConfig,
+    #[params(skip)]
+    sequence_parallel: bool,
+    #[cfg(not(target_arch = "wasm32"))]
+    #[params(skip)]
+    generation: GenerationConfig,
+}
+
+impl Llama {
+    /// A model of `config` whose weights are drawn from `seed` (the same at
+    /// every world size): N(0, 0.02²) matrices and ones in the norms.
+    pub fn new(mesh: &Mesh, config: LlamaConfig, seed: u64) -> Result<Self> {
+        Self::build(mesh, config, Some(seed), false)
+    }
+
+    /// [`Llama::new`] with sequence parallelism (activations between the
+    /// embedding and the head split along tokens).
+    pub fn new_sequence_parallel(mesh: &Mesh, config: LlamaConfig, seed: u64) -> Result<Self> {
+        Self::build(mesh, config, Some(seed), true)
+    }
+
+    /// `seed` `None`: all-zero weights (ones in the norms), for loading over.
+    pub(crate) fn build(
+        mesh: &Mesh,
+        config: LlamaConfig,
+        seed: Option<u64>,
+        sequence_parallel: bool,
+    ) -> Result<Self> {
+        const OP: &str = "Llama::new";
+        let c = &config;
+        if c.windows.len() != c.num_hidden_layers || c.num_hidden_layers == 0 {
+            return Err(Error::invalid(
+                OP,
+                "num_hidden_layers ≥ 1, with one window per layer",
+            ));
+        }
+        let mut rng = InitRng::new(seed.unwrap_or(0));
+        let init = if seed.is_some() {
+            Init::default()
+        } else {
+            Init::Zeros
+        };
+        let mut embed = EmbeddingConfig::new(c.vocab_size, c.hidden_size);
+        embed.init = init;
+        let embed_tokens = VocabParallelEmbedding::new(mesh, embed, &mut rng)?;
+        let rms = || {
+            let mut n = NormConfig::rms(c.hidden_size);
+            n.eps = c.rms_norm_eps;
+            RMSNorm::new(mesh, n)
+        };
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for &window in &c.windows {
+            let mut a = GqaConfig::new(c.hidden_size, c.num_attention_heads, c.num_key_value_heads);
+            a.head_dim = c.head_dim;
+            (a.qkv_bias, a.o_bias, a.window) = (c.qkv_bias, c.o_bias, window);
+            a.qk_norm = c.qk_norm.then_some(c.rms_norm_eps);
+            a.rope = c.rope.clone();
+            (a.init, a.proj_init, a.sequence_parallel) = (init, init, sequence_parallel);
+            let mut m = GatedMlpConfig::new(c.hidden_size, c.intermediate_size);
+            (m.bias, m.init, m.proj_init) = (c.mlp_bias, init, init);
+            m.sequence_parallel = sequence_parallel;
+            layers.push(LlamaDecoderLayer {
+                input_layernorm: rms()?,
+                self_attn: GqaAttention::new(mesh, a, &mut rng)?,
+                post_attention_layernorm: rms()?,
+                mlp: GatedMlp::new(mesh, m, &mut rng)?,
+            });
+        }
+        let lm_head = if c.tie_word_embeddings {
+            None
+        } else {
+            let mut h = ColumnParallelConfig::new(c.hidden_size, c.vocab_size);
+            (h.bias, h.init, h.sequence_parallel) = (false, init, sequence_parallel);
+            Some(ColumnParallelLinear::new(mesh, h, &mut rng)?)
+        };
+        let loss = VocabParallelCrossEntropy::new(CrossEntropyConfig {
+            reduction: Reduction::Mean,
+            ..Default::default()
+        })?;
+        Ok(Llama {
+            model: LlamaModel {
+                embed_tokens,
+                layers,
+                norm: rms()?,
+            },
+            lm_head,
+            loss,
+            config,
+            sequence_parallel,
+            #[cfg(not(target_arch = "wasm32"))]
+            generation: GenerationConfig::default(),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Token ids `[batch·seq]` (batch-major) → logits `[batch·seq, vocab]`,
+    /// `Shard(1)` (each rank its vocab rows), every position, recorded on
+    /// the tape unless inside [`no_grad`](crate::no_grad).
+    pub fn logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
+        const OP: &str = "Llama::logits";
+        let max = self.config.max_position_embeddings;
+        if seq == 0 || !ids.len().is_multiple_of(seq) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "{} ids are not whole sequences of {seq} (seq ≥ 1; max_position_embeddings {max})",
+                    ids.len()
+                ),
+            ));
+        }
+        let mut x = self.model.embed_tokens.forward(ids)?;
+        if self.sequence_parallel {
+            x = Mapping::ScatterToParallel(0).forward(&x)?;
+        }
+        for layer in &self.model.layers {
+            x = layer.forward(&x, seq)?;
+        }
+        self.head(&self.model.norm.forward(&x)?)
+    }
+
+    /// The output head of normed activations: the tied embedding's rows or
+    /// `lm_head`, giving vocab-sharded logits.
+    fn head(&self, x: &DTensor) -> Result<DTensor> {
+        if let Some(h) = &self.lm_head {
+            return h.forward(x);
+        }
+        let f = if self.sequence_parallel {
+            Mapping::AllGatherToParallel(0)
+        } else {
+            Mapping::CopyToParallel
+        };
+        let h = f.forward(x)?;
+        let table = self.model.embed_tokens.weight().value.cast(h.dtype())?;
+        h.matmul(&table, true)
+    }
+
+    /// The mean cross-entropy (`[1]`, replicated) of the logits of `ids`
+    /// against `targets` as given (no shift); `loss.backward()` fills every
+    /// parameter's gradient.
+    pub fn loss(&self, ids: &[i32], targets: &[i32], seq: usize) -> Result<DTensor> {
+        if ids.len() != targets.len() {
+            return Err(Error::shape("Llama::loss", [ids.len()], [targets.len()]));
+        }
+        self.loss.forward(&self.logits(ids, seq)?, targets)
+    }
+
+    /// Cached decoding: `ids` follow the tokens already in `caches` (one per
+    /// layer); returns the logits of the last one (`[1, vocab]`, `Shard(1)`).
+    pub(crate) fn decode_step(&self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor> {
+        const OP: &str = "Llama::decode";
+        if self.sequence_parallel {
+            return Err(Error::invalid(
+                OP,
+                "decode a model built without sequence parallelism",
+            ));
+        }
+        if caches.len() != self.model.layers.len() || ids.is_empty() {
+            return Err(Error::invalid(
+                OP,
+                "one cache per layer and at least one token",
+            ));
+        }
+        let mut x = self.model.embed_tokens.forward(ids)?;
+        for (layer, cache) in self.model.layers.iter().zip(caches.iter_mut()) {
+            x = layer.decode(&x, cache)?;
+        }
+        let rows = x.shape()[0];
+        self.head(&self.model.norm.forward(&x.narrow(0, rows - 1, 1)?)?)
+    }
+}

@@ -1,0 +1,243 @@
+//! [`GqaAttention`]: the Llama family's self-attention on P ranks: separate
+//! `q_proj`, `k_proj`, `v_proj`, `o_proj` (Hugging Face's names), grouped
+//! query heads (`kv_heads` dividing `heads`), rotary positions
+//! ([`RopeConfig`]), optional per-head RMSNorm of queries and keys (Qwen3's
+//! `q_norm`, `k_norm`) and an optional sliding window (Mistral).
+//!
+//! Query heads split over ranks as GPT-2's do (the first `heads mod P`
+//! ranks take one more; a rank may hold none): `q_proj` is column-parallel
+//! and `o_proj` row-parallel in whole heads. `k_proj` and `v_proj` are
+//! [`ReplicatedLinear`]: every rank holds every key/value head, so every P
+//! from 1 to the number of query heads works whatever `kv_heads` is. One
+//! input mapping feeds all three projections: forward communicates once
+//! (in `o_proj`), backward twice (the input's gradient, and one all-reduce
+//! of the key/value projections' gradients, each rank having summed its own
+//! query heads' share; docs/MATH.md). With sequence parallelism the input
+//! and output are `Shard(0)` and those become the gather / reduce-scatter
+//! pair.
+
+use super::Params;
+use super::attention::KvCache;
+use super::init::{Init, InitRng};
+use super::linear::{
+    ColumnParallelConfig, ColumnParallelLinear, ReplicatedLinear, ReplicatedLinearConfig,
+    RowParallelConfig, RowParallelLinear,
+};
+use super::norm::{NormConfig, RMSNorm};
+use super::rope::RopeConfig;
+use crate::device::Mesh;
+use crate::element::DType;
+use crate::error::{Error, Result};
+use crate::tensor::{DTensor, GqaSpec, Mapping, Placement};
+
+/// Settings of a [`GqaAttention`].
+#[derive(Clone, Debug)]
+pub struct GqaConfig {
+    /// Model width.
+    pub hidden: usize,
+    /// Query heads (need not divide by the world size).
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Width of each head (need not be `hidden / heads`).
+    pub head_dim: usize,
+    /// Biases on q, k and v (Qwen2; Llama's `attention_bias`).
+    pub qkv_bias: bool,
+    /// Bias on `o_proj` (Llama's `attention_bias`; not Qwen2's).
+    pub o_bias: bool,
+    /// Per-head RMSNorm of queries and keys with this epsilon (Qwen3).
+    pub qk_norm: Option<f32>,
+    /// Sliding window (query `i` sees key `j` when `i − window < j ≤ i`); 0: none.
+    pub window: usize,
+    /// Rotary embedding of queries and keys.
+    pub rope: RopeConfig,
+    /// Initialiser of q, k and v.
+    pub init: Init,
+    /// Initialiser of `o_proj`.
+    pub proj_init: Init,
+    /// Sequence parallelism: input and output `Shard(0)` along tokens.
+    pub sequence_parallel: bool,
+}
+
+impl GqaConfig {
+    /// `heads` query heads over `kv_heads` key/value heads of `hidden / heads`
+    /// each, RoPE base 10000, no biases, norms or window.
+    pub fn new(hidden: usize, heads: usize, kv_heads: usize) -> Self {
+        let head_dim = hidden.checked_div(heads).unwrap_or(0);
+        GqaConfig {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm: None,
+            window: 0,
+            rope: RopeConfig::new(10000.0, head_dim, 2048),
+            init: Init::default(),
+            proj_init: Init::default(),
+            sequence_parallel: false,
+        }
+    }
+}
+
+/// Grouped-query self-attention with rotary positions, query heads split
+/// over ranks.
+#[derive(Debug, Params)]
+pub struct GqaAttention {
+    /// `[heads·head_dim, hidden]`, column-parallel in whole heads.
+    pub q_proj: ColumnParallelLinear,
+    /// `[kv_heads·head_dim, hidden]`, replicated.
+    pub k_proj: ReplicatedLinear,
+    /// `[kv_heads·head_dim, hidden]`, replicated.
+    pub v_proj: ReplicatedLinear,
+    /// `[hidden, heads·head_dim]`, row-parallel in whole heads.
+    pub o_proj: RowParallelLinear,
+    /// Per-head norm of the queries `[head_dim]` (Qwen3).
+    pub q_norm: Option<RMSNorm>,
+    /// Per-head norm of the keys `[head_dim]` (Qwen3).
+    pub k_norm: Option<RMSNorm>,
+    #[params(skip)]
+    config: GqaConfig,
+}
+
+impl GqaAttention {
+    /// A layer initialised from `rng` (q, k, v, then o).
+    pub fn new(mesh: &Mesh, config: GqaConfig, rng: &mut InitRng) -> Result<Self> {
+        const OP: &str = "GqaAttention::new";
+        let (h, heads, kv, d) = (
+            config.hidden,
+            config.heads,
+            config.kv_heads,
+            config.head_dim,
+        );
+        if h == 0 || heads == 0 || kv == 0 || d == 0 || !heads.is_multiple_of(kv) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "hidden {h}, heads {heads}, kv_heads {kv}, head_dim {d}: all at least 1, \
+                     and kv_heads dividing heads"
+                ),
+            ));
+        }
+        if !d.is_multiple_of(2) || config.rope.head_dim != d {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "head_dim {d} must be even and equal rope.head_dim {}",
+                    config.rope.head_dim
+                ),
+            ));
+        }
+        let mut q = ColumnParallelConfig::new(h, heads * d);
+        (q.bias, q.init, q.shard_unit) = (config.qkv_bias, config.init, d);
+        let q_proj = ColumnParallelLinear::new(mesh, q, rng)?;
+        let mut kvc = ReplicatedLinearConfig::new(h, kv * d);
+        (kvc.bias, kvc.init) = (config.qkv_bias, config.init);
+        let k_proj = ReplicatedLinear::new(mesh, kvc.clone(), rng)?;
+        let v_proj = ReplicatedLinear::new(mesh, kvc, rng)?;
+        let mut o = RowParallelConfig::new(heads * d, h);
+        (o.bias, o.init, o.shard_unit) = (config.o_bias, config.proj_init, d);
+        o.sequence_parallel = config.sequence_parallel;
+        let o_proj = RowParallelLinear::new(mesh, o, rng)?;
+        let norm = |eps: f32| {
+            let mut c = NormConfig::rms(d);
+            c.eps = eps;
+            RMSNorm::new(mesh, c)
+        };
+        let (q_norm, k_norm) = match config.qk_norm {
+            Some(eps) => (Some(norm(eps)?), Some(norm(eps)?)),
+            None => (None, None),
+        };
+        Ok(GqaAttention {
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
+            q_norm,
+            k_norm,
+            config,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &GqaConfig {
+        &self.config
+    }
+
+    fn spec(&self, seq: usize) -> GqaSpec {
+        let c = &self.config;
+        GqaSpec {
+            seq,
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+            window: c.window,
+            dropout: None,
+        }
+    }
+
+    /// q, k, v of the mapped input, normed and rotated for `positions`.
+    fn qkv(
+        &self,
+        xg: &DTensor,
+        positions: std::ops::Range<usize>,
+    ) -> Result<(DTensor, DTensor, DTensor)> {
+        let d = self.config.head_dim;
+        let f32 = |t: DTensor| t.cast(DType::F32);
+        let mut q = f32(self.q_proj.forward_mapped(xg)?)?;
+        let mut k = f32(self.k_proj.forward(xg)?)?;
+        let v = f32(self.v_proj.forward(xg)?)?;
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = q.rms_norm_heads(&qn.weight.value, qn.config().eps, d)?;
+            k = k.rms_norm_heads(&kn.weight.value, kn.config().eps, d)?;
+        }
+        let n = positions.len();
+        let (cos, sin) = self.config.rope.tables(positions);
+        let mesh = xg.mesh();
+        let cos = DTensor::from_host(mesh, &[n, d / 2], &cos, Placement::Replicate)?;
+        let sin = DTensor::from_host(mesh, &[n, d / 2], &sin, Placement::Replicate)?;
+        Ok((q.rotary(&cos, &sin, d)?, k.rotary(&cos, &sin, d)?, v))
+    }
+
+    fn input_mapping(&self) -> Mapping {
+        if self.config.sequence_parallel {
+            Mapping::AllGatherToParallel(0)
+        } else {
+            Mapping::CopyToParallel
+        }
+    }
+
+    /// `x` `[batch·seq, hidden]` (`Replicate`, or `Shard(0)` with sequence
+    /// parallelism), positions `0..seq` per sequence → the same shape and
+    /// placement, in x's dtype (attention itself in f32).
+    pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
+        let xg = self.input_mapping().forward(x)?;
+        let (q, k, v) = self.qkv(&xg, 0..seq)?;
+        let out = q.gqa_attention(&k, &v, &self.spec(seq))?;
+        self.o_proj.forward(&out.cast(x.dtype())?)
+    }
+
+    /// One step of cached decoding of a single sequence: `x` `[new, hidden]`
+    /// (`Replicate`) holds the tokens after the `cache.len()` cached ones.
+    /// Returns their output (equal to the matching rows of
+    /// [`Self::forward`] over the whole sequence) and grows the cache.
+    /// Communicates only in `o_proj`. Not differentiable.
+    pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
+        const OP: &str = "GqaAttention::decode";
+        if self.config.sequence_parallel {
+            return Err(Error::invalid(
+                OP,
+                "decode a model built without sequence_parallel (decoding has one token per step)",
+            ));
+        }
+        let new = x.shape()[0];
+        let xg = Mapping::CopyToParallel.forward(x)?;
+        let (q, k, v) = self.qkv(&xg, cache.len..cache.len + new)?;
+        let (out, grown) = q.gqa_decode(&k, &v, cache.kv.as_ref(), &self.spec(new))?;
+        let y = self.o_proj.forward(&out.cast(x.dtype())?)?;
+        cache.len += new;
+        cache.kv = Some(grown);
+        Ok(y)
+    }
+}

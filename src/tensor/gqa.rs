@@ -1,0 +1,272 @@
+//! [`DTensor::gqa_attention`]: causal grouped-query attention (GQA; MQA when
+//! there is one key/value head; multi-head attention when there are as many
+//! as query heads) with an optional sliding window, and its cached decoding
+//! [`DTensor::gqa_decode`], on separate `q`, `k`, `v` projections.
+//!
+//! Placement: `q` `[tokens, heads·head_dim]` is `Shard(1)` in whole heads
+//! (a column-parallel projection with shard unit `head_dim`: the first
+//! `heads mod P` ranks take one more head, and a rank may hold none); `k`
+//! and `v` `[tokens, kv_heads·head_dim]` are `Replicate`, so every rank
+//! holds the key/value heads its query heads read, whatever P is (query
+//! head `h` reads key/value head `h / (heads / kv_heads)`). The output is
+//! `Shard(1)` in whole heads, split like `q`, ready for a row-parallel
+//! projection. Forward communicates nothing. The VJP gives `dq` split like
+//! `q` and `dk`, `dv` as `Partial(Sum)`: each rank's sum over its own
+//! query heads, so the key/value projection's gradient is summed over the
+//! ranks exactly once (docs/MATH.md §GQA).
+
+use super::attention::AttentionDropout;
+use super::autograd::record;
+use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use crate::element::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::kernels::{
+    AttentionShape, HeadGroups, HeadWindow, ProbsDropout, attention_backward_gqa,
+    attention_decode_gqa, attention_forward_gqa,
+};
+
+/// The sizes of a grouped-query attention.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GqaSpec {
+    /// Tokens per sequence (tokens are batch-major); in decoding, ignored.
+    pub seq: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Width of every head.
+    pub head_dim: usize,
+    /// Sliding window (position `i` sees `j` when `i − window < j ≤ i`); 0
+    /// is plain causal attention.
+    pub window: usize,
+    /// Dropout on the probabilities (training), keyed on the global query head.
+    pub dropout: Option<AttentionDropout>,
+}
+
+/// Each addressable rank's `(first global query head, count)`.
+fn query_split(op: &'static str, q: &DTensor, spec: &GqaSpec) -> Result<Vec<(usize, usize)>> {
+    let (heads, kv, d) = (spec.heads, spec.kv_heads, spec.head_dim);
+    if heads == 0 || kv == 0 || d == 0 || !heads.is_multiple_of(kv) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "heads {heads}, kv_heads {kv}, head_dim {d}: all at least 1, and kv_heads \
+                 dividing heads"
+            ),
+        ));
+    }
+    let p = q.mesh().size();
+    if p > 1 && (q.placement() != Placement::Shard(1) || q.shard_unit() % d != 0) {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "q must be Shard(1) in whole heads (a column-parallel projection with shard \
+                 unit head_dim = {d}), got {:?} in units of {}",
+                q.placement(),
+                q.shard_unit()
+            ),
+        ));
+    }
+    let cols = |r| local_shape_in_units(q.shape(), q.placement(), p, r, q.shard_unit())[1];
+    Ok(q.shards()
+        .iter()
+        .map(|s| {
+            let start = (0..s.rank_index()).map(cols).sum::<usize>() / d;
+            (start, s.shape()[1] / d)
+        })
+        .collect())
+}
+
+/// q, k, v are f32 matrices of the right widths, k and v `Replicate`.
+fn check_operands(op: &'static str, [q, k, v]: [&DTensor; 3], spec: &GqaSpec) -> Result<usize> {
+    let (hd, kvd) = (spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim);
+    let [tokens, w] = *q.shape() else {
+        return Err(Error::shape(op, format!("q [tokens, {hd}]"), q.shape()));
+    };
+    if w != hd {
+        return Err(Error::shape(op, format!("q [tokens, {hd}]"), q.shape()));
+    }
+    for (what, t) in [("k", k), ("v", v)] {
+        if t.shape() != [tokens, kvd] {
+            return Err(Error::shape(
+                op,
+                format!("{what} [{tokens}, {kvd}]"),
+                t.shape(),
+            ));
+        }
+        if !t.mesh().same_as(q.mesh()) {
+            return Err(Error::invalid(op, format!("{what} lives on another mesh")));
+        }
+        if t.placement() != Placement::Replicate && t.mesh().size() > 1 {
+            return Err(Error::invalid(
+                op,
+                format!("{what} must be Replicate (every rank holds every key/value head)"),
+            ));
+        }
+    }
+    for t in [q, k, v] {
+        if t.dtype() != DType::F32 {
+            return Err(Error::DTypeMismatch {
+                op,
+                expected: DType::F32,
+                got: t.dtype(),
+            });
+        }
+    }
+    Ok(tokens)
+}
+
+/// The kernels' head groups for a rank whose query heads start at `start`.
+fn groups(spec: &GqaSpec, start: usize) -> HeadGroups {
+    HeadGroups {
+        group: spec.heads / spec.kv_heads,
+        q_start: start,
+        kv_start: 0,
+        kv_heads: spec.kv_heads,
+        window: spec.window,
+    }
+}
+
+fn probs_dropout(spec: &GqaSpec, start: usize) -> Option<ProbsDropout> {
+    spec.dropout.map(|d| ProbsDropout {
+        p: d.p,
+        key: d.key,
+        heads: HeadWindow {
+            start,
+            total: spec.heads,
+        },
+    })
+}
+
+impl DTensor {
+    /// Causal grouped-query attention `softmax(q kᵀ/√D, causal[, window]) v`
+    /// of `q` (`self`, `[batch·seq, heads·D]`, `Shard(1)` in whole heads),
+    /// `k` and `v` (`[batch·seq, kv_heads·D]`, `Replicate`) → `[batch·seq,
+    /// heads·D]` `Shard(1)` in units of `D`. See the module docs for the
+    /// placements and the VJP's.
+    pub fn gqa_attention(&self, k: &DTensor, v: &DTensor, spec: &GqaSpec) -> Result<DTensor> {
+        const OP: &str = "DTensor::gqa_attention";
+        let split = query_split(OP, self, spec)?;
+        let tokens = check_operands(OP, [self, k, v], spec)?;
+        let seq = spec.seq;
+        if seq == 0 || !tokens.is_multiple_of(seq) {
+            return Err(Error::invalid(
+                OP,
+                format!("{tokens} tokens are not a whole number of sequences of {seq}"),
+            ));
+        }
+        if let Some(dp) = spec.dropout
+            && !(0.0..1.0).contains(&dp.p)
+        {
+            return Err(Error::invalid(
+                OP,
+                format!("dropout {} must lie in [0, 1)", dp.p),
+            ));
+        }
+        let (d, spec) = (spec.head_dim, *spec);
+        let shape = move |h: usize| AttentionShape::new(tokens / seq, seq, h, d);
+        record(OP, &[self, k, v], || {
+            let mut outs = Vec::with_capacity(split.len());
+            let mut probs = Vec::with_capacity(split.len());
+            for (r, &(start, h)) in split.iter().enumerate() {
+                let (qs, ks, vs) = (&self.shards()[r], &k.shards()[r], &v.shards()[r]);
+                let a = attention_forward_gqa(
+                    qs,
+                    ks,
+                    vs,
+                    shape(h),
+                    groups(&spec, start),
+                    probs_dropout(&spec, start),
+                )?;
+                outs.push(a.out);
+                probs.push(a.probs);
+            }
+            let y = self.with_shards_in_units(outs, self.shape().to_vec(), Placement::Shard(1), d);
+            let (q, k, v) = (self.detach(), k.detach(), v.detach());
+            Ok((y, move |dy: &DTensor| {
+                let dy = if dy.placement() == Placement::Shard(1) || dy.mesh().size() == 1 {
+                    dy.cast(DType::F32)?
+                } else {
+                    dy.move_to(Placement::Shard(1), d)?.cast(DType::F32)?
+                };
+                let (mut dq, mut dk, mut dv) = (vec![], vec![], vec![]);
+                for (r, &(start, h)) in split.iter().enumerate() {
+                    let [a, b, c] = attention_backward_gqa(
+                        &q.shards()[r],
+                        &k.shards()[r],
+                        &v.shards()[r],
+                        &probs[r],
+                        &dy.shards()[r],
+                        shape(h),
+                        groups(&spec, start),
+                        probs_dropout(&spec, start),
+                    )?;
+                    dq.push(a);
+                    dk.push(b);
+                    dv.push(c);
+                }
+                let kv_at = if q.mesh().size() > 1 {
+                    Placement::Partial(ReduceOp::Sum)
+                } else {
+                    k.placement()
+                };
+                let dq =
+                    q.with_shards_in_units(dq, q.shape().to_vec(), q.placement(), q.shard_unit());
+                let dk = k.with_shards(dk, k.shape().to_vec(), kv_at);
+                let dv = v.with_shards(dv, v.shape().to_vec(), kv_at);
+                Ok(vec![Some(dq), Some(dk), Some(dv)])
+            }))
+        })
+    }
+
+    /// One step of cached grouped-query decoding of a single sequence:
+    /// `self` (q), `k`, `v` hold the new tokens (placed as for
+    /// [`DTensor::gqa_attention`]), `cache` `[2, 1, kv_heads, past, D]`
+    /// (`Replicate`; `None` before the first step) the earlier positions'
+    /// keys and values. Returns the new tokens' output (the matching rows of
+    /// [`DTensor::gqa_attention`] over the whole sequence, window included)
+    /// and the grown cache. Communicates nothing; not differentiable.
+    pub fn gqa_decode(
+        &self,
+        k: &DTensor,
+        v: &DTensor,
+        cache: Option<&DTensor>,
+        spec: &GqaSpec,
+    ) -> Result<(DTensor, DTensor)> {
+        const OP: &str = "DTensor::gqa_decode";
+        let split = query_split(OP, self, spec)?;
+        let new = check_operands(OP, [self, k, v], spec)?;
+        let (kv, d) = (spec.kv_heads, spec.head_dim);
+        let past = match cache {
+            None => 0,
+            Some(c) => match *c.shape() {
+                [2, 1, h, past, e] if h == kv && e == d && c.mesh().same_as(self.mesh()) => past,
+                _ => {
+                    return Err(Error::shape(
+                        OP,
+                        format!("cache [2, 1, {kv}, past, {d}] on q's mesh"),
+                        c.shape(),
+                    ));
+                }
+            },
+        };
+        let mut outs = Vec::with_capacity(split.len());
+        let mut grown = Vec::with_capacity(split.len());
+        for (r, &(start, h)) in split.iter().enumerate() {
+            let step = attention_decode_gqa(
+                &self.shards()[r],
+                &k.shards()[r],
+                &v.shards()[r],
+                cache.map(|c| &c.shards()[r]),
+                AttentionShape::new(1, new, h, d),
+                groups(spec, start),
+            )?;
+            outs.push(step.out);
+            grown.push(step.cache);
+        }
+        let out = self.with_shards_in_units(outs, self.shape().to_vec(), Placement::Shard(1), d);
+        let shape = vec![2, 1, kv, past + new, d];
+        let cache = self.with_shards(grown, shape, Placement::Replicate);
+        Ok((out, cache))
+    }
+}

@@ -1,0 +1,219 @@
+//! The Llama family against `tests/fixtures/hf/<name>/reference.safetensors`
+//! (logits, mean loss, every parameter's gradient by Hugging Face name and
+//! greedy tokens, computed by transformers in float64 from the same
+//! directory), at P = 1..4 on both transports.
+
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+use wgpu_tp::Mesh;
+use wgpu_tp::models::Llama;
+use wgpu_tp::nn::{AdamW, Params, Sampling};
+
+use crate::util::{assert_close, mesh, meshes};
+
+const TOL: f64 = 1e-5;
+const MODELS: [&str; 5] = [
+    "llama_gqa",
+    "smollm2_like",
+    "qwen2_bias_bf16",
+    "qwen3_qknorm",
+    "mistral_window",
+];
+
+fn dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(name)
+}
+
+/// What transformers computed.
+struct Reference {
+    bytes: Vec<u8>,
+    seq: usize,
+}
+
+impl Reference {
+    fn read(name: &str) -> Reference {
+        let bytes = std::fs::read(dir(name).join("reference.safetensors")).unwrap();
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir(name).join("reference.json")).unwrap(),
+        )
+        .unwrap();
+        Reference {
+            bytes,
+            seq: meta["seq"].as_u64().unwrap() as usize,
+        }
+    }
+
+    fn st(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).unwrap()
+    }
+
+    fn f64s(&self, key: &str) -> Vec<f64> {
+        let st = self.st();
+        let t = st
+            .tensor(key)
+            .unwrap_or_else(|_| panic!("fixture has no {key}"));
+        bytemuck::pod_collect_to_vec(t.data())
+    }
+
+    fn i32s(&self, key: &str) -> Vec<i32> {
+        let st = self.st();
+        bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
+    }
+}
+
+/// Logits, loss and every gradient of `name` on `mesh` against transformers.
+fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
+    let r = Reference::read(name);
+    let model = Llama::from_pretrained_with(mesh, dir(name), sequence_parallel).unwrap();
+    let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
+    let logits = wgpu_tp::no_grad(|| model.logits(&ids, r.seq)).unwrap();
+    assert_close(
+        &format!("{what} logits"),
+        &logits.to_host().unwrap(),
+        &r.f64s("logits"),
+        TOL,
+    );
+    let loss = model.loss(&ids, &targets, r.seq).unwrap();
+    assert_close(
+        &format!("{what} loss"),
+        &loss.to_host().unwrap(),
+        &r.f64s("loss"),
+        TOL,
+    );
+    loss.backward().unwrap();
+    for (n, p) in model.named_parameters() {
+        let g = p.master_grad().unwrap().expect("a gradient");
+        assert_close(
+            &format!("{what} grad {n}"),
+            &g,
+            &r.f64s(&format!("grad.{n}")),
+            TOL,
+        );
+    }
+}
+
+#[test]
+fn llama_family_matches_transformers_at_p_1_to_4() {
+    for name in MODELS {
+        for p in 1..=4 {
+            for (transport, m) in meshes(p) {
+                check_model(&format!("{name} P={p} {transport}"), &m, name, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn smollm2_like_matches_at_every_p_up_to_its_heads_and_sequence_parallel() {
+    // 9 query heads over 3 key/value heads: P = 5..9 leave ranks with one
+    // head or none.
+    for p in 5..=9 {
+        check_model(
+            &format!("smollm2_like P={p}"),
+            &mesh(p),
+            "smollm2_like",
+            false,
+        );
+    }
+    for name in ["llama_gqa", "qwen3_qknorm"] {
+        for p in [2, 3] {
+            check_model(
+                &format!("{name} P={p} sequence-parallel"),
+                &mesh(p),
+                name,
+                true,
+            );
+        }
+    }
+}
+
+#[test]
+fn greedy_tokens_equal_transformers_and_cached_equals_recomputed() {
+    for name in MODELS {
+        let r = Reference::read(name);
+        let (prompt, want) = (r.i32s("prompt"), r.i32s("greedy"));
+        for p in [1, 3] {
+            let model = Llama::from_pretrained(&mesh(p), dir(name)).unwrap();
+            // transformers generated without stopping at eos.
+            let cached = pollster::block_on(wgpu_tp::nn::generate(
+                &model,
+                &prompt,
+                want.len(),
+                Sampling::Greedy,
+                &[],
+                |_| Ok(()),
+            ))
+            .unwrap();
+            assert_eq!(cached, want, "{name} P={p}: cached greedy tokens");
+            let uncached = pollster::block_on(wgpu_tp::nn::generate_uncached(
+                &model,
+                &prompt,
+                want.len(),
+                Sampling::Greedy,
+                &[],
+            ))
+            .unwrap();
+            assert_eq!(uncached, want, "{name} P={p}: recomputed greedy tokens");
+        }
+    }
+}
+
+#[test]
+fn adamw_steps_agree_across_p_and_kv_replicas_stay_identical() {
+    let name = "smollm2_like";
+    let r = Reference::read(name);
+    let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
+    let run = |m: &Mesh| {
+        let mut model = Llama::from_pretrained(m, dir(name)).unwrap();
+        let mut opt = AdamW::new(1e-3);
+        for _ in 0..2 {
+            model
+                .loss(&ids, &targets, r.seq)
+                .unwrap()
+                .backward()
+                .unwrap();
+            opt.step(&mut model).unwrap();
+            model.zero_grad();
+        }
+        model
+    };
+    let one = run(&mesh(1));
+    let serial: Vec<Vec<f32>> = one
+        .named_parameters()
+        .iter()
+        .map(|(_, p)| p.master().unwrap())
+        .collect();
+    for p in [2, 4] {
+        let model = run(&mesh(p));
+        for ((n, param), want) in model.named_parameters().iter().zip(&serial) {
+            let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+            // AdamW turns rounding-level gradient differences into lr-sized
+            // steps (tests/nn/blocked.rs): compare at 1e-4.
+            assert_close(
+                &format!("{name} P={p} {n} after 2 AdamW steps"),
+                &param.master().unwrap(),
+                &want,
+                1e-4,
+            );
+            if n.contains("k_proj") || n.contains("v_proj") {
+                let shards: Vec<Vec<f32>> = param
+                    .value
+                    .shards()
+                    .iter()
+                    .map(|s| s.to_vec().unwrap())
+                    .collect();
+                for s in &shards[1..] {
+                    assert!(
+                        s.iter()
+                            .zip(&shards[0])
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{name} P={p} {n}: every rank's copy of the key/value heads is bit-identical"
+                    );
+                }
+            }
+        }
+    }
+}

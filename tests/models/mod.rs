@@ -1,0 +1,12 @@
+//! Layer 6, `src/models/`: model families against transformers itself.
+//! - `llama`: the Llama family (Llama 3 with GQA and `llama3` RoPE and an
+//!   untied head, a SmolLM2-like tied 9/3-head model, Qwen2 with q/k/v
+//!   biases stored in BF16 and sharded, Qwen3 with q/k norms and `head_dim`
+//!   ≠ hidden / heads, Mistral with a window shorter than the sequence)
+//!   against fixtures transformers computed in float64
+//!   (`tests/fixtures/hf/make_fixtures.py`), at P = 1..4 on both
+//!   transports and at every P up to the heads for one model, sequence
+//!   parallel too; cached decoding and greedy tokens; AdamW steps equal
+//!   across P.
+
+mod llama;
