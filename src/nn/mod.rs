@@ -12,7 +12,7 @@
 mod attention;
 mod block;
 #[cfg(not(target_arch = "wasm32"))]
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod cross_entropy;
 mod dropout;
 mod embedding;

@@ -217,3 +217,36 @@ fn adamw_steps_agree_across_p_and_kv_replicas_stay_identical() {
         }
     }
 }
+
+/// A fresh empty directory under the target dir for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn save_pretrained_reads_back_across_p() {
+    // `python3 tests/fixtures/hf/make_fixtures.py --check DIR NAME` reads
+    // such a directory with transformers (run by hand: CI has no torch).
+    for (name, from, to) in [("qwen2_bias_bf16", 3, 2), ("llama_gqa", 2, 4), ("qwen3_qknorm", 4, 1)] {
+        let r = Reference::read(name);
+        let saved = scratch(name);
+        Llama::from_pretrained(&mesh(from), dir(name))
+            .unwrap()
+            .save_pretrained(&saved)
+            .unwrap();
+        let back = Llama::from_pretrained(&mesh(to), &saved).unwrap();
+        let logits = back.logits(&r.i32s("ids"), r.seq).unwrap().to_host().unwrap();
+        assert_close(&format!("{name} saved at P={from}, read at P={to}"), &logits, &r.f64s("logits"), TOL);
+        assert_eq!(
+            back.lm_head.is_none(),
+            !dir(name).join("model.safetensors").exists()
+                || !std::fs::read_to_string(dir(name).join("config.json"))
+                    .unwrap()
+                    .contains("\"tie_word_embeddings\": false"),
+            "{name}: tied exactly when the original is"
+        );
+    }
+}

@@ -283,3 +283,37 @@ impl CausalDecoder for Llama {
         self.logits(ids, seq)
     }
 }
+
+impl Llama {
+    /// Write this model as a Hugging Face directory: `config.json`
+    /// ([`LlamaConfig::to_json`]), `generation_config.json` (its eos ids) and
+    /// `model.safetensors` (F32, Hugging Face names, no `lm_head.weight` when
+    /// tied), which `transformers.AutoModelForCausalLM.from_pretrained(dir)`
+    /// reads. Creates `dir` if needed; one parameter at a time is gathered to
+    /// the host. In a multi-process mesh every process calls it and only
+    /// process 0 writes.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        use crate::nn::pretrained::save::{write_atomic, write_params};
+        let dir = dir.as_ref();
+        let writes = crate::nn::checkpoint::writes_files(self);
+        if writes {
+            std::fs::create_dir_all(dir)?;
+        }
+        let same_shape = |_: &str, s: &[usize]| s.to_vec();
+        let same_values = |_: &str, v: Vec<f32>, _: &[usize]| Ok(v);
+        write_params(self, &dir.join("model.safetensors"), &same_shape, &same_values)?;
+        if !writes {
+            return Ok(());
+        }
+        let eos = &self.generation.eos_token_ids;
+        let mut config = self.config.clone();
+        config.tie_word_embeddings = self.lm_head.is_none();
+        write_atomic(&dir.join("config.json"), config.to_json(eos).as_bytes())?;
+        let mut generation = serde_json::json!({ "_from_model_config": true });
+        if !eos.is_empty() {
+            generation["eos_token_id"] = eos.clone().into();
+        }
+        let text = serde_json::to_string_pretty(&generation).unwrap_or_default() + "\n";
+        write_atomic(&dir.join("generation_config.json"), text.as_bytes())
+    }
+}

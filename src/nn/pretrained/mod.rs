@@ -17,7 +17,7 @@
 mod config;
 pub(crate) mod files;
 mod load;
-mod save;
+pub(crate) mod save;
 
 use std::path::Path;
 

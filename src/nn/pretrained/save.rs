@@ -24,7 +24,7 @@ fn partial(path: &Path) -> PathBuf {
 }
 
 /// Write `bytes` to `path` through a temporary file and a rename.
-pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = partial(path);
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)?;
@@ -53,8 +53,36 @@ fn header(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
 /// a multi-process mesh only process 0 writes; the others take part in the
 /// same gathers, in the same order, and write nothing.
 pub(super) fn write_model(gpt: &Gpt, path: &Path) -> Result<()> {
-    let params = gpt.named_parameters();
-    if !writes_files(gpt) {
+    write_params(gpt, path, &|name, shape| hf_shape(name, shape), &|name, data, shape| {
+        if !is_conv1d(name) {
+            return Ok(data);
+        }
+        let [rows, cols] = shape else {
+            return Err(Error::Checkpoint(format!(
+                "{name} has shape {shape:?}, expected a matrix"
+            )));
+        };
+        Ok(transpose(&data, *rows, *cols))
+    })
+}
+
+/// How a parameter is stored: its shape in the file, from its name and shape.
+pub(crate) type FileShape<'a> = &'a dyn Fn(&str, &[usize]) -> Vec<usize>;
+/// How a parameter's master values become the file's (a transpose, say).
+pub(crate) type FileValues<'a> = &'a dyn Fn(&str, Vec<f32>, &[usize]) -> Result<Vec<f32>>;
+
+/// Write every parameter of `model` to `path` as F32 safetensors, streamed
+/// one parameter at a time, under the names `named_parameters` gives, shaped
+/// and converted by `shape_of` and `values_of`. In a multi-process mesh
+/// only process 0 writes; the others take part in the same gathers.
+pub(crate) fn write_params(
+    model: &dyn Params,
+    path: &Path,
+    shape_of: FileShape,
+    values_of: FileValues,
+) -> Result<()> {
+    let params = model.named_parameters();
+    if !writes_files(model) {
         for (_, p) in &params {
             p.master()?;
         }
@@ -62,7 +90,7 @@ pub(super) fn write_model(gpt: &Gpt, path: &Path) -> Result<()> {
     }
     let layout: Vec<(String, Vec<usize>)> = params
         .iter()
-        .map(|(n, p)| (n.clone(), hf_shape(n, p.shape())))
+        .map(|(n, p)| (n.clone(), shape_of(n, p.shape())))
         .collect();
     let head = header(&layout);
     let tmp = partial(path);
@@ -71,16 +99,7 @@ pub(super) fn write_model(gpt: &Gpt, path: &Path) -> Result<()> {
         out.write_all(&(head.len() as u64).to_le_bytes())?;
         out.write_all(&head)?;
         for (name, p) in &params {
-            let mut data = p.master()?;
-            if is_conv1d(name) {
-                let [rows, cols] = p.shape() else {
-                    return Err(Error::Checkpoint(format!(
-                        "{name} has shape {:?}, expected a matrix",
-                        p.shape()
-                    )));
-                };
-                data = transpose(&data, *rows, *cols);
-            }
+            let data = values_of(name, p.master()?, p.shape())?;
             for v in &data {
                 out.write_all(&v.to_le_bytes())?;
             }
