@@ -250,3 +250,29 @@ fn save_pretrained_reads_back_across_p() {
         );
     }
 }
+
+#[test]
+fn communication_per_step_is_as_docs_math_says() {
+    use crate::util::{assert_only, count_lock, counting_meshes};
+    use wgpu_tp::Collective;
+    let _lock = count_lock();
+    // (b, q): llama_gqa has neither biases nor q/k norms, qwen2 biases,
+    // qwen3 norms; all have 2 layers.
+    for (name, b, q) in [("llama_gqa", 0, 0), ("qwen2_bias_bf16", 1, 0), ("qwen3_qknorm", 0, 1)] {
+        let r = Reference::read(name);
+        let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
+        for (transport, m) in counting_meshes(3) {
+            let model = Llama::from_pretrained(&m, dir(name)).unwrap();
+            let layers = model.model.layers.len() as u64;
+            m.reset_comm_stats();
+            let loss = model.loss(&ids, &targets, r.seq).unwrap();
+            let what = format!("{name} {transport} forward");
+            assert_only(&m.comm_stats(), Collective::AllReduce, 2 * layers + 4, &what);
+            m.reset_comm_stats();
+            loss.backward().unwrap();
+            let want = (4 + 2 * b + 2 * q) * layers + 1;
+            let what = format!("{name} {transport} backward");
+            assert_only(&m.comm_stats(), Collective::AllReduce, want, &what);
+        }
+    }
+}

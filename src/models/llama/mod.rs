@@ -11,9 +11,11 @@
 //! ranks as GPT-2's (a rank may hold none); every rank holds every
 //! key/value head, so any P from 1 to the number of query heads runs.
 //! Per step: forward `2·layers + 4` all-reduces (as GPT-2), backward
-//! `3·layers + 1` (GPT-2's two per layer, plus one for the key/value
-//! projections' gradients, and one for the head). Sequence parallelism
-//! turns the layers' all-reduces into gather / reduce-scatter pairs.
+//! `(4 + 2b + 2q)·layers + 1` (per layer the attention and MLP input
+//! gradients and the replicated `k_proj`, `v_proj` weights, plus their
+//! biases (`b`) and the q/k norms (`q`); one for the head): docs/MATH.md
+//! §14.6. Sequence parallelism turns the layers' input and output
+//! all-reduces into gather / reduce-scatter pairs.
 //!
 //! Files: `config.rs` (`config.json`), `load.rs` (Hugging Face directories).
 
