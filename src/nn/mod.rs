@@ -12,6 +12,7 @@
 mod attention;
 mod block;
 #[cfg(not(target_arch = "wasm32"))]
+mod chat;
 pub(crate) mod checkpoint;
 mod cross_entropy;
 mod dropout;
@@ -39,6 +40,7 @@ pub use crate::tensor::{vocab_top_k, vocab_top_k_async};
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
 #[cfg(not(target_arch = "wasm32"))]
+pub use chat::{ChatMessage, ChatTemplate};
 pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
     to_safetensors_bytes_as,

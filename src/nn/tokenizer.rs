@@ -4,6 +4,8 @@
 //! ones the checkpoint was trained with. [`TokenStream`] turns ids into text
 //! one token at a time: byte-level BPE splits a multi-byte character over
 //! several tokens, so text is released only once it is complete UTF-8.
+//! [`Tokenizer::apply_chat_template`] renders a conversation with the
+//! directory's chat template ([`ChatTemplate`]), as transformers does.
 
 use std::path::Path;
 
@@ -13,6 +15,7 @@ use tokenizers::models::TrainerWrapper;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 
+use super::chat::{ChatMessage, ChatTemplate};
 use crate::error::{Error, Result};
 
 /// GPT-2's end-of-text token, made special when a `vocab.json` holds it.
@@ -25,6 +28,21 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// Where it was read from, for error messages.
     source: String,
+    chat: Chat,
+}
+
+/// The chat template of a tokenizer, if it has one.
+#[derive(Clone, Debug)]
+enum Chat {
+    /// None; the directory looked in, if any.
+    Missing(Option<String>),
+    Ready(ChatTemplate),
+    /// The directory's template did not load: the error, given back by
+    /// [`Tokenizer::apply_chat_template`].
+    Broken {
+        file: String,
+        message: String,
+    },
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -32,6 +50,10 @@ impl std::fmt::Debug for Tokenizer {
         f.debug_struct("Tokenizer")
             .field("source", &self.source)
             .field("vocab_size", &self.vocab_size())
+            .field(
+                "chat_template",
+                &self.chat_template().map(ChatTemplate::source),
+            )
             .finish()
     }
 }
@@ -57,9 +79,26 @@ fn err(file: impl AsRef<Path>, message: impl std::fmt::Display) -> Error {
 
 impl Tokenizer {
     /// The tokenizer of a model directory: its `tokenizer.json`, or else
-    /// GPT-2's `vocab.json` + `merges.txt` (byte-level BPE).
+    /// GPT-2's `vocab.json` + `merges.txt` (byte-level BPE); with the
+    /// directory's chat template, if it has one (see [`ChatTemplate::from_dir`]).
+    /// A template that does not load leaves the tokenizer usable: its error
+    /// comes back from [`Tokenizer::apply_chat_template`].
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Tokenizer> {
         let dir = dir.as_ref();
+        let mut tokenizer = Tokenizer::from_dir_only(dir)?;
+        tokenizer.chat = match ChatTemplate::find_in_dir(dir, None) {
+            Ok(Some(template)) => Chat::Ready(template),
+            Ok(None) => Chat::Missing(Some(dir.display().to_string())),
+            Err(Error::Tokenizer { file, message }) => Chat::Broken { file, message },
+            Err(e) => Chat::Broken {
+                file: dir.display().to_string(),
+                message: e.to_string(),
+            },
+        };
+        Ok(tokenizer)
+    }
+
+    fn from_dir_only(dir: &Path) -> Result<Tokenizer> {
         let json = dir.join("tokenizer.json");
         if json.is_file() {
             return Tokenizer::from_file(json);
@@ -162,7 +201,56 @@ impl Tokenizer {
         if max_id.is_none() {
             return Err(err(&source, "has an empty vocabulary"));
         }
-        Ok(Tokenizer { inner, source })
+        Ok(Tokenizer {
+            inner,
+            source,
+            chat: Chat::Missing(None),
+        })
+    }
+
+    /// This tokenizer with `template` as its chat template (replacing any).
+    pub fn with_chat_template(mut self, template: ChatTemplate) -> Tokenizer {
+        self.chat = Chat::Ready(template);
+        self
+    }
+
+    /// The chat template, if the tokenizer has one that loaded.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        match &self.chat {
+            Chat::Ready(template) => Some(template),
+            _ => None,
+        }
+    }
+
+    /// `messages` rendered with the chat template, as transformers'
+    /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=...)`
+    /// renders them (see [`ChatTemplate::render`]); encode the result with
+    /// [`Tokenizer::encode`]. A tokenizer with no template is an
+    /// [`Error::Tokenizer`] saying how to add one.
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.apply_chat_template_with(messages, add_generation_prompt, &())
+    }
+
+    /// [`Tokenizer::apply_chat_template`] with extra template variables (see
+    /// [`ChatTemplate::render_with`]), e.g. `{"date_string": "26 Jul 2024"}`.
+    pub fn apply_chat_template_with<E: serde::Serialize + ?Sized>(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &E,
+    ) -> Result<String> {
+        match &self.chat {
+            Chat::Ready(template) => template.render_with(messages, add_generation_prompt, extra),
+            Chat::Broken { file, message } => Err(err(file, message)),
+            Chat::Missing(dir) => Err(err(
+                dir.as_deref().unwrap_or(&self.source),
+                super::chat::NO_TEMPLATE,
+            )),
+        }
     }
 
     /// Writes `tokenizer.json` (Hugging Face's format) to `path`.

@@ -17,6 +17,8 @@
 //! - `model`: a two-layer MLP and `MlpLanguageModel` training end to end;
 //! - `shard_units`: linear layers that keep whole attention heads per rank;
 //! - `norm`: LayerNorm and RMSNorm, replicated and sequence-parallel;
+//! - `rope`: `RopeConfig`'s frequencies and tables against transformers'
+//!   (`fixtures/hf/rope/rope.json`, every RoPE variant);
 //! - `attention`: self-attention on the tape, dropout, cached decoding;
 //! - `dropout`: masks independent of the world size and placement;
 //! - `generate`: the on-device greedy / top-k choice against the host sampler;
@@ -36,6 +38,7 @@ const TOL: f64 = 1e-5;
 
 mod attention;
 mod blocked;
+mod chat;
 mod checkpoint;
 mod cross_entropy;
 mod dropout;
@@ -53,6 +56,7 @@ mod pack_cache;
 mod parameter;
 mod params;
 mod pretrained;
+mod rope;
 mod sequence_parallel;
 mod shard_units;
 mod tokenizer;

@@ -1,0 +1,380 @@
+//! [`ChatTemplate`]: Hugging Face chat templates, rendered as `transformers`
+//! renders them. Contract: for a model directory and a list of
+//! [`ChatMessage`]s, [`ChatTemplate::render`] returns, byte for byte, what
+//! `tokenizer.apply_chat_template(messages, tokenize=False,
+//! add_generation_prompt=...)` returns in transformers 5 (checked against
+//! 5.24 by `tests/nn/chat.rs`), or an [`Error::Tokenizer`] naming the file;
+//! it never panics on a bad template.
+//!
+//! As transformers does, the template is `chat_template.jinja` (plus named
+//! ones in `additional_chat_templates/*.jinja`) if the directory has it, else
+//! `tokenizer_config.json`'s `chat_template`: a string, or a list of
+//! `{"name", "template"}` from which "default" is taken unless another name is
+//! asked for. The special tokens of `tokenizer_config.json` (`bos_token`,
+//! `eos_token`, ..., plain strings or `{"content": ...}` objects) are template
+//! variables, and so are `messages`, `tools` and `documents` (none),
+//! `add_generation_prompt` and any extra context. The Jinja environment is
+//! transformers': `trim_blocks` and `lstrip_blocks` on, the final newline of
+//! the template dropped, jinja2's default (lenient) undefined, loop controls,
+//! `raise_exception(msg)` (an error carrying `msg`), a `tojson` that is
+//! Python's `json.dumps` (no HTML escaping, `ensure_ascii`, `indent`,
+//! `separators`, `sort_keys`), `strftime_now(fmt)` and Python's string, dict
+//! and list methods. `{% generation %}` blocks render their body. Two
+//! differences remain: `strftime_now` reads the clock in UTC (transformers:
+//! local time), and dicts passed in (tools, extra context) iterate and
+//! serialise in sorted key order, not in insertion order.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use minijinja::Environment;
+use minijinja::value::{Value, ValueKind};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+mod clock;
+mod compat;
+use compat::RAISED;
+
+/// The special tokens transformers passes to templates
+/// (`SPECIAL_TOKENS_ATTRIBUTES`).
+const SPECIAL_TOKENS: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
+
+/// One message of a conversation: `{"role": ..., "content": ...}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `"system"`, `"user"`, `"assistant"`, or what else the template knows.
+    pub role: String,
+    /// The text of the message.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message of `role` saying `content`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+    /// A `"system"` message.
+    pub fn system(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("system", content)
+    }
+    /// A `"user"` message.
+    pub fn user(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("user", content)
+    }
+    /// An `"assistant"` message.
+    pub fn assistant(content: impl Into<String>) -> ChatMessage {
+        ChatMessage::new("assistant", content)
+    }
+}
+
+/// A compiled chat template and the special tokens it is given.
+#[derive(Clone)]
+pub struct ChatTemplate {
+    env: Arc<Environment<'static>>,
+    /// Where it came from, for error messages.
+    source: String,
+    tokens: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source", &self.source)
+            .field("special_tokens", &self.tokens)
+            .finish()
+    }
+}
+
+fn err(file: impl AsRef<Path>, message: impl std::fmt::Display) -> Error {
+    Error::Tokenizer {
+        file: file.as_ref().display().to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| err(path, format!("could not read: {e}")))
+}
+
+/// The templates of `dir` by name (`None`: the single unnamed one of a
+/// `chat_template` string), each with its file; and the special tokens.
+type Found = (
+    Vec<(Option<String>, String, String)>,
+    BTreeMap<String, String>,
+);
+
+fn find(dir: &Path) -> Result<Found> {
+    let config_path = dir.join("tokenizer_config.json");
+    let config: serde_json::Value = if config_path.is_file() {
+        serde_json::from_str(&read(&config_path)?)
+            .map_err(|e| err(&config_path, format!("is not valid JSON: {e}")))?
+    } else {
+        serde_json::Value::Null
+    };
+    let mut tokens = BTreeMap::new();
+    for name in SPECIAL_TOKENS {
+        let token = match &config[name] {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Object(o) => o
+                .get("content")
+                .and_then(|c| c.as_str())
+                .map(str::to_string),
+            _ => None,
+        };
+        tokens.extend(token.map(|t| (name.to_string(), t)));
+    }
+    let mut found = Vec::new();
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        found.push((
+            Some("default".to_string()),
+            read(&jinja)?,
+            jinja.display().to_string(),
+        ));
+    }
+    let extra = dir.join("additional_chat_templates");
+    if let Ok(entries) = std::fs::read_dir(&extra) {
+        let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "jinja"))
+        {
+            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+            found.push((name, read(&path)?, path.display().to_string()));
+        }
+    }
+    if !found.is_empty() {
+        // Template files take priority over tokenizer_config.json's entries.
+        if found.len() == 1 && jinja.is_file() {
+            found[0].0 = None;
+        }
+        return Ok((found, tokens));
+    }
+    let file = config_path.display().to_string();
+    match &config["chat_template"] {
+        serde_json::Value::Null => {}
+        serde_json::Value::String(s) => found.push((None, s.clone(), file)),
+        serde_json::Value::Array(list) => {
+            for entry in list {
+                let (Some(name), Some(template)) =
+                    (entry["name"].as_str(), entry["template"].as_str())
+                else {
+                    return Err(err(
+                        &config_path,
+                        "has a `chat_template` list entry that is not {\"name\": ..., \"template\": ...}",
+                    ));
+                };
+                found.push((Some(name.to_string()), template.to_string(), file.clone()));
+            }
+        }
+        _ => {
+            return Err(err(
+                &config_path,
+                "has a `chat_template` that is neither a string nor a list of {\"name\", \"template\"}",
+            ));
+        }
+    }
+    Ok((found, tokens))
+}
+
+impl ChatTemplate {
+    /// Compiles `template` (Jinja text), with no special tokens. A syntax
+    /// error is an [`Error::Tokenizer`] saying where.
+    pub fn new(template: impl Into<String>) -> Result<ChatTemplate> {
+        ChatTemplate::compile(template.into(), "<chat template>".to_string())
+    }
+
+    /// The chat template of a Hugging Face model directory, as transformers
+    /// picks it: `chat_template.jinja`, else `tokenizer_config.json`'s
+    /// `chat_template` (its "default" when there are several), with the
+    /// special tokens of `tokenizer_config.json`.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<ChatTemplate> {
+        let dir = dir.as_ref();
+        ChatTemplate::find_in_dir(dir, None)?.ok_or_else(|| err(dir, NO_TEMPLATE))
+    }
+
+    /// The template called `name` of a directory with several (a list in
+    /// `tokenizer_config.json`, or `additional_chat_templates/<name>.jinja`),
+    /// e.g. `"tool_use"`.
+    pub fn from_dir_named(dir: impl AsRef<Path>, name: &str) -> Result<ChatTemplate> {
+        let dir = dir.as_ref();
+        ChatTemplate::find_in_dir(dir, Some(name))?.ok_or_else(|| err(dir, NO_TEMPLATE))
+    }
+
+    /// The names of the templates of `dir` (`[]` for a single unnamed one).
+    pub fn names_in_dir(dir: impl AsRef<Path>) -> Result<Vec<String>> {
+        Ok(find(dir.as_ref())?
+            .0
+            .into_iter()
+            .filter_map(|(n, _, _)| n)
+            .collect())
+    }
+
+    /// The template of `dir` called `name` (or the default), `None` if the
+    /// directory has no template at all.
+    pub(crate) fn find_in_dir(dir: &Path, name: Option<&str>) -> Result<Option<ChatTemplate>> {
+        let (mut found, tokens) = find(dir)?;
+        if found.is_empty() {
+            return Ok(None);
+        }
+        let names = || {
+            found
+                .iter()
+                .filter_map(|(n, _, _)| n.clone())
+                .collect::<Vec<_>>()
+        };
+        let want = name.or(if found.len() == 1 && found[0].0.is_none() {
+            None
+        } else {
+            Some("default")
+        });
+        let index = match want {
+            None => 0,
+            Some(want) => found.iter().position(|(n, _, _)| n.as_deref() == Some(want)).ok_or_else(|| {
+                let hint = match (name, names().is_empty()) {
+                    (_, true) => "its one template has no name; load it with ChatTemplate::from_dir".to_string(),
+                    (Some(_), false) => format!("ask for one of {:?}", names()),
+                    (None, false) => format!("none is called \"default\"; ask for one by name (ChatTemplate::from_dir_named) of {:?}", names()),
+                };
+                err(dir, format!("has no chat template called {want:?}: {hint}"))
+            })?,
+        };
+        let (_, text, file) = found.swap_remove(index);
+        let mut template = ChatTemplate::compile(text, file)?;
+        template.tokens = tokens;
+        Ok(Some(template))
+    }
+
+    fn compile(text: String, source: String) -> Result<ChatTemplate> {
+        let env = compat::environment(&text).map_err(|e| {
+            err(&source, format!("is not a valid chat template: {}; fix the Jinja, or set another template with Tokenizer::with_chat_template", describe(&e)))
+        })?;
+        Ok(ChatTemplate {
+            env: Arc::new(env),
+            source,
+            tokens: BTreeMap::new(),
+        })
+    }
+
+    /// Sets a special token the template sees, e.g. `("bos_token", "<s>")`.
+    pub fn with_special_token(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> ChatTemplate {
+        self.tokens.insert(name.into(), value.into());
+        self
+    }
+
+    /// The special tokens the template sees (`bos_token`, `eos_token`, ...).
+    pub fn special_tokens(&self) -> &BTreeMap<String, String> {
+        &self.tokens
+    }
+
+    /// The file the template came from (`"<chat template>"` for [`ChatTemplate::new`]).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// `messages` as the model reads them; with `add_generation_prompt`,
+    /// followed by the start of the assistant's reply.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &())
+    }
+
+    /// [`ChatTemplate::render`] with extra template variables: `extra`
+    /// serialises to a map (or `()`), e.g.
+    /// `serde_json::json!({"date_string": "26 Jul 2024", "tools": [...]})`.
+    /// Its entries override the special tokens; `messages` and
+    /// `add_generation_prompt` cannot be among them.
+    pub fn render_with<E: Serialize + ?Sized>(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &E,
+    ) -> Result<String> {
+        let extra = Value::from_serialize(extra);
+        let mut ctx: BTreeMap<String, Value> = self
+            .tokens
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+            .collect();
+        ctx.insert("messages".into(), Value::from_serialize(messages));
+        ctx.insert("tools".into(), Value::from(()));
+        ctx.insert("documents".into(), Value::from(()));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::from(add_generation_prompt),
+        );
+        match extra.kind() {
+            ValueKind::None | ValueKind::Undefined => {}
+            ValueKind::Map => {
+                for key in extra.try_iter().map_err(|e| err(&self.source, e))? {
+                    let name = key
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| key.to_string());
+                    if name == "messages" || name == "add_generation_prompt" {
+                        return Err(Error::invalid(
+                            "ChatTemplate::render_with",
+                            format!("`{name}` is an argument of its own, not an extra variable"),
+                        ));
+                    }
+                    let value = extra.get_item(&key).map_err(|e| err(&self.source, e))?;
+                    ctx.insert(name, value);
+                }
+            }
+            kind => {
+                return Err(Error::invalid(
+                    "ChatTemplate::render_with",
+                    format!("extra variables must serialise to a map, not a {kind}"),
+                ));
+            }
+        }
+        let template = self
+            .env
+            .get_template("chat_template")
+            .map_err(|e| err(&self.source, e))?;
+        template
+            .render(ctx)
+            .map_err(|e| match e.detail().and_then(|d| d.strip_prefix(RAISED)) {
+                Some(message) => err(
+                    &self.source,
+                    format!("the chat template refused these messages: {message}"),
+                ),
+                None => err(
+                    &self.source,
+                    format!("could not render the chat template: {}", describe(&e)),
+                ),
+            })
+    }
+}
+
+/// What to say of a directory (or tokenizer) without a chat template.
+pub(crate) const NO_TEMPLATE: &str = "has no chat template: neither chat_template.jinja nor a `chat_template` in tokenizer_config.json. Download the model's tokenizer_config.json (or chat_template.jinja) into the model directory and load it with Tokenizer::from_dir or ChatTemplate::from_dir, or set one with Tokenizer::with_chat_template(ChatTemplate::new(jinja)?)";
+
+/// A minijinja error with its cause chain and line.
+fn describe(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
+}

@@ -1,0 +1,397 @@
+//! Chat templates against transformers: the real templates of SmolLM2,
+//! Qwen2.5 and Llama 3.2 (`tests/fixtures/chat/`, rendered by
+//! `make_chat_fixtures.py` with transformers 5.24 into `expected.json`) give
+//! transformers' strings byte for byte, loaded from `tokenizer_config.json`,
+//! from `chat_template.jinja` and from a list of named templates, directly and
+//! through `Tokenizer::from_dir`; the environment's pieces (`tojson`, Python
+//! methods and printing, undefined values, loop controls, `{% generation %}`,
+//! `strftime_now`) match jinja2's; `raise_exception`, a malformed template
+//! and a directory without one are errors, never panics.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::json;
+use wgpu_tp::Error;
+use wgpu_tp::nn::{ChatMessage, ChatTemplate, Tokenizer};
+
+use super::tokenizer::temp_dir;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat")
+}
+
+fn tiny_gpt2() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/tiny-gpt2")
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    dir: String,
+    #[serde(default)]
+    template_name: Option<String>,
+    messages: Vec<ChatMessage>,
+    add_generation_prompt: bool,
+    extra: serde_json::Value,
+    #[serde(default)]
+    date_from_clock: Option<String>,
+    expected: String,
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(fixtures().join("expected.json")).unwrap();
+    let mut all: serde_json::Value = serde_json::from_str(&text).unwrap();
+    serde_json::from_value(all["cases"].take()).unwrap()
+}
+
+/// `text` with the `DD Mon YYYY` after "Today Date: " checked and replaced
+/// by `pinned`.
+fn pin_date(text: &str, pinned: &str) -> String {
+    let at = text.find("Today Date: ").expect("no date line") + "Today Date: ".len();
+    let date = &text[at..at + pinned.len()];
+    let b = date.as_bytes();
+    let months = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec";
+    assert!(
+        b[..2].iter().chain(&b[7..]).all(u8::is_ascii_digit)
+            && b[2] == b' '
+            && b[6] == b' '
+            && months.split(' ').any(|m| m == &date[3..6]),
+        "strftime_now gave {date:?}, not like {pinned:?}"
+    );
+    format!("{}{pinned}{}", &text[..at], &text[at + pinned.len()..])
+}
+
+fn render(template: &ChatTemplate, case: &Case) -> String {
+    let text = template
+        .render_with(&case.messages, case.add_generation_prompt, &case.extra)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+    match &case.date_from_clock {
+        Some(pinned) => pin_date(&text, pinned),
+        None => text,
+    }
+}
+
+/// The first difference of two renderings, for failure messages.
+fn diff(got: &str, want: &str) -> String {
+    let at = got
+        .bytes()
+        .zip(want.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let lo = got[..at].char_indices().rev().nth(20).map_or(0, |(i, _)| i);
+    format!(
+        "differs at byte {at}:\n got {:?}\nwant {:?}",
+        &got[lo..],
+        &want[lo..]
+    )
+}
+
+#[test]
+fn renders_as_transformers() {
+    let cases = cases();
+    assert_eq!(cases.len(), 31, "expected.json changed; update this count");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let dir = fixtures().join(&case.dir);
+        let template = match &case.template_name {
+            Some(name) => ChatTemplate::from_dir_named(&dir, name),
+            None => ChatTemplate::from_dir(&dir),
+        }
+        .unwrap();
+        let got = render(&template, case);
+        if got != case.expected {
+            failures.push(format!("{}: {}", case.name, diff(&got, &case.expected)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn loads_each_source_and_special_tokens() {
+    let smol = ChatTemplate::from_dir(fixtures().join("smollm2-135m-instruct")).unwrap();
+    assert!(smol.source().ends_with("tokenizer_config.json"));
+    let tokens = smol.special_tokens();
+    assert_eq!(
+        (tokens["bos_token"].as_str(), tokens["eos_token"].as_str()),
+        ("<|im_start|>", "<|im_end|>")
+    );
+    // Qwen's bos_token is null: not a variable at all, as in transformers.
+    let qwen = ChatTemplate::from_dir(fixtures().join("qwen2.5-0.5b-instruct")).unwrap();
+    assert!(!qwen.special_tokens().contains_key("bos_token"));
+    let llama = ChatTemplate::from_dir(fixtures().join("llama-3.2-1b-instruct")).unwrap();
+    assert!(llama.source().ends_with("chat_template.jinja"));
+    assert_eq!(llama.special_tokens()["bos_token"], "<|begin_of_text|>");
+    // The AddedToken object form ({"content": ...}) of the named-templates config.
+    let named = fixtures().join("named-templates");
+    let default = ChatTemplate::from_dir(&named).unwrap();
+    assert_eq!(default.special_tokens()["bos_token"], "<|im_start|>");
+    assert_eq!(
+        ChatTemplate::names_in_dir(&named).unwrap(),
+        ["default", "tool_use"]
+    );
+    let unnamed = ChatTemplate::names_in_dir(fixtures().join("smollm2-135m-instruct"));
+    assert!(unnamed.unwrap().is_empty());
+    let e = ChatTemplate::from_dir_named(&named, "nope")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"nope\"") && e.contains("tool_use"), "{e}");
+}
+
+#[test]
+fn template_file_wins_and_lists_need_a_default() {
+    let dir = temp_dir("chat-precedence");
+    let config = json!({"chat_template": "from the config", "bos_token": "<s>"});
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+    let file = "from the file {{ bos_token }}\n";
+    std::fs::write(dir.join("chat_template.jinja"), file).unwrap();
+    let t = ChatTemplate::from_dir(&dir).unwrap();
+    // The one trailing newline goes, as jinja2's keep_trailing_newline=False.
+    assert_eq!(t.render(&[], false).unwrap(), "from the file <s>");
+    std::fs::create_dir_all(dir.join("additional_chat_templates")).unwrap();
+    std::fs::write(dir.join("additional_chat_templates/rag.jinja"), "rag").unwrap();
+    assert_eq!(
+        ChatTemplate::names_in_dir(&dir).unwrap(),
+        ["default", "rag"]
+    );
+    let rag = ChatTemplate::from_dir_named(&dir, "rag").unwrap();
+    assert_eq!(rag.render(&[], false).unwrap(), "rag");
+
+    let dir = temp_dir("chat-no-default");
+    let list =
+        json!({"chat_template": [{"name": "a", "template": "A"}, {"name": "b", "template": "B"}]});
+    std::fs::write(dir.join("tokenizer_config.json"), list.to_string()).unwrap();
+    let e = ChatTemplate::from_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("from_dir_named") && e.contains("[\"a\", \"b\"]"),
+        "{e}"
+    );
+    let b = ChatTemplate::from_dir_named(&dir, "b").unwrap();
+    assert_eq!(b.render(&[], true).unwrap(), "B");
+}
+
+/// A directory with the tiny GPT-2's tokenizer.json and `files` from `model`.
+fn model_dir(label: &str, model: &str, files: &[&str]) -> PathBuf {
+    let dir = temp_dir(label);
+    std::fs::copy(
+        tiny_gpt2().join("tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
+    for file in files {
+        std::fs::copy(fixtures().join(model).join(file), dir.join(file)).unwrap();
+    }
+    dir
+}
+
+fn expected(name: &str) -> Case {
+    cases().into_iter().find(|c| c.name == name).unwrap()
+}
+
+#[test]
+fn tokenizer_from_dir_applies_the_template() {
+    let config = ["tokenizer_config.json"];
+    let dir = model_dir("chat-smol", "smollm2-135m-instruct", &config);
+    let tokenizer = Tokenizer::from_dir(&dir).unwrap();
+    for name in ["user_gen", "multi_turn", "unicode"] {
+        let case = expected(&format!("smollm2-135m-instruct/{name}"));
+        let got = tokenizer
+            .apply_chat_template(&case.messages, case.add_generation_prompt)
+            .unwrap();
+        assert_eq!(got, case.expected, "{name}");
+        // The rendered text encodes like any other (special tokens included).
+        assert!(!tokenizer.encode(&got).unwrap().is_empty());
+    }
+    let files = ["tokenizer_config.json", "chat_template.jinja"];
+    let dir = model_dir("chat-llama", "llama-3.2-1b-instruct", &files);
+    let tokenizer = Tokenizer::from_dir(&dir).unwrap();
+    let case = expected("llama-3.2-1b-instruct/system_gen");
+    let got = tokenizer
+        .apply_chat_template_with(&case.messages, true, &case.extra)
+        .unwrap();
+    assert_eq!(got, case.expected);
+
+    // with_chat_template replaces the directory's template.
+    let other = ChatTemplate::new("{{ messages | length }}").unwrap();
+    let tokenizer = tokenizer.with_chat_template(other);
+    assert_eq!(
+        tokenizer.apply_chat_template(&case.messages, true).unwrap(),
+        "2"
+    );
+}
+
+#[test]
+fn no_template_is_a_clear_error() {
+    let tokenizer = Tokenizer::from_dir(tiny_gpt2()).unwrap();
+    assert!(tokenizer.chat_template().is_none());
+    let e = tokenizer
+        .apply_chat_template(&[ChatMessage::user("hi")], true)
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Error::Tokenizer { .. }), "{e:?}");
+    for part in [
+        "tiny-gpt2",
+        "has no chat template",
+        "tokenizer_config.json",
+        "with_chat_template",
+    ] {
+        assert!(text.contains(part), "{text}");
+    }
+    let e = ChatTemplate::from_dir(temp_dir("chat-empty")).unwrap_err();
+    assert!(e.to_string().contains("has no chat template"), "{e}");
+}
+
+#[test]
+fn raise_exception_is_an_error_with_its_message() {
+    let t = ChatTemplate::new(
+        "{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}\
+         {{ raise_exception('Conversation roles must be user or assistant, not ' + m.role) }}\
+         {% endif %}{{ m.content }}{% endfor %}",
+    )
+    .unwrap();
+    assert_eq!(t.render(&[ChatMessage::user("ok")], false).unwrap(), "ok");
+    let e = t
+        .render(&[ChatMessage::new("robot", "x")], false)
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Error::Tokenizer { .. }), "{e:?}");
+    assert!(
+        text.contains("Conversation roles must be user or assistant, not robot"),
+        "{text}"
+    );
+}
+
+#[test]
+fn malformed_templates_are_errors() {
+    for bad in [
+        "{% for m in messages %}{{ m.content }",
+        "{% if x %}",
+        "{{ a b }}",
+        "{% endfor %}",
+    ] {
+        let e = ChatTemplate::new(bad).unwrap_err().to_string();
+        assert!(e.contains("not a valid chat template"), "{bad}: {e}");
+    }
+    // A broken template in a directory: the tokenizer still loads, the
+    // template's error (naming its file) comes back when it is used.
+    let dir = model_dir("chat-bad", "smollm2-135m-instruct", &[]);
+    std::fs::write(dir.join("chat_template.jinja"), "{% for m in messages %}").unwrap();
+    let tokenizer = Tokenizer::from_dir(&dir).unwrap();
+    assert_eq!(
+        tokenizer.encode("hi").unwrap().len(),
+        tokenizer.encode("hi").unwrap().len()
+    );
+    let e = tokenizer
+        .apply_chat_template(&[], true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("chat_template.jinja") && e.contains("not a valid chat template"),
+        "{e}"
+    );
+    let e = ChatTemplate::from_dir(&dir).unwrap_err().to_string();
+    assert!(e.contains("chat_template.jinja"), "{e}");
+    std::fs::write(dir.join("chat_template.jinja"), "").unwrap();
+    std::fs::write(dir.join("tokenizer_config.json"), "{ not json").unwrap();
+    let e = ChatTemplate::from_dir(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("tokenizer_config.json") && e.contains("not valid JSON"),
+        "{e}"
+    );
+    // A render-time failure (calling a string) is an error too.
+    let t = ChatTemplate::new("{{ messages[0].content() }}").unwrap();
+    assert!(t.render(&[ChatMessage::user("x")], false).is_err());
+    let e = t
+        .render_with(&[], false, &json!({"messages": []}))
+        .unwrap_err();
+    assert!(e.to_string().contains("messages"), "{e}");
+}
+
+/// Renders `template` with a user "a" and an assistant "b" and `extra`.
+fn one(template: &str, extra: serde_json::Value) -> String {
+    let messages = [ChatMessage::user("a"), ChatMessage::assistant("b")];
+    ChatTemplate::new(template)
+        .unwrap()
+        .render_with(&messages, false, &extra)
+        .unwrap()
+}
+
+/// Each expected string is what transformers 5.24 (jinja2 3.1.6) renders.
+#[test]
+fn environment_matches_jinja2() {
+    let x = json!({"a": [1, 2.5, "<é>\n"], "b": null, "c": true, "d": {},
+        "e": [1e16, 0.0001, 1e-05, 100.0, -0.5, 123456789.125]});
+    assert_eq!(
+        one("{{ x | tojson }}", json!({"x": x})),
+        r#"{"a": [1, 2.5, "<é>\n"], "b": null, "c": true, "d": {}, "e": [1e+16, 0.0001, 1e-05, 100.0, -0.5, 123456789.125]}"#
+    );
+    assert_eq!(
+        one("{{ x | tojson(indent=2) }}", json!({"x": x})),
+        "{\n  \"a\": [\n    1,\n    2.5,\n    \"<é>\\n\"\n  ],\n  \"b\": null,\n  \"c\": true,\n  \"d\": {},\n  \"e\": [\n    1e+16,\n    0.0001,\n    1e-05,\n    100.0,\n    -0.5,\n    123456789.125\n  ]\n}"
+    );
+    assert_eq!(
+        one(
+            "{{ s | tojson(ensure_ascii=true) }}|{{ s | tojson }}",
+            json!({"s": "é😀\u{7}\"\\"})
+        ),
+        r#""\u00e9\ud83d\ude00\u0007\"\\"|"é😀\u0007\"\\""#
+    );
+    let y = json!({"y": {"b": 1, "a": [1, 2]}});
+    assert_eq!(
+        one("{{ y | tojson(separators=(',', ':'), sort_keys=true) }}", y),
+        r#"{"a":[1,2],"b":1}"#
+    );
+    let generation =
+        "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}\n{% endfor %}";
+    assert_eq!(one(generation, json!({})), "ab");
+    let generation = "{%- for m in messages %}\n  {%- generation -%}\n  [{{ m.content }}]\n  {%- endgeneration %}\n{% endfor %}";
+    assert_eq!(one(generation, json!({})), "[a][b]");
+    let methods = "{{ 'Hello'.upper() }} {{ ' x '.strip() }} {{ 'a,b'.split(',') | join('+') }} \
+                   {{ 'abc'.startswith('ab') }} {{ '\\n\\nq'.lstrip('\\n') }} {{ 'aXb'.replace('X', '-') }}";
+    assert_eq!(one(methods, json!({})), "HELLO x a+b True q a-b");
+    let undefined = "[{{ missing }}]{% if missing %}x{% endif %}{% for a in missing %}y{% endfor %}\
+                     {{ missing is defined }}{{ tools is none }}{{ documents is none }}";
+    assert_eq!(one(undefined, json!({})), "[]FalseTrueTrue");
+    let loops = "{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}{{ m.role }}{% break %}{% endfor %}\n";
+    assert_eq!(one(loops, json!({})), "assistant");
+    assert_eq!(
+        one(
+            "{{ messages[5] is defined }}|{{ messages[0].nope is defined }}",
+            json!({})
+        ),
+        "False|False"
+    );
+    // Printing as Python's str(): None, floats, lists, dicts.
+    let printed = one(
+        "{{ n }} {{ f }} {{ l }} {{ d }}",
+        json!({"n": null, "f": 1.0, "l": ["a", "it's", 2], "d": {"k": false}}),
+    );
+    assert_eq!(printed, "None 1.0 ['a', \"it's\", 2] {'k': False}");
+}
+
+#[test]
+fn strftime_now_reads_the_clock() {
+    let text = one(
+        "{{ strftime_now('%d %b %Y|%Y-%m-%d %H:%M:%S|%A %B %j %%') }}",
+        json!({}),
+    );
+    let (date, rest) = text.split_once('|').unwrap();
+    pin_date(&format!("Today Date: {date}"), "05 Mar 2025");
+    let (iso, names) = rest.split_once('|').unwrap();
+    let b = iso.as_bytes();
+    assert_eq!(
+        (b.len(), b[4], b[7], b[10], b[13], b[16]),
+        (19, b'-', b'-', b' ', b':', b':'),
+        "{iso}"
+    );
+    assert_eq!(&iso[..4], &date[7..], "{text}");
+    let words: Vec<&str> = names.split(' ').collect();
+    assert!(
+        words[0].ends_with("day") && words[1].starts_with(&date[3..6]) && words[3] == "%",
+        "{text}"
+    );
+    assert!(
+        (1..=366).contains(&words[2].parse::<u32>().unwrap()),
+        "{text}"
+    );
+}
