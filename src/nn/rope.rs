@@ -134,7 +134,7 @@ impl RopeConfig {
                     .map(|v| {
                         let wavelen = 2.0 * std::f32::consts::PI / v;
                         let scaled = if wavelen > low_wavelen { v / f } else { v };
-                        let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                        let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
                         if medium {
                             let smooth = (old / wavelen - lo) / (hi - lo);
                             (1.0 - smooth) * scaled / f + smooth * scaled

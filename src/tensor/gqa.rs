@@ -56,7 +56,7 @@ fn query_split(op: &'static str, q: &DTensor, spec: &GqaSpec) -> Result<Vec<(usi
         ));
     }
     let p = q.mesh().size();
-    if p > 1 && (q.placement() != Placement::Shard(1) || q.shard_unit() % d != 0) {
+    if p > 1 && (q.placement() != Placement::Shard(1) || !q.shard_unit().is_multiple_of(d)) {
         return Err(Error::invalid(
             op,
             format!(

@@ -13,6 +13,9 @@
 //! - `transpose`: the pack kernel the GEMM uses for transposed operands;
 //! - `attention`: causal attention forward, backward and cached decoding;
 //!   `attention_dropout`: dropout on its probabilities;
+//! - `gqa`: grouped-query attention on separate q, k, v (groups, sliding
+//!   windows, one rank's query heads, decoding after a past); `rope`: the
+//!   rotary kernel and its inverse;
 //! - `f16`: casts, the f16 GEMM and f16 tensors (where `SHADER_F16` exists).
 //!
 //! The optimiser kernels are checked through `nn::optim`.
@@ -26,8 +29,10 @@ mod f16;
 mod gemm;
 mod gemm_split;
 mod gemv;
+mod gqa;
 mod loop_limit;
 mod pack_cache;
+mod rope;
 mod slicing;
 mod topk;
 mod transpose;

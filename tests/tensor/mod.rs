@@ -14,6 +14,10 @@
 //!   differences (`fd`), placements, communication;
 //! - `norm`, `attention`: the norms' and attention's VJPs against finite
 //!   differences (`fd`), decoding against the full attention;
+//! - `gqa`: grouped-query attention's VJP against finite differences on
+//!   every world size (dK, dV partial sums), decoding against the full op;
+//! - `llama_ops`: `rotary`, `rms_norm_heads` and `mul` against f64 and
+//!   finite differences, partial incoming gradients;
 //! - `tied_head`: the matmul of a tied head past one storage binding.
 
 mod attention;
@@ -24,9 +28,11 @@ mod dtensor;
 mod elementwise;
 mod embedding;
 mod fd;
+mod gqa;
 mod grad_elementwise;
 mod grad_ops;
 mod grad_ring;
+mod llama_ops;
 mod mappings;
 mod matmul;
 mod norm;

@@ -132,7 +132,13 @@ impl Problem {
             group: self.g.group as u32,
             q0: self.g.q_start as u32,
             kv0: self.g.kv_start as u32,
-            window: self.g.window as u32,
+            // A window reaching past the first key is no window (and would
+            // overflow the shader's u32 sums).
+            window: if self.g.window >= self.keys() {
+                0
+            } else {
+                self.g.window as u32
+            },
             kv_heads: self.g.kv_heads as u32,
             _pad: [0; 2],
         }
