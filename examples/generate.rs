@@ -1,19 +1,23 @@
-//! Text in, text out: a Hugging Face GPT-2 directory on P simulated ranks.
+//! Text in, text out: a Hugging Face directory of any supported family
+//! (GPT-2, Llama, Mistral, Qwen2, Qwen3) on P simulated ranks.
 //!
-//! Loads `config.json` + `model.safetensors` with [`Gpt::from_pretrained`]
-//! and the directory's tokenizer ([`Tokenizer::from_dir`]), continues the
-//! prompt with the key/value cache, prints the text as each token is chosen,
-//! then the prompt time, the time per generated token and what one token
-//! communicates. The default model is the tiny GPT-2 shipped in
-//! `examples/data/tiny-gpt2/` (trained on Genesis by
-//! `examples/train_tiny.rs`), so it runs on a fresh clone with no download;
-//! for OpenAI's GPT-2 (124M):
-//! `huggingface-cli download openai-community/gpt2 config.json model.safetensors tokenizer.json --local-dir gpt2`
-//! then `--model gpt2`.
+//! Loads `config.json` + `model.safetensors` with [`CausalLm::from_pretrained`]
+//! (the family from `model_type`) and the directory's tokenizer
+//! ([`Tokenizer::from_dir`]), continues the prompt with the key/value cache,
+//! prints the text as each token is chosen, then the prompt time, the time
+//! per generated token and what one token communicates. With `--chat` it
+//! reads lines from standard input and answers each through the
+//! directory's chat template, streaming the answer.
+//!
+//! The default model is the tiny GPT-2 shipped in `examples/data/tiny-gpt2/`
+//! (`--chat` defaults to the tiny Llama in `examples/data/tiny-llama/`,
+//! trained by `examples/train_tiny_llama.rs`), so both run on a fresh clone
+//! with no download. For real models see the README (SmolLM2-135M-Instruct,
+//! Qwen2.5-0.5B-Instruct, Llama-3.2-1B-Instruct).
 //!
 //! Run: `cargo run --release --example generate -- --prompt "And God said"`
-//! (`-- --help` lists the flags). Greedy unless `--temperature` or
-//! `--top-k` is given.
+//! or `cargo run --release --example generate -- --chat` (`-- --help` lists
+//! the flags). Greedy unless `--temperature` or `--top-k` is given.
 
 mod common;
 
@@ -23,17 +27,27 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use wgpu_tp::nn::{Gpt, Sampling, Tokenizer};
+use wgpu_tp::models::CausalLm;
+use wgpu_tp::nn::{ChatMessage, Sampling, Tokenizer};
 use wgpu_tp::{CommStats, Mesh, MeshBuilder};
 
-/// Generate text with a GPT-2 checkpoint on simulated ranks.
+/// Generate text with a Hugging Face checkpoint on simulated ranks.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Hugging Face GPT-2 directory: config.json, model.safetensors (or a
-    /// sharded index) and tokenizer.json (or vocab.json + merges.txt).
-    #[arg(long, default_value_os_t = common::shipped_model_dir())]
-    model: PathBuf,
+    /// Hugging Face directory (GPT-2 or the Llama family): config.json,
+    /// model.safetensors (or a sharded index) and tokenizer.json (or
+    /// vocab.json + merges.txt). Default: the shipped tiny GPT-2, or with
+    /// --chat the shipped tiny Llama.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Chat: read lines from standard input, answer each through the
+    /// directory's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// A system message for --chat.
+    #[arg(long)]
+    system: Option<String>,
     /// Text to continue.
     #[arg(long, default_value = "And God said")]
     prompt: String,
@@ -79,84 +93,35 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn run(args: &Args) -> wgpu_tp::Result<()> {
-    let b = MeshBuilder::new().ranks(args.ranks);
-    let mesh: Mesh = if args.shared_device {
-        b.shared_device()
-    } else {
-        b
-    }
-    .build()?;
-    let t_load = Instant::now();
-    let tok = Tokenizer::from_dir(&args.model)?;
-    let mut model = Gpt::from_pretrained(&mesh, &args.model)?;
-    let cfg = *model.config();
-    eprintln!(
-        "{}: {} layers · hidden {} · {} heads · vocab {} · context {}; loaded in {:.0} ms",
-        args.model.display(),
-        cfg.layers,
-        cfg.hidden,
-        cfg.heads,
-        cfg.vocab,
-        cfg.n_ctx,
-        ms(t_load.elapsed())
-    );
-    eprintln!(
-        "{} ranks on {} ({:?} transport)",
-        mesh.size(),
-        mesh.adapter_summary(),
-        mesh.transport()
-    );
-    if tok.vocab_size() > cfg.vocab {
-        return Err(wgpu_tp::Error::InvalidArgument {
-            op: "generate",
-            message: format!(
-                "the tokenizer has {} tokens but the model only {}: they do not belong together",
-                tok.vocab_size(),
-                cfg.vocab
-            ),
-        });
-    }
-    let prompt = tok.encode(&args.prompt)?;
-    if prompt.is_empty() {
-        return Err(wgpu_tp::Error::InvalidArgument {
-            op: "generate",
-            message: "the prompt encodes to no tokens: give some text with --prompt".into(),
-        });
-    }
-    let max_new = args.max_new.min(cfg.n_ctx.saturating_sub(prompt.len()));
-    if max_new < args.max_new {
-        eprintln!(
-            "(generating {max_new} tokens: the context holds {})",
-            cfg.n_ctx
-        );
-    }
-    let sampling = match (args.temperature, args.top_k) {
+/// The sampling the flags ask for.
+fn sampling(args: &Args, vocab: usize) -> Sampling {
+    match (args.temperature, args.top_k) {
         (None, None) => Sampling::Greedy,
         (Some(t), None) if t <= 0.0 => Sampling::Greedy,
         (t, k) => Sampling::TopK {
-            k: k.unwrap_or(cfg.vocab),
+            k: k.unwrap_or(vocab),
             temperature: t.unwrap_or(1.0),
             seed: args.seed,
         },
-    };
-    eprintln!("{sampling:?}\n");
+    }
+}
 
-    print!("{}", args.prompt);
-    std::io::stdout().flush()?;
+/// Generate after `prompt`, streaming the text; returns the new ids.
+fn stream_answer(
+    model: &mut CausalLm,
+    tok: &Tokenizer,
+    prompt: &[i32],
+    max_new: usize,
+    sampling: Sampling,
+    mut each: impl FnMut(),
+) -> wgpu_tp::Result<Vec<i32>> {
     let mut stream = tok.stream();
-    let mut stamps = Vec::with_capacity(max_new);
-    let mut prompt_comm = CommStats::new();
-    mesh.reset_comm_stats();
-    let t0 = Instant::now();
-    model.generate_with(&prompt, max_new, sampling, |id| {
-        stamps.push(t0.elapsed());
-        if stamps.len() == 1 {
-            // The first token's step ran the whole prompt: counted apart.
-            prompt_comm = mesh.comm_stats();
-            mesh.reset_comm_stats();
-        }
-        if let Some(text) = stream.push(id)? {
+    let eos = model.eos_token_ids().to_vec();
+    let out = model.generate_with(prompt, max_new, sampling, |id| {
+        each();
+        if !eos.contains(&id)
+            && let Some(text) = stream.push(id)?
+        {
             print!("{text}");
             std::io::stdout().flush()?;
         }
@@ -165,6 +130,118 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
     if let Some(rest) = stream.finish()? {
         print!("{rest}");
     }
+    Ok(out)
+}
+
+/// `--chat`: each line of standard input is a user message; the answer is
+/// streamed, and the conversation grows (oldest turns dropped when it no
+/// longer fits the context).
+fn chat(args: &Args, model: &mut CausalLm, tok: &Tokenizer) -> wgpu_tp::Result<()> {
+    let sampling = sampling(args, model.vocab_size());
+    let mut messages: Vec<ChatMessage> = args.system.iter().map(ChatMessage::system).collect();
+    let pinned = messages.len();
+    eprintln!("chat: type a message and press Enter (Ctrl-D ends)\n");
+    for line in std::io::stdin().lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        messages.push(ChatMessage::user(line.trim()));
+        let prompt = loop {
+            let text = tok.apply_chat_template(&messages, true)?;
+            let ids = tok.encode(&text)?;
+            if ids.len() + 8 <= model.context() || messages.len() <= pinned + 1 {
+                break ids;
+            }
+            messages.remove(pinned);
+        };
+        let room = model.context().saturating_sub(prompt.len());
+        print!("assistant: ");
+        std::io::stdout().flush()?;
+        let out = stream_answer(model, tok, &prompt, args.max_new.min(room), sampling, || {})?;
+        println!();
+        let text_ids: Vec<i32> = out
+            .iter()
+            .copied()
+            .filter(|id| !model.eos_token_ids().contains(id))
+            .collect();
+        messages.push(ChatMessage::assistant(tok.decode(&text_ids)?));
+    }
+    Ok(())
+}
+
+fn run(args: &Args) -> wgpu_tp::Result<()> {
+    let b = MeshBuilder::new().ranks(args.ranks);
+    let mesh: Mesh = if args.shared_device {
+        b.shared_device()
+    } else {
+        b
+    }
+    .build()?;
+    let dir = args.model.clone().unwrap_or_else(|| {
+        if args.chat {
+            common::shipped_model_dir().with_file_name("tiny-llama")
+        } else {
+            common::shipped_model_dir()
+        }
+    });
+    let t_load = Instant::now();
+    let tok = Tokenizer::from_dir(&dir)?;
+    let mut model = CausalLm::from_pretrained(&mesh, &dir)?;
+    eprintln!(
+        "{}: {}; loaded in {:.0} ms",
+        dir.display(),
+        model.describe(),
+        ms(t_load.elapsed())
+    );
+    eprintln!(
+        "{} ranks on {} ({:?} transport)",
+        mesh.size(),
+        mesh.adapter_summary(),
+        mesh.transport()
+    );
+    let vocab = model.vocab_size();
+    if tok.vocab_size() > vocab {
+        return Err(wgpu_tp::Error::InvalidArgument {
+            op: "generate",
+            message: format!(
+                "the tokenizer has {} tokens but the model only {vocab}: they do not belong together",
+                tok.vocab_size(),
+            ),
+        });
+    }
+    if args.chat {
+        return chat(args, &mut model, &tok);
+    }
+    let prompt = tok.encode(&args.prompt)?;
+    if prompt.is_empty() {
+        return Err(wgpu_tp::Error::InvalidArgument {
+            op: "generate",
+            message: "the prompt encodes to no tokens: give some text with --prompt".into(),
+        });
+    }
+    let n_ctx = model.context();
+    let max_new = args.max_new.min(n_ctx.saturating_sub(prompt.len()));
+    if max_new < args.max_new {
+        eprintln!("(generating {max_new} tokens: the context holds {n_ctx})");
+    }
+    let sampling = sampling(args, vocab);
+    eprintln!("{sampling:?}\n");
+
+    print!("{}", args.prompt);
+    std::io::stdout().flush()?;
+    let mut stamps = Vec::with_capacity(max_new);
+    let mut prompt_comm = CommStats::new();
+    mesh.reset_comm_stats();
+    let t0 = Instant::now();
+    stream_answer(&mut model, &tok, &prompt, max_new, sampling, || {
+        stamps.push(t0.elapsed());
+        if stamps.len() == 1 {
+            // The first token's step ran the whole prompt: counted apart.
+            prompt_comm = mesh.comm_stats();
+            mesh.reset_comm_stats();
+        }
+    })?;
     println!("\n");
 
     let decode_comm = mesh.comm_stats();

@@ -10,6 +10,8 @@ use crate::nn::{Gpt, Sampling};
 use crate::tensor::DTensor;
 
 /// A model of one of the supported families.
+// One value per program: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum CausalLm {
     /// GPT-2 (`model_type` `gpt2`).
@@ -37,6 +39,63 @@ impl CausalLm {
                 "{}: model_type {other:?} is not supported; supported: \"gpt2\" and {LLAMA_FAMILY:?}",
                 path.display()
             ))),
+        }
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            CausalLm::Gpt2(m) => m.config().vocab,
+            CausalLm::Llama(m) => m.config().vocab_size,
+        }
+    }
+
+    /// Longest sequence the model takes.
+    pub fn context(&self) -> usize {
+        match self {
+            CausalLm::Gpt2(m) => m.config().n_ctx,
+            CausalLm::Llama(m) => m.config().max_position_embeddings,
+        }
+    }
+
+    /// The ids that end generation (a Llama directory's eos ids; none for GPT-2).
+    pub fn eos_token_ids(&self) -> &[i32] {
+        match self {
+            CausalLm::Gpt2(_) => &[],
+            CausalLm::Llama(m) => &m.generation_config().eos_token_ids,
+        }
+    }
+
+    /// One line about the model: family, sizes, heads.
+    pub fn describe(&self) -> String {
+        match self {
+            CausalLm::Gpt2(m) => {
+                let c = m.config();
+                format!(
+                    "gpt2: {} layers · hidden {} · {} heads · vocab {} · context {}",
+                    c.layers, c.hidden, c.heads, c.vocab, c.n_ctx
+                )
+            }
+            CausalLm::Llama(m) => {
+                let c = m.config();
+                format!(
+                    "{}: {} layers · hidden {} · {} query / {} key-value heads of {} · SwiGLU {} · vocab {} · context {}{}",
+                    c.model_type,
+                    c.num_hidden_layers,
+                    c.hidden_size,
+                    c.num_attention_heads,
+                    c.num_key_value_heads,
+                    c.head_dim,
+                    c.intermediate_size,
+                    c.vocab_size,
+                    c.max_position_embeddings,
+                    if m.lm_head.is_none() {
+                        " · tied head"
+                    } else {
+                        ""
+                    }
+                )
+            }
         }
     }
 

@@ -220,7 +220,9 @@ fn adamw_steps_agree_across_p_and_kv_replicas_stay_identical() {
 
 /// A fresh empty directory under the target dir for one test.
 fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama").join(name);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("llama")
+        .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -230,7 +232,11 @@ fn scratch(name: &str) -> PathBuf {
 fn save_pretrained_reads_back_across_p() {
     // `python3 tests/fixtures/hf/make_fixtures.py --check DIR NAME` reads
     // such a directory with transformers (run by hand: CI has no torch).
-    for (name, from, to) in [("qwen2_bias_bf16", 3, 2), ("llama_gqa", 2, 4), ("qwen3_qknorm", 4, 1)] {
+    for (name, from, to) in [
+        ("qwen2_bias_bf16", 3, 2),
+        ("llama_gqa", 2, 4),
+        ("qwen3_qknorm", 4, 1),
+    ] {
         let r = Reference::read(name);
         let saved = scratch(name);
         Llama::from_pretrained(&mesh(from), dir(name))
@@ -238,8 +244,17 @@ fn save_pretrained_reads_back_across_p() {
             .save_pretrained(&saved)
             .unwrap();
         let back = Llama::from_pretrained(&mesh(to), &saved).unwrap();
-        let logits = back.logits(&r.i32s("ids"), r.seq).unwrap().to_host().unwrap();
-        assert_close(&format!("{name} saved at P={from}, read at P={to}"), &logits, &r.f64s("logits"), TOL);
+        let logits = back
+            .logits(&r.i32s("ids"), r.seq)
+            .unwrap()
+            .to_host()
+            .unwrap();
+        assert_close(
+            &format!("{name} saved at P={from}, read at P={to}"),
+            &logits,
+            &r.f64s("logits"),
+            TOL,
+        );
         assert_eq!(
             back.lm_head.is_none(),
             !dir(name).join("model.safetensors").exists()
@@ -258,7 +273,11 @@ fn communication_per_step_is_as_docs_math_says() {
     let _lock = count_lock();
     // (b, q): llama_gqa has neither biases nor q/k norms, qwen2 biases,
     // qwen3 norms; all have 2 layers.
-    for (name, b, q) in [("llama_gqa", 0, 0), ("qwen2_bias_bf16", 1, 0), ("qwen3_qknorm", 0, 1)] {
+    for (name, b, q) in [
+        ("llama_gqa", 0, 0),
+        ("qwen2_bias_bf16", 1, 0),
+        ("qwen3_qknorm", 0, 1),
+    ] {
         let r = Reference::read(name);
         let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
         for (transport, m) in counting_meshes(3) {
@@ -267,7 +286,12 @@ fn communication_per_step_is_as_docs_math_says() {
             m.reset_comm_stats();
             let loss = model.loss(&ids, &targets, r.seq).unwrap();
             let what = format!("{name} {transport} forward");
-            assert_only(&m.comm_stats(), Collective::AllReduce, 2 * layers + 4, &what);
+            assert_only(
+                &m.comm_stats(),
+                Collective::AllReduce,
+                2 * layers + 4,
+                &what,
+            );
             m.reset_comm_stats();
             loss.backward().unwrap();
             let want = (4 + 2 * b + 2 * q) * layers + 1;

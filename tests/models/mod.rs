@@ -8,5 +8,8 @@
 //!   transports and at every P up to the heads for one model, sequence
 //!   parallel too; cached decoding and greedy tokens; AdamW steps equal
 //!   across P.
+//! - `llama_bad_dirs`: unsupported configs and bad weight files are errors
+//!   naming the key, file and tensor; the mesh still works.
 
 mod llama;
+mod llama_bad_dirs;

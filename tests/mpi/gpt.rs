@@ -1,4 +1,5 @@
-//! The `gpt` scenario: loss, every gradient and two AdamW steps of a GPT on
+//! The `gpt` scenario: loss, every gradient and two AdamW steps of a GPT
+//! (and of a Llama-family model whose ranks share key/value heads) on
 //! `MeshBuilder::mpi()`, bit-identical to the same model on a single-process
 //! mesh of the same size (built and run on rank 0), with the same
 //! communication counts.
@@ -119,7 +120,55 @@ pub fn run(mesh: &Mesh) -> Result<usize, String> {
     }
     ring_mlp(mesh, single.as_ref())?;
     checkpoint(mesh, single.as_ref())?;
+    llama(mesh, single.as_ref())?;
     Ok(me)
+}
+
+/// A Llama-family step (9 query over 3 key/value heads, so ranks share
+/// key/value heads at P = 2 and 4): loss, every gradient and the parameters
+/// after two AdamW steps bit-identical to the single-process mesh.
+fn llama(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
+    use wgpu_tp::models::{Llama, LlamaConfig};
+    let run = |m: &Mesh| -> wgpu_tp::Result<Run> {
+        let mut model = Llama::new(m, LlamaConfig::new(13, 18, 20, 2, 9, 3), 5)?;
+        let ids: Vec<i32> = (0..10).map(|i| (i * 7 + 3) % 13).collect();
+        let targets: Vec<i32> = (0..10).map(|i| (i * 5 + 1) % 13).collect();
+        let mut opt = AdamW::new(1e-2);
+        let (mut losses, mut grads) = (Vec::new(), Vec::new());
+        for step in 0..2 {
+            model.zero_grad();
+            let loss = model.loss(&ids, &targets, 5)?;
+            losses.extend(bits(&loss.to_host()?));
+            loss.backward()?;
+            if step == 0 {
+                for (n, p) in model.named_parameters() {
+                    grads.push((n, bits(&p.master_grad()?.unwrap_or_default())));
+                }
+            }
+            opt.step(&mut model)?;
+        }
+        let params = model
+            .named_parameters()
+            .into_iter()
+            .map(|(n, p)| Ok((n, bits(&p.master()?))))
+            .collect::<wgpu_tp::Result<Vec<_>>>()?;
+        Ok((losses, grads, params))
+    };
+    let got = run(mesh).map_err(|e| format!("llama: {e}"))?;
+    let Some(single) = single else { return Ok(()) };
+    let want = run(single).map_err(|e| format!("llama single-process: {e}"))?;
+    if got != want {
+        return Err(
+            "llama: loss, gradients or parameters differ from the single-process run".into(),
+        );
+    }
+    println!(
+        "llama P={}: loss {:?}, {} gradients and parameters bit-identical",
+        mesh.size(),
+        got.0.iter().map(|b| f32::from_bits(*b)).collect::<Vec<_>>(),
+        got.1.len()
+    );
+    Ok(())
 }
 
 /// A sequence-parallel MLP with `Overlap::Ring` (the ring steps go through

@@ -195,6 +195,40 @@ fn rope(raw: &Raw, head_dim: usize, max_pos: usize, file: &str) -> Result<RopeCo
 }
 
 impl LlamaConfig {
+    /// A plain Llama (`model_type` `llama`): `heads` query heads over
+    /// `kv_heads` key/value heads of `hidden / heads`, SwiGLU of
+    /// `intermediate`, RMSNorm ε 1e-5, RoPE base 10000 over a context of
+    /// 2048, the head tied to the embedding, no biases, no window.
+    pub fn new(
+        vocab: usize,
+        hidden: usize,
+        intermediate: usize,
+        layers: usize,
+        heads: usize,
+        kv_heads: usize,
+    ) -> Self {
+        let head_dim = hidden.checked_div(heads).unwrap_or(0);
+        LlamaConfig {
+            model_type: "llama".into(),
+            vocab_size: vocab,
+            hidden_size: hidden,
+            intermediate_size: intermediate,
+            num_hidden_layers: layers,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            rms_norm_eps: 1e-5,
+            max_position_embeddings: 2048,
+            rope: RopeConfig::new(10000.0, head_dim, 2048),
+            tie_word_embeddings: true,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+            qk_norm: false,
+            windows: vec![0; layers],
+        }
+    }
+
     /// Parse the text of a `config.json`; `file` names it in errors.
     pub fn from_json(text: &str, file: &str) -> Result<Self> {
         let value: Value =
@@ -381,16 +415,33 @@ impl LlamaConfig {
         let window = self.windows.iter().copied().max().unwrap_or(0);
         match self.model_type.as_str() {
             "mistral" => {
-                let w = if window > 0 { Value::from(window) } else { Value::Null };
+                let w = if window > 0 {
+                    Value::from(window)
+                } else {
+                    Value::Null
+                };
                 obj.insert("sliding_window".into(), w);
             }
             "qwen2" | "qwen3" => {
                 obj.insert("use_sliding_window".into(), (window > 0).into());
-                obj.insert("sliding_window".into(), if window > 0 { window.into() } else { Value::Null });
+                obj.insert(
+                    "sliding_window".into(),
+                    if window > 0 {
+                        window.into()
+                    } else {
+                        Value::Null
+                    },
+                );
                 let types: Vec<&str> = self
                     .windows
                     .iter()
-                    .map(|&w| if w > 0 { "sliding_attention" } else { "full_attention" })
+                    .map(|&w| {
+                        if w > 0 {
+                            "sliding_attention"
+                        } else {
+                            "full_attention"
+                        }
+                    })
                     .collect();
                 obj.insert("layer_types".into(), types.into());
                 obj.insert("max_window_layers".into(), self.num_hidden_layers.into());
@@ -437,7 +488,10 @@ fn rope_scaling_json(s: &RopeScaling) -> Option<Value> {
             m.insert("factor".into(), (*factor).into());
             m.insert("low_freq_factor".into(), (*low_freq_factor).into());
             m.insert("high_freq_factor".into(), (*high_freq_factor).into());
-            m.insert("original_max_position_embeddings".into(), (*original_max_position_embeddings).into());
+            m.insert(
+                "original_max_position_embeddings".into(),
+                (*original_max_position_embeddings).into(),
+            );
             "llama3"
         }
         RopeScaling::Yarn {
@@ -463,7 +517,10 @@ fn rope_scaling_json(s: &RopeScaling) -> Option<Value> {
                     m.insert(k.into(), (*v).into());
                 }
             }
-            m.insert("original_max_position_embeddings".into(), (*original_max_position_embeddings).into());
+            m.insert(
+                "original_max_position_embeddings".into(),
+                (*original_max_position_embeddings).into(),
+            );
             if !truncate {
                 m.insert("truncate".into(), false.into());
             }

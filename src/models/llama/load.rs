@@ -144,6 +144,12 @@ impl Llama {
         &self.generation
     }
 
+    /// The generation defaults, to change (e.g. the eos ids a model built
+    /// from a config stops at; `save_pretrained` writes them).
+    pub fn generation_config_mut(&mut self) -> &mut GenerationConfig {
+        &mut self.generation
+    }
+
     /// Continue `prompt` by up to `max_new` tokens with a key/value cache,
     /// stopping after any of the generation config's eos ids; returns the
     /// new tokens (as [`Gpt::generate`](crate::nn::Gpt::generate)).
@@ -301,7 +307,12 @@ impl Llama {
         }
         let same_shape = |_: &str, s: &[usize]| s.to_vec();
         let same_values = |_: &str, v: Vec<f32>, _: &[usize]| Ok(v);
-        write_params(self, &dir.join("model.safetensors"), &same_shape, &same_values)?;
+        write_params(
+            self,
+            &dir.join("model.safetensors"),
+            &same_shape,
+            &same_values,
+        )?;
         if !writes {
             return Ok(());
         }

@@ -53,17 +53,22 @@ fn header(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
 /// a multi-process mesh only process 0 writes; the others take part in the
 /// same gathers, in the same order, and write nothing.
 pub(super) fn write_model(gpt: &Gpt, path: &Path) -> Result<()> {
-    write_params(gpt, path, &|name, shape| hf_shape(name, shape), &|name, data, shape| {
-        if !is_conv1d(name) {
-            return Ok(data);
-        }
-        let [rows, cols] = shape else {
-            return Err(Error::Checkpoint(format!(
-                "{name} has shape {shape:?}, expected a matrix"
-            )));
-        };
-        Ok(transpose(&data, *rows, *cols))
-    })
+    write_params(
+        gpt,
+        path,
+        &|name, shape| hf_shape(name, shape),
+        &|name, data, shape| {
+            if !is_conv1d(name) {
+                return Ok(data);
+            }
+            let [rows, cols] = shape else {
+                return Err(Error::Checkpoint(format!(
+                    "{name} has shape {shape:?}, expected a matrix"
+                )));
+            };
+            Ok(transpose(&data, *rows, *cols))
+        },
+    )
 }
 
 /// How a parameter is stored: its shape in the file, from its name and shape.

@@ -1,0 +1,156 @@
+//! Bad Llama-family directories: each an `Error::Checkpoint` naming the key,
+//! file or tensor, before any parameter is written, and the mesh still works.
+
+use std::path::{Path, PathBuf};
+
+use wgpu_tp::Error;
+use wgpu_tp::models::{CausalLm, Llama};
+
+use crate::util::mesh;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf")
+        .join(name)
+}
+
+/// A copy of fixture `name` in a fresh directory, `edit`ed.
+fn copy(name: &str, case: &str, edit: impl FnOnce(&Path)) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("llama_bad")
+        .join(case);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(fixture(name)).unwrap() {
+        let e = e.unwrap();
+        if !e.file_name().to_string_lossy().starts_with("reference") {
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+    }
+    edit(&dir);
+    dir
+}
+
+/// Set `key` of `dir`'s config.json to `value` (JSON text; `None` removes it).
+fn set(dir: &Path, key: &str, value: Option<&str>) {
+    let path = dir.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let obj = v.as_object_mut().unwrap();
+    match value {
+        Some(t) => obj.insert(key.into(), serde_json::from_str(t).unwrap()),
+        None => obj.remove(key),
+    };
+    std::fs::write(path, serde_json::to_string(&v).unwrap()).unwrap();
+}
+
+fn expect_error(case: &str, dir: &Path, needles: &[&str]) {
+    let m = mesh(2);
+    let err = match Llama::from_pretrained(&m, dir) {
+        Ok(_) => panic!("{case}: loaded"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, Error::Checkpoint(_)), "{case}: {err:?}");
+    let text = err.to_string();
+    for n in needles {
+        assert!(text.contains(n), "{case}: {text:?} should name {n:?}");
+    }
+    // The mesh still works: a good directory loads and runs.
+    let good = Llama::from_pretrained(&m, fixture("llama_gqa")).unwrap();
+    good.logits(&[1, 2, 3], 3).unwrap().to_host().unwrap();
+}
+
+#[test]
+fn unsupported_configs_name_the_key() {
+    let cases: [(&str, &str, Option<&str>, &[&str]); 6] = [
+        (
+            "model_type",
+            "model_type",
+            Some("\"gemma\""),
+            &["model_type", "gemma"],
+        ),
+        (
+            "longrope",
+            "rope_parameters",
+            Some(r#"{"rope_type": "longrope", "rope_theta": 10000.0}"#),
+            &["longrope"],
+        ),
+        (
+            "moe",
+            "num_local_experts",
+            Some("8"),
+            &["num_local_experts"],
+        ),
+        (
+            "quantized",
+            "quantization_config",
+            Some(r#"{"quant_method": "gptq"}"#),
+            &["quantization_config"],
+        ),
+        (
+            "heads",
+            "num_key_value_heads",
+            Some("3"),
+            &["num_attention_heads", "num_key_value_heads"],
+        ),
+        ("act", "hidden_act", Some("\"gelu\""), &["hidden_act"]),
+    ];
+    for (case, key, value, needles) in cases {
+        let dir = copy("llama_gqa", case, |d| set(d, key, value));
+        expect_error(case, &dir, needles);
+    }
+    let dir = copy("llama_gqa", "causal_lm", |d| {
+        set(d, "model_type", Some("\"bert\""))
+    });
+    let err = CausalLm::from_pretrained(&mesh(1), &dir)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bert"), "{err}");
+}
+
+#[test]
+fn bad_weights_name_the_file_and_tensor() {
+    // A shape the config disagrees with.
+    let dir = copy("llama_gqa", "shape", |d| {
+        set(d, "intermediate_size", Some("48"))
+    });
+    expect_error(
+        "shape",
+        &dir,
+        &["model.safetensors", "mlp.gate_proj.weight"],
+    );
+    // A missing shard of an index.
+    let dir = copy("qwen2_bias_bf16", "shard", |d| {
+        let index: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(d.join("model.safetensors.index.json")).unwrap(),
+        )
+        .unwrap();
+        let file = index["weight_map"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        std::fs::remove_file(d.join(&file)).unwrap();
+    });
+    expect_error("missing shard", &dir, &["cannot open"]);
+    // A truncated file.
+    let dir = copy("mistral_window", "truncated", |d| {
+        let p = d.join("model.safetensors");
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
+    });
+    expect_error("truncated", &dir, &["model.safetensors"]);
+    // A tied config whose lm_head differs from the embedding.
+    let dir = copy("llama_gqa", "untied", |d| {
+        set(d, "tie_word_embeddings", Some("true"))
+    });
+    expect_error(
+        "untied head",
+        &dir,
+        &["lm_head.weight", "tie_word_embeddings"],
+    );
+}
