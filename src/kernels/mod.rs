@@ -19,6 +19,7 @@ pub mod optim;
 pub mod reduce;
 pub mod rope;
 mod row_blocks;
+pub mod sampling;
 pub mod slicing;
 pub mod topk;
 pub mod transpose;
@@ -46,6 +47,7 @@ pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_with, matmul};
 pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
 pub use rope::rotary;
+pub use sampling::{penalized_row, row_exp_sum};
 pub use slicing::{concat, narrow};
 pub use topk::top_k;
 pub use transpose::transpose;
@@ -65,6 +67,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("transpose", transpose::SOURCE),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),
     ("topk", include_str!("../../shaders/topk.wgsl")),
+    ("sampling", include_str!("../../shaders/sampling.wgsl")),
 ];
 
 /// Every shader the crate builds: [`SHADERS`] plus the GEMM register

@@ -1,123 +1,92 @@
 //! Text generation, written once for every model family through
 //! [`CausalDecoder`] ([`Gpt`], [`Llama`](crate::models::Llama)): greedy or
-//! seeded temperature / top-k sampling, decoding incrementally with a
+//! seeded sampling with transformers' repetition penalty, temperature,
+//! top-k and top-p ([`Sampling`]), decoding incrementally with a
 //! key/value cache per layer, so a decoding step communicates only the
 //! row-parallel all-reduces (two per block) and the embedding's. Per token
 //! only what that token needs runs: the last position alone is normed and
 //! multiplied by the head, the one-row GEMMs read the weights as stored
-//! (`kernels::gemv`), and the greedy / top-k choice is reduced on each
-//! rank's vocab shard on the device ([`vocab_top_k`]), so only k (value,
-//! id) pairs per rank reach the host. The host sampler stays as the
-//! reference ([`Gpt::generate_uncached`]) and both give the same tokens.
+//! (`kernels::gemv`), and the choice is reduced on each rank's vocab shard
+//! on the device ([`vocab_candidates`](crate::tensor::vocab_candidates):
+//! the penalty, the k best, and for top-p the softmax normaliser), so only
+//! k (value, id) pairs and one (max, sum) pair per rank reach the host. The
+//! host sampler stays as the reference ([`Gpt::generate_uncached`]) and
+//! both give the same tokens.
 
 use super::attention::KvCache;
 use super::gpt::Gpt;
 use super::params::Params;
+use super::sampling::{Sampler, Sampling};
 use crate::device::block_on;
 use crate::error::{Error, Result};
-use crate::kernels;
-use crate::tensor::{DTensor, NoGradGuard, vocab_top_k_async};
+use crate::tensor::{DTensor, NoGradGuard};
 
-/// How the next token is chosen from the last position's logits.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Sampling {
-    /// The most likely token (ties: the lowest id).
-    Greedy,
-    /// Sample from the `k` most likely tokens after dividing the logits by
-    /// `temperature`; `seed` makes the run repeatable.
-    TopK {
-        /// Candidates kept.
-        k: usize,
-        /// Logits are divided by this (> 0).
-        temperature: f32,
-        /// Seed of the sampler's random stream.
-        seed: u64,
-    },
+/// The distribution [`Sampling::distribution`] finds for the next token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Distribution {
+    /// The tokens kept (after the penalty, top-k and top-p) as (id,
+    /// probability), best first; the probabilities sum to 1.
+    pub kept: Vec<(usize, f64)>,
+    /// Whether the device's candidates were not enough (more than
+    /// `kernels::topk::TOP_K_MAX`, or short of top-p's mass) and the whole
+    /// row was read back.
+    pub read_row: bool,
 }
 
-/// Picks tokens according to a [`Sampling`], with its own random stream.
-struct Sampler {
-    sampling: Sampling,
-    state: u64,
-}
-
-impl Sampler {
-    fn new(sampling: Sampling) -> Result<Sampler> {
-        const OP: &str = "Gpt::generate";
-        let state = match sampling {
-            Sampling::Greedy => 0,
-            Sampling::TopK {
-                k,
-                temperature,
-                seed,
-            } => {
-                if k == 0 || !(temperature > 0.0 && temperature.is_finite()) {
-                    return Err(Error::invalid(
-                        OP,
-                        format!(
-                            "top-k sampling needs k ≥ 1 and a temperature > 0, got k {k}, temperature {temperature}"
-                        ),
-                    ));
-                }
-                seed
+impl Sampling {
+    /// What the next token is drawn from after row `row` of vocab-sharded
+    /// `logits` (`[rows, vocab]`, `Shard(1)`), given the sequence so far
+    /// (`seen`, for the penalty): computed as generation computes it, from
+    /// the device's candidates. Greedy keeps one token.
+    pub fn distribution(&self, logits: &DTensor, row: usize, seen: &[i32]) -> Result<Distribution> {
+        let sampler = Sampler::new(*self)?;
+        let (rows, vocab) = match *logits.shape() {
+            [r, v] => (r, v),
+            ref s => {
+                return Err(Error::shape(
+                    "Sampling::distribution",
+                    "logits [rows, vocab]",
+                    s,
+                ));
             }
         };
-        Ok(Sampler { sampling, state })
-    }
-
-    /// A uniform draw in [0, 1) (SplitMix64).
-    fn uniform(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Candidates a choice needs: 1 (greedy) or k.
-    fn width(&self) -> usize {
-        match self.sampling {
-            Sampling::Greedy => 1,
-            Sampling::TopK { k, .. } => k,
+        if row >= rows {
+            return Err(Error::OutOfRange {
+                op: "Sampling::distribution",
+                what: "row",
+                value: row as i64,
+                bound: rows,
+            });
         }
-    }
-
-    /// The next token from the best candidates (value, id), best first
-    /// (`f32::total_cmp` descending, ties by the lower id): the first
-    /// `width()` of the vocab, or all of it if smaller.
-    fn choose(&mut self, top: &[(f32, usize)]) -> i32 {
-        match self.sampling {
-            Sampling::Greedy => top[0].1 as i32,
-            Sampling::TopK { temperature, .. } => {
-                let max = top[0].0 as f64;
-                let weights: Vec<f64> = top
-                    .iter()
-                    .map(|&(v, _)| ((v as f64 - max) / temperature as f64).exp())
-                    .collect();
-                let mut u = self.uniform() * weights.iter().sum::<f64>();
-                for (&(_, i), w) in top.iter().zip(&weights) {
-                    if u < *w {
-                        return i as i32;
-                    }
-                    u -= w;
-                }
-                top[top.len() - 1].1 as i32
+        block_on("Sampling::distribution", async {
+            if let Some(c) = sampler.device_candidates(logits, row, seen).await?
+                && let Some(kept) = sampler.kept_probs(&c.top, c.normaliser, vocab)
+            {
+                return Ok(Distribution {
+                    kept,
+                    read_row: false,
+                });
             }
-        }
+            let all = logits.to_host_async().await?;
+            let kept = self.row_distribution(&all[row * vocab..(row + 1) * vocab], seen)?;
+            Ok(Distribution {
+                kept,
+                read_row: true,
+            })
+        })
     }
 
-    /// The next token from one position's logits, all on the host: the
-    /// reference the on-device choice ([`Gpt::generate`]) must equal.
-    fn pick(&mut self, logits: &[f32]) -> i32 {
-        let mut order: Vec<usize> = (0..logits.len()).collect();
-        // Most likely first; ties by id, so greedy is deterministic.
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-        let top: Vec<(f32, usize)> = order
-            .iter()
-            .take(self.width())
-            .map(|&i| (logits[i], i))
-            .collect();
-        self.choose(&top)
+    /// [`Sampling::distribution`] of a whole row of logits on the host: the
+    /// reference (as generation's host sampler computes it).
+    pub fn row_distribution(&self, logits: &[f32], seen: &[i32]) -> Result<Vec<(usize, f64)>> {
+        let sampler = Sampler::new(*self)?;
+        if logits.is_empty() {
+            return Err(Error::invalid("Sampling::row_distribution", "an empty row"));
+        }
+        let (top, normaliser) = sampler.host_candidates(logits, seen);
+        Ok(sampler
+            .kept_probs(&top, normaliser, logits.len())
+            .unwrap_or_default())
     }
 }
 
@@ -153,19 +122,19 @@ pub async fn generate<M: CausalDecoder + ?Sized>(
     let _off = NoGradGuard::new();
     let mut sampler = start_generation(model, prompt, max_new, sampling)?;
     let mut caches = vec![KvCache::default(); model.num_caches()];
-    let mut out = Vec::with_capacity(max_new);
+    let mut seq = prompt.to_vec();
     let mut step = prompt.to_vec();
-    while out.len() < max_new {
+    while seq.len() - prompt.len() < max_new {
         let logits = model.decode_logits(&step, &mut caches)?;
-        let next = next_token(model.vocab_size(), &mut sampler, &logits).await?;
-        out.push(next);
+        let next = next_token(model.vocab_size(), &mut sampler, &logits, &seq).await?;
+        seq.push(next);
         on_token(next)?;
         if stop.contains(&next) {
             break;
         }
         step = vec![next];
     }
-    Ok(out)
+    Ok(seq[prompt.len()..].to_vec())
 }
 
 /// [`generate`] re-running the whole sequence for every token (no cache):
@@ -186,7 +155,7 @@ pub async fn generate_uncached<M: CausalDecoder + ?Sized>(
             .sequence_logits(&seq, seq.len())?
             .to_host_async()
             .await?;
-        let next = sampler.pick(&logits[(seq.len() - 1) * vocab..]);
+        let next = sampler.pick(&logits[(seq.len() - 1) * vocab..], &seq);
         seq.push(next);
         if stop.contains(&next) {
             break;
@@ -196,16 +165,23 @@ pub async fn generate_uncached<M: CausalDecoder + ?Sized>(
 }
 
 /// The next token from the last row of `logits` (`Shard(1)` over the
-/// vocab), chosen from [`vocab_top_k`]'s candidates.
-async fn next_token(vocab: usize, sampler: &mut Sampler, logits: &DTensor) -> Result<i32> {
-    let width = sampler.width().min(vocab);
+/// vocab) after `seen`, chosen from [`vocab_candidates_async`]'s
+/// candidates, or from the whole row where they are not enough (more than
+/// [`crate::kernels::topk::TOP_K_MAX`], or short of top-p's mass).
+async fn next_token(
+    vocab: usize,
+    sampler: &mut Sampler,
+    logits: &DTensor,
+    seen: &[i32],
+) -> Result<i32> {
     let row = logits.shape()[0] - 1;
-    if width > kernels::topk::TOP_K_MAX {
-        let all = logits.to_host_async().await?;
-        return Ok(sampler.pick(&all[row * vocab..]));
+    if let Some(c) = sampler.device_candidates(logits, row, seen).await?
+        && let Some(next) = sampler.choose(&c.top, c.normaliser, vocab)
+    {
+        return Ok(next);
     }
-    let top = vocab_top_k_async(logits, row, width).await?;
-    Ok(sampler.choose(&top))
+    let all = logits.to_host_async().await?;
+    Ok(sampler.pick(&all[row * vocab..], seen))
 }
 
 /// The sampler, once the prompt is checked: at least one known token,
@@ -302,10 +278,10 @@ impl Gpt {
     /// [`Gpt::generate`] calling `on_token` with each token as soon as it
     /// is chosen (to stream text); an error from it stops generation and is
     /// returned. Per token only the last position is normed and multiplied
-    /// by the head, and the greedy / top-k choice runs on each rank's vocab
-    /// shard on the device ([`kernels::top_k`]), so only k (value, id) pairs
-    /// per rank reach the host (the whole last row where k >
-    /// [`kernels::topk::TOP_K_MAX`]).
+    /// by the head, and the choice runs on each rank's vocab shard on the
+    /// device (the penalty, [`crate::kernels::top_k`], the normaliser), so only k
+    /// (value, id) pairs per rank reach the host (the whole last row where
+    /// k > [`crate::kernels::topk::TOP_K_MAX`] or top-p needs more).
     pub fn generate_with(
         &mut self,
         prompt: &[i32],

@@ -33,10 +33,14 @@ mod params;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod pretrained;
 mod rope;
+mod sampling;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer;
 
-pub use crate::tensor::{vocab_top_k, vocab_top_k_async};
+pub use crate::tensor::{
+    RowPenalty, VocabCandidates, vocab_candidates, vocab_candidates_async, vocab_penalized_row,
+    vocab_top_k, vocab_top_k_async,
+};
 pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
 #[cfg(not(target_arch = "wasm32"))]
@@ -49,7 +53,7 @@ pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use gated_mlp::{GatedMlp, GatedMlpConfig};
-pub use generate::{CausalDecoder, Sampling, generate, generate_uncached};
+pub use generate::{CausalDecoder, Distribution, generate, generate_uncached};
 pub use gpt::{Gpt, GptConfig};
 pub use gqa_attention::{GqaAttention, GqaConfig};
 pub use init::{Init, InitRng};
@@ -67,6 +71,7 @@ pub use params::{Params, join_name};
 #[cfg(not(target_arch = "wasm32"))]
 pub use pretrained::{HfGpt2Config, pretrained_config};
 pub use rope::{RopeConfig, RopeScaling};
+pub use sampling::{SampleOptions, Sampling};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokenizer::{TokenStream, Tokenizer};
 /// `#[derive(Params)]`: see the [`Params`] trait.

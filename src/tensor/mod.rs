@@ -49,7 +49,10 @@ pub use matmul::MatmulOptions;
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
 };
-pub use topk::{vocab_top_k, vocab_top_k_async};
+pub use topk::{
+    RowPenalty, VocabCandidates, vocab_candidates, vocab_candidates_async, vocab_penalized_row,
+    vocab_top_k, vocab_top_k_async,
+};
 
 /// Re-exported from where it lives, [`crate::shard`], for existing paths.
 pub use crate::shard::host_narrow;

@@ -22,6 +22,8 @@
 //! - `attention`: self-attention on the tape, dropout, cached decoding;
 //! - `dropout`: masks independent of the world size and placement;
 //! - `generate`: the on-device greedy / top-k choice against the host sampler;
+//! - `sampling`: repetition penalty, top-k and top-p on the device against
+//!   an f64 reference of transformers' processors and transformers itself;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
 //!   decoding, GPT-2 names and checkpoints across world sizes;
 //! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
@@ -57,6 +59,7 @@ mod parameter;
 mod params;
 mod pretrained;
 mod rope;
+mod sampling;
 mod sequence_parallel;
 mod shard_units;
 mod tokenizer;

@@ -15,8 +15,7 @@ use super::{Llama, LlamaConfig};
 use crate::device::{Mesh, block_on};
 use crate::error::{Error, Result};
 use crate::nn::pretrained::files::{Found, WeightFiles, bad};
-use crate::nn::{CausalDecoder, KvCache, Params, Sampling};
-use crate::tensor::DTensor;
+use crate::nn::{Params, SampleOptions, Sampling};
 
 /// Generation defaults of a directory's `generation_config.json`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -27,9 +26,9 @@ pub struct GenerationConfig {
     pub temperature: Option<f32>,
     /// Top-k candidates.
     pub top_k: Option<usize>,
-    /// Nucleus probability mass (read, not yet applied by [`Sampling`]).
+    /// Nucleus probability mass (top-p).
     pub top_p: Option<f32>,
-    /// Repetition penalty (read, not yet applied by [`Sampling`]).
+    /// Repetition penalty on the ids already in the sequence.
     pub repetition_penalty: Option<f32>,
     /// Whether the model samples by default (`do_sample`).
     pub do_sample: bool,
@@ -75,17 +74,33 @@ impl GenerationConfig {
         Ok(out)
     }
 
-    /// The [`Sampling`] these defaults ask for: greedy unless `do_sample`,
-    /// else top-k (k defaults to 50, transformers' default) at the temperature.
+    /// The [`Sampling`] these defaults ask for, with transformers'
+    /// defaults for what is missing: greedy unless `do_sample` (with the
+    /// repetition penalty where it is not 1), else
+    /// [`Sampling::Sample`] with the temperature (1), `top_k` (50; 0: no
+    /// limit), `top_p` (1: no limit) and `repetition_penalty` (1). Values
+    /// transformers rejects (a temperature or penalty ≤ 0, `top_p` outside
+    /// (0, 1]) make generation return an error.
     pub fn sampling(&self, seed: u64) -> Sampling {
+        let repetition_penalty = self.repetition_penalty.unwrap_or(1.0);
         if !self.do_sample {
-            return Sampling::Greedy;
+            return if repetition_penalty == 1.0 {
+                Sampling::Greedy
+            } else {
+                Sampling::GreedyWithPenalty { repetition_penalty }
+            };
         }
-        Sampling::TopK {
-            k: self.top_k.unwrap_or(50).max(1),
-            temperature: self.temperature.filter(|t| *t > 0.0).unwrap_or(1.0),
+        Sampling::Sample(SampleOptions {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_k: match self.top_k {
+                None => Some(50),
+                Some(0) => None,
+                k => k,
+            },
+            top_p: self.top_p,
+            repetition_penalty,
             seed,
-        }
+        })
     }
 }
 
@@ -266,28 +281,6 @@ fn check_tied(weights: &WeightFiles, head: &Found, embed: Option<&Found>) -> Res
         }
     }
     Ok(())
-}
-
-impl CausalDecoder for Llama {
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn context(&self) -> usize {
-        self.config.max_position_embeddings
-    }
-
-    fn num_caches(&self) -> usize {
-        self.model.layers.len()
-    }
-
-    fn decode_logits(&self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor> {
-        self.decode_step(ids, caches)
-    }
-
-    fn sequence_logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
-        self.logits(ids, seq)
-    }
 }
 
 impl Llama {

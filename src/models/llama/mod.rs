@@ -30,9 +30,9 @@ pub use load::GenerationConfig;
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, CrossEntropyConfig, EmbeddingConfig, GatedMlp,
-    GatedMlpConfig, GqaAttention, GqaConfig, Init, InitRng, KvCache, NormConfig, Params, RMSNorm,
-    Reduction, VocabParallelCrossEntropy, VocabParallelEmbedding,
+    CausalDecoder, ColumnParallelConfig, ColumnParallelLinear, CrossEntropyConfig, EmbeddingConfig,
+    GatedMlp, GatedMlpConfig, GqaAttention, GqaConfig, Init, InitRng, KvCache, NormConfig, Params,
+    RMSNorm, Reduction, VocabParallelCrossEntropy, VocabParallelEmbedding,
 };
 use crate::tensor::{DTensor, Mapping};
 
@@ -270,5 +270,27 @@ impl Llama {
         }
         let rows = x.shape()[0];
         self.head(&self.model.norm.forward(&x.narrow(0, rows - 1, 1)?)?)
+    }
+}
+
+impl CausalDecoder for Llama {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn context(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn num_caches(&self) -> usize {
+        self.model.layers.len()
+    }
+
+    fn decode_logits(&self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor> {
+        self.decode_step(ids, caches)
+    }
+
+    fn sequence_logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
+        self.logits(ids, seq)
     }
 }
