@@ -17,9 +17,11 @@
 //! §14.6. Sequence parallelism turns the layers' input and output
 //! all-reduces into gather / reduce-scatter pairs.
 //!
-//! Files: `config.rs` (`config.json`), `load.rs` (Hugging Face directories).
+//! Files: `config.rs` (reading `config.json`), `config_json.rs` (writing
+//! it), `load.rs` (Hugging Face directories).
 
 mod config;
+mod config_json;
 #[cfg(not(target_arch = "wasm32"))]
 mod load;
 
