@@ -113,33 +113,16 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
     let mut opt = AdamW::new(args.lr).with_weight_decay(0.01);
     let mut windows = common::Windows(args.seed);
-    let mut losses = Vec::new();
-    let t0 = Instant::now();
-    for step in 0..args.steps {
-        let t = step as f32 / args.steps.max(1) as f32;
-        opt.lr = args.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f32::consts::PI * t).cos()));
+    let losses = common::train_cosine(args.steps, args.lr, |lr| {
+        opt.lr = lr;
         let (ids, targets) = windows.batch(train, args.batch, args.seq);
         let loss = model.loss(&ids, &targets, args.seq)?;
         loss.backward()?;
         opt.step(&mut model)?;
         model.zero_grad();
-        losses.push(loss.to_host()?[0]);
-        if step % 50 == 0 || step + 1 == args.steps {
-            println!(
-                "  step {step:>4}  loss {:.3}  ({:.0} ms/step)",
-                losses[step],
-                t0.elapsed().as_secs_f64() * 1e3 / (step + 1) as f64
-            );
-        }
-    }
-    // Means over 60 buckets keep the sparkline one line.
-    let bucket = losses.len().div_ceil(60);
-    let means: Vec<f32> = losses
-        .chunks(bucket)
-        .map(|c| c.iter().sum::<f32>() / c.len() as f32)
-        .collect();
-    println!("loss curve (means of {bucket} steps):");
-    let fell = common::report_loss(&means, cfg.vocab, 2, 0.5);
+        Ok(loss.to_host()?[0])
+    })?;
+    let fell = common::report_curve(&losses, cfg.vocab);
     let held_loss = eval_loss(&mut model, held, args.seq)?;
     println!("held-out loss {held_loss:.3}");
 

@@ -175,3 +175,40 @@ impl Windows {
         (ids, targets)
     }
 }
+
+/// `steps` training steps at a cosine learning rate (from `peak` down to a
+/// tenth of it), printing the loss every 50 steps and the last; `step(lr)`
+/// runs one step at that rate and returns its loss.
+pub fn train_cosine(
+    steps: usize,
+    peak: f32,
+    mut step: impl FnMut(f32) -> wgpu_tp::Result<f32>,
+) -> wgpu_tp::Result<Vec<f32>> {
+    let t0 = std::time::Instant::now();
+    let mut losses = Vec::with_capacity(steps);
+    for s in 0..steps {
+        let t = s as f32 / steps.max(1) as f32;
+        let lr = peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f32::consts::PI * t).cos()));
+        losses.push(step(lr)?);
+        if s % 50 == 0 || s + 1 == steps {
+            println!(
+                "  step {s:>4}  loss {:.3}  ({:.0} ms/step)",
+                losses[s],
+                t0.elapsed().as_secs_f64() * 1e3 / (s + 1) as f64
+            );
+        }
+    }
+    Ok(losses)
+}
+
+/// [`report_loss`] of a training run's losses, as means over at most 60
+/// buckets (one sparkline line), against half the first loss.
+pub fn report_curve(losses: &[f32], vocab: usize) -> bool {
+    let bucket = losses.len().div_ceil(60).max(1);
+    let means: Vec<f32> = losses
+        .chunks(bucket)
+        .map(|c| c.iter().sum::<f32>() / c.len() as f32)
+        .collect();
+    println!("loss curve (means of {bucket} steps):");
+    report_loss(&means, vocab, 2, 0.5)
+}

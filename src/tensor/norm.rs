@@ -23,7 +23,7 @@
 //! rank's sum over its own heads, `Partial(Sum)` when the heads are split
 //! or the incoming gradient is a partial sum, reduced once at the parameter.
 
-use super::autograd::{placed, record};
+use super::autograd::{linear_dy, placed, record};
 use super::dtensor::{DTensor, Placement};
 use super::mappings::Mapping;
 use crate::device::LocalTensor;
@@ -300,11 +300,7 @@ impl DTensor {
             Ok((y, move |dy: &DTensor| {
                 let sum = Placement::Partial(ReduceOp::Sum);
                 let p = x.mesh().size();
-                let (dy, at) = if dy.placement() == sum && p > 1 {
-                    (dy.clone(), sum)
-                } else {
-                    (placed(dy, x.placement())?, x.placement())
-                };
+                let (dy, at) = linear_dy(dy, x.placement())?;
                 let dy = dy.cast(DType::F32)?;
                 let (mut dxs, mut dgs) = (vec![], vec![]);
                 for (r, xr) in x.shards().iter().enumerate() {

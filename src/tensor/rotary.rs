@@ -10,7 +10,7 @@
 //! placed like the incoming gradient when that is a partial sum (each rank's
 //! share of a replicated key's gradient), else like the input.
 
-use super::autograd::{grad_placement, placed, record};
+use super::autograd::{linear_dy, record};
 use super::dtensor::{DTensor, Placement};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -104,13 +104,7 @@ impl DTensor {
             )?;
             let from = self.placement();
             Ok((y, move |dy: &DTensor| {
-                let partial = Placement::Partial(ReduceOp::Sum);
-                let (dy, at) = if dy.placement() == partial && dy.mesh().size() > 1 {
-                    (dy.clone(), partial)
-                } else {
-                    // A partial sum's gradient is the sum's, whole on every rank.
-                    (placed(dy, from)?, grad_placement(from))
-                };
+                let (dy, at) = linear_dy(dy, from)?;
                 let dy = dy.cast(DType::F32)?;
                 Ok(vec![Some(rotate(
                     &dy,

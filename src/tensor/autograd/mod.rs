@@ -39,7 +39,7 @@ mod node;
 use std::sync::Arc;
 
 pub use mode::{NoGradGuard, is_grad_enabled, no_grad};
-pub(crate) use node::{GradSlot, Node, grad_placement, placed, record, tracking};
+pub(crate) use node::{GradSlot, Node, linear_dy, placed, record, tracking};
 
 use crate::error::{Error, Result};
 use crate::tensor::DTensor;

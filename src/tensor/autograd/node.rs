@@ -164,3 +164,15 @@ pub(crate) fn placed(dy: &DTensor, placement: Placement) -> Result<DTensor> {
         dy.redistribute(placement)
     }
 }
+
+/// For a VJP that is linear in `dy` and acts shard by shard: `dy` as it came
+/// when it is a partial sum (each rank's share stays a share, reduced later,
+/// once), else [`placed`] as the gradient of a tensor placed `from`; with
+/// the placement the result of acting on it has.
+pub(crate) fn linear_dy(dy: &DTensor, from: Placement) -> Result<(DTensor, Placement)> {
+    let sum = Placement::Partial(crate::element::ReduceOp::Sum);
+    if dy.placement() == sum && dy.mesh().size() > 1 {
+        return Ok((dy.clone(), sum));
+    }
+    Ok((placed(dy, from)?, grad_placement(from)))
+}
