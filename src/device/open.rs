@@ -1,7 +1,7 @@
 //! Opening one wgpu device on an adapter, with the limits asked for and the
 //! optional features the crate uses.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use super::context::Device;
 use crate::error::{Error, Result};
@@ -25,13 +25,37 @@ pub(super) async fn open(
         memory_hints: wgpu::MemoryHints::Performance,
         trace: wgpu::Trace::Off,
     };
-    let (device, queue) =
-        adapter
-            .request_device(&desc)
-            .await
-            .map_err(|e| Error::RequestDevice {
-                adapter: info.name.clone(),
-                message: e.to_string(),
-            })?;
-    Ok(Device::new(device, queue, info, rank))
+    let (device, queue) = adapter.request_device(&desc).await.map_err(|e| {
+        let open = live_devices();
+        // GPU drivers open a limited number of devices per process (the
+        // NVIDIA driver refuses with VK_ERROR_INITIALIZATION_FAILED, which
+        // wgpu reports as a lost device); say what to do about it.
+        let hint = if open > 0 {
+            format!(
+                " ({open} devices of this process are open, and a GPU driver opens a limited number: \
+                 build meshes with MeshBuilder::shared_device() to put every rank on one device, \
+                 or drop meshes no longer in use)"
+            )
+        } else {
+            String::new()
+        };
+        Error::RequestDevice {
+            adapter: info.name.clone(),
+            message: format!("{e}{hint}"),
+        }
+    })?;
+    let device = Device::new(device, queue, info, rank);
+    let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    opened.retain(|d| d.strong_count() > 0);
+    opened.push(Arc::downgrade(&device));
+    Ok(device)
+}
+
+/// The devices this process opened, to count the live ones in errors.
+static OPENED: Mutex<Vec<Weak<Device>>> = Mutex::new(Vec::new());
+
+/// How many devices this process has open.
+fn live_devices() -> usize {
+    let opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    opened.iter().filter(|d| d.strong_count() > 0).count()
 }

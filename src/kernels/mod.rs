@@ -43,7 +43,7 @@ pub use elementwise::{
     Activation, activation, activation_backward, add, add_row, axpby, mul, scale,
 };
 pub use embedding::{embedding_backward, embedding_lookup};
-pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_with, matmul};
+pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_weight_with, gemm_with, matmul};
 pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
 pub use reduce::sum_rows;
 pub use rope::rotary;

@@ -6,7 +6,7 @@
 
 use crate::util::{Rng, assert_close_cancelling, mesh, reference};
 use wgpu_tp::kernels::optim::{SgdStep, sgd_step};
-use wgpu_tp::kernels::{self, GemmOptions};
+use wgpu_tp::kernels::{self, GemmOptions, GemmVariant};
 use wgpu_tp::{DType, LocalTensor};
 
 fn check(what: &str, x: &[f32], w: &LocalTensor, (m, n, k): (usize, usize, usize), tb: bool) {
@@ -16,7 +16,8 @@ fn check(what: &str, x: &[f32], w: &LocalTensor, (m, n, k): (usize, usize, usize
         trans_b: tb,
         ..Default::default()
     };
-    let got = kernels::gemm_weight(&xt, w, opts)
+    // The texture kernel packs B on every adapter (Auto only on CPU ones).
+    let got = kernels::gemm_weight_with(&xt, w, opts, GemmVariant::Texture)
         .unwrap()
         .to_vec()
         .unwrap();

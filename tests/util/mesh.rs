@@ -1,7 +1,6 @@
 //! One mesh per (kind, world size) for the whole test binary: each wgpu device
 //! compiles its own pipelines, so sharing meshes across modules saves minutes.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use wgpu_tp::shard::split_range;
@@ -23,28 +22,60 @@ enum Kind {
 /// One mesh per (kind, world size) for the whole test binary, poisoned so
 /// unwritten kernel outputs show as NaN.
 fn cached(kind: Kind, n: usize) -> Mesh {
-    static MESHES: OnceLock<Mutex<HashMap<(Kind, usize), Mesh>>> = OnceLock::new();
-    mesh_env();
-    let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry((kind, n))
-        .or_insert_with(|| {
-            let mut b = wgpu_tp::MeshBuilder::new().ranks(n);
-            if matches!(kind, Kind::SharedDevice | Kind::CountingSharedDevice) {
-                b = b.shared_device();
-            }
-            let m = b
-                .build()
-                .expect("a GPU adapter (install mesa-vulkan-drivers)");
-            m.set_poison(true);
-            eprintln!(
-                "[wgpu-tp tests] {kind:?} mesh of {n} ranks on {}",
-                m.adapter_summary()
-            );
-            m
-        })
-        .clone()
+    let shared = matches!(kind, Kind::SharedDevice | Kind::CountingSharedDevice);
+    kept((Some(kind), n, 0, shared), || {
+        let b = wgpu_tp::MeshBuilder::new().ranks(n);
+        if shared { b.shared_device() } else { b }
+    })
 }
+
+/// The meshes kept for the whole binary: (kind, ranks, 0, shared) of
+/// [`cached`], or (None, ranks, binding, shared) of [`limited_mesh`].
+type Key = (Option<Kind>, usize, u64, bool);
+
+/// The mesh kept under `key`, built (poisoned) by `builder` the first time.
+///
+/// A GPU driver opens a limited number of devices per process (NVIDIA's:
+/// 63, which the whole suite's meshes pass), so on a hardware adapter only
+/// the last-used meshes holding [`GPU_DEVICES_KEPT`] devices are kept; the
+/// others are rebuilt when asked for again (a test still using one keeps it
+/// alive). CPU adapters keep every mesh, saving their pipeline compiles.
+fn kept(key: Key, builder: impl Fn() -> wgpu_tp::MeshBuilder) -> Mesh {
+    static MESHES: Mutex<Vec<(Key, Mesh)>> = Mutex::new(Vec::new());
+    mesh_env();
+    let mut kept = MESHES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = kept.iter().position(|(k, _)| *k == key) {
+        let entry = kept.remove(i);
+        let m = entry.1.clone();
+        kept.push(entry);
+        return m;
+    }
+    let devices = |&(_, n, _, shared): &Key| if shared { 1 } else { n };
+    static HARDWARE: OnceLock<bool> = OnceLock::new();
+    if HARDWARE.get() == Some(&true) {
+        let mut held: usize = kept.iter().map(|(k, _)| devices(k)).sum();
+        while held + devices(&key) > GPU_DEVICES_KEPT && !kept.is_empty() {
+            held -= devices(&kept.remove(0).0);
+        }
+    }
+    let m = builder()
+        .build()
+        .expect("a GPU adapter (install mesa-vulkan-drivers)");
+    m.set_poison(true);
+    HARDWARE.get_or_init(|| !m.ranks()[0].device().is_cpu());
+    if let (Some(kind), n, ..) = key {
+        eprintln!(
+            "[wgpu-tp tests] {kind:?} mesh of {n} ranks on {}",
+            m.adapter_summary()
+        );
+    }
+    kept.push((key, m.clone()));
+    m
+}
+
+/// The devices the kept meshes may hold on a hardware adapter: under
+/// NVIDIA's 63 per process with room for the tests' own meshes.
+const GPU_DEVICES_KEPT: usize = 24;
 
 /// The shared mesh of `n` simulated ranks on the default adapter (honours
 /// `WGPU_BACKEND`), each rank its own wgpu device.
@@ -159,24 +190,12 @@ pub fn shard_f32(
 /// row blocks; one per (n, binding, shared) for the whole binary. With
 /// `shared`, the ranks share one wgpu device (one pipeline cache).
 pub fn limited_mesh(n: usize, binding: u64, shared: bool) -> Mesh {
-    type Meshes = Mutex<HashMap<(usize, u64, bool), Mesh>>;
-    static MESHES: OnceLock<Meshes> = OnceLock::new();
-    mesh_env();
-    let map = MESHES.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry((n, binding, shared))
-        .or_insert_with(|| {
-            let limits = wgpu::Limits {
-                max_storage_buffer_binding_size: binding,
-                ..wgpu::Limits::default()
-            };
-            let mut b = wgpu_tp::MeshBuilder::new().ranks(n).limits(limits);
-            if shared {
-                b = b.shared_device();
-            }
-            let m = b.build().expect("a GPU adapter");
-            m.set_poison(true);
-            m
-        })
-        .clone()
+    kept((None, n, binding, shared), || {
+        let limits = wgpu::Limits {
+            max_storage_buffer_binding_size: binding,
+            ..wgpu::Limits::default()
+        };
+        let b = wgpu_tp::MeshBuilder::new().ranks(n).limits(limits);
+        if shared { b.shared_device() } else { b }
+    })
 }

@@ -146,6 +146,16 @@ pub fn gemm_weight(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> R
     gemm_impl(a, b, opts, GemmVariant::Auto, true)
 }
 
+/// [`gemm_weight`] with the kernel chosen by `variant` (as [`gemm_with`]).
+pub fn gemm_weight_with(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    opts: GemmOptions<'_>,
+    variant: GemmVariant,
+) -> Result<LocalTensor> {
+    gemm_impl(a, b, opts, variant, true)
+}
+
 fn gemm_impl(
     a: &LocalTensor,
     b: &LocalTensor,
