@@ -8,7 +8,7 @@
 // (g, layer, step_lo, step_hi) under the key (seed_lo, seed_hi): the element
 // is kept when the first output word is ≥ threshold = ⌊p·2³²⌋. So the mask
 // depends on the logical index only, never on the sharding.
-// Grid: one invocation per element (grid.wgsl).
+// Grid: one invocation per element (grid.wgsl); Philox from philox.wgsl.
 
 struct Params {
     n: u32,
@@ -29,41 +29,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
-const M0: u32 = 0xD2511F53u;
-const M1: u32 = 0xCD9E8D57u;
-const W0: u32 = 0x9E3779B9u;
-const W1: u32 = 0xBB67AE85u;
-
-// The high 32 bits of the 64-bit product a·b, from 16-bit halves.
-fn mulhi(a: u32, b: u32) -> u32 {
-    let al = a & 0xFFFFu;
-    let ah = a >> 16u;
-    let bl = b & 0xFFFFu;
-    let bh = b >> 16u;
-    let ll = al * bl;
-    let lh = al * bh;
-    let hl = ah * bl;
-    let mid = (ll >> 16u) + (lh & 0xFFFFu) + (hl & 0xFFFFu);
-    return ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
-}
-
-// Philox-4x32 with 10 rounds; returns the first output word.
-fn philox_first(counter: vec4<u32>, key: vec2<u32>) -> u32 {
-    var c = counter;
-    var k = key;
-    for (var round = 0u; round < 10u; round++) {
-        if (round > 0u) {
-            k = k + vec2<u32>(W0, W1);
-        }
-        let hi0 = mulhi(M0, c.x);
-        let lo0 = M0 * c.x;
-        let hi1 = mulhi(M1, c.z);
-        let lo1 = M1 * c.z;
-        c = vec4<u32>(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-    }
-    return c.x;
-}
-
 @compute @workgroup_size(WG)
 fn dropout(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) li: u32) {
@@ -74,7 +39,7 @@ fn dropout(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: v
     let j = t % p.len;
     let o = t / p.len;
     let g = (o * p.total + p.start + j) * p.inner + k;
-    let bits = philox_first(vec4<u32>(g, p.layer, p.step_lo, p.step_hi),
-                            vec2<u32>(p.seed_lo, p.seed_hi));
+    let bits = philox(vec4<u32>(g, p.layer, p.step_lo, p.step_hi),
+                      vec2<u32>(p.seed_lo, p.seed_hi)).x;
     out[i] = select(0.0, x[i] * p.scale, bits >= p.threshold);
 }

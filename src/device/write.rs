@@ -12,7 +12,6 @@ impl LocalTensor {
     /// submitted first, and operands derived from them are dropped. A buffer
     /// shared with another rank is refused (the write would change both).
     pub(crate) fn write_f32(&self, op: &'static str, data: &[f32]) -> Result<()> {
-        self.expect_dtype(op, DType::F32)?;
         if data.len() != self.len() {
             return Err(Error::DataLength {
                 op,
@@ -20,6 +19,26 @@ impl LocalTensor {
                 expected: self.len(),
                 got: data.len(),
             });
+        }
+        self.write_f32_at(op, 0, data)
+    }
+
+    /// Overwrite the values from element `offset` on with `data` in place,
+    /// as [`LocalTensor::write_f32`] does for the whole tensor.
+    pub(crate) fn write_f32_at(&self, op: &'static str, offset: usize, data: &[f32]) -> Result<()> {
+        self.expect_dtype(op, DType::F32)?;
+        if offset
+            .checked_add(data.len())
+            .is_none_or(|end| end > self.len())
+        {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "{} values at {offset} do not fit a tensor of {}",
+                    data.len(),
+                    self.len()
+                ),
+            ));
         }
         if self.is_shared_across_ranks() {
             return Err(Error::invalid(
@@ -31,16 +50,22 @@ impl LocalTensor {
         // `write_buffer` lands at the start of the next submit: submit what
         // is recorded now, so reads of the old values come before it.
         self.device().flush();
-        let mut at = 0;
+        // Each block's share of [offset, offset + len), at its own offset.
+        let mut first = 0;
         for b in self.blocks() {
-            let part = &data[at..at + b.len()];
-            at += part.len();
-            if !part.is_empty() {
+            let (lo, hi) = (
+                offset.max(first),
+                (offset + data.len()).min(first + b.len()),
+            );
+            if lo < hi {
+                let part = &data[lo - offset..hi - offset];
                 let buf = b.buffer(op)?;
+                let at = ((lo - first) * 4) as u64;
                 b.device()
                     .queue
-                    .write_buffer(buf, 0, bytemuck::cast_slice(part));
+                    .write_buffer(buf, at, bytemuck::cast_slice(part));
             }
+            first += b.len();
         }
         self.bump_version();
         Ok(())

@@ -10,13 +10,17 @@
 //! sharding of one logical tensor gets the same mask bits, and the keep
 //! probability is `1 − ⌊p·2³²⌋/2³²` (within `2⁻³²` of `1 − p`).
 
-use super::grid::{grid_groups, grid_source};
+use super::grid::grid_groups;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::shard::outer_dim_inner;
 
-const SOURCE: &str = grid_source!("dropout.wgsl");
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("../../shaders/grid.wgsl"),
+    include_str!("../../shaders/philox.wgsl"),
+    include_str!("../../shaders/dropout.wgsl")
+);
 const BINDINGS: &[Access] = &[Access::Read, Access::ReadWrite];
 
 /// The key of a mask: which draw of which layer.

@@ -16,6 +16,7 @@ mod grid;
 mod loops;
 pub mod norm;
 pub mod optim;
+pub mod random;
 pub mod reduce;
 pub mod rope;
 mod row_blocks;
@@ -62,7 +63,8 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("copy_fold", grid::grid_source!("copy_fold.wgsl")),
     ("norm", grid::grid_source!("norm.wgsl")),
     ("rope", grid::grid_source!("rope.wgsl")),
-    ("dropout", grid::grid_source!("dropout.wgsl")),
+    ("dropout", dropout::SOURCE),
+    ("init", random::SOURCE),
     ("attention", include_str!("../../shaders/attention.wgsl")),
     ("transpose", transpose::SOURCE),
     ("reduce", include_str!("../../shaders/reduce.wgsl")),

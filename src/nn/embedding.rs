@@ -46,18 +46,6 @@ impl EmbeddingConfig {
         }
     }
 
-    fn master(&self, rng: &mut InitRng) -> Vec<f32> {
-        let mut w = self
-            .init
-            .sample(rng, self.num_embeddings, self.embedding_dim);
-        if let Some(p) = self.padding_idx
-            && p < self.num_embeddings
-        {
-            w[p * self.embedding_dim..(p + 1) * self.embedding_dim].fill(0.0);
-        }
-        w
-    }
-
     fn check(&self, op: &'static str, master_len: usize) -> Result<()> {
         if let Some(p) = self.padding_idx
             && p >= self.num_embeddings
@@ -69,7 +57,7 @@ impl EmbeddingConfig {
                 bound: self.num_embeddings,
             });
         }
-        if master_len != self.num_embeddings * self.embedding_dim {
+        if self.num_embeddings.checked_mul(self.embedding_dim) != Some(master_len) {
             return Err(Error::invalid(
                 op,
                 format!(
@@ -146,6 +134,43 @@ impl Table {
         })
     }
 
+    fn random(
+        op: &'static str,
+        mesh: &Mesh,
+        config: EmbeddingConfig,
+        rng: &mut InitRng,
+        split: Split,
+    ) -> Result<Table> {
+        let (rows, dim) = (config.num_embeddings, config.embedding_dim);
+        let len = rows.checked_mul(dim).ok_or_else(|| {
+            Error::invalid(op, format!("a table of {rows} × {dim} overflows usize"))
+        })?;
+        config.check(op, len)?;
+        let weight = config
+            .init
+            .parameter(mesh, &[rows, dim], rng, split.placement(), (1, 1))?;
+        if let Some(pad) = config.padding_idx {
+            for (local, r) in weight.value.shards().iter().zip(mesh.ranks()) {
+                let row = match split {
+                    Split::Vocab => {
+                        let range = split_range(rows, mesh.size(), r.index());
+                        range.contains(&pad).then(|| pad - range.start)
+                    }
+                    Split::Dim | Split::Replicated => Some(pad),
+                };
+                if let Some(row) = row {
+                    let width = local.shape()[1];
+                    local.write_f32_at(op, row * width, &vec![0.0; width])?;
+                }
+            }
+        }
+        Ok(Table {
+            weight,
+            config,
+            split,
+        })
+    }
+
     /// The lookup (each rank its rows or columns), then the mapping that
     /// makes it whole; the tape's VJP scatter-adds into the table.
     fn forward(&self, ids: &[i32]) -> Result<DTensor> {
@@ -175,10 +200,10 @@ pub struct Embedding(Table);
 macro_rules! embedding_api {
     ($ty:ident, $split:expr, $name:literal) => {
         impl $ty {
-            /// A table drawn from `rng` on the host and sliced (the padding row zeroed).
+            /// A table drawn from `rng`, each rank its part on its device
+            /// (`Init::parameter`; the padding row zeroed).
             pub fn new(mesh: &Mesh, config: EmbeddingConfig, rng: &mut InitRng) -> Result<Self> {
-                let w = config.master(rng);
-                Self::from_master(mesh, config, &w)
+                Table::random(concat!($name, "::new"), mesh, config, rng, $split).map($ty)
             }
 
             /// A table holding the given master `[vocab, dim]`.

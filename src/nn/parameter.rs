@@ -148,14 +148,21 @@ impl Parameter {
         };
         // Rank r's blocks are contiguous now: `stride` slices of whole units.
         let value = DTensor::from_host_in_units(mesh, shape, &data, placement, stride * unit)?;
+        Ok(Parameter::from_value(value, stride, unit))
+    }
+
+    /// A parameter holding `value`, whose `Shard` dim is split in `stride`
+    /// sections of whole `unit`s (each rank's blocks contiguous, in units of
+    /// `stride × unit`, as [`Parameter::from_master_in_units`] stores them).
+    pub(crate) fn from_value(value: DTensor, stride: usize, unit: usize) -> Parameter {
         let slot = GradSlot::default();
-        Ok(Parameter {
+        Parameter {
             value: tracked(value, &slot),
             slot,
             stride,
             unit,
             id: ParamId::fresh(),
-        })
+        }
     }
 
     /// The accumulated gradient (placed like the value), `None` before the

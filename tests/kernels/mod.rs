@@ -16,6 +16,7 @@
 //! - `gqa`: grouped-query attention on separate q, k, v (groups, sliding
 //!   windows, one rank's query heads, decoding after a past); `rope`: the
 //!   rotary kernel and its inverse;
+//! - `random`: the counter-based draws of initialisation, per shard;
 //! - `f16`: casts, the f16 GEMM and f16 tensors (where `SHADER_F16` exists).
 //!
 //! The optimiser kernels are checked through `nn::optim`.
@@ -32,6 +33,7 @@ mod gemv;
 mod gqa;
 mod loop_limit;
 mod pack_cache;
+mod random;
 mod rope;
 mod slicing;
 mod topk;

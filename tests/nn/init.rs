@@ -1,6 +1,8 @@
 //! Initialisers: seeded and independent of the world size (the master a
-//! layer holds is exactly what the initialiser draws, in order, for P = 1, 3
-//! and 4), and every distribution's sample mean and std match its formula.
+//! layer holds, drawn on the devices, is what the initialiser draws on the
+//! host, in order, up to the device's f32 rounding, and the same bits for
+//! P = 1, 3 and 4), and every distribution's sample mean and std match its
+//! formula.
 
 use crate::util::{Rng, mesh};
 use wgpu_tp::nn::{
@@ -54,14 +56,22 @@ fn seeded_initialisers_give_the_serial_master_p1_3_4() {
                 row.master_weight().unwrap(),
                 emb.master_weight().unwrap(),
             );
-            // The master is exactly what the initialiser draws, in order.
+            // The master is what the initialiser draws on the host, in order.
             let mut r2 = InitRng::new(seed);
-            assert_eq!(got.0, init.sample(&mut r2, 13, 11), "{init:?} column P={p}");
-            assert_eq!(got.1, init.sample(&mut r2, 11, 13), "{init:?} row P={p}");
-            assert_eq!(
-                got.2,
-                init.sample(&mut r2, 10, 6),
-                "{init:?} embedding P={p}"
+            close(
+                &got.0,
+                &init.sample(&mut r2, 13, 11),
+                &format!("{init:?} column P={p}"),
+            );
+            close(
+                &got.1,
+                &init.sample(&mut r2, 11, 13),
+                &format!("{init:?} row P={p}"),
+            );
+            close(
+                &got.2,
+                &init.sample(&mut r2, 10, 6),
+                &format!("{init:?} embedding P={p}"),
             );
             match &firsts {
                 None => firsts = Some(got),
@@ -73,6 +83,17 @@ fn seeded_initialisers_give_the_serial_master_p1_3_4() {
     let a = Init::default().sample(&mut InitRng::new(seed), 4, 4);
     let b = Init::default().sample(&mut InitRng::new(seed.wrapping_add(1)), 4, 4);
     assert_ne!(a, b);
+}
+
+/// Device draws against the host's: equal up to f32 `log` / `sqrt` / `cos`.
+fn close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-6 + 1e-5 * w.abs(),
+            "{what}: element {i}: device {g}, host {w}"
+        );
+    }
 }
 
 fn mean_std(x: &[f32]) -> (f64, f64) {

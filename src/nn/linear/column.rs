@@ -12,7 +12,7 @@
 //! partial sums are reduced in f32 and rounded once; `dW`, `db` stay f32.
 
 use super::shared::{
-    Overlap, check_input, check_overlap, linear_common, shard_master, split_is_plain,
+    Overlap, Weights, check_input, check_overlap, linear_common, shard_master, split_is_plain,
 };
 use crate::device::Mesh;
 use crate::error::{Error, Result};
@@ -83,14 +83,9 @@ pub struct ColumnParallelLinear {
 }
 
 impl ColumnParallelLinear {
-    /// A layer holding the given master weight `[out, in]` and bias `[out]`.
-    pub fn from_master(
-        mesh: &Mesh,
-        config: ColumnParallelConfig,
-        weight: &[f32],
-        bias: Option<&[f32]>,
-    ) -> Result<Self> {
-        const OP: &str = "ColumnParallelLinear::from_master";
+    /// A layer from `weights` (`new` or `from_master`), checked against `config`.
+    fn build(mesh: &Mesh, config: ColumnParallelConfig, weights: Weights<'_>) -> Result<Self> {
+        const OP: &str = "ColumnParallelLinear::new";
         check_overlap(OP, config.sequence_parallel, config.overlap)?;
         let (n, stride, unit) = (config.out_features, config.stride, config.shard_unit);
         if config.gather_output && !split_is_plain(mesh, n, stride, unit) {
@@ -104,7 +99,7 @@ impl ColumnParallelLinear {
             OP,
             mesh,
             [config.out_features, config.in_features],
-            (weight, bias, config.bias),
+            (weights, config.bias),
             (Placement::Shard(0), Placement::Shard(0)),
             (config.stride, config.shard_unit),
         )?;

@@ -7,7 +7,7 @@
 //! and `db` ([`DTensor::linear`]'s VJP): the parameters' are reduced once,
 //! at the parameters, so every replica gets the same whole gradient.
 
-use super::shared::shard_master;
+use super::shared::{Weights, shard_master};
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::nn::Params;
@@ -52,13 +52,11 @@ pub struct ReplicatedLinear {
 }
 
 impl ReplicatedLinear {
-    /// A layer initialised from `rng` (the bias starts at zero).
+    /// A layer initialised from `rng`, the weight drawn on every device
+    /// (`Init::parameter`); the bias starts at zero.
     pub fn new(mesh: &Mesh, config: ReplicatedLinearConfig, rng: &mut InitRng) -> Result<Self> {
-        let w = config
-            .init
-            .sample(rng, config.out_features, config.in_features);
-        let b = config.bias.then(|| vec![0.0; config.out_features]);
-        Self::from_master(mesh, config, &w, b.as_deref())
+        let init = config.init;
+        Self::build(mesh, config, Weights::Random(init, rng))
     }
 
     /// A layer holding the given weight `[out, in]` and bias `[out]`.
@@ -68,12 +66,16 @@ impl ReplicatedLinear {
         weight: &[f32],
         bias: Option<&[f32]>,
     ) -> Result<Self> {
-        const OP: &str = "ReplicatedLinear::from_master";
+        Self::build(mesh, config, Weights::Master(weight, bias))
+    }
+
+    fn build(mesh: &Mesh, config: ReplicatedLinearConfig, weights: Weights<'_>) -> Result<Self> {
+        const OP: &str = "ReplicatedLinear::new";
         let (weight, bias) = shard_master(
             OP,
             mesh,
             [config.out_features, config.in_features],
-            (weight, bias, config.bias),
+            (weights, config.bias),
             (Placement::Replicate, Placement::Replicate),
             (1, 1),
         )?;

@@ -14,7 +14,7 @@
 //! f16, `dW`, `db` stay f32.
 
 use super::shared::{
-    Overlap, check_input, check_overlap, linear_common, shard_master, split_is_plain,
+    Overlap, Weights, check_input, check_overlap, linear_common, shard_master, split_is_plain,
 };
 use crate::device::Mesh;
 use crate::element::DType;
@@ -82,14 +82,9 @@ pub struct RowParallelLinear {
 }
 
 impl RowParallelLinear {
-    /// A layer holding the given master weight `[out, in]` and bias `[out]`.
-    pub fn from_master(
-        mesh: &Mesh,
-        config: RowParallelConfig,
-        weight: &[f32],
-        bias: Option<&[f32]>,
-    ) -> Result<Self> {
-        const OP: &str = "RowParallelLinear::from_master";
+    /// A layer from `weights` (`new` or `from_master`), checked against `config`.
+    fn build(mesh: &Mesh, config: RowParallelConfig, weights: Weights<'_>) -> Result<Self> {
+        const OP: &str = "RowParallelLinear::new";
         check_overlap(OP, config.sequence_parallel, config.overlap)?;
         let (n, stride, unit) = (config.in_features, config.stride, config.shard_unit);
         if !config.input_is_parallel && !split_is_plain(mesh, n, stride, unit) {
@@ -109,7 +104,7 @@ impl RowParallelLinear {
             OP,
             mesh,
             [config.out_features, config.in_features],
-            (weight, bias, config.bias),
+            (weights, config.bias),
             (Placement::Shard(1), Placement::Replicate),
             (config.stride, config.shard_unit),
         )?;

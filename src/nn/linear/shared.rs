@@ -5,6 +5,7 @@
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::nn::init::{Init, InitRng};
 use crate::nn::parameter::{Parameter, check_master};
 use crate::shard::{split_range, split_range_in_units};
 use crate::tensor::{DTensor, Placement};
@@ -59,17 +60,46 @@ pub(super) fn check_input(
     }
 }
 
-/// Check a master weight `[out, in]` and optional bias `[out]` and shard them:
-/// the weight with `stride` and shard `unit`, a sharded bias likewise, a
-/// replicated bias whole.
-pub(super) fn shard_master(
+/// Where a layer's weights come from.
+pub(crate) enum Weights<'a> {
+    /// A master weight `[out, in]` and optional bias `[out]` on the host.
+    Master(&'a [f32], Option<&'a [f32]>),
+    /// The weight drawn on the devices by `Init` under the next key of the
+    /// generator; the bias (if any) zero.
+    Random(Init, &'a mut InitRng),
+}
+
+/// Check a master weight `[out, in]` and optional bias `[out]` and shard
+/// them, or draw them on the devices: the weight with `stride` and shard
+/// `unit`, a sharded bias likewise, a replicated bias whole.
+pub(crate) fn shard_master(
     op: &'static str,
     mesh: &Mesh,
     [out, inp]: [usize; 2],
-    (weight, bias, want_bias): (&[f32], Option<&[f32]>, bool),
+    (weights, want_bias): (Weights<'_>, bool),
     (weight_placement, bias_placement): (Placement, Placement),
     (stride, unit): (usize, usize),
 ) -> Result<(Parameter, Option<Parameter>)> {
+    let (bias_stride, bias_unit) = if bias_placement == Placement::Replicate {
+        (1, 1)
+    } else {
+        (stride, unit)
+    };
+    let (weight, bias) = match weights {
+        Weights::Master(weight, bias) => (weight, bias),
+        Weights::Random(init, rng) => {
+            let weight =
+                init.parameter(mesh, &[out, inp], rng, weight_placement, (stride, unit))?;
+            let bias = want_bias
+                .then(|| {
+                    let mut none = InitRng::new(0);
+                    let placed = (bias_placement, (bias_stride, bias_unit));
+                    Init::Zeros.parameter(mesh, &[out], &mut none, placed.0, placed.1)
+                })
+                .transpose()?;
+            return Ok((weight, bias));
+        }
+    };
     check_master(op, "weight", weight.len(), out * inp)?;
     if bias.is_some() != want_bias {
         return Err(Error::invalid(
@@ -82,11 +112,6 @@ pub(super) fn shard_master(
     }
     let weight =
         Parameter::from_master_in_units(mesh, &[out, inp], weight, weight_placement, stride, unit)?;
-    let (bias_stride, bias_unit) = if bias_placement == Placement::Replicate {
-        (1, 1)
-    } else {
-        (stride, unit)
-    };
     let bias = bias
         .map(|b| {
             Parameter::from_master_in_units(mesh, &[out], b, bias_placement, bias_stride, bias_unit)
@@ -133,14 +158,23 @@ macro_rules! linear_common {
                 self.config.sequence_parallel && self.config.overlap == Overlap::Ring
             }
 
-            /// A layer initialised from `rng` (master drawn on the host, then
-            /// sliced; the bias starts at zero).
+            /// A layer initialised from `rng`: each rank draws its shard of
+            /// the weight on its device (`Init::parameter`); the bias starts
+            /// at zero.
             pub fn new(mesh: &Mesh, config: $cfg, rng: &mut InitRng) -> Result<Self> {
-                let w = config
-                    .init
-                    .sample(rng, config.out_features, config.in_features);
-                let b = config.bias.then(|| vec![0.0; config.out_features]);
-                Self::from_master(mesh, config, &w, b.as_deref())
+                let init = config.init;
+                Self::build(mesh, config, Weights::Random(init, rng))
+            }
+
+            /// A layer holding the given master weight `[out, in]` and bias
+            /// `[out]` (sliced for each rank as `new` splits it).
+            pub fn from_master(
+                mesh: &Mesh,
+                config: $cfg,
+                weight: &[f32],
+                bias: Option<&[f32]>,
+            ) -> Result<Self> {
+                Self::build(mesh, config, Weights::Master(weight, bias))
             }
 
             /// The full weight `[out, in]` on the host.
