@@ -159,6 +159,24 @@ pub enum Error {
         /// wgpu's name of the limit.
         limit_name: &'static str,
     },
+    /// What a model or tensor would allocate is more than the memory there is.
+    #[error(
+        "{op}: {what} needs {needed} bytes ({needed_gib:.2} GiB) but {pool} has {available} bytes ({available_gib:.2} GiB); use a smaller configuration or more memory (more ranks on separate devices or hosts)",
+        needed_gib = *needed as f64 / (1u64 << 30) as f64,
+        available_gib = *available as f64 / (1u64 << 30) as f64
+    )]
+    OutOfMemory {
+        /// Operation name.
+        op: &'static str,
+        /// What would be allocated.
+        what: String,
+        /// Bytes needed (saturated at `u64::MAX`).
+        needed: u64,
+        /// Bytes available there.
+        available: u64,
+        /// Where: the host's available memory, for a CPU adapter.
+        pool: String,
+    },
     /// A kernel needs more of a per-pipeline resource than the device allows.
     #[error(
         "{op}: needs {needed} for {limit_name} but the device allows {limit}; open the mesh on an adapter with higher limits (e.g. wgpu::Limits::default(), WebGPU's) or avoid this operation"

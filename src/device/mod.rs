@@ -28,6 +28,7 @@
 //! - `staging.rs`: the device → host → device path;
 //! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
+//!   `budget.rs`: what a model will allocate against the memory there is;
 //! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels; in
 //!   `report.rs`), and in
 //!   `control.rs` starting and stopping it and the host-span API upper
@@ -40,6 +41,7 @@
 
 mod adapters;
 mod blocks;
+mod budget;
 mod context;
 mod copy;
 mod derived;

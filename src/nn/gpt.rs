@@ -74,7 +74,7 @@ impl GptConfig {
             hidden,
             heads,
             layers,
-            ffn: 4 * hidden,
+            ffn: hidden.saturating_mul(4),
             activation: Activation::Gelu,
             eps: 1e-5,
             sequence_parallel: false,
@@ -82,6 +82,31 @@ impl GptConfig {
             attn_dropout: 0.0,
             dtype: DType::F32,
         }
+    }
+
+    /// The number of parameters (GPT-2 124M's shape: 124,439,808).
+    pub fn num_parameters(&self) -> u128 {
+        let (split, whole) = self.parameter_split();
+        split.saturating_add(whole)
+    }
+
+    /// (parameters split over the ranks, parameters every rank holds whole).
+    fn parameter_split(&self) -> (u128, u128) {
+        let [v, n, h, l, f] =
+            [self.vocab, self.n_ctx, self.hidden, self.layers, self.ffn].map(|x| x as u128);
+        let mul = |a: u128, b: u128| a.saturating_mul(b);
+        // Per block: q, k, v with biases, the attention projection, the MLP's
+        // two products and its first bias are split; norms and the row
+        // layers' biases are whole.
+        let block = mul(4, mul(h, h))
+            .saturating_add(mul(3, h))
+            .saturating_add(mul(2, mul(h, f)))
+            .saturating_add(f);
+        let split = mul(v, h).saturating_add(mul(l, block));
+        let whole = mul(n, h)
+            .saturating_add(mul(l, mul(6, h)))
+            .saturating_add(mul(2, h));
+        (split, whole)
     }
 }
 
@@ -138,6 +163,11 @@ impl Gpt {
             }
             DType::I32 => return Err(Error::invalid(OP, "dtype must be F32 or F16")),
         }
+        // Every parameter is an f32 master; check before allocating any.
+        let (split, whole) = config.parameter_split();
+        let bytes = mesh.held_bytes(split, whole, 4);
+        let what = format!("{} parameters", config.num_parameters());
+        mesh.check_memory(OP, &what, bytes)?;
         let mut rng = InitRng::new(seed);
         let pick = |init: Init| if random { init } else { Init::Zeros };
         let table = |rows: usize| {

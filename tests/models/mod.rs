@@ -10,6 +10,9 @@
 //!   across P.
 //! - `llama_bad_dirs`: unsupported configs and bad weight files are errors
 //!   naming the key, file and tensor; the mesh still works.
+//! - `sizes`: parameter counts, and configurations past memory refused
+//!   before anything is allocated (GPT-2 and the Llama family).
 
 mod llama;
 mod llama_bad_dirs;
+mod sizes;

@@ -24,6 +24,7 @@ mod config;
 mod config_json;
 #[cfg(not(target_arch = "wasm32"))]
 mod load;
+mod size;
 
 pub use config::{LLAMA_FAMILY, LlamaConfig};
 #[cfg(not(target_arch = "wasm32"))]
@@ -136,6 +137,9 @@ impl Llama {
                 "num_hidden_layers ≥ 1, with one window per layer",
             ));
         }
+        // Every parameter is an f32 master; check before allocating any.
+        let what = format!("{} parameters", c.num_parameters());
+        mesh.check_memory(OP, &what, c.parameter_bytes(mesh))?;
         let mut rng = InitRng::new(seed.unwrap_or(0));
         let init = if seed.is_some() {
             Init::default()

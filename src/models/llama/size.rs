@@ -1,0 +1,54 @@
+//! How many parameters a Llama-family configuration has, and how many of
+//! them a mesh's ranks hold: the model checks the bytes before allocating.
+
+use super::config::LlamaConfig;
+use crate::device::Mesh;
+
+impl LlamaConfig {
+    /// The number of parameters (SmolLM2-135M's shape: 134,515,008).
+    pub fn num_parameters(&self) -> u128 {
+        let (split, whole) = self.parameter_split();
+        split.saturating_add(whole)
+    }
+
+    /// (parameters split over the ranks, parameters every rank holds whole).
+    fn parameter_split(&self) -> (u128, u128) {
+        let c = self;
+        let [v, h, f, l] = [
+            c.vocab_size,
+            c.hidden_size,
+            c.intermediate_size,
+            c.num_hidden_layers,
+        ]
+        .map(|x| x as u128);
+        let [q, kv] = [c.num_attention_heads, c.num_key_value_heads]
+            .map(|n| (n as u128).saturating_mul(c.head_dim as u128));
+        let mul = |a: u128, b: u128| a.saturating_mul(b);
+        let flag = |b: bool, n: u128| if b { n } else { 0 };
+        // Split: q_proj (and its bias), o_proj, gate / up / down (and the
+        // column biases), the embedding and an untied head. Whole on every
+        // rank: k_proj / v_proj (replicated), the norms, row-layer biases.
+        let layer_split = mul(2, mul(h, q))
+            .saturating_add(flag(c.qkv_bias, q))
+            .saturating_add(mul(3, mul(h, f)))
+            .saturating_add(flag(c.mlp_bias, mul(2, f)));
+        let layer_whole = mul(2, mul(h, kv))
+            .saturating_add(flag(c.qkv_bias, mul(2, kv)))
+            .saturating_add(flag(c.o_bias, h))
+            .saturating_add(flag(c.mlp_bias, h))
+            .saturating_add(mul(2, h))
+            .saturating_add(flag(c.qk_norm, mul(2, c.head_dim as u128)));
+        let head = flag(!c.tie_word_embeddings, mul(v, h));
+        let split = mul(v, h)
+            .saturating_add(head)
+            .saturating_add(mul(l, layer_split));
+        let whole = mul(l, layer_whole).saturating_add(h);
+        (split, whole)
+    }
+
+    /// The bytes of f32 parameters this process's ranks of `mesh` hold.
+    pub(crate) fn parameter_bytes(&self, mesh: &Mesh) -> u128 {
+        let (split, whole) = self.parameter_split();
+        mesh.held_bytes(split, whole, 4)
+    }
+}
