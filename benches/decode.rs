@@ -2,43 +2,126 @@
 //! P = 1, 2 and 4 simulated ranks (host-staged: each rank its own wgpu
 //! device), beside the weight-streaming floor measured in the same run.
 //!
-//! Model: GPT-2 124M's shape (vocab 50257, context 1024, width 768, 12
-//! heads, 12 layers, f32) with random weights (`Gpt::new`). A prompt of 8
-//! tokens is decoded in one step (the prefill, timed apart), then N tokens
-//! one at a time through `Gpt::generate_with`; the figure is the best and
-//! the median time between consecutive tokens. Pipelines compile in a
-//! warm-up generation first.
+//! Models (random weights, f32; `WGPU_TP_DECODE_MODEL`):
+//! - `gpt2` (the default): GPT-2 124M's shape (vocab 50257, context 1024,
+//!   width 768, 12 heads, 12 layers; `Gpt::new`), prompt 8;
+//! - `smollm2`: SmolLM2-135M's (vocab 49152, width 576, 30 layers, 9 query
+//!   / 3 key-value heads, ffn 1536, tied; `Llama::new`), prompt 128;
+//! - `qwen2.5`: Qwen2.5-0.5B's (vocab 151936, width 896, 24 layers, 14 / 2
+//!   heads, ffn 4864, q/k/v biases, tied), prompt 128;
+//! - `llama3.2-1b`: Llama-3.2-1B's (vocab 128256, width 2048, 16 layers,
+//!   32 / 8 heads, ffn 8192, tied), prompt 128;
+//! - `small`: a quick GPT (vocab 4096, context 256, width 256, 4 heads, 2
+//!   layers), prompt 8.
 //!
-//! Floor: one token reads every weight once (the tied head all of `wte`;
-//! `wpe` one row), so bytes of weights per token / the host's copy
-//! bandwidth (a `copy_from_slice` of that many bytes, best of 5, measured
-//! here) is the time no implementation reading f32 weights from memory can
-//! beat (a copy also writes, so read-only streaming may run up to 2× that).
+//! The prompt is decoded in one step (the prefill, timed apart), then N
+//! tokens one at a time through `nn::generate`; the figure is the best and
+//! the median time between consecutive tokens. Pipelines compile in a
+//! warm-up generation first. `benches/peers/torch_lm.py decode` runs the
+//! same shapes in PyTorch.
+//!
+//! Floor: one token reads every weight once (a tied head all of the
+//! embedding; GPT-2's `wpe` one row), so bytes of weights per token / the
+//! host's copy bandwidth (a `copy_from_slice` of that many bytes, best of
+//! 5, measured here) is the time no implementation reading f32 weights from
+//! memory can beat (a copy also writes, so read-only streaming may run up to
+//! 2× that).
+//!
+//! Per P also the time `new` took to build the model (random weights drawn
+//! on the devices) and the process's peak RSS right after it, against the
+//! f32 weights of this process's ranks (on a CPU adapter device memory is
+//! the host's, so about 1× P is the floor: no host copy of the weights).
 //!
 //! Then, per P, the top kernels of one traced token.
 //!
 //! `cargo bench --bench decode`; `WGPU_TP_DECODE_TOKENS` sets N (default
 //! 16), `WGPU_TP_DECODE_RANKS` the world sizes (default `1,2,4`),
-//! `WGPU_TP_DECODE_MODEL=small` a quick model (vocab 4096, context 256,
-//! width 256, 4 heads, 2 layers).
+//! `WGPU_TP_DECODE_PROMPT` the prompt's length; `WGPU_TP_LIMITS=webgpu`
+//! opens the devices with WebGPU's default limits.
 //! A world size whose model cannot be built prints `skipped: <error>`.
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::nn::{Gpt, GptConfig, Params, Sampling};
+use wgpu_tp::models::{Llama, LlamaConfig};
+use wgpu_tp::nn::{CausalDecoder, Gpt, GptConfig, Sampling, generate};
 use wgpu_tp::{Mesh, MeshBuilder, Trace};
 
-const PROMPT: usize = 8;
 const TOP_KERNELS: usize = 8;
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn config() -> (&'static str, GptConfig) {
+/// A model shape to build at each world size.
+#[derive(Clone)]
+enum Shape {
+    Gpt(GptConfig),
+    Llama(LlamaConfig),
+}
+
+/// (name, shape, prompt length).
+fn config() -> (&'static str, Shape, usize) {
+    let llama = |v, h, f, l, q, kv, theta: f64| {
+        let mut c = LlamaConfig::new(v, h, f, l, q, kv);
+        c.rope.theta = theta;
+        c
+    };
     match std::env::var("WGPU_TP_DECODE_MODEL").as_deref() {
-        Ok("small") => ("small", GptConfig::new(4096, 256, 256, 4, 2)),
-        _ => ("GPT-2 124M", GptConfig::new(50257, 1024, 768, 12, 12)),
+        Ok("small") => ("small", Shape::Gpt(GptConfig::new(4096, 256, 256, 4, 2)), 8),
+        Ok("smollm2") => {
+            let c = llama(49152, 576, 1536, 30, 9, 3, 100000.0);
+            ("SmolLM2-135M", Shape::Llama(c), 128)
+        }
+        Ok("llama3.2-1b") => {
+            let c = llama(128_256, 2048, 8192, 16, 32, 8, 500000.0);
+            ("Llama-3.2-1B", Shape::Llama(c), 128)
+        }
+        Ok("qwen2.5") => {
+            let mut c = llama(151_936, 896, 4864, 24, 14, 2, 1e6);
+            c.qkv_bias = true;
+            ("Qwen2.5-0.5B", Shape::Llama(c), 128)
+        }
+        _ => (
+            "GPT-2 124M",
+            Shape::Gpt(GptConfig::new(50257, 1024, 768, 12, 12)),
+            8,
+        ),
+    }
+}
+
+impl Shape {
+    fn describe(&self) -> String {
+        match self {
+            Shape::Gpt(c) => format!(
+                "vocab {}, context {}, width {}, {} heads, {} layers",
+                c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
+            ),
+            Shape::Llama(c) => format!(
+                "vocab {}, width {}, {} layers, {} / {} heads, ffn {}, tied",
+                c.vocab_size,
+                c.hidden_size,
+                c.num_hidden_layers,
+                c.num_attention_heads,
+                c.num_key_value_heads,
+                c.intermediate_size
+            ),
+        }
+    }
+
+    fn build(&self, mesh: &Mesh) -> wgpu_tp::Result<Box<dyn CausalDecoder>> {
+        Ok(match self {
+            Shape::Gpt(c) => Box::new(Gpt::new(mesh, *c, 0)?),
+            Shape::Llama(c) => Box::new(Llama::new(mesh, c.clone(), 0)?),
+        })
+    }
+
+    /// Bytes one token reads from the weights: all of them but GPT-2's
+    /// `wpe` (one row).
+    fn weight_bytes(&self) -> u64 {
+        match self {
+            Shape::Gpt(c) => 4 * (c.num_parameters() as u64 - ((c.n_ctx - 1) * c.hidden) as u64),
+            Shape::Llama(c) => 4 * c.num_parameters() as u64,
+        }
     }
 }
 
@@ -52,15 +135,15 @@ fn load() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Bytes one token reads from the weights: all of them but `wpe` (one row).
-fn weight_bytes(gpt: &Gpt) -> u64 {
-    let c = gpt.config();
-    let all: usize = gpt
-        .named_parameters()
-        .iter()
-        .map(|(_, p)| p.shape().iter().product::<usize>())
-        .sum();
-    4 * (all - (c.n_ctx - 1) * c.hidden) as u64
+/// The process's peak resident set (VmHWM), in bytes, where Linux reports it.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()
+        .map(|kib| kib * 1024)
 }
 
 /// Host copy bandwidth in bytes/s over a buffer of `bytes` (best of 5).
@@ -84,16 +167,38 @@ struct Timing {
     trace: Trace,
 }
 
+/// Greedy decoding of `max_new` tokens after `prompt`, `on_token` called with each.
+fn run(
+    model: &dyn CausalDecoder,
+    prompt: &[i32],
+    max_new: usize,
+    on_token: impl FnMut(i32) -> wgpu_tp::Result<()>,
+) -> wgpu_tp::Result<Vec<i32>> {
+    pollster::block_on(generate(
+        model,
+        prompt,
+        max_new,
+        Sampling::Greedy,
+        &[],
+        on_token,
+    ))
+}
+
 /// Decode `tokens` tokens after the prompt; the intervals between tokens.
-fn time_case(mesh: &Mesh, gpt: &mut Gpt, tokens: usize) -> wgpu_tp::Result<Timing> {
-    let vocab = gpt.config().vocab as i32;
-    let prompt: Vec<i32> = (0..PROMPT as i32)
-        .map(|i| (i * 7919 + 13) % vocab)
+fn time_case(
+    mesh: &Mesh,
+    model: &dyn CausalDecoder,
+    prompt_len: usize,
+    tokens: usize,
+) -> wgpu_tp::Result<Timing> {
+    let vocab = model.vocab_size() as i64;
+    let prompt: Vec<i32> = (0..prompt_len as i64)
+        .map(|i| ((i * 7919 + 13) % vocab) as i32)
         .collect();
-    gpt.generate(&prompt, 3, Sampling::Greedy)?; // compiles the pipelines
+    run(model, &prompt, 3, |_| Ok(()))?; // compiles the pipelines
     let start = Instant::now();
     let mut stamps = Vec::with_capacity(tokens);
-    gpt.generate_with(&prompt, tokens, Sampling::Greedy, |_| {
+    run(model, &prompt, tokens, |_| {
         stamps.push(Instant::now());
         Ok(())
     })?;
@@ -102,7 +207,7 @@ fn time_case(mesh: &Mesh, gpt: &mut Gpt, tokens: usize) -> wgpu_tp::Result<Timin
     // One more short generation, traced: the last token's kernels.
     let mut trace = None;
     let mut n = 0;
-    gpt.generate_with(&prompt, 2, Sampling::Greedy, |_| {
+    run(model, &prompt, 2, |_| {
         n += 1;
         if n == 1 {
             mesh.start_trace()?;
@@ -126,11 +231,14 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let (name, cfg) = config();
+    let (name, shape, prompt) = config();
+    let prompt = env::<usize>("WGPU_TP_DECODE_PROMPT")
+        .unwrap_or(prompt)
+        .max(1);
     println!(
-        "decode: {name} (vocab {}, context {}, width {}, {} heads, {} layers, f32), greedy with the \
-         KV cache, prompt {PROMPT}, {tokens} tokens",
-        cfg.vocab, cfg.n_ctx, cfg.hidden, cfg.heads, cfg.layers
+        "decode: {name} ({}, f32, random weights), greedy with the KV cache, prompt {prompt}, \
+         {tokens} tokens",
+        shape.describe()
     );
     println!("load at start: {}", load());
     let mut floor_printed = false;
@@ -142,20 +250,34 @@ fn main() {
     let mut base = None;
     for &p in &ranks {
         let label = format!("P={p}");
-        let built = MeshBuilder::new()
-            .ranks(p)
-            .build()
-            .and_then(|mesh| Gpt::new(&mesh, cfg, 0).map(|gpt| (mesh, gpt)));
-        let (mesh, mut gpt) = match built {
+        // The high-water mark from here (the last P's model is dropped).
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let t = Instant::now();
+        let built = MeshBuilder::new().ranks(p).build().and_then(|mesh| {
+            let model = shape.build(&mesh)?;
+            mesh.synchronize()?; // the draws run
+            Ok((mesh, model))
+        });
+        let build_time = t.elapsed();
+        let (mesh, model) = match built {
             Ok(b) => b,
             Err(e) => {
                 println!("{label:<6} skipped: {e}");
                 continue;
             }
         };
+        let weights = shape.weight_bytes() as f64;
+        if let Some(rss) = peak_rss() {
+            println!(
+                "{label:<6} built in {:.1} s; peak RSS {:.0} MiB = {:.2} × the f32 weights",
+                build_time.as_secs_f64(),
+                rss as f64 / (1 << 20) as f64,
+                rss as f64 / weights
+            );
+        }
         if !floor_printed {
             println!("adapter: {}", mesh.adapter_summary());
-            let bytes = weight_bytes(&gpt);
+            let bytes = shape.weight_bytes();
             let bw = copy_bandwidth(bytes);
             println!(
                 "floor: {:.1} MB of weights per token / host copy {:.2} GB/s = {:.2} ms/token",
@@ -165,7 +287,7 @@ fn main() {
             );
             floor_printed = true;
         }
-        match time_case(&mesh, &mut gpt, tokens) {
+        match time_case(&mesh, model.as_ref(), prompt, tokens) {
             Ok(t) => {
                 let vs = base.map_or("-".to_string(), |b: Duration| {
                     format!("{:.2}", t.median.as_secs_f64() / b.as_secs_f64())
