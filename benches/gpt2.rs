@@ -3,7 +3,9 @@
 //! against the state a step must hold.
 //!
 //! Model: vocab 50257, context 1024, width 768, 12 heads, 12 layers (random
-//! weights, seed 0); batch 2 × 256 tokens; `Gpt::loss` + `loss.backward()` +
+//! weights, seed 0); or with `WGPU_TP_TRAIN_MODEL=smollm2` SmolLM2-135M's
+//! shape (vocab 49152, width 576, 30 layers, 9 / 3 heads, ffn 1536, tied;
+//! `Llama::new`). Batch 2 × 256 tokens; `loss` + `loss.backward()` +
 //! AdamW step + zero-grad, then `Mesh::synchronize`. One untimed step
 //! compiles the pipelines and creates the AdamW moments; the figure is the
 //! best and the median of N steps.
@@ -25,14 +27,16 @@
 //! `cargo bench --bench gpt2`; `WGPU_TP_GPT2_RANKS=2,4` picks the
 //! configurations, `WGPU_TP_GPT2_LAYERS` the depth (quick runs),
 //! `WGPU_TP_BENCH_STEPS` N (default 3), `WGPU_TP_GPT2_LOAD=1` adds a
-//! checkpoint load per configuration. `WGPU_TP_LIMITS=webgpu` opens the
+//! checkpoint load per configuration (GPT-2 only). `WGPU_TP_LIMITS=webgpu` opens the
 //! devices with WebGPU's default limits. The JAX peer of the same step is
-//! `benches/peers/jax_gpt2_step.py`.
+//! `benches/peers/jax_gpt2_step.py`, the PyTorch one
+//! `benches/peers/torch_lm.py step --model gpt2|smollm2`.
 
 use std::time::{Duration, Instant};
 
+use wgpu_tp::models::{Llama, LlamaConfig};
 use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params};
-use wgpu_tp::{Mesh, MeshBuilder};
+use wgpu_tp::{DTensor, Mesh, MeshBuilder};
 
 const BATCH: usize = 2;
 const SEQ: usize = 256;
@@ -46,6 +50,45 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 fn config() -> GptConfig {
     GptConfig::new(50257, 1024, 768, 12, env_usize("WGPU_TP_GPT2_LAYERS", 12))
+}
+
+/// SmolLM2-135M's shape (`WGPU_TP_TRAIN_MODEL=smollm2`), else `None`.
+fn smollm2() -> Option<LlamaConfig> {
+    let wanted = std::env::var("WGPU_TP_TRAIN_MODEL").is_ok_and(|m| m == "smollm2");
+    wanted.then(|| {
+        let mut c = LlamaConfig::new(49152, 576, 1536, 30, 9, 3);
+        c.rope.theta = 100000.0;
+        c
+    })
+}
+
+/// A model the bench trains: GPT-2's or the Llama family's.
+trait Trained: Params {
+    /// Mean cross-entropy of `targets` after `ids`.
+    fn loss_of(&self, ids: &[i32], targets: &[i32], seq: usize) -> wgpu_tp::Result<DTensor>;
+}
+
+impl Trained for Gpt {
+    fn loss_of(&self, ids: &[i32], targets: &[i32], seq: usize) -> wgpu_tp::Result<DTensor> {
+        self.loss(ids, targets, seq)
+    }
+}
+
+impl Trained for Llama {
+    fn loss_of(&self, ids: &[i32], targets: &[i32], seq: usize) -> wgpu_tp::Result<DTensor> {
+        self.loss(ids, targets, seq)
+    }
+}
+
+/// The model of this run on `mesh`, and its vocabulary.
+fn build(mesh: &Mesh) -> wgpu_tp::Result<(Box<dyn Trained>, usize)> {
+    Ok(match smollm2() {
+        Some(c) => {
+            let vocab = c.vocab_size;
+            (Box::new(Llama::new(mesh, c, 0)?), vocab)
+        }
+        None => (Box::new(Gpt::new(mesh, config(), 0)?), config().vocab),
+    })
 }
 
 /// The same LCG batch for every configuration (and the JAX peer).
@@ -108,10 +151,10 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     reset_peak_rss();
     let t0 = Instant::now();
     let mesh = MeshBuilder::new().ranks(p).build()?;
-    let mut gpt = Gpt::new(&mesh, config(), 0)?;
+    let (mut gpt, vocab) = build(&mesh)?;
     mesh.synchronize()?;
     let build = t0.elapsed();
-    let (ids, targets) = batch(gpt.config().vocab);
+    let (ids, targets) = batch(vocab);
     let mut opt = AdamW::new(3e-4);
     let params: u64 = gpt
         .named_parameters()
@@ -125,14 +168,14 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     for i in 0..=steps {
         let t = Instant::now();
         let before = in_use(&mesh);
-        let l = gpt.loss(&ids, &targets, SEQ)?;
+        let l = gpt.loss_of(&ids, &targets, SEQ)?;
         if i == 0 {
             // Only the untimed step waits here to read what forward holds.
             mesh.synchronize()?;
             activations = in_use(&mesh).saturating_sub(before);
         }
         l.backward()?;
-        opt.step(&mut gpt)?;
+        opt.step(gpt.as_mut())?;
         gpt.zero_grad();
         loss = l.to_host()?[0];
         mesh.synchronize()?;
@@ -207,11 +250,24 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let steps = env_usize("WGPU_TP_BENCH_STEPS", 3).max(1);
-    let c = config();
-    println!(
-        "GPT-2: vocab {}, ctx {}, width {}, {} heads, {} layers; batch {BATCH} x {SEQ}; AdamW; {steps} timed steps",
-        c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
-    );
+    match smollm2() {
+        Some(c) => println!(
+            "SmolLM2-135M's shape: vocab {}, width {}, {} layers, {} / {} heads, ffn {}, tied; batch {BATCH} x {SEQ}; AdamW; {steps} timed steps",
+            c.vocab_size,
+            c.hidden_size,
+            c.num_hidden_layers,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.intermediate_size
+        ),
+        None => {
+            let c = config();
+            println!(
+                "GPT-2: vocab {}, ctx {}, width {}, {} heads, {} layers; batch {BATCH} x {SEQ}; AdamW; {steps} timed steps",
+                c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
+            );
+        }
+    }
     println!(
         "{:>3} {:>8} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>6} {:>9} {:>6}",
         "P",
@@ -262,7 +318,7 @@ fn main() {
             }
             Err(e) => println!("{p:>3} skipped: {e}"),
         }
-        if std::env::var("WGPU_TP_GPT2_LOAD").is_ok_and(|v| v == "1") {
+        if std::env::var("WGPU_TP_GPT2_LOAD").is_ok_and(|v| v == "1") && smollm2().is_none() {
             match load(p) {
                 Ok(line) => println!("{line}"),
                 Err(e) => println!("load P = {p} failed: {e}"),
