@@ -42,8 +42,8 @@
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::models::{Llama, LlamaConfig};
-use wgpu_tp::nn::{CausalDecoder, Gpt, GptConfig, Sampling, generate};
+use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::nn::{CausalDecoder, Sampling, generate};
 use wgpu_tp::{Mesh, MeshBuilder, Trace};
 
 const TOP_KERNELS: usize = 8;

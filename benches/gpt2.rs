@@ -34,8 +34,8 @@
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::models::{Llama, LlamaConfig};
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params};
+use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::nn::{AdamW, Params};
 use wgpu_tp::{DTensor, Mesh, MeshBuilder};
 
 const BATCH: usize = 2;

@@ -24,7 +24,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use wgpu_tp::DType;
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params, Sampling};
+use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::nn::{AdamW, Params, Sampling};
 
 const TEXT: &str = include_str!("data/genesis_kjv.txt");
 

@@ -18,7 +18,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params, Sampling, Tokenizer};
+use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::nn::{AdamW, Params, Sampling, Tokenizer};
 use wgpu_tp::{Mesh, MeshBuilder};
 
 const TEXT: &str = include_str!("data/genesis_kjv.txt");

@@ -14,7 +14,7 @@
 //! WebGPU. There every rank shares the page's one device (collectives stay
 //! on the GPU) and nothing may block, so what waits for the GPU is `async`
 //! at its core: [`MeshBuilder::build_async`], [`DTensor::to_host_async`],
-//! [`download_many_async`], [`nn::Gpt::generate_async`], … On native the
+//! [`download_many_async`], [`models::Gpt::generate_async`], … On native the
 //! blocking forms ([`MeshBuilder::build`], [`DTensor::to_host`], …) run the
 //! same futures to their end; in a browser they return
 //! [`Error::WouldBlock`] naming the `async` form to await.
@@ -25,10 +25,14 @@
 //! 2. [`kernels`]: typed wrappers around the WGSL shaders in `shaders/`;
 //! 3. [`comm`]: all-reduce, all-gather, reduce-scatter, broadcast, scatter, all-to-all;
 //! 4. [`tensor`]: [`DTensor`] with its [`Placement`] and the conjugate [`Mapping`]s;
-//! 5. [`nn`]: parallel layers, the vocab-parallel loss, initialisers, optimisers,
-//!    checkpoints;
-//! 6. [`models`]: model families (the Llama family, GPT-2) and their Hugging
-//!    Face directories.
+//! 5. [`nn`]: generic layers (parallel linears, embeddings, norms,
+//!    grouped-query attention, MLPs, the vocab-parallel loss), the key/value
+//!    cache and generation for any causal decoder, sampling, tokenizer and
+//!    chat templates, initialisers, optimisers, checkpoints and the Hugging
+//!    Face weight-file reader and writer, no model family;
+//! 6. [`models`]: model families built from `nn`, one module each (GPT-2 in
+//!    `models/gpt2/`, the Llama family in `models/llama/`), with each
+//!    family's Hugging Face naming rules and directories.
 //!
 //! ## Example: a Megatron MLP on 2 ranks equals the serial layers
 //!

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::SimpleCommunicator;
 use wgpu_tp::comm::{self, ReduceOp};
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params};
+use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::nn::{AdamW, Params};
 use wgpu_tp::{Collective, LocalTensor, Mesh, MeshBuilder};
 
 const KIB: usize = 1024;

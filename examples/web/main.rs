@@ -11,7 +11,8 @@
 use wasm_bindgen::prelude::*;
 use web_time::Instant;
 use wgpu_tp::MeshBuilder;
-use wgpu_tp::nn::{AdamW, Gpt, GptConfig, Params, Sampling};
+use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::nn::{AdamW, Params, Sampling};
 
 use page::{Fail, Page, comm_rows, esc, human_bytes, url_param, yield_to_browser};
 

@@ -3,10 +3,11 @@
 
 use std::path::Path;
 
+use super::gpt2::Gpt;
 use super::llama::{LLAMA_FAMILY, Llama};
 use crate::device::Mesh;
 use crate::error::{Error, Result};
-use crate::nn::{Gpt, Sampling};
+use crate::nn::Sampling;
 use crate::tensor::DTensor;
 
 /// A model of one of the supported families.

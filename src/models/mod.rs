@@ -3,16 +3,22 @@
 //! reads and writes.
 //!
 //! - [`Llama`]: the Llama family (`llama`, `mistral`, `qwen2`, `qwen3`).
-//! - [`Gpt`](crate::nn::Gpt): GPT-2 (still under `nn`, re-exported here).
+//! - [`Gpt`]: GPT-2 (`gpt2/`), with its block, fused-QKV attention and
+//!   Hugging Face directories.
 //! - [`CausalLm`]: either, picked by a directory's `model_type`.
 
 #[cfg(not(target_arch = "wasm32"))]
 mod causal;
+mod gpt2;
 mod llama;
 
-pub use crate::nn::{Gpt, GptConfig};
 #[cfg(not(target_arch = "wasm32"))]
 pub use causal::CausalLm;
+pub use gpt2::{
+    AttentionConfig, BlockConfig, Gpt, GptConfig, ParallelSelfAttention, TransformerBlock,
+};
+#[cfg(not(target_arch = "wasm32"))]
+pub use gpt2::{HfGpt2Config, pretrained_config};
 #[cfg(not(target_arch = "wasm32"))]
 pub use llama::GenerationConfig;
 pub use llama::{LLAMA_FAMILY, Llama, LlamaConfig, LlamaDecoderLayer, LlamaModel};

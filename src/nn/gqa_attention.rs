@@ -17,8 +17,8 @@
 //! pair.
 
 use super::Params;
-use super::attention::KvCache;
 use super::init::{Init, InitRng};
+use super::kv_cache::KvCache;
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, ReplicatedLinear, ReplicatedLinearConfig,
     RowParallelConfig, RowParallelLinear,

@@ -1,16 +1,26 @@
-//! Layer 5, neural-network pieces: parallel layers written as forward code
-//! on `DTensor` operations (their backward is the tape's), norms (LayerNorm, RMSNorm) and dropout, attention with heads
-//! split over ranks, the MLP, the transformer block and a GPT that trains
-//! and generates, the vocab-parallel loss,
-//! initialisers, optimisers and checkpoints (the crate's own, and Hugging
-//! Face GPT-2 directories), and the [`Tokenizer`] of those directories.
-//! Layers compose the
+//! Layer 5, neural-network pieces, generic over model families: parallel
+//! layers written as forward code on `DTensor` operations (their backward is
+//! the tape's), and what trains, saves and runs them. Model families are
+//! built from these in [`models`](crate::models) (layer 6), which this layer
+//! never imports. Layers compose the
 //! [`Mapping`](crate::tensor::Mapping)s and redistributions of the tensor
 //! layer (the ring-overlapped ones included) and never import `comm`. A
 //! serial layer is the same code on a mesh of one rank.
+//!
+//! Files:
+//! - layers: `linear/` (column-, row-parallel and replicated linears),
+//!   `embedding.rs`, `norm.rs` (LayerNorm, RMSNorm), `dropout.rs`,
+//!   `gqa_attention.rs` (grouped-query attention), `rope.rs`, `mlp.rs`
+//!   ([`ParallelMlp`]), `gated_mlp.rs` ([`GatedMlp`]), `cross_entropy.rs`
+//!   (the vocab-parallel loss), `model.rs` (a small [`MlpLanguageModel`]);
+//! - decoding: `kv_cache.rs`, `generate.rs` ([`CausalDecoder`] and the
+//!   generation loop), `sampling.rs`, `tokenizer.rs`, `chat.rs`, `chat/`;
+//! - parameters and training: `parameter.rs`, `params.rs`
+//!   (`#[derive(Params)]` names), `module.rs`, `init.rs`, `optim.rs`;
+//! - files: `checkpoint.rs` (the crate's own safetensors checkpoints) and
+//!   `pretrained/` (Hugging Face weight files, read and written for any
+//!   family).
 
-mod attention;
-mod block;
 #[cfg(not(target_arch = "wasm32"))]
 mod chat;
 pub(crate) mod checkpoint;
@@ -19,9 +29,9 @@ mod dropout;
 mod embedding;
 mod gated_mlp;
 mod generate;
-mod gpt;
 mod gqa_attention;
 mod init;
+mod kv_cache;
 mod linear;
 mod mlp;
 mod model;
@@ -41,8 +51,6 @@ pub use crate::tensor::{
     RowPenalty, VocabCandidates, vocab_candidates, vocab_candidates_async, vocab_penalized_row,
     vocab_top_k, vocab_top_k_async,
 };
-pub use attention::{AttentionConfig, KvCache, ParallelSelfAttention};
-pub use block::{BlockConfig, TransformerBlock};
 #[cfg(not(target_arch = "wasm32"))]
 pub use chat::{ChatMessage, ChatTemplate};
 pub use checkpoint::{
@@ -54,9 +62,9 @@ pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use gated_mlp::{GatedMlp, GatedMlpConfig};
 pub use generate::{CausalDecoder, Distribution, generate, generate_uncached};
-pub use gpt::{Gpt, GptConfig};
 pub use gqa_attention::{GqaAttention, GqaConfig};
 pub use init::{Init, InitRng};
+pub use kv_cache::KvCache;
 pub use linear::{
     ColumnParallelConfig, ColumnParallelLinear, Overlap, ReplicatedLinear, ReplicatedLinearConfig,
     RowParallelConfig, RowParallelLinear,
@@ -68,8 +76,6 @@ pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{ParamId, Parameter};
 pub use params::{Params, join_name};
-#[cfg(not(target_arch = "wasm32"))]
-pub use pretrained::{HfGpt2Config, pretrained_config};
 pub use rope::{RopeConfig, RopeScaling};
 pub use sampling::{SampleOptions, Sampling};
 #[cfg(not(target_arch = "wasm32"))]

@@ -7,8 +7,7 @@
 use std::time::Instant;
 
 use crate::util::mesh;
-use wgpu_tp::models::{Llama, LlamaConfig};
-use wgpu_tp::nn::{Gpt, GptConfig};
+use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
 use wgpu_tp::{Error, Mesh};
 
 #[test]

@@ -4,9 +4,10 @@
 //! mesh of the same size (built and run on rank 0), with the same
 //! communication counts.
 
+use wgpu_tp::models::{Gpt, GptConfig};
 use wgpu_tp::nn::{
-    AdamW, ColumnParallelConfig, ColumnParallelLinear, Gpt, GptConfig, Overlap, Params,
-    RowParallelConfig, RowParallelLinear, load_safetensors, save_safetensors, to_safetensors_bytes,
+    AdamW, ColumnParallelConfig, ColumnParallelLinear, Overlap, Params, RowParallelConfig,
+    RowParallelLinear, load_safetensors, save_safetensors, to_safetensors_bytes,
 };
 use wgpu_tp::{Collective, DTensor, Mesh, MeshBuilder, Placement};
 

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use crate::util::transformer::{attention, attention_backward, linear, linear_backward};
 use crate::util::{Rng, WORLD_SIZES, assert_close, count_lock, counting_meshes, mesh};
-use wgpu_tp::nn::{AttentionConfig, InitRng, KvCache, ParallelSelfAttention, Params};
+use wgpu_tp::models::{AttentionConfig, ParallelSelfAttention};
+use wgpu_tp::nn::{InitRng, KvCache, Params};
 use wgpu_tp::{Collective, DTensor, Mesh, Placement, no_grad};
 
 const TOL: f64 = 1e-5;

@@ -13,9 +13,8 @@ use std::collections::BTreeMap;
 use crate::util::transformer::{self, Dims, Params};
 use crate::util::{Rng, assert_close, assert_close_f16_chain, limited_mesh, mesh};
 use wgpu_tp::DTensor;
-use wgpu_tp::nn::{
-    AdamW, Gpt, GptConfig, Params as _, Sampling, from_safetensors_bytes, to_safetensors_bytes,
-};
+use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::nn::{AdamW, Params as _, Sampling, from_safetensors_bytes, to_safetensors_bytes};
 
 const LIMIT: u64 = 48 * 1024;
 const TOL: f64 = 1e-5;

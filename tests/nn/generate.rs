@@ -6,7 +6,8 @@
 //! repeatably; `generate_with` streams the same tokens and stops on an error.
 
 use crate::util::{Rng, WORLD_SIZES, meshes};
-use wgpu_tp::nn::{Gpt, GptConfig, Sampling, vocab_top_k};
+use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::nn::{Sampling, vocab_top_k};
 use wgpu_tp::{DTensor, Error, Placement};
 
 #[test]

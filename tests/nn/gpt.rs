@@ -8,10 +8,8 @@ use std::collections::BTreeMap;
 
 use crate::util::transformer::{self, Dims, Params};
 use crate::util::{Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh};
-use wgpu_tp::nn::{
-    BlockConfig, Gpt, GptConfig, InitRng, Params as _, Sampling, TransformerBlock,
-    from_safetensors_bytes, to_safetensors_bytes,
-};
+use wgpu_tp::models::{BlockConfig, Gpt, GptConfig, TransformerBlock};
+use wgpu_tp::nn::{InitRng, Params as _, Sampling, from_safetensors_bytes, to_safetensors_bytes};
 use wgpu_tp::{Collective, DTensor, Mesh, Placement};
 
 const TOL: f64 = 1e-5;

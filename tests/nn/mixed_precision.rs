@@ -356,7 +356,8 @@ fn mlp_in_f16_rounds_only_where_it_stores() {
 
 #[test]
 fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
-    use wgpu_tp::nn::{Gpt, GptConfig, Sampling};
+    use wgpu_tp::models::{Gpt, GptConfig};
+    use wgpu_tp::nn::Sampling;
     let Some(meshes) = f16_layer_meshes("gpt f16") else {
         return;
     };

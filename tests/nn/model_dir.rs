@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use super::tokenizer::{gpt2_dir, temp_dir};
 use crate::util::{mesh, shared_mesh};
-use wgpu_tp::nn::{Gpt, GptConfig, Params, Sampling, Tokenizer, pretrained_config};
+use wgpu_tp::models::{Gpt, GptConfig, pretrained_config};
+use wgpu_tp::nn::{Params, Sampling, Tokenizer};
 
 const GENESIS: &str = include_str!("../../examples/data/genesis_kjv.txt");
 

@@ -5,10 +5,11 @@
 //! unchanged; one optimiser steps a `vec![&mut p1, &mut p2]`.
 
 use crate::util::mesh;
+use wgpu_tp::models::{Gpt, GptConfig};
 use wgpu_tp::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, Embedding, EmbeddingConfig, Gpt, GptConfig,
-    InitRng, LayerNorm, MlpConfig, NormConfig, ParallelMlp, Parameter, Params, RowParallelConfig,
-    RowParallelLinear, Sgd,
+    ColumnParallelConfig, ColumnParallelLinear, Embedding, EmbeddingConfig, InitRng, LayerNorm,
+    MlpConfig, NormConfig, ParallelMlp, Parameter, Params, RowParallelConfig, RowParallelLinear,
+    Sgd,
 };
 use wgpu_tp::{DTensor, Mesh, Placement};
 

@@ -5,7 +5,8 @@
 //! the adapter has no `shader-f16`.
 
 use wasm_bindgen_test::wasm_bindgen_test;
-use wgpu_tp::nn::{Gpt, GptConfig, Params, Sampling, Sgd};
+use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::nn::{Params, Sampling, Sgd};
 use wgpu_tp::{DTensor, Error, Placement};
 
 use crate::{Rng, TOL, limit_sets, log, mesh, rel_err};

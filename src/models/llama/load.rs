@@ -167,7 +167,7 @@ impl Llama {
 
     /// Continue `prompt` by up to `max_new` tokens with a key/value cache,
     /// stopping after any of the generation config's eos ids; returns the
-    /// new tokens (as [`Gpt::generate`](crate::nn::Gpt::generate)).
+    /// new tokens (as [`Gpt::generate`](crate::models::Gpt::generate)).
     pub fn generate(&self, prompt: &[i32], max_new: usize, sampling: Sampling) -> Result<Vec<i32>> {
         self.generate_with(prompt, max_new, sampling, |_| Ok(()))
     }

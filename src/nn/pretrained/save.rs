@@ -1,7 +1,7 @@
-//! Writing `model.safetensors` in Hugging Face's GPT-2 layout, streamed: the
-//! header is built from the shapes alone, then each parameter is gathered,
-//! transposed if it is a `Conv1D` weight, written and dropped, so the host
-//! holds one parameter at a time. The file appears under its name only once
+//! Writing `model.safetensors`, streamed: the header is built from the
+//! shapes alone, then each parameter is gathered, converted to the file's
+//! layout by the family's rule (GPT-2 transposes its `Conv1D` weights),
+//! written and dropped, so the host holds one parameter at a time. The file appears under its name only once
 //! complete (written beside it, then renamed).
 
 use std::fs::File;
@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use super::{hf_shape, is_conv1d, transpose};
-use crate::error::{Error, Result};
-use crate::nn::Gpt;
+use crate::error::Result;
 use crate::nn::Params;
 use crate::nn::checkpoint::writes_files;
 
@@ -47,28 +45,6 @@ fn header(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
     let mut text = Value::Object(map).to_string().into_bytes();
     text.resize(text.len().next_multiple_of(8), b' ');
     text
-}
-
-/// Write every parameter of `gpt` to `path` (F32, HF names and layout). In
-/// a multi-process mesh only process 0 writes; the others take part in the
-/// same gathers, in the same order, and write nothing.
-pub(super) fn write_model(gpt: &Gpt, path: &Path) -> Result<()> {
-    write_params(
-        gpt,
-        path,
-        &|name, shape| hf_shape(name, shape),
-        &|name, data, shape| {
-            if !is_conv1d(name) {
-                return Ok(data);
-            }
-            let [rows, cols] = shape else {
-                return Err(Error::Checkpoint(format!(
-                    "{name} has shape {shape:?}, expected a matrix"
-                )));
-            };
-            Ok(transpose(&data, *rows, *cols))
-        },
-    )
 }
 
 /// How a parameter is stored: its shape in the file, from its name and shape.

@@ -9,7 +9,7 @@ use super::{Reference, fixture, scratch};
 use crate::util::{masters, mesh, meshes};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use wgpu_tp::Error;
-use wgpu_tp::nn::Gpt;
+use wgpu_tp::models::Gpt;
 
 /// Copy fixture `variant` into a fresh scratch directory `name`.
 fn copy_fixture(variant: &str, name: &str) -> PathBuf {

@@ -3,7 +3,7 @@
 //! `GptConfig`.
 
 use wgpu_tp::kernels::Activation;
-use wgpu_tp::nn::{GptConfig, HfGpt2Config};
+use wgpu_tp::models::{GptConfig, HfGpt2Config};
 
 fn parse(extra: &str) -> Result<HfGpt2Config, String> {
     let text = format!(

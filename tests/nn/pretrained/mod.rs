@@ -15,7 +15,8 @@ mod config;
 
 use crate::util::{Rng, assert_close, masters, mesh, meshes};
 use safetensors::{Dtype, SafeTensors};
-use wgpu_tp::nn::{Gpt, GptConfig, HfGpt2Config, Params, Sampling};
+use wgpu_tp::models::{Gpt, GptConfig, HfGpt2Config};
+use wgpu_tp::nn::{Params, Sampling};
 
 const TOL: f64 = 1e-5;
 const VARIANTS: [&str; 3] = ["f32", "f16_prefixed", "bf16_sharded"];

@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 
 use safetensors::Dtype;
 
-use super::config::HfGpt2Config;
-use super::files::{Found, WeightFiles, bad};
-use super::{CONFIG_FILE, hf_shape, is_conv1d, transpose};
+use super::hf_config::HfGpt2Config;
+use super::sanitize::{from_hf_values, hf_shape};
+use super::{Gpt, GptConfig};
 use crate::error::{Error, Result};
 use crate::nn::Params;
-use crate::nn::gpt::{Gpt, GptConfig};
+use crate::nn::pretrained::CONFIG_FILE;
+use crate::nn::pretrained::files::{Found, WeightFiles, bad};
 
 /// An opened checkpoint directory whose headers all parsed.
 pub(super) struct HfCheckpoint {
@@ -26,7 +27,11 @@ pub(super) struct HfCheckpoint {
 }
 
 /// Our parameter names and shapes for a GPT-2 of `c` (the order of
-/// [`Gpt`]'s `named_parameters`).
+/// [`Gpt`]'s `named_parameters`), known before any device memory is used:
+/// [`Gpt::from_pretrained`] checks the files against it before building the
+/// model, and `load_into` then matches the built model's own names against
+/// the plan, so a table that drifted from the model is an error, not a
+/// wrong load.
 pub(super) fn expected_params(c: &GptConfig) -> Vec<(String, Vec<usize>)> {
     let h = c.hidden;
     let mut v = vec![
@@ -249,11 +254,7 @@ impl HfCheckpoint {
                 )));
             }
             let n = f.shape.iter().product();
-            let mut data = self.weights.values(f, 0..n);
-            if is_conv1d(&name) {
-                // HF [in, out] → our [out, in].
-                data = transpose(&data, f.shape[0], f.shape[1]);
-            }
+            let data = from_hf_values(&name, self.weights.values(f, 0..n), &f.shape);
             p.load_master(&data)?;
         }
         Ok(())

@@ -8,9 +8,9 @@ use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
+use super::GptConfig;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
-use crate::nn::GptConfig;
 
 /// What a GPT-2 `config.json` says about the model (`model_type: "gpt2"`).
 #[derive(Clone, Debug, PartialEq)]

@@ -21,15 +21,14 @@
 //! index, so it is the same at any P; [`ParallelSelfAttention::set_mode`]
 //! turns it on for training at a step.
 
-use super::Params;
-use super::init::{Init, InitRng};
-use super::linear::{
-    ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
-};
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::PhiloxKey;
+use crate::nn::{
+    ColumnParallelConfig, ColumnParallelLinear, Init, InitRng, KvCache, Params, RowParallelConfig,
+    RowParallelLinear,
+};
 use crate::shard::split_range;
 use crate::tensor::{AttentionDropout, DTensor};
 
@@ -190,28 +189,5 @@ impl ParallelSelfAttention {
         cache.len += x.shape()[0];
         cache.kv = Some(grown);
         Ok(y)
-    }
-}
-
-/// Keys and values of the positions decoded so far, for one attention layer:
-/// each rank holds only its own heads.
-#[derive(Clone, Debug, Default)]
-pub struct KvCache {
-    /// `[2, 1, heads, len, head_dim]` (`Shard(2)` for [`ParallelSelfAttention`],
-    /// `Replicate` key/value heads for grouped-query attention); `None`
-    /// before the first step.
-    pub(super) kv: Option<DTensor>,
-    pub(super) len: usize,
-}
-
-impl KvCache {
-    /// Positions cached so far.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether nothing is cached yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }

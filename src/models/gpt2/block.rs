@@ -10,15 +10,14 @@
 //! Residual dropout (off by default) draws masks from the logical element
 //! index, so a block with dropout on gives the same numbers at any P.
 
-use super::Params;
-use super::attention::{AttentionConfig, KvCache, ParallelSelfAttention};
-use super::dropout::{Dropout, DropoutConfig};
-use super::init::{Init, InitRng};
-use super::mlp::{MlpConfig, ParallelMlp};
-use super::norm::{LayerNorm, NormConfig};
+use super::attention::{AttentionConfig, ParallelSelfAttention};
 use crate::device::Mesh;
 use crate::error::Result;
 use crate::kernels::Activation;
+use crate::nn::{
+    Dropout, DropoutConfig, Init, InitRng, KvCache, LayerNorm, MlpConfig, NormConfig, ParallelMlp,
+    Params,
+};
 use crate::tensor::DTensor;
 
 /// Settings of a [`TransformerBlock`].
