@@ -2,7 +2,7 @@
 //! weight file's header ([`HfCheckpoint::open`]), match each expected
 //! parameter to a tensor and check dtype and shape, the tied head and any
 //! stray tensor ([`HfCheckpoint::plan`]), and only then convert one tensor at
-//! a time (widen, transpose a `Conv1D`) and shard it through
+//! a time (widen, and [`sanitize`](super::sanitize)'s `Conv1D` transpose) and shard it through
 //! [`Parameter::load_master`](crate::nn::Parameter::load_master)
 //! ([`HfCheckpoint::load_into`]).
 
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use safetensors::Dtype;
 
 use super::hf_config::HfGpt2Config;
-use super::sanitize::{from_hf_values, hf_shape};
+use super::sanitize::{from_hf_values, hf_shape, sanitize};
 use super::{Gpt, GptConfig};
 use crate::error::{Error, Result};
 use crate::nn::Params;
@@ -105,7 +105,7 @@ impl HfCheckpoint {
         }
         let config_path = dir.join(CONFIG_FILE);
         let config = HfGpt2Config::read(&config_path)?;
-        let weights = WeightFiles::open(dir)?;
+        let weights = sanitize(WeightFiles::open(dir)?)?;
         Ok(HfCheckpoint {
             config,
             config_path,
@@ -171,10 +171,7 @@ impl HfCheckpoint {
             plan.insert(name.clone(), f.clone());
         }
         for (key, f) in self.weights.iter() {
-            if plan.contains_key(key)
-                || key.ends_with(".attn.bias")
-                || key.ends_with(".attn.masked_bias")
-            {
+            if plan.contains_key(key) {
                 continue;
             }
             if key == "lm_head.weight" {

@@ -1,8 +1,10 @@
 //! Hugging Face GPT-2 directories: a directory with `config.json` and
 //! `model.safetensors` (or `model.safetensors.index.json` and its shards),
 //! read by [`Gpt::from_pretrained`] and written by [`Gpt::save_pretrained`].
-//! GPT-2's `Conv1D` layout is `sanitize.rs`'s; the files themselves are
-//! read and written by `nn::pretrained`.
+//! GPT-2's own naming and layout (the `transformer.` prefix, `Conv1D`
+//! weights, the causal-mask buffers) are [`sanitize`](super::sanitize)'s;
+//! the files themselves are read and written by the generic
+//! `nn::pretrained` reader and writer.
 //!
 //! The crate's own checkpoints ([`save_safetensors`]) stay `[out, in]`.
 //!

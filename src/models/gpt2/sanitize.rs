@@ -1,15 +1,34 @@
-//! GPT-2's checkpoint layout: `attn.c_attn`, `attn.c_proj`, `mlp.c_fc` and `mlp.c_proj` are `Conv1D`
+//! GPT-2's checkpoint rules, the one place that knows how Hugging Face's
+//! GPT-2 files differ from this crate's parameters (as mlx-lm's
+//! `sanitize`):
+//!
+//! - names may carry the `transformer.` prefix (`GPT2LMHeadModel`'s files
+//!   do, `GPT2Model`'s do not); it is stripped;
+//! - the causal-mask buffers `h.{i}.attn.bias` / `h.{i}.attn.masked_bias`
+//!   are not parameters and are skipped;
+//! - `attn.c_attn`, `attn.c_proj`, `mlp.c_fc` and `mlp.c_proj` are `Conv1D`
 //!   weights `[in, out]` (`y = x·W + b`), while this crate's layers are
 //!   `[out, in]` (`y = x·Wᵀ + b`, like `nn.Linear`), so those four are
 //!   transposed on the way in and out.
 //!
 //! Every other name and shape is the same (`wte`, `wpe`, `h.{i}.ln_1`,
-//! `ln_f`, ...); names may carry the `transformer.` prefix, files may carry
-//! the causal-mask buffers `h.{i}.attn.bias` / `attn.masked_bias`
-//! (ignored), and `lm_head.weight`, when present, must equal `wte` (the
-//! head is tied; the loader checks it).
+//! `ln_f`, ...); `lm_head.weight`, when present, must equal `wte` (the head
+//! is tied; the loader checks it).
 
 use crate::error::{Error, Result};
+use crate::nn::pretrained::files::WeightFiles;
+
+/// Hugging Face GPT-2's files as this crate's names: the `transformer.`
+/// prefix stripped (a name present with and without it is an error) and the
+/// causal-mask buffers dropped.
+pub(super) fn sanitize(weights: WeightFiles) -> Result<WeightFiles> {
+    let weights = weights.rename(|name| {
+        name.strip_prefix("transformer.")
+            .unwrap_or(name)
+            .to_string()
+    })?;
+    Ok(weights.without(|key| key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias")))
+}
 
 /// Whether Hugging Face stores parameter `name` (our naming) as a `Conv1D`
 /// weight, `[in, out]`.

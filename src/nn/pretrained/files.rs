@@ -1,8 +1,10 @@
 //! The weight files of a Hugging Face directory, memory-mapped: one
 //! `model.safetensors` or the shards a `model.safetensors.index.json` names.
 //! Opening parses every header (a truncated or corrupt file fails here) and
-//! indexes tensors by name without the `transformer.` prefix; data is read
-//! one tensor (or block) at a time and widened to f32.
+//! indexes tensors by the names the files give them; a family whose files
+//! name tensors otherwise than its parameters re-keys them
+//! ([`WeightFiles::rename`], [`WeightFiles::without`]). Data is read one
+//! tensor (or block) at a time and widened to f32.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -19,6 +21,18 @@ use crate::error::{Error, Result};
 /// `message` about `path` as a checkpoint error.
 pub(crate) fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
     Error::Checkpoint(format!("{}: {message}", path.display()))
+}
+
+/// The error for tensor `name` of `path` found again: `other`, in `at`.
+fn twice(path: &Path, name: &str, other: &Found, at: &Path) -> Error {
+    bad(
+        path,
+        format!(
+            "tensor {name:?} appears twice (also as {:?} in {})",
+            other.name,
+            at.display()
+        ),
+    )
 }
 
 /// One memory-mapped weight file.
@@ -41,7 +55,7 @@ pub(crate) struct Found {
 /// Every weight file of a directory and the tensors they hold.
 pub(crate) struct WeightFiles {
     files: Vec<WeightFile>,
-    /// By name without the `transformer.` prefix.
+    /// By key: the name in the file until [`WeightFiles::rename`]d.
     tensors: HashMap<String, Found>,
 }
 
@@ -131,30 +145,19 @@ impl WeightFiles {
             let (file, found) = open_weights(&dir.join(name))?;
             for (name, mut f) in found {
                 f.file = i;
-                let key = name
-                    .strip_prefix("transformer.")
-                    .unwrap_or(&name)
-                    .to_string();
-                if let Some(other) = tensors.get(&key) {
-                    return Err(bad(
-                        &file.path,
-                        format!(
-                            "tensor {name:?} appears twice (also as {:?} in {})",
-                            other.name,
-                            files
-                                .get(other.file)
-                                .map_or(file.path.display(), |w: &WeightFile| w.path.display())
-                        ),
-                    ));
+                if let Some(other) = tensors.get(&name) {
+                    let at = files
+                        .get(other.file)
+                        .map_or(&file.path, |w: &WeightFile| &w.path);
+                    return Err(twice(&file.path, &name, other, at));
                 }
-                tensors.insert(key, f);
+                tensors.insert(name, f);
             }
             files.push(file);
         }
         if let Some(map) = weight_map {
             for (name, file) in map {
-                let key = name.strip_prefix("transformer.").unwrap_or(&name);
-                let in_file = tensors.get(key).map(|f| &files[f.file].path);
+                let in_file = tensors.get(&name).map(|f| &files[f.file].path);
                 if in_file != Some(&dir.join(&file)) {
                     return Err(bad(
                         &dir.join(INDEX_FILE),
@@ -168,12 +171,40 @@ impl WeightFiles {
         Ok(WeightFiles { files, tensors })
     }
 
-    /// The tensor called `name` (without prefix).
+    /// Every tensor under the key `key(name in the file)`: a family's names
+    /// for its parameters. Two tensors given one key are an error naming both.
+    pub(crate) fn rename(self, key: impl Fn(&str) -> String) -> Result<Self> {
+        let mut tensors: HashMap<String, Found> = HashMap::new();
+        // In file order, so the error names the later file as opening does.
+        let mut found: Vec<Found> = self.tensors.into_values().collect();
+        found.sort_by(|a, b| (a.file, &a.name).cmp(&(b.file, &b.name)));
+        for f in found {
+            let k = key(&f.name);
+            if let Some(other) = tensors.get(&k) {
+                let path = &self.files[f.file].path;
+                return Err(twice(path, &f.name, other, &self.files[other.file].path));
+            }
+            tensors.insert(k, f);
+        }
+        Ok(WeightFiles {
+            files: self.files,
+            tensors,
+        })
+    }
+
+    /// These files without the tensors whose key `skip` picks (buffers a
+    /// family's files carry that are not parameters).
+    pub(crate) fn without(mut self, skip: impl Fn(&str) -> bool) -> Self {
+        self.tensors.retain(|key, _| !skip(key));
+        self
+    }
+
+    /// The tensor under key `name`.
     pub(crate) fn get(&self, name: &str) -> Option<&Found> {
         self.tensors.get(name)
     }
 
-    /// Every tensor, by name without prefix.
+    /// Every tensor, by key.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Found)> {
         self.tensors.iter()
     }
