@@ -4,7 +4,7 @@
 use crate::element::DType;
 use crate::kernels::Activation;
 
-/// Sizes and settings of a [`Gpt`].
+/// Sizes and settings of a [`Gpt`](super::Gpt).
 #[derive(Clone, Copy, Debug)]
 pub struct GptConfig {
     /// Vocabulary size.
@@ -24,7 +24,7 @@ pub struct GptConfig {
     /// LayerNorm epsilon.
     pub eps: f32,
     /// Sequence parallelism: between the embedding and the head, activations
-    /// are split along tokens (`Shard(0)`); see [`TransformerBlock`].
+    /// are split along tokens (`Shard(0)`); see [`TransformerBlock`](super::TransformerBlock).
     pub sequence_parallel: bool,
     /// Dropout of the embeddings and of every residual branch (GPT-2's
     /// `embd_pdrop` / `resid_pdrop`); 0 (the default) turns it off. Masks
