@@ -4,10 +4,10 @@
 //! P = 1, 3 and 4), and every distribution's sample mean and std match its
 //! formula.
 
-use crate::util::{Rng, mesh};
+use crate::util::{Rng, WORLD_SIZES, mesh};
 use wgpu_tp::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, EmbeddingConfig, Init, InitRng, RowParallelConfig,
-    RowParallelLinear, VocabParallelEmbedding,
+    ColumnParallelConfig, ColumnParallelLinear, Embedding, EmbeddingConfig, Init, InitRng,
+    ParallelEmbedding, RowParallelConfig, RowParallelLinear, VocabParallelEmbedding,
 };
 
 const INITS: &[Init] = &[
@@ -189,4 +189,34 @@ fn initialiser_statistics_match_their_formulas() {
     // Megatron's default N(0, 0.02²).
     let x = Init::default().sample(&mut r, fo, fi);
     check("default", &x, 0.0, 0.02);
+}
+
+#[test]
+fn new_tables_zero_the_padding_row_on_every_split_p1_2_3_4_8() {
+    let mut rng = Rng::fresh("init_padding");
+    let seed = rng.next_u64();
+    let (vocab, dim, pad) = (13, 7, 6);
+    let mut cfg = EmbeddingConfig::new(vocab, dim);
+    cfg.padding_idx = Some(pad);
+    // The host's draws with the padding row zeroed.
+    let mut want = cfg.init.sample(&mut InitRng::new(seed), vocab, dim);
+    want[pad * dim..(pad + 1) * dim].fill(0.0);
+    for &p in WORLD_SIZES {
+        let m = mesh(p);
+        let vocab_split = VocabParallelEmbedding::new(&m, cfg.clone(), &mut InitRng::new(seed));
+        let dim_split = ParallelEmbedding::new(&m, cfg.clone(), &mut InitRng::new(seed));
+        let replicated = Embedding::new(&m, cfg.clone(), &mut InitRng::new(seed));
+        for (what, got) in [
+            ("vocab split", vocab_split.unwrap().master_weight().unwrap()),
+            ("dim split", dim_split.unwrap().master_weight().unwrap()),
+            ("replicated", replicated.unwrap().master_weight().unwrap()),
+        ] {
+            let what = format!("{what} P={p}");
+            assert!(
+                got[pad * dim..(pad + 1) * dim].iter().all(|&v| v == 0.0),
+                "{what}: padding row"
+            );
+            close(&got, &want, &what);
+        }
+    }
 }
