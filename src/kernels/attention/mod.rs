@@ -123,7 +123,7 @@ impl ProbsDropout {
 ///
 /// With no heads (or no tokens) it returns empty tensors and records nothing.
 /// Errors: a `qkv` of another shape or dtype, `head_dim` 0 with heads, or
-/// probabilities larger than one storage binding ([`Error::TooLarge`]: use a
+/// probabilities larger than one storage binding ([`Error::TooLarge`](crate::Error::TooLarge): use a
 /// smaller batch or shorter sequences, or fewer heads per rank).
 pub fn attention_forward(qkv: &LocalTensor, shape: AttentionShape) -> Result<Attention> {
     attention_forward_with(qkv, shape, None)
