@@ -92,9 +92,9 @@ pub(crate) fn shard_master(
                 init.parameter(mesh, &[out, inp], rng, weight_placement, (stride, unit))?;
             let bias = want_bias
                 .then(|| {
-                    let mut none = InitRng::new(0);
-                    let placed = (bias_placement, (bias_stride, bias_unit));
-                    Init::Zeros.parameter(mesh, &[out], &mut none, placed.0, placed.1)
+                    // Zeros use no key: a throwaway generator leaves `rng` as it was.
+                    let units = (bias_stride, bias_unit);
+                    Init::Zeros.parameter(mesh, &[out], &mut InitRng::new(0), bias_placement, units)
                 })
                 .transpose()?;
             return Ok((weight, bias));
