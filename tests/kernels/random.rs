@@ -95,11 +95,16 @@ fn shards_hold_the_host_draws_of_their_logical_indices_p1_2_3_4_8() {
                         assert!(got.is_empty(), "{what}");
                         continue;
                     }
-                    // f32 log / sqrt / cos against f64: rounding only.
-                    assert_close(&what, &got, &want, 1e-6);
+                    // f32 log / sqrt / cos against f64: rounding only (the
+                    // standard f32 bound; 1e-6 failed on a 7-value shard).
+                    assert_close(&what, &got, &want, 1e-5);
+                    // Element-wise, a value near a zero of Box-Muller's
+                    // cos carries the radius (up to 5.6) times the f32
+                    // angle's rounding: an absolute floor of 1e-5 (CI saw
+                    // 1.8e-6 at 0.0098).
                     for (g, w) in got.iter().zip(&want) {
                         assert!(
-                            (*g as f64 - w).abs() <= 1e-6 + 1e-5 * w.abs(),
+                            (*g as f64 - w).abs() <= 1e-5 + 1e-5 * w.abs(),
                             "{what}: {g} vs {w}"
                         );
                     }
