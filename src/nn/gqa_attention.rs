@@ -7,21 +7,23 @@
 //! Query heads split over ranks as GPT-2's do (the first `heads mod P`
 //! ranks take one more; a rank may hold none): `q_proj` is column-parallel
 //! and `o_proj` row-parallel in whole heads. `k_proj` and `v_proj` are
-//! [`ReplicatedLinear`]: every rank holds every key/value head, so every P
-//! from 1 to the number of query heads works whatever `kv_heads` is. One
-//! input mapping feeds all three projections: forward communicates once
-//! (in `o_proj`), backward twice (the input's gradient, and one all-reduce
-//! of the key/value projections' gradients, each rank having summed its own
-//! query heads' share; docs/MATH.md). With sequence parallelism the input
-//! and output are `Shard(0)` and those become the gather / reduce-scatter
-//! pair.
+//! [`KvHeadLinear`]: every rank holds the key/value heads its query heads
+//! read (several when there are more key/value heads than ranks; a head
+//! read by several ranks is held by each), so every P from 1 to the number
+//! of query heads works whatever `kv_heads` is, and so does the KV cache.
+//! One input mapping feeds all three projections: forward communicates
+//! once (in `o_proj`), backward three times (the input's gradient, and one
+//! all-reduce each of `k_proj`'s and `v_proj`'s weight gradients over their
+//! holders; docs/MATH.md §GQA). With sequence parallelism the input and
+//! output are `Shard(0)` and the first and last become the gather /
+//! reduce-scatter pair.
 
 use super::Params;
 use super::init::{Init, InitRng};
 use super::kv_cache::KvCache;
 use super::linear::{
-    ColumnParallelConfig, ColumnParallelLinear, ReplicatedLinear, ReplicatedLinearConfig,
-    RowParallelConfig, RowParallelLinear,
+    ColumnParallelConfig, ColumnParallelLinear, KvHeadConfig, KvHeadLinear, RowParallelConfig,
+    RowParallelLinear,
 };
 use super::norm::{NormConfig, RMSNorm};
 use super::rope::RopeConfig;
@@ -87,10 +89,10 @@ impl GqaConfig {
 pub struct GqaAttention {
     /// `[heads·head_dim, hidden]`, column-parallel in whole heads.
     pub q_proj: ColumnParallelLinear,
-    /// `[kv_heads·head_dim, hidden]`, replicated.
-    pub k_proj: ReplicatedLinear,
-    /// `[kv_heads·head_dim, hidden]`, replicated.
-    pub v_proj: ReplicatedLinear,
+    /// `[kv_heads·head_dim, hidden]`, each rank holding its query heads' heads.
+    pub k_proj: KvHeadLinear,
+    /// `[kv_heads·head_dim, hidden]`, held like `k_proj`.
+    pub v_proj: KvHeadLinear,
     /// `[hidden, heads·head_dim]`, row-parallel in whole heads.
     pub o_proj: RowParallelLinear,
     /// Per-head norm of the queries `[head_dim]` (Qwen3).
@@ -132,10 +134,10 @@ impl GqaAttention {
         let mut q = ColumnParallelConfig::new(h, heads * d);
         (q.bias, q.init, q.shard_unit) = (config.qkv_bias, config.init, d);
         let q_proj = ColumnParallelLinear::new(mesh, q, rng)?;
-        let mut kvc = ReplicatedLinearConfig::new(h, kv * d);
+        let mut kvc = KvHeadConfig::new(h, heads, kv, d);
         (kvc.bias, kvc.init) = (config.qkv_bias, config.init);
-        let k_proj = ReplicatedLinear::new(mesh, kvc.clone(), rng)?;
-        let v_proj = ReplicatedLinear::new(mesh, kvc, rng)?;
+        let k_proj = KvHeadLinear::new(mesh, kvc.clone(), rng)?;
+        let v_proj = KvHeadLinear::new(mesh, kvc, rng)?;
         let mut o = RowParallelConfig::new(heads * d, h);
         (o.bias, o.init, o.shard_unit) = (config.o_bias, config.proj_init, d);
         o.sequence_parallel = config.sequence_parallel;
@@ -186,8 +188,8 @@ impl GqaAttention {
         let d = self.config.head_dim;
         let f32 = |t: DTensor| t.cast(DType::F32);
         let mut q = f32(self.q_proj.forward_mapped(xg)?)?;
-        let mut k = f32(self.k_proj.forward(xg)?)?;
-        let v = f32(self.v_proj.forward(xg)?)?;
+        let mut k = f32(self.k_proj.forward_mapped(xg)?)?;
+        let v = f32(self.v_proj.forward_mapped(xg)?)?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = q.rms_norm_heads(&qn.weight.value, qn.config().eps, d)?;
             k = k.rms_norm_heads(&kn.weight.value, kn.config().eps, d)?;

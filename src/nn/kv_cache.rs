@@ -10,7 +10,7 @@ use crate::tensor::DTensor;
 pub struct KvCache {
     /// `[2, 1, heads, len, head_dim]` (`Shard(2)` for GPT-2's
     /// [`ParallelSelfAttention`](crate::models::ParallelSelfAttention),
-    /// `Replicate` key/value heads for grouped-query attention); `None`
+    /// held key/value heads for grouped-query attention); `None`
     /// before the first step.
     pub(crate) kv: Option<DTensor>,
     pub(crate) len: usize,

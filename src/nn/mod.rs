@@ -30,6 +30,7 @@ mod embedding;
 mod gated_mlp;
 mod generate;
 mod gqa_attention;
+mod held;
 mod init;
 mod kv_cache;
 mod linear;
@@ -66,8 +67,8 @@ pub use gqa_attention::{GqaAttention, GqaConfig};
 pub use init::{Init, InitRng};
 pub use kv_cache::KvCache;
 pub use linear::{
-    ColumnParallelConfig, ColumnParallelLinear, Overlap, ReplicatedLinear, ReplicatedLinearConfig,
-    RowParallelConfig, RowParallelLinear,
+    ColumnParallelConfig, ColumnParallelLinear, KvHeadConfig, KvHeadLinear, Overlap,
+    ReplicatedLinear, ReplicatedLinearConfig, RowParallelConfig, RowParallelLinear,
 };
 pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};

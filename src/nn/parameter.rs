@@ -6,10 +6,11 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::held::Held;
 use crate::device::{Mesh, block_on};
 use crate::error::{Error, Result};
 use crate::shard::{outer_dim_inner, split_range_in_units};
-use crate::tensor::{DTensor, GradSlot, Node, Placement};
+use crate::tensor::{DTensor, GradSlot, Holding, Node, Placement};
 
 /// A trainable tensor sharded like its layer says, with its gradient.
 ///
@@ -33,6 +34,8 @@ pub struct Parameter {
     /// Who this parameter is, for optimiser state: names repeat across
     /// modules (`weight`), identities do not.
     id: ParamId,
+    /// Rows held by several ranks: the value is the expanded tensor.
+    held: Option<Held>,
 }
 
 /// A parameter's identity: unique per [`Parameter`] created in this process,
@@ -162,7 +165,28 @@ impl Parameter {
             stride,
             unit,
             id: ParamId::fresh(),
+            held: None,
         }
+    }
+
+    /// A parameter of logical `shape` whose dim-0 rows are held as
+    /// `holding` says (several ranks may hold one row), from its expanded
+    /// `value` (`[P·per, …]`, `Shard(0)` in units of `per`). Its gradient
+    /// should come through [`DTensor::share_replicas`], so the copies stay
+    /// equal; `master`, `load_master` and checkpoints use the logical form.
+    pub(crate) fn held(value: DTensor, holding: Holding, shape: &[usize]) -> Parameter {
+        let per = holding.per;
+        let mut p = Parameter::from_value(value, 1, per);
+        p.held = Some(Held {
+            holding,
+            shape: shape.to_vec(),
+        });
+        p
+    }
+
+    /// How this parameter's rows are held, for a held parameter.
+    pub fn holding(&self) -> Option<&Holding> {
+        self.held.as_ref().map(|h| &h.holding)
     }
 
     /// The accumulated gradient (placed like the value), `None` before the
@@ -173,8 +197,9 @@ impl Parameter {
 
     /// Replace the gradient (shaped and placed like the value, else an error).
     pub fn set_grad(&mut self, grad: Option<DTensor>) -> Result<()> {
-        if let Some(g) = grad.as_ref().filter(|g| g.shape() != self.shape()) {
-            return Err(Error::shape("Parameter::set_grad", self.shape(), g.shape()));
+        let want = self.value.shape();
+        if let Some(g) = grad.as_ref().filter(|g| g.shape() != want) {
+            return Err(Error::shape("Parameter::set_grad", want, g.shape()));
         }
         // Later passes add into it shard by shard.
         if let Some(g) = grad
@@ -194,9 +219,12 @@ impl Parameter {
         Ok(())
     }
 
-    /// The logical shape.
+    /// The logical shape (the master's; a held parameter's value is larger).
     pub fn shape(&self) -> &[usize] {
-        self.value.shape()
+        match &self.held {
+            Some(h) => &h.shape,
+            None => self.value.shape(),
+        }
     }
 
     /// The full (serial) value on the host, undoing any stride.
@@ -225,6 +253,9 @@ impl Parameter {
     /// Gather `t` (placed like the value) and undo the stride permutation.
     async fn to_master(&self, t: &DTensor) -> Result<Vec<f32>> {
         let v = t.to_host_async().await?;
+        if let Some(h) = &self.held {
+            return Ok(h.to_master(&v));
+        }
         Ok(match t.placement() {
             Placement::Shard(d) => {
                 let split = (self.stride, self.unit);
@@ -243,6 +274,16 @@ impl Parameter {
         const OP: &str = "Parameter::load_master";
         let shape = self.shape();
         check_master(OP, "the master value", master.len(), shape.iter().product())?;
+        if let Some(h) = &self.held {
+            if !self
+                .value
+                .overwrite_from_host_in_units(OP, &h.expand(master), self.unit)?
+            {
+                let fresh = h.upload(self.value.mesh(), master)?;
+                self.value = tracked(fresh, &self.slot);
+            }
+            return Ok(());
+        }
         // Rank-contiguous blocks, as `from_master_in_units` uploads them.
         let data = match self.value.placement() {
             Placement::Shard(d) if self.stride != 1 => {
@@ -287,10 +328,10 @@ impl Parameter {
 
     /// Add a gradient (same placement and shape) into [`Parameter::grad`].
     pub fn accumulate_grad(&mut self, g: DTensor) -> Result<()> {
-        if g.shape() != self.shape() {
+        if g.shape() != self.value.shape() {
             return Err(Error::shape(
                 "Parameter::accumulate_grad",
-                self.shape(),
+                self.value.shape(),
                 g.shape(),
             ));
         }
@@ -331,6 +372,7 @@ impl Clone for Parameter {
             stride: self.stride,
             unit: self.unit,
             id: self.id,
+            held: self.held.clone(),
         }
     }
 }

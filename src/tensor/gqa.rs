@@ -5,19 +5,25 @@
 //!
 //! Placement: `q` `[tokens, heads·head_dim]` is `Shard(1)` in whole heads
 //! (a column-parallel projection with shard unit `head_dim`: the first
-//! `heads mod P` ranks take one more head, and a rank may hold none); `k`
-//! and `v` `[tokens, kv_heads·head_dim]` are `Replicate`, so every rank
-//! holds the key/value heads its query heads read, whatever P is (query
-//! head `h` reads key/value head `h / (heads / kv_heads)`). The output is
+//! `heads mod P` ranks take one more head, and a rank may hold none). Query
+//! head `h` reads key/value head `h / (heads / kv_heads)`. `k` and `v` are
+//! either *held* (what [`KvHeadLinear`](crate::nn::KvHeadLinear) gives:
+//! `[tokens, P·M·head_dim]`, `Shard(1)` in units of `M·head_dim`, rank r
+//! holding the `M` heads from [`Holding::kv_heads`]'s start, a head needed
+//! by several ranks held by each) or `Replicate` `[tokens,
+//! kv_heads·head_dim]` (every head on every rank). The output is
 //! `Shard(1)` in whole heads, split like `q`, ready for a row-parallel
 //! projection. Forward communicates nothing. The VJP gives `dq` split like
-//! `q` and `dk`, `dv` as `Partial(Sum)`: each rank's sum over its own
-//! query heads, so the key/value projection's gradient is summed over the
-//! ranks exactly once (docs/MATH.md §GQA).
+//! `q`, and `dk`, `dv` as each rank's sum over its own query heads: held
+//! like k (the holders' shares are summed at the projection's weights and
+//! input), or `Partial(Sum)` for replicated k, so the key/value
+//! projection's gradient is summed over the ranks exactly once
+//! (docs/MATH.md §GQA).
 
 use super::attention::AttentionDropout;
 use super::autograd::record;
 use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use super::holding::Holding;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{
@@ -77,30 +83,73 @@ fn query_split(op: &'static str, q: &DTensor, spec: &GqaSpec) -> Result<Vec<(usi
         .collect())
 }
 
-/// q, k, v are f32 matrices of the right widths, k and v `Replicate`.
-fn check_operands(op: &'static str, [q, k, v]: [&DTensor; 3], spec: &GqaSpec) -> Result<usize> {
-    let (hd, kvd) = (spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim);
+/// Which key/value heads each rank's `k` and `v` hold.
+struct KvLayout {
+    /// Held (`Shard(1)` of the expanded heads), or `Replicate`.
+    held: bool,
+    /// Heads per rank.
+    per: usize,
+    /// Each global rank's first head.
+    starts: Vec<usize>,
+}
+
+/// q, k, v are f32 matrices of the right widths, k and v held or `Replicate`
+/// alike: the tokens and the key/value layout.
+fn check_operands(
+    op: &'static str,
+    [q, k, v]: [&DTensor; 3],
+    spec: &GqaSpec,
+) -> Result<(usize, KvLayout)> {
+    let (hd, d) = (spec.heads * spec.head_dim, spec.head_dim);
     let [tokens, w] = *q.shape() else {
         return Err(Error::shape(op, format!("q [tokens, {hd}]"), q.shape()));
     };
     if w != hd {
         return Err(Error::shape(op, format!("q [tokens, {hd}]"), q.shape()));
     }
+    let p = q.mesh().size();
+    let holding = Holding::kv_heads(spec.heads, spec.kv_heads, p)?;
+    let layout = if k.placement() == Placement::Shard(1) {
+        KvLayout {
+            held: true,
+            per: holding.per,
+            starts: holding.starts,
+        }
+    } else {
+        KvLayout {
+            held: false,
+            per: spec.kv_heads,
+            starts: vec![0; p],
+        }
+    };
+    let (width, unit) = match layout.held {
+        true => (p * layout.per * d, layout.per * d),
+        false => (spec.kv_heads * d, 1),
+    };
     for (what, t) in [("k", k), ("v", v)] {
-        if t.shape() != [tokens, kvd] {
+        if t.shape() != [tokens, width] {
             return Err(Error::shape(
                 op,
-                format!("{what} [{tokens}, {kvd}]"),
+                format!("{what} [{tokens}, {width}]"),
                 t.shape(),
             ));
         }
         if !t.mesh().same_as(q.mesh()) {
             return Err(Error::invalid(op, format!("{what} lives on another mesh")));
         }
-        if t.placement() != Placement::Replicate && t.mesh().size() > 1 {
+        let fits = match layout.held {
+            true => t.placement() == Placement::Shard(1) && t.shard_unit() == unit,
+            false => t.placement() == Placement::Replicate || p == 1,
+        };
+        if !fits {
             return Err(Error::invalid(
                 op,
-                format!("{what} must be Replicate (every rank holds every key/value head)"),
+                format!(
+                    "k and v must both be held (Shard(1) in units of {} heads · head_dim, as                      KvHeadLinear gives) or both Replicate; {what} is {:?} in units of {}",
+                    holding.per,
+                    t.placement(),
+                    t.shard_unit()
+                ),
             ));
         }
     }
@@ -113,16 +162,17 @@ fn check_operands(op: &'static str, [q, k, v]: [&DTensor; 3], spec: &GqaSpec) ->
             });
         }
     }
-    Ok(tokens)
+    Ok((tokens, layout))
 }
 
-/// The kernels' head groups for a rank whose query heads start at `start`.
-fn groups(spec: &GqaSpec, start: usize) -> HeadGroups {
+/// The kernels' head groups for global rank `r` whose query heads start at
+/// `start`.
+fn groups(spec: &GqaSpec, start: usize, kv: &KvLayout, r: usize) -> HeadGroups {
     HeadGroups {
         group: spec.heads / spec.kv_heads,
         q_start: start,
-        kv_start: 0,
-        kv_heads: spec.kv_heads,
+        kv_start: kv.starts[r],
+        kv_heads: kv.per,
         window: spec.window,
     }
 }
@@ -147,7 +197,7 @@ impl DTensor {
     pub fn gqa_attention(&self, k: &DTensor, v: &DTensor, spec: &GqaSpec) -> Result<DTensor> {
         const OP: &str = "DTensor::gqa_attention";
         let split = query_split(OP, self, spec)?;
-        let tokens = check_operands(OP, [self, k, v], spec)?;
+        let (tokens, kv) = check_operands(OP, [self, k, v], spec)?;
         let seq = spec.seq;
         if seq == 0 || !tokens.is_multiple_of(seq) {
             return Err(Error::invalid(
@@ -175,7 +225,7 @@ impl DTensor {
                     ks,
                     vs,
                     shape(h),
-                    groups(&spec, start),
+                    groups(&spec, start, &kv, qs.rank_index()),
                     probs_dropout(&spec, start),
                 )?;
                 outs.push(a.out);
@@ -198,17 +248,18 @@ impl DTensor {
                         &probs[r],
                         &dy.shards()[r],
                         shape(h),
-                        groups(&spec, start),
+                        groups(&spec, start, &kv, q.shards()[r].rank_index()),
                         probs_dropout(&spec, start),
                     )?;
                     dq.push(a);
                     dk.push(b);
                     dv.push(c);
                 }
-                let kv_at = if q.mesh().size() > 1 {
-                    Placement::Partial(ReduceOp::Sum)
-                } else {
+                // Held: each holder's share, summed where k came from.
+                let kv_at = if kv.held || q.mesh().size() == 1 {
                     k.placement()
+                } else {
+                    Placement::Partial(ReduceOp::Sum)
                 };
                 let dq =
                     q.with_shards_in_units(dq, q.shape().to_vec(), q.placement(), q.shard_unit());
@@ -221,9 +272,10 @@ impl DTensor {
 
     /// One step of cached grouped-query decoding of a single sequence:
     /// `self` (q), `k`, `v` hold the new tokens (placed as for
-    /// [`DTensor::gqa_attention`]), `cache` `[2, 1, kv_heads, past, D]`
-    /// (`Replicate`; `None` before the first step) the earlier positions'
-    /// keys and values. Returns the new tokens' output (the matching rows of
+    /// [`DTensor::gqa_attention`]), `cache` the earlier positions' keys and
+    /// values (`None` before the first step): `[2, 1, P·M, past, D]`,
+    /// `Shard(2)` in units of `M` for held k and v, `[2, 1, kv_heads, past,
+    /// D]` `Replicate` for replicated ones. Returns the new tokens' output (the matching rows of
     /// [`DTensor::gqa_attention`] over the whole sequence, window included)
     /// and the grown cache. Communicates nothing; not differentiable.
     pub fn gqa_decode(
@@ -235,16 +287,27 @@ impl DTensor {
     ) -> Result<(DTensor, DTensor)> {
         const OP: &str = "DTensor::gqa_decode";
         let split = query_split(OP, self, spec)?;
-        let new = check_operands(OP, [self, k, v], spec)?;
-        let (kv, d) = (spec.kv_heads, spec.head_dim);
+        let (new, kv) = check_operands(OP, [self, k, v], spec)?;
+        let d = spec.head_dim;
+        let (heads, placement) = match kv.held {
+            true => (self.mesh().size() * kv.per, Placement::Shard(2)),
+            false => (kv.per, Placement::Replicate),
+        };
         let past = match cache {
             None => 0,
             Some(c) => match *c.shape() {
-                [2, 1, h, past, e] if h == kv && e == d && c.mesh().same_as(self.mesh()) => past,
+                [2, 1, h, past, e]
+                    if h == heads
+                        && e == d
+                        && c.mesh().same_as(self.mesh())
+                        && (c.placement() == placement || c.mesh().size() == 1) =>
+                {
+                    past
+                }
                 _ => {
                     return Err(Error::shape(
                         OP,
-                        format!("cache [2, 1, {kv}, past, {d}] on q's mesh"),
+                        format!("cache [2, 1, {heads}, past, {d}] {placement:?} on q's mesh"),
                         c.shape(),
                     ));
                 }
@@ -259,14 +322,15 @@ impl DTensor {
                 &v.shards()[r],
                 cache.map(|c| &c.shards()[r]),
                 AttentionShape::new(1, new, h, d),
-                groups(spec, start),
+                groups(spec, start, &kv, self.shards()[r].rank_index()),
             )?;
             outs.push(step.out);
             grown.push(step.cache);
         }
         let out = self.with_shards_in_units(outs, self.shape().to_vec(), Placement::Shard(1), d);
-        let shape = vec![2, 1, kv, past + new, d];
-        let cache = self.with_shards(grown, shape, Placement::Replicate);
+        let shape = vec![2, 1, heads, past + new, d];
+        let unit = if kv.held { kv.per } else { 1 };
+        let cache = self.with_shards_in_units(grown, shape, placement, unit);
         Ok((out, cache))
     }
 }

@@ -19,6 +19,7 @@ mod dtensor;
 mod elementwise;
 mod embedding;
 mod gqa;
+mod holding;
 mod host;
 mod mappings;
 mod matmul;
@@ -44,6 +45,7 @@ pub use autograd::{NoGradGuard, is_grad_enabled, no_grad};
 pub use cross_entropy::{CrossEntropyConfig, Reduction};
 pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};
 pub use gqa::GqaSpec;
+pub use holding::Holding;
 pub use mappings::Mapping;
 pub use matmul::MatmulOptions;
 pub use ring::{

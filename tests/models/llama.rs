@@ -187,6 +187,7 @@ fn adamw_steps_agree_across_p_and_kv_replicas_stay_identical() {
         .iter()
         .map(|(_, p)| p.master().unwrap())
         .collect();
+    let mut copies = 0;
     for p in [2, 4] {
         let model = run(&mesh(p));
         for ((n, param), want) in model.named_parameters().iter().zip(&serial) {
@@ -199,24 +200,26 @@ fn adamw_steps_agree_across_p_and_kv_replicas_stay_identical() {
                 &want,
                 1e-4,
             );
-            if n.contains("k_proj") || n.contains("v_proj") {
-                let shards: Vec<Vec<f32>> = param
-                    .value
-                    .shards()
-                    .iter()
-                    .map(|s| s.to_vec().unwrap())
-                    .collect();
-                for s in &shards[1..] {
+            if let Some(holding) = param.holding() {
+                // Expanded rows in rank order: every copy of a logical row
+                // (a key/value head held by several ranks) has the same bits.
+                let all = param.value.to_host().unwrap();
+                let row = all.len() / holding.expanded();
+                let rows = holding.logical_rows();
+                let first = holding.first_holders();
+                for (i, &j) in rows.iter().enumerate() {
+                    let (a, b) = (&all[i * row..][..row], &all[first[j] * row..][..row]);
                     assert!(
-                        s.iter()
-                            .zip(&shards[0])
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{name} P={p} {n}: every rank's copy of the key/value heads is bit-identical"
+                        a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{name} P={p} {n}: row {j}'s copies differ (expanded rows {i}, {})",
+                        first[j]
                     );
                 }
+                copies += rows.len() - holding.total;
             }
         }
     }
+    assert!(copies > 0, "some key/value head is held by two ranks");
 }
 
 /// A fresh empty directory under the target dir for one test.

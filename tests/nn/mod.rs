@@ -48,6 +48,7 @@ mod embedding;
 mod generate;
 mod gpt;
 mod init;
+mod kv_heads;
 mod linear;
 mod mixed_precision;
 mod model;

@@ -22,7 +22,13 @@ use wgpu_tp::{Collective, DTensor, Mapping, Placement, ReduceOp};
 const BATCH: usize = 2;
 const SEQ: usize = 3;
 
-fn spec(heads: usize, kv_heads: usize, head_dim: usize, window: usize, seq: usize) -> GqaSpec {
+pub(super) fn spec(
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    window: usize,
+    seq: usize,
+) -> GqaSpec {
     GqaSpec {
         seq,
         heads,
@@ -36,7 +42,7 @@ fn spec(heads: usize, kv_heads: usize, head_dim: usize, window: usize, seq: usiz
 /// f64 grouped-query attention of q `[B·seq, H·D]`, k, v `[B·seq, KV·D]`
 /// (query head h reads key/value head h / (H/KV); query i sees key j iff
 /// j ≤ i and, with a window w > 0, i − w < j).
-fn host_gqa(q: &[f64], k: &[f64], v: &[f64], s: &GqaSpec) -> Vec<f64> {
+pub(super) fn host_gqa(q: &[f64], k: &[f64], v: &[f64], s: &GqaSpec) -> Vec<f64> {
     let (h, kv, d, t) = (s.heads, s.kv_heads, s.head_dim, s.seq);
     let (hd, kvd, group) = (h * d, kv * d, h / kv);
     let batch = q.len() / (t * hd);

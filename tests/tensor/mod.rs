@@ -16,6 +16,8 @@
 //!   differences (`fd`), decoding against the full attention;
 //! - `gqa`: grouped-query attention's VJP against finite differences on
 //!   every world size (dK, dV partial sums), decoding against the full op;
+//! - `gqa_held`: which key/value heads each rank holds, attention and
+//!   decoding on held heads, `share_replicas`' summed gradients;
 //! - `llama_ops`: `rotary`, `rms_norm_heads` and `mul` against f64 and
 //!   finite differences, partial incoming gradients;
 //! - `tied_head`: the matmul of a tied head past one storage binding.
@@ -29,6 +31,7 @@ mod elementwise;
 mod embedding;
 mod fd;
 mod gqa;
+mod gqa_held;
 mod grad_elementwise;
 mod grad_ops;
 mod grad_ring;

@@ -8,12 +8,14 @@
 //! → residual → RMSNorm → [`GatedMlp`] → residual) → `norm` → the head
 //! (the embedding when tied, else a vocab-parallel `lm_head`) → vocab-sharded
 //! logits and the vocab-parallel cross-entropy. Query heads split over
-//! ranks as GPT-2's (a rank may hold none); every rank holds every
-//! key/value head, so any P from 1 to the number of query heads runs.
+//! ranks as GPT-2's (a rank may hold none); every rank holds the
+//! key/value heads its query heads read (several ranks may hold one), so
+//! any P from 1 to the number of query heads runs.
 //! Per step: forward `2·layers + 4` all-reduces (as GPT-2), backward
 //! `(4 + 2b + 2q)·layers + 1` (per layer the attention and MLP input
-//! gradients and the replicated `k_proj`, `v_proj` weights, plus their
-//! biases (`b`) and the q/k norms (`q`); one for the head): docs/MATH.md
+//! gradients and the held `k_proj`, `v_proj` weights summed over their
+//! holders, plus their biases (`b`) and the q/k norms (`q`); one for the
+//! head): docs/MATH.md
 //! §14.6. Sequence parallelism turns the layers' input and output
 //! all-reduces into gather / reduce-scatter pairs.
 //!

@@ -30,19 +30,23 @@
 //! Layers compose tensor operations only and never call a collective or
 //! touch a shard. Inputs are 2-D `[tokens, features]`.
 //!
-//! [`ReplicatedLinear`] holds its weight whole on every rank (the key and
-//! value projections of grouped-query attention).
+//! [`ReplicatedLinear`] holds its weight whole on every rank;
+//! [`KvHeadLinear`] holds on each rank the key/value heads its query heads
+//! read (grouped-query attention's key and value projections).
 //!
-//! Files: `column.rs`, `row.rs` and `replicated.rs` (each layer with its config), `shared.rs`
+//! Files: `column.rs`, `row.rs`, `replicated.rs` and `kv_heads.rs` (each
+//! layer with its config), `shared.rs`
 //! (what both share: [`Overlap`], input checks, master-weight sharding, the
 //! accessors both layers have).
 
 mod column;
+mod kv_heads;
 mod replicated;
 mod row;
 mod shared;
 
 pub use column::{ColumnParallelConfig, ColumnParallelLinear};
+pub use kv_heads::{KvHeadConfig, KvHeadLinear};
 pub use replicated::{ReplicatedLinear, ReplicatedLinearConfig};
 pub use row::{RowParallelConfig, RowParallelLinear};
 pub use shared::Overlap;

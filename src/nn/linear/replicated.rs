@@ -1,7 +1,8 @@
 //! [`ReplicatedLinear`]: `y = x Wᵀ + b` with `W` `[out, in]` and `b` whole
-//! on every rank (`Replicate`), for a projection every rank needs all of:
-//! the key and value projections of grouped-query attention, whose few
-//! heads each rank's query heads read. Forward communicates nothing. When
+//! on every rank (`Replicate`), for a projection every rank needs all of
+//! (grouped-query attention's key and value projections hold only each
+//! rank's heads: [`KvHeadLinear`](super::KvHeadLinear)). Forward
+//! communicates nothing. When
 //! each rank uses its output for its own share of the work (its own query
 //! heads), the gradient arriving is a partial sum and so are `dx`, `dW`
 //! and `db` ([`DTensor::linear`]'s VJP): the parameters' are reduced once,
