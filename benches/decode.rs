@@ -14,6 +14,11 @@
 //! - `small`: a quick GPT (vocab 4096, context 256, width 256, 4 heads, 2
 //!   layers), prompt 8.
 //!
+//! Kernel tuning (`wgpu_tp::Tuning`): the first P runs once with every
+//! kernel on its vendor / Mesa guess (row `P=1g`), then with the choices
+//! measured during its warm-up, and prints the ratio; the end lists what
+//! was chosen per shape class. `WGPU_TP_TUNE=off` skips both.
+//!
 //! The prompt is decoded in one step (the prefill, timed apart), then N
 //! tokens one at a time through `nn::generate`; the figure is the best and
 //! the median time between consecutive tokens. Pipelines compile in a
@@ -248,6 +253,7 @@ fn main() {
         "case", "prefill_ms", "best_ms/tok", "median_ms/tok", "vs_P=1"
     );
     let mut base = None;
+    let mut guessed: Option<Duration> = None;
     for &p in &ranks {
         let label = format!("P={p}");
         // The high-water mark from here (the last P's model is dropped).
@@ -287,6 +293,28 @@ fn main() {
             );
             floor_printed = true;
         }
+        // The first P also runs with every kernel on its guess (tuning
+        // off), then measured: the ratio says what measuring bought.
+        let tune = wgpu_tp::tuning();
+        if tune.enabled && p == ranks[0] {
+            wgpu_tp::set_tuning(wgpu_tp::Tuning {
+                enabled: false,
+                ..tune.clone()
+            });
+            let guess = time_case(&mesh, model.as_ref(), prompt, tokens);
+            wgpu_tp::set_tuning(tune);
+            if let Ok(t) = guess {
+                guessed = Some(t.median);
+                println!(
+                    "{:<6} {:>11.1} {:>13.2} {:>15.2} {:>8}",
+                    format!("{label}g"),
+                    ms(t.prefill),
+                    ms(t.best),
+                    ms(t.median),
+                    "-"
+                );
+            }
+        }
         match time_case(&mesh, model.as_ref(), prompt, tokens) {
             Ok(t) => {
                 let vs = base.map_or("-".to_string(), |b: Duration| {
@@ -294,6 +322,12 @@ fn main() {
                 });
                 if p == 1 {
                     base = Some(t.median);
+                }
+                if let Some(g) = guessed.take() {
+                    println!(
+                        "{label}: measured kernels {:.2}× the guesses' median ms/token",
+                        t.median.as_secs_f64() / g.as_secs_f64()
+                    );
                 }
                 println!(
                     "{label:<6} {:>11.1} {:>13.2} {:>15.2} {:>8}",
@@ -323,6 +357,20 @@ fn main() {
                 k.share * 100.0
             );
         }
+    }
+    let t = wgpu_tp::tuning();
+    println!(
+        "\nkernel tuning: {} (budget {} ms, cache {})",
+        if t.enabled {
+            "on"
+        } else {
+            "off (WGPU_TP_TUNE=off)"
+        },
+        t.budget.as_millis(),
+        t.dir.map_or("none".into(), |d| d.display().to_string())
+    );
+    for (_, class, choice) in wgpu_tp::tuned_choices() {
+        println!("  {class:<56} {choice}");
     }
     println!("load at end: {}", load());
 }

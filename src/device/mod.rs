@@ -37,7 +37,9 @@
 //! - `select.rs`: adapter choice and [`MeshBuilder`]; `open.rs`: opening
 //!   one device with the limits and features asked for;
 //! - `wait.rs`: the one place the crate waits for the GPU (async at the
-//!   core, blocking on native).
+//!   core, blocking on native);
+//! - `tune.rs`: kernel variants chosen by timing them on the device,
+//!   remembered per adapter on disk.
 
 mod adapters;
 mod blocks;
@@ -63,6 +65,7 @@ mod tensor;
 mod texture;
 mod timeline;
 mod trace;
+pub(crate) mod tune;
 mod wait;
 mod write;
 
@@ -76,6 +79,7 @@ pub use select::MeshBuilder;
 pub use tensor::LocalTensor;
 pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};
+pub use tune::{Tuning, set_tuning, tuned_choices, tuning, tuning_file};
 
 pub(crate) use blocks::{common_blocks, for_each_block, map_blocks};
 pub(crate) use copy::copy_region;

@@ -7,6 +7,7 @@ mod blocks;
 mod limits;
 mod memory;
 mod trace;
+mod tune;
 
 use crate::util::mesh_env;
 use wgpu_tp::{Error, MeshBuilder, adapters, parse_backends};

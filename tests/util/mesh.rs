@@ -143,11 +143,20 @@ pub fn counting_meshes(n: usize) -> [(&'static str, Mesh); 2] {
     ]
 }
 
-/// Sets `XDG_RUNTIME_DIR` once if unset (Vulkan loaders warn without it);
-/// call before building a private mesh.
+/// Sets `XDG_RUNTIME_DIR` once if unset (Vulkan loaders warn without it),
+/// and turns kernel tuning off unless `WGPU_TP_TUNE` asks for it (every
+/// candidate computes the same bits, and measuring would only add pipeline
+/// builds to the suite; tests/device/tune.rs turns it on for itself); call
+/// before building a private mesh.
 pub fn mesh_env() {
     static ENV: OnceLock<()> = OnceLock::new();
     ENV.get_or_init(|| {
+        if std::env::var_os("WGPU_TP_TUNE").is_none() {
+            wgpu_tp::set_tuning(wgpu_tp::Tuning {
+                enabled: false,
+                ..wgpu_tp::tuning()
+            });
+        }
         if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
             let dir = std::env::temp_dir().join("wgpu-tp-xdg");
             let _ = std::fs::create_dir_all(&dir);

@@ -1,0 +1,266 @@
+//! Kernel variants chosen by measurement: at a kernel family's first use
+//! per shape class on an adapter, time each candidate on the device, keep
+//! the fastest, and remember it in memory and on disk, one file per
+//! adapter, driver and host CPU. Candidates of one family compute the same
+//! bits (they differ in workgroup shape, not in arithmetic order: the
+//! kernels' tests check it), so a choice changes speed only, and ranks or
+//! processes that chose differently still agree bit for bit.
+//!
+//! Settings ([`Tuning`], read from the environment unless [`set_tuning`]
+//! replaced them): `WGPU_TP_TUNE=off` turns measuring and the disk cache
+//! off (every kernel takes its vendor / Mesa guess, as before);
+//! `WGPU_TP_TUNE_DIR` is the cache directory (default
+//! `$XDG_CACHE_HOME/wgpu-tp/tune`, else `~/.cache/wgpu-tp/tune`; measuring
+//! still happens when none can be found or written);
+//! `WGPU_TP_TUNE_BUDGET_MS` bounds the time a process spends measuring,
+//! pipeline builds included (default 3000): past it, kernels take their
+//! guesses until a later process measures them. In a browser nothing is
+//! measured (waiting would block the page).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+use web_time::Instant;
+
+use super::context::Device;
+use super::recording::lock;
+use crate::error::Result;
+
+/// Timed runs of each candidate after its warm-up (the fastest counts).
+const RUNS: usize = 3;
+
+/// How kernel variants are chosen in this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Measure candidates (else every kernel takes its guess).
+    pub enabled: bool,
+    /// Where choices are kept between processes (`None`: nowhere).
+    pub dir: Option<PathBuf>,
+    /// The most time the process spends measuring, pipeline builds included.
+    pub budget: Duration,
+}
+
+impl Tuning {
+    /// The settings the environment gives (see the module docs).
+    pub fn from_env() -> Tuning {
+        let off = matches!(
+            std::env::var("WGPU_TP_TUNE").as_deref(),
+            Ok("off") | Ok("0") | Ok("false")
+        );
+        let ms = std::env::var("WGPU_TP_TUNE_BUDGET_MS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3000u64);
+        Tuning {
+            enabled: !off && !cfg!(target_arch = "wasm32"),
+            dir: cache_dir(),
+            budget: Duration::from_millis(ms),
+        }
+    }
+}
+
+fn settings() -> &'static Mutex<Option<Tuning>> {
+    static SETTINGS: Mutex<Option<Tuning>> = Mutex::new(None);
+    &SETTINGS
+}
+
+/// This process's settings: the environment's until [`set_tuning`].
+pub fn tuning() -> Tuning {
+    lock(settings())
+        .get_or_insert_with(Tuning::from_env)
+        .clone()
+}
+
+/// Replace this process's settings (choices already made are kept).
+pub fn set_tuning(t: Tuning) {
+    *lock(settings()) = Some(t);
+}
+
+/// What the process knows: per device key, per shape class, the choice.
+#[derive(Default)]
+struct Known {
+    choices: BTreeMap<String, BTreeMap<String, String>>,
+    /// Device keys whose disk file was read.
+    loaded: Vec<String>,
+    /// Time spent measuring so far.
+    spent: Duration,
+}
+
+fn known() -> &'static Mutex<Known> {
+    static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
+    KNOWN.get_or_init(Default::default)
+}
+
+/// The cache directory, where one can be named.
+fn cache_dir() -> Option<PathBuf> {
+    if let Ok(d) = std::env::var("WGPU_TP_TUNE_DIR") {
+        return (!d.is_empty()).then(|| PathBuf::from(d));
+    }
+    let base = match std::env::var("XDG_CACHE_HOME") {
+        Ok(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var("HOME").ok()?).join(".cache"),
+    };
+    Some(base.join("wgpu-tp").join("tune"))
+}
+
+/// The host CPU's model name (a CPU adapter's speed is the host's).
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// What a measurement holds for: the adapter, its driver, the host CPU for
+/// CPU adapters, and this crate's version (kernels change between versions).
+pub(crate) fn device_key(device: &Device) -> String {
+    let info = device.adapter_info();
+    let cpu = if device.is_cpu() {
+        cpu_model()
+    } else {
+        String::new()
+    };
+    format!(
+        "{} | {:?} | {} {} | {} | wgpu-tp {}",
+        info.name,
+        info.backend,
+        info.driver,
+        info.driver_info,
+        cpu,
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The file in `dir` a device key's choices live in: the key with
+/// everything but letters, digits, `.` and `-` made `_`.
+fn cache_file(dir: &Option<PathBuf>, key: &str) -> Option<PathBuf> {
+    let name: String = key
+        .chars()
+        .map(
+            |c| match c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                true => c,
+                false => '_',
+            },
+        )
+        .collect();
+    Some(dir.as_ref()?.join(format!("{name}.json")))
+}
+
+/// Read a device key's file into memory once (a missing or unreadable file
+/// is an empty one: the cache only saves time).
+fn load(k: &mut Known, dir: &Option<PathBuf>, key: &str) {
+    if k.loaded.iter().any(|l| l == key) {
+        return;
+    }
+    k.loaded.push(key.to_string());
+    let read = cache_file(dir, key)
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|s| serde_json::from_str::<BTreeMap<String, String>>(&s).ok());
+    if let Some(map) = read {
+        let mine = k.choices.entry(key.to_string()).or_default();
+        for (class, choice) in map {
+            mine.entry(class).or_insert(choice);
+        }
+    }
+}
+
+/// Write a device key's choices (to a temporary file, then renamed, so a
+/// reader never sees half a file). Failure only costs a later measurement.
+fn save(dir: &Option<PathBuf>, key: &str, map: &BTreeMap<String, String>) {
+    let Some(file) = cache_file(dir, key) else {
+        return;
+    };
+    let Some(dir) = file.parent() else { return };
+    let tmp = file.with_extension(format!("json.{}", std::process::id()));
+    let ok = std::fs::create_dir_all(dir).is_ok()
+        && serde_json::to_string_pretty(map)
+            .ok()
+            .is_some_and(|s| std::fs::write(&tmp, s).is_ok());
+    if ok {
+        let _ = std::fs::rename(&tmp, &file);
+    }
+}
+
+/// The file where `device`'s choices are kept under `tuning`'s directory.
+pub fn tuning_file(device: &Device, tuning: &Tuning) -> Option<PathBuf> {
+    cache_file(&tuning.dir, &device_key(device))
+}
+
+/// The choices this process holds (measured or read from disk), as
+/// (device key, shape class, choice), for benches to print.
+pub fn tuned_choices() -> Vec<(String, String, String)> {
+    let k = lock(known());
+    k.choices
+        .iter()
+        .flat_map(|(d, m)| {
+            m.iter()
+                .map(move |(c, v)| (d.clone(), c.clone(), v.clone()))
+        })
+        .collect()
+}
+
+/// The candidate of `candidates` (names) that `device` runs fastest for the
+/// shape class `class`: remembered, read from disk, or measured now by
+/// `run(i)` recording candidate `i` (every candidate must compute the same
+/// result). `None` when tuning is off, or the budget is spent: the caller
+/// takes its guess.
+pub(crate) fn choose(
+    device: &Device,
+    class: &str,
+    candidates: &[String],
+    mut run: impl FnMut(usize) -> Result<()>,
+) -> Result<Option<usize>> {
+    let t = tuning();
+    if !t.enabled || candidates.len() < 2 {
+        return Ok(None);
+    }
+    let key = device_key(device);
+    let find = |k: &Known| {
+        let choice = k.choices.get(&key)?.get(class)?;
+        candidates.iter().position(|c| c == choice)
+    };
+    {
+        let mut k = lock(known());
+        load(&mut k, &t.dir, &key);
+        if let Some(i) = find(&k) {
+            return Ok(Some(i));
+        }
+        if k.spent >= t.budget {
+            return Ok(None);
+        }
+    }
+    // Measure (one measurement at a time in the process).
+    static MEASURING: Mutex<()> = Mutex::new(());
+    let _one = lock(&MEASURING);
+    if let Some(i) = find(&lock(known())) {
+        return Ok(Some(i));
+    }
+    let start = Instant::now();
+    device.synchronize()?;
+    let mut best = (Duration::MAX, 0);
+    for i in 0..candidates.len() {
+        // Warm-up: builds the pipeline.
+        run(i)?;
+        device.synchronize()?;
+        for _ in 0..RUNS {
+            let t = Instant::now();
+            run(i)?;
+            device.synchronize()?;
+            best = best.min((t.elapsed(), i));
+        }
+    }
+    let mut k = lock(known());
+    k.spent += start.elapsed();
+    let map = k.choices.entry(key.clone()).or_default();
+    map.insert(class.to_string(), candidates[best.1].clone());
+    let snapshot = map.clone();
+    drop(k);
+    save(&t.dir, &key, &snapshot);
+    Ok(Some(best.1))
+}

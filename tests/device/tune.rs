@@ -1,0 +1,63 @@
+//! Kernel variants chosen by measurement (`device::tune`): a one-row product
+//! large enough to matter is measured once per shape class, its choice is
+//! one of the candidates, listed by `tuned_choices`, written to the cache
+//! directory as JSON, and the product's result equals f64 whatever was
+//! chosen (candidates compute the same bits: tests/kernels/gemv.rs).
+
+use crate::util::{Rng, assert_close_cancelling, mesh, mesh_env, reference};
+use std::time::Duration;
+use wgpu_tp::kernels::{self, GemmOptions};
+
+#[test]
+fn a_large_one_row_product_is_measured_once_and_its_choice_kept_on_disk() {
+    mesh_env();
+    let before = wgpu_tp::tuning();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let on = wgpu_tp::Tuning {
+        enabled: true,
+        dir: Some(dir.clone()),
+        budget: Duration::from_secs(120),
+    };
+    wgpu_tp::set_tuning(on.clone());
+    let mut rng = Rng::fresh("tune");
+    let m1 = mesh(1);
+    let r = &m1.ranks()[0];
+    // N·K = 2^19 weights: above the size the kernel measures from.
+    let (m, n, k) = (1usize, 1031usize, 509usize);
+    let (a, b) = (rng.vec(m * k), rng.vec(n * k));
+    let a_t = r.upload(&[m, k], &a).unwrap();
+    let b_t = r.upload(&[n, k], &b).unwrap();
+    let opts = GemmOptions {
+        trans_b: true,
+        ..Default::default()
+    };
+    let got = kernels::gemm(&a_t, &b_t, opts).unwrap().to_vec().unwrap();
+    let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
+    let want = reference::gemm(&a, &b, m, n, k, false, true);
+    let scale = reference::gemm(&abs(&a), &abs(&b), m, n, k, false, true);
+    assert_close_cancelling("tuned gemv", &got, &want, &scale, 1e-5);
+    let class = |c: &str| c.contains("gemv_nk") && c.contains("n 2048 k 512");
+    let ours: Vec<_> = wgpu_tp::tuned_choices()
+        .into_iter()
+        .filter(|(_, c, _)| class(c))
+        .collect();
+    wgpu_tp::set_tuning(before);
+    assert_eq!(ours.len(), 1, "one choice for the class: {ours:?}");
+    let names: Vec<String> = kernels::gemv::WORKGROUPS
+        .iter()
+        .map(|w| format!("wg {w}"))
+        .collect();
+    assert!(names.contains(&ours[0].2), "a candidate: {ours:?}");
+    let file = wgpu_tp::tuning_file(r.device(), &on).expect("a cache file name");
+    let text = std::fs::read_to_string(&file).expect("the choice written to disk");
+    let saved: std::collections::BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        saved.get(&ours[0].1),
+        Some(&ours[0].2),
+        "{}",
+        file.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
