@@ -11,8 +11,6 @@
 //! load is several times fewer loads). Rows are rounded up to 1, 2, 4 or 8
 //! (an override constant): four pipelines per layout at most.
 
-use std::sync::OnceLock;
-
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -20,16 +18,17 @@ use crate::error::{Error, Result};
 /// The most rows of A the GEMV kernel takes.
 pub const GEMV_MAX_ROWS: usize = 8;
 
-/// Invocations per workgroup where nothing was measured: small, so a
+/// The knob the GEMV's measurement (`device::tune`) picks, `c`: a
+/// workgroup of `16·c` invocations. Every `c` computes the same bits (an
+/// invocation's columns and the order of their sums do not change).
+pub const CANDIDATES: [usize; 4] = [1, 2, 4, 8];
+
+/// `c` where nothing was measured: 32 invocations a workgroup (small, so a
 /// one-token product over a few hundred columns still spreads over several
-/// workgroups (CPU adapters run workgroups on separate threads).
-const WORKGROUP: usize = 32;
+/// workgroups, which CPU adapters run on separate threads).
+const GUESS: usize = 2;
 
-/// The workgroup sizes measured against each other (`device::tune`): the
-/// same arithmetic per column, so the same bits.
-pub const WORKGROUPS: [usize; 4] = [16, 32, 64, 128];
-
-/// Products with fewer weight elements than this take [`WORKGROUP`]
+/// Products with fewer weight elements than this take [`GUESS`]
 /// unmeasured: they take microseconds, less than measuring them would.
 const TUNE_MIN_WEIGHTS: usize = 1 << 18;
 
@@ -163,33 +162,32 @@ pub(crate) fn gemv_into(
 }
 
 /// `a·bᵀ` (`b` `[N, K]`; `[K, N]` without `trans_b`) for `a` `[M, K]`,
-/// `M ≤` [`GEMV_MAX_ROWS`], by the small-M kernel with `wg` invocations a
-/// workgroup (one of [`WORKGROUPS`]). Every size computes the same bits
-/// (the tests check it), so the measured choice (`device::tune`) changes
-/// only speed.
-pub fn gemv_with_workgroup(
+/// `M ≤` [`GEMV_MAX_ROWS`], by the small-M kernel with knob `c` (one of
+/// [`CANDIDATES`]). Every `c` computes the same bits (the tests check it),
+/// so the measured choice (`device::tune`) changes only speed.
+pub fn gemv_with_candidate(
     a: &LocalTensor,
     b: &LocalTensor,
     trans_b: bool,
-    wg: usize,
+    c: usize,
 ) -> Result<LocalTensor> {
-    const OP: &str = "gemv_with_workgroup";
-    let ([m, k], [r, c]) = (a.shape(), b.shape()) else {
+    const OP: &str = "gemv_with_candidate";
+    let ([m, k], [r, cols]) = (a.shape(), b.shape()) else {
         return Err(Error::shape(OP, "a [M, K], b 2-D", a.shape()));
     };
-    let (m, k, n) = (*m, *k, if trans_b { *r } else { *c });
-    if (if trans_b { *c } else { *r }) != k || !WORKGROUPS.contains(&wg) {
+    let (m, k, n) = (*m, *k, if trans_b { *r } else { *cols });
+    if (if trans_b { *cols } else { *r }) != k || !CANDIDATES.contains(&c) {
         return Err(Error::invalid(
             OP,
             format!(
-                "b {:?} must match a's K = {k}, wg one of {WORKGROUPS:?}",
+                "b {:?} must match a's K = {k}, c one of {CANDIDATES:?}",
                 b.shape()
             ),
         ));
     }
     a.same_rank(OP, b)?;
     let out = a.rank().zeros(&[m, n], a.dtype())?;
-    gemv_sized(a, b, trans_b, (None, None), &out, (m, n, k), Some(wg))?;
+    gemv_sized(a, b, trans_b, (None, None), &out, (m, n, k), Some(c))?;
     Ok(out)
 }
 
@@ -200,7 +198,7 @@ fn gemv_sized(
     (bias, acc): (Option<&LocalTensor>, Option<&LocalTensor>),
     out: &LocalTensor,
     (m, n, k): (usize, usize, usize),
-    wg: Option<usize>,
+    c: Option<usize>,
 ) -> Result<()> {
     const OP: &str = "gemv";
     if !(1..=GEMV_MAX_ROWS).contains(&m) || k == 0 || n == 0 {
@@ -220,8 +218,9 @@ fn gemv_sized(
     let rows = m.next_power_of_two();
     let entry = if trans_b { "gemv_nk" } else { "gemv_kn" };
     let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1;
-    let record = |wg: usize| {
-        let groups = n.div_ceil(4).div_ceil(wg);
+    let record = |c: usize| {
+        let constants = vec![("ROWS", rows as f64), ("WG", (16 * c) as f64)];
+        let groups = n.div_ceil(4).div_ceil(16 * c);
         let params = Params {
             m: m as u32,
             n: n as u32,
@@ -230,8 +229,7 @@ fn gemv_sized(
             groups: groups as u32,
             _pad: [0; 3],
         };
-        let spec = KernelSpec::new(family, source, BINDINGS, entry)
-            .with_constants(vec![("ROWS", rows as f64), ("WG", wg as f64)]);
+        let spec = KernelSpec::new(family, source, BINDINGS, entry).with_constants(constants);
         // Absent bias / acc bind `a` and `b` in their place; the flags keep them unread.
         Dispatch {
             spec: &spec,
@@ -241,41 +239,33 @@ fn gemv_sized(
         }
         .record(a.device())
     };
-    match wg {
-        Some(wg) => record(wg),
-        None => record(workgroup(a.device(), family, entry, (rows, n, k), &record)?),
+    match c {
+        Some(c) => record(c),
+        None => record(candidate(a.device(), family, entry, (rows, n, k), &record)?),
     }
 }
 
-/// The workgroup size for this product: measured per shape class (rows,
-/// and N and K rounded up to powers of two) where the product is large
-/// enough to matter, else [`WORKGROUP`]; `WGPU_TP_GEMV_WG` forces one.
-fn workgroup(
+/// The knob for this product: measured per shape class (layout, rows, and
+/// N and K rounded up to powers of two) where the product is large enough
+/// to matter, else [`GUESS`].
+fn candidate(
     device: &Device,
     family: &str,
     entry: &str,
     (rows, n, k): (usize, usize, usize),
     record: &dyn Fn(usize) -> Result<()>,
 ) -> Result<usize> {
-    static ENV: OnceLock<Option<usize>> = OnceLock::new();
-    let forced = ENV.get_or_init(|| {
-        let wg = std::env::var("WGPU_TP_GEMV_WG").ok()?.parse().ok()?;
-        WORKGROUPS.contains(&wg).then_some(wg)
-    });
-    if let Some(wg) = *forced {
-        return Ok(wg);
-    }
     if n.saturating_mul(k) < TUNE_MIN_WEIGHTS {
-        return Ok(WORKGROUP);
+        return Ok(GUESS);
     }
     let most = device.limits().max_compute_invocations_per_workgroup as usize;
-    let sizes: Vec<usize> = WORKGROUPS.into_iter().filter(|&w| w <= most).collect();
-    let names: Vec<String> = sizes.iter().map(|w| format!("wg {w}")).collect();
+    let cs: Vec<usize> = CANDIDATES.into_iter().filter(|&c| 16 * c <= most).collect();
+    let names: Vec<String> = cs.iter().map(|c| format!("wg {}", 16 * c)).collect();
     let class = format!(
         "{family} {entry} rows {rows} n {} k {}",
         n.next_power_of_two(),
         k.next_power_of_two()
     );
-    let chosen = tune::choose(device, &class, &names, |i| record(sizes[i]))?;
-    Ok(chosen.map_or(WORKGROUP, |i| sizes[i]))
+    let chosen = tune::choose(device, &class, &names, |i| record(cs[i]))?;
+    Ok(chosen.map_or(GUESS, |i| cs[i]))
 }

@@ -45,9 +45,9 @@ fn a_large_one_row_product_is_measured_once_and_its_choice_kept_on_disk() {
         .collect();
     wgpu_tp::set_tuning(before);
     assert_eq!(ours.len(), 1, "one choice for the class: {ours:?}");
-    let names: Vec<String> = kernels::gemv::WORKGROUPS
+    let names: Vec<String> = kernels::gemv::CANDIDATES
         .iter()
-        .map(|w| format!("wg {w}"))
+        .map(|c| format!("wg {}", 16 * c))
         .collect();
     assert!(names.contains(&ours[0].2), "a candidate: {ours:?}");
     let file = wgpu_tp::tuning_file(r.device(), &on).expect("a cache file name");
