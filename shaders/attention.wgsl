@@ -62,7 +62,7 @@ struct Params {
     kv0: u32,
     // Sliding window (0: none).
     window: u32,
-    // Key/value heads of the views (mix with trans = 1 and append_kv run
+    // Key/value heads of the views (mix with trans = 1 and write_kv run
     // over these).
     kv_heads: u32,
     _pad0: u32,
@@ -71,11 +71,11 @@ struct Params {
 
 // One layout for every entry; unused slots get any read-only input.
 @group(0) @binding(0) var<uniform> p: Params;
-// append_kv: the new keys (view a).
+// write_kv: the new keys (view a).
 @group(0) @binding(1) var<storage, read> a_src: array<f32>;
-// append_kv: the old cache.
+// write_kv: unused.
 @group(0) @binding(2) var<storage, read> b_src: array<f32>;
-// A score-shaped matrix: P or dS (mix), P (grad_softmax_rows); append_kv:
+// A score-shaped matrix: P or dS (mix), P (grad_softmax_rows); write_kv:
 // the new values (view b).
 @group(0) @binding(3) var<storage, read> mat: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
@@ -334,26 +334,24 @@ fn mix(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     store_row(b, h, r0 + 3u, rows, e0, acc3);
 }
 
-// out = the grown key/value cache [2, batch, kv_heads, tk, d] (keys, then
-// values): the old cache [2, batch, kv_heads, past, d] (b_src) for positions
-// t < past, then the new rows' keys (a_src, view a) and values (mat, view b),
-// tq per sequence. One invocation per element.
+// The new rows' keys (a_src, view a) and values (mat, view b), tq per
+// sequence, written into the key/value cache out [tk, 2, batch, kv_heads, d]
+// (positions outermost) at positions past.. (from o_base = past · 2 · batch
+// · kv_heads · d); the earlier positions are not touched, so a cache grows
+// in place. One invocation per new element, in the cache's order.
 @compute @workgroup_size(64)
-fn append_kv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) li: u32) {
+fn write_kv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) li: u32) {
     let idx = invocation(wg, nwg, li);
     if (idx >= p.n) { return; }
     let e = idx % p.d;
-    let t = (idx / p.d) % p.tk;
-    let sbh = idx / (p.d * p.tk);
-    let h = sbh % p.kv_heads;
-    let b = (sbh / p.kv_heads) % p.batch;
-    let s = sbh / (p.kv_heads * p.batch);
-    if (t < p.past) {
-        out[idx] = b_src[(sbh * p.past + t) * p.d + e];
-    } else if (s == 0u) {
-        out[idx] = a_src[a_at(b, h, t - p.past) + e];
+    let h = (idx / p.d) % p.kv_heads;
+    let b = (idx / (p.d * p.kv_heads)) % p.batch;
+    let s = (idx / (p.d * p.kv_heads * p.batch)) % 2u;
+    let t = idx / (2u * p.d * p.kv_heads * p.batch);
+    if (s == 0u) {
+        out[p.o_base + idx] = a_src[a_at(b, h, t) + e];
     } else {
-        out[idx] = mat[b_at(b, h, t - p.past) + e];
+        out[p.o_base + idx] = mat[b_at(b, h, t) + e];
     }
 }

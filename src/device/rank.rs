@@ -203,6 +203,7 @@ impl Rank {
             device: self.device.clone(),
             shared_across_ranks: AtomicBool::new(false),
             derived: Default::default(),
+            claimed: Default::default(),
         });
         Ok(LocalTensor::new(storage, shape.to_vec(), dtype, self.index))
     }

@@ -17,7 +17,7 @@
 //! `staging.rs`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::context::Device;
 use super::derived::DerivedCache;
@@ -33,6 +33,9 @@ pub(super) struct Storage {
     pub(super) shared_across_ranks: AtomicBool,
     /// Version (bumped by in-place writes) and operands derived from it.
     pub(super) derived: DerivedCache,
+    /// Elements at the buffer's start some tensor was grown over in place
+    /// ([`LocalTensor::grow_in_place`]); 0 until then.
+    pub(super) claimed: AtomicUsize,
 }
 
 impl Drop for Storage {
@@ -171,6 +174,51 @@ impl LocalTensor {
             Body::Buffer(s) => Ok(s.buffer.as_ref().expect("buffer present until drop")),
             Body::Blocks(_) => Err(blocked_error(op, self)),
         }
+    }
+
+    /// A tensor of `shape` (more elements) over this one's buffer, its first
+    /// elements this tensor's, where the buffer has room and no tensor was
+    /// grown past this one's end from it before (so writing the new
+    /// elements changes no tensor's values): how a key/value cache grows
+    /// by a token without a copy. `None` where that does not hold.
+    pub(crate) fn grow_in_place(&self, shape: &[usize]) -> Option<LocalTensor> {
+        let Body::Buffer(s) = &self.body else {
+            return None;
+        };
+        let n: usize = shape.iter().product();
+        let bytes = (n as u64 * self.dtype.size_bytes() as u64).next_multiple_of(4);
+        if n < self.len() || bytes > s.size {
+            return None;
+        }
+        s.claimed
+            .compare_exchange(self.len(), n, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(LocalTensor::new(
+            s.clone(),
+            shape.to_vec(),
+            self.dtype,
+            self.rank,
+        ))
+    }
+
+    /// A tensor of `shape` over the start of this one's buffer (at most as
+    /// many elements), claimed for [`LocalTensor::grow_in_place`]: a cache
+    /// allocated with room to grow.
+    pub(crate) fn claimed_prefix(&self, shape: &[usize]) -> Option<LocalTensor> {
+        let Body::Buffer(s) = &self.body else {
+            return None;
+        };
+        let n: usize = shape.iter().product();
+        if n > self.len() {
+            return None;
+        }
+        s.claimed.store(n, Ordering::Release);
+        Some(LocalTensor::new(
+            s.clone(),
+            shape.to_vec(),
+            self.dtype,
+            self.rank,
+        ))
     }
 
     /// The same data under another shape with as many elements (no copy). A

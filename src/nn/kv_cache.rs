@@ -8,7 +8,7 @@ use crate::tensor::DTensor;
 /// each rank holds only its own heads.
 #[derive(Clone, Debug, Default)]
 pub struct KvCache {
-    /// `[2, 1, heads, len, head_dim]` (`Shard(2)` for GPT-2's
+    /// `[len, 2, 1, heads, head_dim]` (`Shard(3)` for GPT-2's
     /// [`ParallelSelfAttention`](crate::models::ParallelSelfAttention),
     /// held key/value heads for grouped-query attention); `None`
     /// before the first step.

@@ -197,8 +197,10 @@ impl DTensor {
     /// One step of cached decoding of a single sequence: `self` is the fused
     /// `qkv` `[new, 3·heads·head_dim]` of the new tokens (placed as for
     /// [`DTensor::causal_attention`]), `cache` the keys and values of the
-    /// earlier positions `[2, 1, heads, past, head_dim]` `Shard(2)` (each
-    /// rank its own heads; `None` before the first step). Returns the new
+    /// earlier positions `[past, 2, 1, heads, head_dim]` `Shard(3)` (each
+    /// rank its own heads; `None` before the first step; grown in place as
+    /// [`kernels::attention_decode`](crate::kernels::attention_decode)
+    /// says). Returns the new
     /// tokens' output `[new, heads·head_dim]` (`Shard(1)` in units of
     /// `head_dim`, the matching rows of [`DTensor::causal_attention`] over
     /// the whole sequence) and the grown cache. Communicates nothing. Not
@@ -216,10 +218,10 @@ impl DTensor {
         let past = match cache {
             None => 0,
             Some(c) => {
-                let [2, 1, h, past, d] = *c.shape() else {
+                let [past, 2, 1, h, d] = *c.shape() else {
                     return Err(Error::shape(
                         OP,
-                        format!("cache [2, 1, {heads}, past, {head_dim}]"),
+                        format!("cache [past, 2, 1, {heads}, {head_dim}]"),
                         c.shape(),
                     ));
                 };
@@ -244,8 +246,8 @@ impl DTensor {
             grown.push(step.cache);
         }
         let out = joined(self, outs, new, heads, head_dim);
-        let cache_shape = vec![2, 1, heads, past + new, head_dim];
-        let cache = self.with_shards_in_units(grown, cache_shape, Placement::Shard(2), 1);
+        let cache_shape = vec![past + new, 2, 1, heads, head_dim];
+        let cache = self.with_shards_in_units(grown, cache_shape, Placement::Shard(3), 1);
         Ok((out, cache))
     }
 }

@@ -273,9 +273,11 @@ impl DTensor {
     /// One step of cached grouped-query decoding of a single sequence:
     /// `self` (q), `k`, `v` hold the new tokens (placed as for
     /// [`DTensor::gqa_attention`]), `cache` the earlier positions' keys and
-    /// values (`None` before the first step): `[2, 1, P·M, past, D]`,
-    /// `Shard(2)` in units of `M` for held k and v, `[2, 1, kv_heads, past,
-    /// D]` `Replicate` for replicated ones. Returns the new tokens' output (the matching rows of
+    /// values (`None` before the first step): `[past, 2, 1, P·M, D]`,
+    /// `Shard(3)` in units of `M` for held k and v, `[past, 2, 1, kv_heads,
+    /// D]` `Replicate` for replicated ones (grown in place as
+    /// [`kernels::attention_decode_gqa`](crate::kernels::attention_decode_gqa)
+    /// says). Returns the new tokens' output (the matching rows of
     /// [`DTensor::gqa_attention`] over the whole sequence, window included)
     /// and the grown cache. Communicates nothing; not differentiable.
     pub fn gqa_decode(
@@ -290,13 +292,13 @@ impl DTensor {
         let (new, kv) = check_operands(OP, [self, k, v], spec)?;
         let d = spec.head_dim;
         let (heads, placement) = match kv.held {
-            true => (self.mesh().size() * kv.per, Placement::Shard(2)),
+            true => (self.mesh().size() * kv.per, Placement::Shard(3)),
             false => (kv.per, Placement::Replicate),
         };
         let past = match cache {
             None => 0,
             Some(c) => match *c.shape() {
-                [2, 1, h, past, e]
+                [past, 2, 1, h, e]
                     if h == heads
                         && e == d
                         && c.mesh().same_as(self.mesh())
@@ -307,7 +309,7 @@ impl DTensor {
                 _ => {
                     return Err(Error::shape(
                         OP,
-                        format!("cache [2, 1, {heads}, past, {d}] {placement:?} on q's mesh"),
+                        format!("cache [past, 2, 1, {heads}, {d}] {placement:?} on q's mesh"),
                         c.shape(),
                     ));
                 }
@@ -328,7 +330,7 @@ impl DTensor {
             grown.push(step.cache);
         }
         let out = self.with_shards_in_units(outs, self.shape().to_vec(), Placement::Shard(1), d);
-        let shape = vec![2, 1, heads, past + new, d];
+        let shape = vec![past + new, 2, 1, heads, d];
         let unit = if kv.held { kv.per } else { 1 };
         let cache = self.with_shards_in_units(grown, shape, placement, unit);
         Ok((out, cache))

@@ -335,13 +335,13 @@ fn cached_decoding_equals_full_recomputation() {
             e <= 1e-6,
             "{what}: differs from the full forward by {e:.3e}"
         );
-        // The cache: [2, B, H, T, D] with keys then values.
+        // The cache: [T, 2, B, H, D], positions outermost, keys then values.
         let got = cache.unwrap().to_vec().unwrap();
         let mut want_cache = Vec::new();
-        for blk in 1..3 {
-            for sb in 0..b {
-                for hh in 0..h {
-                    for tt in 0..t {
+        for tt in 0..t {
+            for blk in 1..3 {
+                for sb in 0..b {
+                    for hh in 0..h {
                         for e in 0..d {
                             want_cache.push(qkv[at(&full, blk, sb, hh, tt, e)]);
                         }
@@ -367,7 +367,7 @@ fn no_heads_gives_empty_tensors() {
     assert_eq!(g.shape(), [10, 0]);
     let dec = kernels::attention_decode(&qkv, None, s).unwrap();
     assert_eq!(dec.out.shape(), [10, 0]);
-    assert_eq!(dec.cache.shape(), [2, 2, 0, 5, 4]);
+    assert_eq!(dec.cache.shape(), [5, 2, 2, 0, 4]);
 }
 
 #[test]
@@ -446,15 +446,15 @@ fn bad_inputs_are_errors_that_leave_the_mesh_usable() {
     let one = AttentionShape::new(2, 1, 2, 3);
     let step = up(r0, &[2, w], &x[..2 * w]);
     let dec = |c: &LocalTensor| kernels::attention_decode(&step, Some(c), one);
-    let cache = r0.zeros(&[2, 2, 2, 4, 3], wgpu_tp::DType::F32).unwrap();
+    let cache = r0.zeros(&[4, 2, 2, 2, 3], wgpu_tp::DType::F32).unwrap();
     assert!(dec(&cache).is_ok());
-    let wrong = r0.zeros(&[2, 2, 3, 4, 3], wgpu_tp::DType::F32).unwrap();
+    let wrong = r0.zeros(&[4, 2, 2, 3, 3], wgpu_tp::DType::F32).unwrap();
     assert!(matches!(dec(&wrong), Err(Error::ShapeMismatch { .. })));
     let flat = r0.zeros(&[48], wgpu_tp::DType::F32).unwrap();
     assert!(matches!(dec(&flat), Err(Error::ShapeMismatch { .. })));
-    let other = r1.zeros(&[2, 2, 2, 4, 3], wgpu_tp::DType::F32).unwrap();
+    let other = r1.zeros(&[4, 2, 2, 2, 3], wgpu_tp::DType::F32).unwrap();
     assert!(matches!(dec(&other), Err(Error::RankMismatch { .. })));
-    let int_cache = r0.zeros(&[2, 2, 2, 4, 3], wgpu_tp::DType::I32).unwrap();
+    let int_cache = r0.zeros(&[4, 2, 2, 2, 3], wgpu_tp::DType::I32).unwrap();
     assert!(matches!(dec(&int_cache), Err(Error::DTypeMismatch { .. })));
 
     // Still usable: the forward and backward on rank 0 are right.

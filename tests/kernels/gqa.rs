@@ -478,7 +478,7 @@ fn gqa_decoding_with_a_past_equals_the_whole_forward_rows() {
             )
             .unwrap();
             assert_eq!(dec.out.shape(), s.out_shape(), "{what}");
-            assert_eq!(dec.cache.shape(), [2, b, kv, past + c, d], "{what}");
+            assert_eq!(dec.cache.shape(), [past + c, 2, b, kv, d], "{what}");
             let got = dec.out.to_vec().unwrap();
             let want_rows = token_rows(&want, (b, t, hd), past, c);
             // Element-wise per chunk, norm-wise over all chunks below.
@@ -502,11 +502,12 @@ fn gqa_decoding_with_a_past_equals_the_whole_forward_rows() {
             e <= 1e-6,
             "{what}: differs from the whole forward by {e:.3e}"
         );
+        // [T, 2, B, KV, D]: positions outermost, keys then values.
         let mut want_cache = Vec::new();
-        for x in [&k, &v] {
-            for sb in 0..b {
-                for kh in 0..kv {
-                    for tt in 0..t {
+        for tt in 0..t {
+            for x in [&k, &v] {
+                for sb in 0..b {
+                    for kh in 0..kv {
                         let row = (sb * t + tt) * kvd + kh * d;
                         want_cache.extend_from_slice(&x[row..row + d]);
                     }
@@ -715,13 +716,13 @@ fn gqa_bad_inputs_are_errors_that_leave_the_mesh_usable() {
         up(r0, &[b, kv * d], &k[..b * kv * d]),
     );
     let dec = |c: &LocalTensor| kernels::attention_decode_gqa(&sq, &sk, &sk, Some(c), one, g);
-    let ok = r0.zeros(&[2, b, kv, 4, d], DType::F32).unwrap();
+    let ok = r0.zeros(&[4, 2, b, kv, d], DType::F32).unwrap();
     assert!(dec(&ok).is_ok());
     for bad in [
-        [2, b, kv + 1, 4, d],
-        [2, b, kv, 4, d + 1],
-        [2, b + 1, kv, 4, d],
-        [1, b, kv, 4, d],
+        [4, 2, b, kv + 1, d],
+        [4, 2, b, kv, d + 1],
+        [4, 2, b + 1, kv, d],
+        [4, 1, b, kv, d],
     ] {
         let c = r0.zeros(&bad, DType::F32).unwrap();
         assert!(
@@ -729,9 +730,9 @@ fn gqa_bad_inputs_are_errors_that_leave_the_mesh_usable() {
             "cache {bad:?}"
         );
     }
-    let c_r1 = r1.zeros(&[2, b, kv, 4, d], DType::F32).unwrap();
+    let c_r1 = r1.zeros(&[4, 2, b, kv, d], DType::F32).unwrap();
     assert!(matches!(dec(&c_r1), Err(Error::RankMismatch { .. })));
-    let c_int = r0.zeros(&[2, b, kv, 4, d], DType::I32).unwrap();
+    let c_int = r0.zeros(&[4, 2, b, kv, d], DType::I32).unwrap();
     assert!(matches!(dec(&c_int), Err(Error::DTypeMismatch { .. })));
     assert!(
         kernels::attention_decode_gqa(&sq, &sk, &sk, None, one, HeadGroups { kv_heads: 1, ..g })
@@ -760,4 +761,81 @@ fn gqa_bad_inputs_are_errors_that_leave_the_mesh_usable() {
     let [_, gk, _] = bwd(&a.probs, &td).unwrap();
     let [_, want_dk, _] = backward(&p, [&q64, &k64, &v64], &want_probs, &widen(&d_out));
     assert_close("after errors: dk", &gk.to_vec().unwrap(), &want_dk, 1e-5);
+}
+
+/// The cache grows in place (a step writes only its positions), yet a cache
+/// decoded from twice (two continuations of one prompt) keeps both: each
+/// branch equals the whole forward of its own sequence, and the first
+/// branch's cache still holds its keys after the second was written.
+#[test]
+fn two_continuations_of_one_cache_stay_apart() {
+    let mut rng = Rng::fresh("gqa_branches");
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let (h, kv, d) = (4, 2, 3);
+    let g = groups(h, kv, 0);
+    let (hd, kvd) = (h * d, kv * d);
+    let prompt = 3;
+    // Rows 0..3: the prompt; 3: branch A's token, 4: branch B's, 5: A's next.
+    let (q, k, v) = (rng.vec(6 * hd), rng.vec(6 * kvd), rng.vec(6 * kvd));
+    let rows = |x: &[f32], w: usize, idx: &[usize]| -> Vec<f32> {
+        idx.iter()
+            .flat_map(|&i| x[i * w..(i + 1) * w].to_vec())
+            .collect()
+    };
+    let step = |idx: &[usize], cache: Option<&LocalTensor>| {
+        let n = idx.len();
+        kernels::attention_decode_gqa(
+            &up(r, &[n, hd], &rows(&q, hd, idx)),
+            &up(r, &[n, kvd], &rows(&k, kvd, idx)),
+            &up(r, &[n, kvd], &rows(&v, kvd, idx)),
+            cache,
+            AttentionShape::new(1, n, h, d),
+            g,
+        )
+        .unwrap()
+    };
+    let whole = |idx: &[usize]| {
+        let n = idx.len();
+        let a = kernels::attention_forward_gqa(
+            &up(r, &[n, hd], &rows(&q, hd, idx)),
+            &up(r, &[n, kvd], &rows(&k, kvd, idx)),
+            &up(r, &[n, kvd], &rows(&v, kvd, idx)),
+            AttentionShape::new(1, n, h, d),
+            g,
+            None,
+        )
+        .unwrap();
+        let out = a.out.to_vec().unwrap();
+        widen(&out[(n - 1) * hd..])
+    };
+    let p = step(&[0, 1, 2], None);
+    let a = step(&[3], Some(&p.cache));
+    let b = step(&[4], Some(&p.cache));
+    let a2 = step(&[5], Some(&a.cache));
+    let b2 = step(&[5], Some(&b.cache));
+    for (what, got, seq) in [
+        ("branch A", &a.out, vec![0, 1, 2, 3]),
+        ("branch B", &b.out, vec![0, 1, 2, 4]),
+        ("branch A, next", &a2.out, vec![0, 1, 2, 3, 5]),
+        ("branch B, next", &b2.out, vec![0, 1, 2, 4, 5]),
+    ] {
+        let e = rel_err(&got.to_vec().unwrap(), &whole(&seq));
+        assert!(
+            e <= 1e-6,
+            "{what}: differs from the whole forward by {e:.3e}"
+        );
+    }
+    // Position `prompt` of A's cache holds A's key, not B's.
+    let row = 2 * kvd;
+    let cache_a = a.cache.to_vec().unwrap();
+    assert_eq!(
+        &cache_a[prompt * row..prompt * row + kvd],
+        &k[3 * kvd..4 * kvd]
+    );
+    let cache_b = b.cache.to_vec().unwrap();
+    assert_eq!(
+        &cache_b[prompt * row..prompt * row + kvd],
+        &k[4 * kvd..5 * kvd]
+    );
 }

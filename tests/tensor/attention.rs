@@ -159,7 +159,7 @@ fn attention_decode_equals_the_full_rows_and_records_nothing_p1_2_3() {
             let step = place_qkv(&m, &qkv[start * w..(start + n) * w], n, h, d).requires_grad();
             let (out, grown) = step.attention_decode(cache.as_ref(), h, d).unwrap();
             assert!(!out.is_tracked(), "P={p}: decoding is not differentiable");
-            assert_eq!(grown.shape(), [2, 1, h, start + n, d], "P={p}");
+            assert_eq!(grown.shape(), [start + n, 2, 1, h, d], "P={p}");
             let want = wide(&full[start * h * d..(start + n) * h * d]);
             assert_close(
                 &format!("P={p} rows {start}.."),

@@ -237,7 +237,7 @@ fn gqa_decode_equals_the_full_rows_on_every_world_size() {
                         (Placement::Shard(1), d),
                         "{at}"
                     );
-                    assert_eq!(grown.shape(), [2, 1, kv, past + n, d], "{at}");
+                    assert_eq!(grown.shape(), [past + n, 2, 1, kv, d], "{at}");
                     assert_eq!(grown.placement(), Placement::Replicate, "{at}");
                     let got = out.to_host().unwrap();
                     assert_close(&at, &got, &want[rows.clone()], 1e-5);
@@ -363,9 +363,9 @@ fn gqa_ops_refuse_bad_operands() {
     let (_, cache) = q.gqa_decode(&k, &v, None, &ok).unwrap();
     assert!(q.gqa_decode(&k, &v, Some(&cache), &ok).is_ok());
     let wrong = [
-        [2, 1, kv + 1, rows, d],
-        [2, 1, kv, rows, d + 1],
-        [2, 2, kv, rows, d],
+        [rows, 2, 1, kv + 1, d],
+        [rows, 2, 1, kv, d + 1],
+        [rows, 2, 2, kv, d],
     ];
     for shape in wrong {
         let n = shape.iter().product();

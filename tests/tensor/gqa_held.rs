@@ -211,18 +211,18 @@ fn decoding_on_held_heads_grows_a_held_cache() {
                 let (out, grown) = sq
                     .gqa_decode(&hold(&k), &hold(&v), cache.as_ref(), &spec(h, kv, d, w, n))
                     .unwrap();
-                assert_eq!(grown.shape(), [2, 1, held.expanded(), past + n, d], "{at}");
+                assert_eq!(grown.shape(), [past + n, 2, 1, held.expanded(), d], "{at}");
                 if p > 1 {
                     assert_eq!(
                         (grown.placement(), grown.shard_unit()),
-                        (Placement::Shard(2), held.per),
+                        (Placement::Shard(3), held.per),
                         "{at}"
                     );
                 }
                 for s in grown.shards() {
                     assert_eq!(
                         s.shape(),
-                        [2, 1, held.per, past + n, d],
+                        [past + n, 2, 1, held.per, d],
                         "{at}: only the held heads"
                     );
                 }
@@ -233,7 +233,7 @@ fn decoding_on_held_heads_grows_a_held_cache() {
             if p > 1 {
                 let c = DTensor::from_host(
                     &m,
-                    &[2, 1, kv, 1, d],
+                    &[1, 2, 1, kv, d],
                     &vec![0.0; 2 * kv * d],
                     Placement::Replicate,
                 )

@@ -11,7 +11,7 @@ use super::checks::{check_operand, check_size};
 use super::launch::{Problem, View};
 use super::shape::{AttentionShape, HeadGroups};
 use super::{Attention, Decoded, ProbsDropout};
-use crate::device::LocalTensor;
+use crate::device::{LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -65,9 +65,17 @@ pub(super) fn backward_into(
     pr.mix(1.0, true, &mixed, (d_out, go), dv)
 }
 
-/// Cached decoding of `pr` (`pr.past` positions in `cache`, `[2, B, KV,
-/// past, D]`): the output `[B·T, H·D]` of the new queries and the grown
-/// cache, with every size checked against the device first.
+/// Positions a fresh key/value cache has room for, at least: a prefill
+/// leaves room for the first tokens.
+const MIN_ROOM: usize = 16;
+
+/// Cached decoding of `pr` (`pr.past` positions in `cache`, `[past, 2, B,
+/// KV, D]`): the output `[B·T, H·D]` of the new queries and the grown
+/// cache, with every size checked against the device first. The new
+/// positions are written in place where the cache's buffer has room and
+/// nothing grew from it before ([`LocalTensor::grow_in_place`]); else into a
+/// buffer with room for twice the positions (as far as one binding allows),
+/// after a copy of the old ones.
 pub(super) fn decode_into(
     op: &'static str,
     pr: &Problem,
@@ -79,11 +87,11 @@ pub(super) fn decode_into(
         .past
         .checked_add(s.seq)
         .ok_or_else(|| Error::invalid(op, "past + seq overflows usize"))?;
-    let cache_shape = [2, s.batch, pr.g.kv_heads, total, s.head_dim];
+    let cache_shape = [total, 2, s.batch, pr.g.kv_heads, s.head_dim];
     let dev = q.0.device();
     check_size(
         op,
-        "the key/value cache [2, B, KV, T, D]",
+        "the key/value cache [T, 2, B, KV, D]",
         &cache_shape,
         dev,
     )?;
@@ -95,23 +103,45 @@ pub(super) fn decode_into(
         dev,
     )?;
     let rank = q.0.rank();
-    let new_cache = rank.alloc(op, &cache_shape, DType::F32)?;
+    let new_cache = match cache.and_then(|c| c.grow_in_place(&cache_shape)) {
+        Some(grown) => grown,
+        None => {
+            // Room for twice the positions (at least 16) where one binding
+            // holds them.
+            let mut room = cache_shape;
+            room[0] = total.max(2 * pr.past).max(MIN_ROOM);
+            if check_size(op, "the key/value cache", &room, dev).is_err() {
+                room[0] = total;
+            }
+            let fresh = rank.alloc(op, &room, DType::F32)?;
+            let fresh = fresh
+                .claimed_prefix(&cache_shape)
+                .ok_or_else(|| Error::invalid(op, "the key/value cache fits one buffer"))?;
+            if let Some(c) = cache.filter(|c| !c.is_empty()) {
+                copy_region(c, 0, &fresh, 0, c.len())?;
+            }
+            fresh
+        }
+    };
     let out = rank.alloc(op, &s.out_shape(), DType::F32)?;
-    let n = new_cache.len() as u64;
-    let params = pr.params(1.0, false, k.1, v.1, View::heads(s));
-    pr.run(
-        "append_kv",
-        params,
-        n,
-        [Some(k.0), cache, Some(v.0)],
-        k.0,
-        &new_cache,
-    )?;
+    let n = (s.seq * 2 * s.batch * pr.g.kv_heads * s.head_dim) as u64;
+    let at = View::cache_from(s, pr.g.kv_heads, pr.past);
+    let params = pr.params(1.0, false, k.1, v.1, at);
+    if n > 0 {
+        pr.run(
+            "write_kv",
+            params,
+            n,
+            [Some(k.0), None, Some(v.0)],
+            k.0,
+            &new_cache,
+        )?;
+    }
     if !s.is_empty() {
         let probs = rank.alloc(op, &probs_shape, DType::F32)?;
         let (kc, vc) = (
-            View::cache_of(s, pr.g.kv_heads, total, 0),
-            View::cache_of(s, pr.g.kv_heads, total, 1),
+            View::cache_of(s, pr.g.kv_heads, 0),
+            View::cache_of(s, pr.g.kv_heads, 1),
         );
         forward_into(
             pr,
@@ -269,10 +299,11 @@ pub fn attention_backward_gqa(
 
 /// One step of cached grouped-query decoding: `q` `[B·T_new, H·D]`, `k`,
 /// `v` `[B·T_new, KV·D]` of the new tokens (at positions `past..past +
-/// T_new`), `cache` `[2, B, KV, past, D]` the keys and values of the earlier
+/// T_new`), `cache` `[past, 2, B, KV, D]` the keys and values of the earlier
 /// positions (`None`: nothing cached). Returns the new tokens' output (the
 /// matching rows of [`attention_forward_gqa`] over the whole sequence, the
-/// window included) and the grown cache `[2, B, KV, past + T_new, D]`.
+/// window included) and the grown cache `[past + T_new, 2, B, KV, D]`,
+/// written in place as [`attention_decode`](super::attention_decode) says.
 pub fn attention_decode_gqa(
     q: &LocalTensor,
     k: &LocalTensor,
@@ -286,11 +317,11 @@ pub fn attention_decode_gqa(
     let mut pr = check(OP, [q, k, v], &shape, &groups, rows)?;
     if let Some(c) = cache {
         let past = match *c.shape() {
-            [_, _, _, len, _] => len,
+            [len, _, _, _, _] => len,
             _ => 0,
         };
-        let want = [2, shape.batch, groups.kv_heads, past, shape.head_dim];
-        check_operand(OP, "key/value cache [2, B, KV, past, D]", q, c, &want)?;
+        let want = [past, 2, shape.batch, groups.kv_heads, shape.head_dim];
+        check_operand(OP, "key/value cache [past, 2, B, KV, D]", q, c, &want)?;
         pr.past = past;
     }
     let srcs = views(&shape, &groups, [q, k, v]);

@@ -41,15 +41,26 @@ impl View {
         }
     }
 
-    /// Keys (`block` 0) or values (1) of a cache `[2, B, KV, len, D]`.
-    pub(super) fn cache_of(s: &AttentionShape, kv: usize, len: usize, block: usize) -> View {
+    /// Keys (`block` 0) or values (1) of a cache `[len, 2, B, KV, D]`.
+    pub(super) fn cache_of(s: &AttentionShape, kv: usize, block: usize) -> View {
         let (b, h, d) = (s.batch as u64, kv as u64, s.head_dim as u64);
-        let len = len as u64;
         View {
-            base: block as u64 * b * h * len * d,
-            sb: h * len * d,
-            sh: len * d,
-            st: d,
+            base: block as u64 * b * h * d,
+            sb: h * d,
+            sh: d,
+            st: 2 * b * h * d,
+        }
+    }
+
+    /// Position `past` onward of a cache `[len, 2, B, KV, D]`, as the flat
+    /// output of `write_kv`.
+    pub(super) fn cache_from(s: &AttentionShape, kv: usize, past: usize) -> View {
+        let row = 2 * (s.batch * kv * s.head_dim) as u64;
+        View {
+            base: past as u64 * row,
+            sb: 0,
+            sh: 0,
+            st: 0,
         }
     }
 

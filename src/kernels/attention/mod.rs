@@ -19,13 +19,16 @@
 //! returned as one `[B·T, 3·H·D]` gradient in the fused layout.
 //!
 //! Cached decoding ([`attention_decode`]) runs the same kernels on queries at
-//! positions `past..past + T` against a key/value cache `[2, B, H, past + T,
-//! D]` (keys, then values) that holds only this rank's heads.
+//! positions `past..past + T` against a key/value cache `[past + T, 2, B, H,
+//! D]` (positions outermost; keys, then values) that holds only this rank's
+//! heads. A step writes only its new positions: the cache's buffer has room
+//! to grow (doubling when full), so the grown cache shares it with the old
+//! one, whose values stay as they were.
 //!
 //! Five entry points: `masked_dots` (`S = q kᵀ/√D` or `dP = dO vᵀ`, masked),
 //! `softmax_rows` and `grad_softmax_rows` (in place, one invocation per row),
-//! `mix` (`P v`, `dS k`, `dSᵀ q`, `Pᵀ dO` into any view) and `append_kv` (the
-//! grown cache). The products give each invocation a 4 × 4 tile, because CPU
+//! `mix` (`P v`, `dS k`, `dSᵀ q`, `Pᵀ dO` into any view) and `write_kv` (the
+//! new positions of the cache). The products give each invocation a 4 × 4 tile, because CPU
 //! adapters pay far more for a load than for an FMA. Every sum runs in a
 //! fixed order, so equal inputs give bit-equal results.
 //!
@@ -77,7 +80,7 @@ pub struct Attention {
 pub struct Decoded {
     /// `[B·T_new, H·D]`: the attention output of the new tokens.
     pub out: LocalTensor,
-    /// `[2, B, H, past + T_new, D]`: the cache grown by the new keys and
+    /// `[past + T_new, 2, B, H, D]`: the cache grown by the new keys and
     /// values; pass it to the next step.
     pub cache: LocalTensor,
 }
@@ -220,14 +223,15 @@ pub fn attention_backward_with(
 
 /// One step of cached decoding: `qkv` `[B·T_new, 3·H·D]` holds the new tokens
 /// (`shape.seq` = T_new per sequence, at positions `past..past + T_new`),
-/// `cache` `[2, B, H, past, D]` the keys (index 0) and values (index 1) of
+/// `cache` `[past, 2, B, H, D]` the keys (index 0) and values (index 1) of
 /// the earlier positions of this rank's heads (`None`: nothing cached, past
 /// = 0). Returns the new tokens' attention output `[B·T_new, H·D]`, which
 /// equals the matching rows of [`attention_forward`] over all `past + T_new`
-/// tokens, and the grown cache `[2, B, H, past + T_new, D]`.
+/// tokens, and the grown cache `[past + T_new, 2, B, H, D]`.
 ///
-/// Each step copies the cache into a new tensor (tensors are immutable), so a
-/// step costs O(cache) besides the attention itself. Errors: operands of other
+/// A step writes only its new positions, into room the cache's buffer keeps
+/// (the first time a cache is grown from; a cache grown from twice, or
+/// full, is copied into a buffer twice as large). Errors: operands of other
 /// shapes, dtypes or ranks, or a cache or probability block larger than one
 /// storage binding.
 pub fn attention_decode(
@@ -240,12 +244,12 @@ pub fn attention_decode(
     let past = match cache {
         Some(c) => {
             let past = match *c.shape() {
-                [_, _, _, len, _] => len,
+                [len, _, _, _, _] => len,
                 _ => 0,
             };
             check_operand(
                 OP,
-                "key/value cache [2, B, H, past, D]",
+                "key/value cache [past, 2, B, H, D]",
                 qkv,
                 c,
                 &shape.cache_shape(past),

@@ -40,9 +40,10 @@ impl AttentionShape {
         [self.batch, self.heads, self.seq, self.seq]
     }
 
-    /// `[2, B, H, len, D]`: a key/value cache of `len` positions.
+    /// `[len, 2, B, H, D]`: a key/value cache of `len` positions, positions
+    /// outermost (so a step appends at the end), keys then values.
     pub fn cache_shape(&self, len: usize) -> [usize; 5] {
-        [2, self.batch, self.heads, len, self.head_dim]
+        [len, 2, self.batch, self.heads, self.head_dim]
     }
 
     /// Whether there is no work: no heads or no tokens.
