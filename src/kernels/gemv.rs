@@ -146,21 +146,6 @@ pub(crate) fn gemv_sources() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
-/// Record `out = a·op(b) (+ bias) (+ acc)`: `a` `[M, K]` (1 ≤ M ≤
-/// [`GEMV_MAX_ROWS`], K ≥ 1), `b` `[N, K]` when `trans_b` else `[K, N]`,
-/// `out` `[M, N]` already allocated; operands checked by the caller (the
-/// GEMM) for shapes, dtypes (A and B alike, bias and acc f32) and rank.
-pub(crate) fn gemv_into(
-    a: &LocalTensor,
-    b: &LocalTensor,
-    trans_b: bool,
-    (bias, acc): (Option<&LocalTensor>, Option<&LocalTensor>),
-    out: &LocalTensor,
-    (m, n, k): (usize, usize, usize),
-) -> Result<()> {
-    gemv_sized(a, b, trans_b, (bias, acc), out, (m, n, k), None)
-}
-
 /// `a·bᵀ` (`b` `[N, K]`; `[K, N]` without `trans_b`) for `a` `[M, K]`,
 /// `M ≤` [`GEMV_MAX_ROWS`], by the small-M kernel with knob `c` (one of
 /// [`CANDIDATES`]). Every `c` computes the same bits (the tests check it),
@@ -187,11 +172,16 @@ pub fn gemv_with_candidate(
     }
     a.same_rank(OP, b)?;
     let out = a.rank().zeros(&[m, n], a.dtype())?;
-    gemv_sized(a, b, trans_b, (None, None), &out, (m, n, k), Some(c))?;
+    gemv_into(a, b, trans_b, (None, None), &out, (m, n, k), Some(c))?;
     Ok(out)
 }
 
-fn gemv_sized(
+/// Record `out = a·op(b) (+ bias) (+ acc)`: `a` `[M, K]` (1 ≤ M ≤
+/// [`GEMV_MAX_ROWS`], K ≥ 1), `b` `[N, K]` when `trans_b` else `[K, N]`,
+/// `out` `[M, N]` already allocated; operands checked by the caller (the
+/// GEMM) for shapes, dtypes (A and B alike, bias and acc f32) and rank.
+/// `c`: the knob to use (else measured or guessed, [`candidate`]).
+pub(crate) fn gemv_into(
     a: &LocalTensor,
     b: &LocalTensor,
     trans_b: bool,

@@ -249,6 +249,7 @@ fn gemm_impl(
             (opts.bias, opts.accumulate),
             &out,
             (m, n, k),
+            None,
         )?;
         return Ok(out);
     }
