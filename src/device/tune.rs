@@ -104,28 +104,28 @@ fn cache_dir() -> Option<PathBuf> {
     Some(base.join("wgpu-tp").join("tune"))
 }
 
-/// The host CPU's model name (a CPU adapter's speed is the host's).
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default()
+/// The host CPU's model name (a CPU adapter's speed is the host's), read
+/// once: every tuned dispatch asks.
+fn cpu_model() -> &'static str {
+    static MODEL: OnceLock<String> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    })
 }
 
 /// What a measurement holds for: the adapter, its driver, the host CPU for
 /// CPU adapters, and this crate's version (kernels change between versions).
 pub(crate) fn device_key(device: &Device) -> String {
     let info = device.adapter_info();
-    let cpu = if device.is_cpu() {
-        cpu_model()
-    } else {
-        String::new()
-    };
+    let cpu = if device.is_cpu() { cpu_model() } else { "" };
     format!(
         "{} | {:?} | {} {} | {} | wgpu-tp {}",
         info.name,
