@@ -14,6 +14,12 @@ pub enum DType {
     /// that take f16 accumulate in f32; collectives move f32, so cast first
     /// (`DTensor::cast`).
     F16,
+    /// bfloat16 (f32's exponent, 8 bits of mantissa), for weights kept as
+    /// checkpoints store them: two per 32-bit word, widened by a shift in
+    /// the kernels that read it, so it works on every adapter (no
+    /// `SHADER_F16` needed). The small-M GEMM and the embedding lookup read
+    /// it directly; other products widen it first. Collectives refuse it.
+    BF16,
 }
 
 impl DType {
@@ -21,7 +27,7 @@ impl DType {
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
-            DType::F16 => 2,
+            DType::F16 | DType::BF16 => 2,
         }
     }
 }
@@ -32,6 +38,7 @@ impl std::fmt::Display for DType {
             DType::F32 => "f32",
             DType::I32 => "i32",
             DType::F16 => "f16",
+            DType::BF16 => "bf16",
         })
     }
 }
@@ -52,8 +59,11 @@ impl ReduceOp {
     #[inline]
     pub(crate) fn combine_words(self, dtype: DType, a: u32, b: u32) -> u32 {
         match (dtype, self) {
-            (DType::F16, _) => {
-                debug_assert!(false, "collectives refuse f16 before combining words");
+            (DType::F16 | DType::BF16, _) => {
+                debug_assert!(
+                    false,
+                    "collectives refuse 16-bit floats before combining words"
+                );
                 a
             }
             (DType::F32, ReduceOp::Sum) => (f32::from_bits(a) + f32::from_bits(b)).to_bits(),

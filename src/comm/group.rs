@@ -78,10 +78,10 @@ pub(super) fn check_group(
 /// Collectives move and reduce whole 32-bit words: f16 tensors are cast to
 /// f32 first, which also makes reductions accumulate in f32.
 fn check_word_sized(op: &'static str, t: &LocalTensor) -> Result<()> {
-    if t.dtype() == DType::F16 {
+    if t.dtype().size_bytes() == 2 {
         return Err(Error::invalid(
             op,
-            "collectives move f32 and i32 tensors; cast f16 to f32 first (DTensor::cast or kernels::cast), so sums also accumulate in f32",
+            "collectives move f32 and i32 tensors; cast f16 and bf16 to f32 first (DTensor::cast or kernels::cast), so sums also accumulate in f32",
         ));
     }
     Ok(())

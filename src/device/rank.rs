@@ -47,6 +47,16 @@ impl Rank {
         self.upload_bytes("upload_f16", shape, DType::F16, bytemuck::cast_slice(data))
     }
 
+    /// Upload bf16 data as a tensor of `shape` on this rank (any adapter).
+    pub fn upload_bf16(&self, shape: &[usize], data: &[half::bf16]) -> Result<LocalTensor> {
+        self.upload_bytes(
+            "upload_bf16",
+            shape,
+            DType::BF16,
+            bytemuck::cast_slice(data),
+        )
+    }
+
     pub(crate) fn upload_bytes(
         &self,
         op: &'static str,
@@ -95,11 +105,11 @@ impl Rank {
     /// A tensor whose every element has the bit pattern `bits` (e.g.
     /// `1.0f32.to_bits()`; for f16 the low 16 bits, e.g. `f16::ONE.to_bits()`).
     pub fn filled(&self, shape: &[usize], dtype: DType, bits: u32) -> Result<LocalTensor> {
-        if dtype == DType::F16 && bits > 0xFFFF {
+        if dtype.size_bytes() == 2 && bits > 0xFFFF {
             return Err(Error::invalid(
                 "filled",
                 format!(
-                    "{bits:#x} is not an f16 bit pattern (16 bits); use e.g. half::f16::ONE.to_bits()"
+                    "{bits:#x} is not a {dtype} bit pattern (16 bits); use e.g. half::f16::ONE.to_bits()"
                 ),
             ));
         }
@@ -126,7 +136,7 @@ impl Rank {
                     .record(|enc| enc.clear_buffer(&buf, 0, Some(words)));
             } else {
                 let word = match t.dtype() {
-                    DType::F16 => bits * 0x1_0001,
+                    DType::F16 | DType::BF16 => bits * 0x1_0001,
                     DType::F32 | DType::I32 => bits,
                 };
                 let data = vec![word; words as usize / 4];

@@ -45,7 +45,7 @@ pub async fn download_many_async(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>
 }
 
 impl LocalTensor {
-    /// Read back as f32 (waits for the device); f16 tensors are widened,
+    /// Read back as f32 (waits for the device); f16 and bf16 tensors are widened,
     /// which is exact.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
         block_on("LocalTensor::to_vec", self.to_vec_async())
@@ -56,6 +56,11 @@ impl LocalTensor {
         if self.dtype() == DType::F16 {
             let h = self.read_async("to_vec_f16", DType::F16).await?;
             let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(&h);
+            return Ok(h.iter().map(|h| h.to_f32()).collect());
+        }
+        if self.dtype() == DType::BF16 {
+            let h = self.read_async("to_vec_bf16", DType::BF16).await?;
+            let h: Vec<half::bf16> = bytemuck::pod_collect_to_vec(&h);
             return Ok(h.iter().map(|h| h.to_f32()).collect());
         }
         let raw = self.read_async("to_vec", DType::F32).await?;

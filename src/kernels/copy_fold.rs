@@ -146,9 +146,9 @@ pub(crate) fn copy_block(src: &LocalTensor, dst: &LocalTensor, b: Block) -> Resu
     }
     match b.contiguous() {
         Some((s, d)) => copy_region(src, s, dst, d, b.total()),
-        None if dst.dtype() == DType::F16 => Err(Error::invalid(
+        None if dst.dtype().size_bytes() == 2 => Err(Error::invalid(
             "copy_block",
-            "strided copies move 32-bit words; widen f16 tensors first (kernels::cast)",
+            "strided copies move 32-bit words; widen f16 and bf16 tensors first (kernels::cast)",
         )),
         // Long runs (a column block of GPT-2's logits: 16k words a row) as
         // one buffer copy each: a memcpy, where the kernel moves a word per
@@ -206,10 +206,10 @@ pub(crate) fn fold_block(
         (DType::F32, ReduceOp::Max) => 1.0,
         (DType::I32, ReduceOp::Sum) => 2.0,
         (DType::I32, ReduceOp::Max) => 3.0,
-        (DType::F16, _) => {
+        (DType::F16 | DType::BF16, _) => {
             return Err(Error::invalid(
                 OP,
-                "folds f32 and i32 words; cast f16 to f32 first",
+                "folds f32 and i32 words; cast f16 and bf16 to f32 first",
             ));
         }
     };

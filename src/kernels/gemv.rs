@@ -56,14 +56,14 @@ fn lda(m: u32, k: u32) -> f32 { return f32(a[arow(m) * p.k + k]); }
 ";
 
 /// B read as vec4s: `[N, K]` with K a multiple of 4, or `[K, N]` with N one.
-const B_VEC4: &str = "alias BV = vec4<AIn>;
+const B_VEC4: &str = "alias BV = vec4<BIn>;
 fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return vec4<f32>(b[n * (p.k / 4u) + q]); }
 fn ldb_nk(n: u32, k: u32) -> f32 { let i = n * p.k + k; return f32(b[i / 4u][i % 4u]); }
 fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return vec4<f32>(b[k * (p.n / 4u) + j]); }
 ";
 
 /// B read element by element (columns past N read the last one).
-const B_SCALAR: &str = "alias BV = AIn;
+const B_SCALAR: &str = "alias BV = BIn;
 fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
     let i = n * p.k + 4u * q;
     return vec4<f32>(f32(b[i]), f32(b[i + 1u]), f32(b[i + 2u]), f32(b[i + 3u]));
@@ -75,6 +75,43 @@ fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
     let last = p.n - 1u;
     return vec4<f32>(f32(b[i + c]), f32(b[i + min(c + 1u, last)]),
         f32(b[i + min(c + 2u, last)]), f32(b[i + min(c + 3u, last)]));
+}
+";
+
+/// bf16 B four elements (two words) a load, widened by shifts: `[N, K]`
+/// with K a multiple of 4, or `[K, N]` with N one. Element 2w is word w's
+/// low half (little-endian, as checkpoints store it).
+const B_VEC4_BF16: &str = "alias BV = vec2<u32>;
+fn wide4(v: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(v.x << 16u), bitcast<f32>(v.x & 0xffff0000u),
+        bitcast<f32>(v.y << 16u), bitcast<f32>(v.y & 0xffff0000u));
+}
+fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return wide4(b[n * (p.k / 4u) + q]); }
+fn ldb_nk(n: u32, k: u32) -> f32 {
+    let i = n * p.k + k;
+    let w = b[i / 4u][(i / 2u) % 2u];
+    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
+}
+fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return wide4(b[k * (p.n / 4u) + j]); }
+";
+
+/// bf16 B element by element (columns past N read the last one).
+const B_SCALAR_BF16: &str = "alias BV = u32;
+fn bf(i: u32) -> f32 {
+    let w = b[i / 2u];
+    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
+}
+fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
+    let i = n * p.k + 4u * q;
+    return vec4<f32>(bf(i), bf(i + 1u), bf(i + 2u), bf(i + 3u));
+}
+fn ldb_nk(n: u32, k: u32) -> f32 { return bf(n * p.k + k); }
+fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
+    let i = k * p.n;
+    let c = 4u * j;
+    let last = p.n - 1u;
+    return vec4<f32>(bf(i + c), bf(i + min(c + 1u, last)), bf(i + min(c + 2u, last)),
+        bf(i + min(c + 3u, last)));
 }
 ";
 
@@ -100,49 +137,68 @@ struct Params {
     _pad: [u32; 3],
 }
 
-/// The (family, source) of one (input, output, binding) combination,
+/// The (family, source) of one (A, B, C dtypes, binding) combination,
 /// composed once per process: pipeline specs take `&'static str`.
-fn program(input: DType, output: DType, binding: Binding) -> (&'static str, &'static str) {
+fn program(
+    (input, weight, output): (DType, DType, DType),
+    binding: Binding,
+) -> (&'static str, &'static str) {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
-    type Key = (DType, DType, Binding);
+    type Key = (DType, DType, DType, Binding);
     static CACHE: OnceLock<Mutex<HashMap<Key, (&'static str, &'static str)>>> = OnceLock::new();
     let mut cache = CACHE
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    *cache.entry((input, output, binding)).or_insert_with(|| {
-        let (a, b, tag) = match binding {
-            Binding::BothVec4 => (A_VEC4, B_VEC4, "_ab4"),
-            Binding::BVec4 => (A_SCALAR, B_VEC4, "_b4"),
-            Binding::Scalar => (A_SCALAR, B_SCALAR, ""),
-        };
-        let f16 = input == DType::F16 || output == DType::F16;
-        let source = format!(
-            "{}alias AIn = {input};\nalias COut = {output};\n{a}{b}{}",
-            if f16 { "enable f16;\n" } else { "" },
-            include_str!("../../shaders/gemv.wgsl")
-        );
-        let family = format!("gemv_{input}_to_{output}{tag}");
-        (
-            Box::leak(family.into_boxed_str()) as &'static str,
-            Box::leak(source.into_boxed_str()) as &'static str,
-        )
-    })
+    *cache
+        .entry((input, weight, output, binding))
+        .or_insert_with(|| {
+            let bf16 = weight == DType::BF16;
+            let (a, b, tag) = match binding {
+                Binding::BothVec4 => (A_VEC4, if bf16 { B_VEC4_BF16 } else { B_VEC4 }, "_ab4"),
+                Binding::BVec4 => (A_SCALAR, if bf16 { B_VEC4_BF16 } else { B_VEC4 }, "_b4"),
+                Binding::Scalar => (A_SCALAR, if bf16 { B_SCALAR_BF16 } else { B_SCALAR }, ""),
+            };
+            let f16 = [input, weight, output].contains(&DType::F16);
+            let source = format!(
+                "{}alias AIn = {input};\nalias BIn = {};\nalias COut = {output};\n{a}{b}{}",
+                if f16 { "enable f16;\n" } else { "" },
+                if bf16 {
+                    "u32".to_string()
+                } else {
+                    weight.to_string()
+                },
+                include_str!("../../shaders/gemv.wgsl")
+            );
+            let w = if weight == input {
+                String::new()
+            } else {
+                format!("_w{weight}")
+            };
+            let family = format!("gemv_{input}{w}_to_{output}{tag}");
+            (
+                Box::leak(family.into_boxed_str()) as &'static str,
+                Box::leak(source.into_boxed_str()) as &'static str,
+            )
+        })
 }
 
 /// Every composed GEMV source, as (name, source): for validation tests.
 pub(crate) fn gemv_sources() -> Vec<(&'static str, &'static str)> {
-    let pairs = [
-        (DType::F32, DType::F32),
-        (DType::F16, DType::F16),
-        (DType::F16, DType::F32),
-        (DType::F32, DType::F16),
+    use DType::{BF16, F16, F32};
+    let dtypes = [
+        (F32, F32, F32),
+        (F16, F16, F16),
+        (F16, F16, F32),
+        (F32, F32, F16),
+        (F32, BF16, F32),
+        (F32, F16, F32),
     ];
     let bindings = [Binding::BothVec4, Binding::BVec4, Binding::Scalar];
-    pairs
+    dtypes
         .iter()
-        .flat_map(|&(i, o)| bindings.iter().map(move |&b| program(i, o, b)))
+        .flat_map(|&d| bindings.iter().map(move |&b| program(d, b)))
         .collect()
 }
 
@@ -179,7 +235,8 @@ pub fn gemv_with_candidate(
 /// Record `out = a·op(b) (+ bias) (+ acc)`: `a` `[M, K]` (1 ≤ M ≤
 /// [`GEMV_MAX_ROWS`], K ≥ 1), `b` `[N, K]` when `trans_b` else `[K, N]`,
 /// `out` `[M, N]` already allocated; operands checked by the caller (the
-/// GEMM) for shapes, dtypes (A and B alike, bias and acc f32) and rank.
+/// GEMM) for shapes, dtypes (A and B alike, or A f32 and B a weight kept in
+/// bf16 or f16; bias and acc f32) and rank.
 /// `c`: the knob to use (else measured or guessed, [`candidate`]).
 pub(crate) fn gemv_into(
     a: &LocalTensor,
@@ -204,7 +261,7 @@ pub(crate) fn gemv_into(
         (false, _, true) => Binding::BVec4,
         _ => Binding::Scalar,
     };
-    let (family, source) = program(a.dtype(), out.dtype(), binding);
+    let (family, source) = program((a.dtype(), b.dtype(), out.dtype()), binding);
     let rows = m.next_power_of_two();
     let entry = if trans_b { "gemv_nk" } else { "gemv_kn" };
     let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1;

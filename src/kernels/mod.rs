@@ -86,5 +86,6 @@ pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     out.push(("transpose_f16", transpose::SOURCE_F16));
     out.push(("cast_to_f16", cast::SOURCE_TO_F16));
     out.push(("cast_to_f32", cast::SOURCE_TO_F32));
+    out.push(("cast_bf16", cast::SOURCE_BF16));
     out
 }

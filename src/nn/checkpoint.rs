@@ -29,20 +29,26 @@ pub fn to_safetensors_bytes_as(model: &dyn Params, dtype: DType) -> Result<Vec<u
     let file_dtype = match dtype {
         DType::F32 => Dtype::F32,
         DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
         DType::I32 => {
             return Err(Error::Checkpoint(
-                "parameters are saved as F32 or F16, not I32".into(),
+                "parameters are saved as F32, F16 or BF16, not I32".into(),
             ));
         }
     };
     let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, p) in model.named_parameters() {
         let data = p.master()?;
-        let bytes = if dtype == DType::F16 {
-            let h: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
-            bytemuck::cast_slice(&h).to_vec()
-        } else {
-            bytemuck::cast_slice(&data).to_vec()
+        let bytes = match dtype {
+            DType::F16 => {
+                let h: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+                bytemuck::cast_slice(&h).to_vec()
+            }
+            DType::BF16 => {
+                let h: Vec<half::bf16> = data.iter().map(|&v| half::bf16::from_f32(v)).collect();
+                bytemuck::cast_slice(&h).to_vec()
+            }
+            _ => bytemuck::cast_slice(&data).to_vec(),
         };
         owned.push((name, p.shape().to_vec(), bytes));
     }

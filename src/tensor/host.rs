@@ -76,6 +76,10 @@ impl DTensor {
                     let v: Vec<half::f16> = d.iter().map(|&x| half::f16::from_f32(x)).collect();
                     r.upload_f16(s, &v)
                 }
+                DType::BF16 => {
+                    let v: Vec<half::bf16> = d.iter().map(|&x| half::bf16::from_f32(x)).collect();
+                    r.upload_bf16(s, &v)
+                }
             }
         };
         let shards = mesh
@@ -122,14 +126,17 @@ impl DTensor {
     /// [`DTensor::to_host`] as a future: only the final copy to the host
     /// waits, resolved by the map callbacks.
     pub async fn to_host_async(&self) -> Result<Vec<f32>> {
-        if self.dtype() == DType::F16 {
+        if let dtype @ (DType::F16 | DType::BF16) = self.dtype() {
             let wide = Box::pin(self.cast(DType::F32)?.to_host_async()).await?;
             return Ok(match self.placement() {
                 // Summed on the host in f32, then rounded once, as
                 // `redistribute(Replicate)` would.
                 Placement::Partial(ReduceOp::Sum) if self.mesh().size() > 1 => wide
                     .iter()
-                    .map(|&v| half::f16::from_f32(v).to_f32())
+                    .map(|&v| match dtype {
+                        DType::F16 => half::f16::from_f32(v).to_f32(),
+                        _ => half::bf16::from_f32(v).to_f32(),
+                    })
                     .collect(),
                 _ => wide,
             });

@@ -17,12 +17,14 @@
 //!   windows, one rank's query heads, decoding after a past); `rope`: the
 //!   rotary kernel and its inverse;
 //! - `random`: the counter-based draws of initialisation, per shard;
-//! - `f16`: casts, the f16 GEMM and f16 tensors (where `SHADER_F16` exists).
+//! - `f16`: casts, the f16 GEMM and f16 tensors (where `SHADER_F16` exists);
+//! - `bf16`: bf16 casts and weights kept in bf16 or f16 read by the GEMM.
 //!
 //! The optimiser kernels are checked through `nn::optim`.
 
 mod attention;
 mod attention_dropout;
+mod bf16;
 mod cross_entropy;
 mod elementwise;
 mod embedding;

@@ -67,6 +67,14 @@ fn assert_elementwise(what: &str, got: &[f32], want: &[f64]) {
     }
 }
 
+/// The bf16 values of `x` rounded to nearest, ties to even (as the crate's
+/// host and device narrowing round).
+pub fn round_bf16(x: &[f32]) -> Vec<f32> {
+    x.iter()
+        .map(|&v| wgpu_tp::half::bf16::from_f32(v).to_f32())
+        .collect()
+}
+
 /// The f16 values of `x` rounded to nearest (the host's reference rounding).
 pub fn round_f16(x: &[f32]) -> Vec<f32> {
     x.iter()

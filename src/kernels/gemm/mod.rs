@@ -117,8 +117,9 @@ fn fits_u32(op: &'static str, t: &LocalTensor) -> Result<()> {
 /// `trans_a`), B `[K,N]` (`[N,K]` when `trans_b`), bias `[N]`, accumulate
 /// `[M,N]`; returns a fresh `[M,N]` tensor on the operands' rank. K = 0 gives
 /// bias + accumulate (or zeros). All operands on one rank; A and B both f32
-/// or both f16 (accumulated in f32), bias and accumulate f32, C of
-/// [`GemmOptions::out_dtype`].
+/// or both f16 (accumulated in f32), or A f32 and B a weight kept in bf16 or
+/// f16 (read as stored by the small-M kernel, widened for one call by the
+/// others); bias and accumulate f32, C of [`GemmOptions::out_dtype`].
 pub fn gemm(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
     gemm_with(a, b, opts, GemmVariant::Auto)
 }
@@ -178,7 +179,11 @@ fn gemm_impl(
         return Err(Error::invalid(OP, "out_dtype must be f32 or f16"));
     }
     let precision = Precision::new(input, output);
-    let mut operands = vec![(a, input), (b, input)];
+    // A weight kept in bf16 (or f16 beside f32 activations): the small-M
+    // kernel reads it as stored, the others take it widened.
+    let narrow_b = input == DType::F32 && matches!(b.dtype(), DType::BF16 | DType::F16);
+    let weight = if narrow_b { b.dtype() } else { input };
+    let mut operands = vec![(a, input), (b, weight)];
     operands.extend(opts.bias.map(|t| (t, DType::F32)));
     operands.extend(opts.accumulate.map(|t| (t, DType::F32)));
     for (t, dtype) in operands {
@@ -253,6 +258,15 @@ fn gemm_impl(
         )?;
         return Ok(out);
     }
+    // Widened for this call only: keeping the f32 copy would undo the
+    // halved memory that kept the weight narrow.
+    let widened;
+    let (b, cache_b) = if narrow_b {
+        widened = super::cast(b, input)?;
+        (&widened, false)
+    } else {
+        (b, cache_b)
+    };
     // Products past the device's textures run in parts (split.rs), the
     // rest take the buffer kernel.
     let variant = match variant {

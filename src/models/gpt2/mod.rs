@@ -104,7 +104,12 @@ impl Gpt {
                     r.device().check_dtype(OP, DType::F16)?;
                 }
             }
-            DType::I32 => return Err(Error::invalid(OP, "dtype must be F32 or F16")),
+            DType::I32 | DType::BF16 => {
+                return Err(Error::invalid(
+                    OP,
+                    "the activation dtype must be F32 or F16 (bf16 is a weight dtype: see from_pretrained_with)",
+                ));
+            }
         }
         // Every parameter is an f32 master; check before allocating any.
         let (split, whole) = config.parameter_split();
