@@ -3,6 +3,9 @@
 // owned: lookup gives a zero row, backward skips it.
 // Grid: workgroups folded into x/y (fold_workgroups in src/device/dispatch.rs);
 // linear id = (wg.y * nwg.x + wg.x) * workgroup size + local index.
+// src/kernels/embedding.rs composes in front the alias Src (how src is
+// bound: f32, or u32 words of two bf16 for a bf16 table) and
+// ld_src(i) -> f32, element i of src widened.
 
 struct Params {
     // lookup: n * dim output elements; backward: unused.
@@ -17,7 +20,7 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<i32>;
-@group(0) @binding(2) var<storage, read> src: array<f32>;
+@group(0) @binding(2) var<storage, read> src: array<Src>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 // Local row of `id`, or -1 when this shard does not own it. Compare before
@@ -39,7 +42,7 @@ fn lookup(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let c = idx - i * p.dim;
     let r = local_row(ids[i]);
     var v = 0.0;
-    if (r >= 0) { v = src[u32(r) * p.dim + c]; }
+    if (r >= 0) { v = ld_src(u32(r) * p.dim + c); }
     out[idx] = v;
 }
 
@@ -58,7 +61,7 @@ fn scatter_add(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw
         let r = local_row(ids[i]);
         if (r >= 0) {
             let o = u32(r) * p.dim + c;
-            out[o] = out[o] + src[i * p.dim + c];
+            out[o] = out[o] + ld_src(i * p.dim + c);
         }
     }
 }

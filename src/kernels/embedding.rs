@@ -18,7 +18,17 @@ use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
-const SOURCE: &str = grid_source!("embedding.wgsl");
+/// The kernels on an f32 table (and the backward's f32 `dout`).
+pub(crate) const SOURCE: &str = concat!(
+    "alias Src = f32;\nfn ld_src(i: u32) -> f32 { return src[i]; }\n",
+    grid_source!("embedding.wgsl")
+);
+/// The lookup on a bf16 table, two per word, widened by a shift.
+pub(crate) const SOURCE_BF16: &str = concat!(
+    "alias Src = u32;\nfn ld_src(i: u32) -> f32 {\n    let w = src[i / 2u];\n",
+    "    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));\n}\n",
+    grid_source!("embedding.wgsl")
+);
 const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::ReadWrite];
 
 fn spec(entry: &'static str) -> KernelSpec {
@@ -51,8 +61,9 @@ fn start_i32(op: &'static str, start: i64, rows: usize) -> Result<i32> {
     Ok(start as i32)
 }
 
-/// Look up `ids` (I32, any shape, flattened to `n`) in `table` (F32
-/// `[rows, dim]`, global rows `[start, start + rows)`): returns `[n, dim]`,
+/// Look up `ids` (I32, any shape, flattened to `n`) in `table` (F32, or
+/// BF16 read as stored, `[rows, dim]`, global rows `[start, start + rows)`):
+/// returns f32 `[n, dim]`,
 /// with zero rows for ids this table does not own. A blocked table is looked
 /// up block by block and the partial lookups summed (each row comes from
 /// one block, the others add exact zeros).
@@ -70,7 +81,9 @@ pub fn embedding_lookup(table: &LocalTensor, ids: &LocalTensor, start: i64) -> R
 
 fn lookup_one(table: &LocalTensor, ids: &LocalTensor, start: i64) -> Result<LocalTensor> {
     const OP: &str = "embedding_lookup";
-    table.expect_dtype(OP, DType::F32)?;
+    if table.dtype() != DType::BF16 {
+        table.expect_dtype(OP, DType::F32)?;
+    }
     ids.expect_dtype(OP, DType::I32)?;
     table.same_rank(OP, ids)?;
     let &[rows, dim] = table.shape() else {
@@ -89,8 +102,12 @@ fn lookup_one(table: &LocalTensor, ids: &LocalTensor, start: i64) -> Result<Loca
         rows: to_u32(OP, "rows", rows)?,
         start,
     };
+    let spec = match table.dtype() {
+        DType::BF16 => KernelSpec::new("embedding_bf16", SOURCE_BF16, BINDINGS, "lookup"),
+        _ => spec("lookup"),
+    };
     Dispatch {
-        spec: &spec("lookup"),
+        spec: &spec,
         params: bytemuck::bytes_of(&params),
         buffers: &[ids, table, &out],
         workgroups: grid_groups(table.device(), total),

@@ -58,7 +58,8 @@ pub use transpose::transpose;
 pub const SHADERS: &[(&str, &str)] = &[
     ("elementwise", grid::grid_source!("elementwise.wgsl")),
     ("optim", grid::grid_source!("optim.wgsl")),
-    ("embedding", grid::grid_source!("embedding.wgsl")),
+    ("embedding", embedding::SOURCE),
+    ("embedding_bf16", embedding::SOURCE_BF16),
     ("cross_entropy", grid::grid_source!("cross_entropy.wgsl")),
     ("copy_fold", grid::grid_source!("copy_fold.wgsl")),
     ("norm", grid::grid_source!("norm.wgsl")),

@@ -3,11 +3,12 @@
 
 use std::path::Path;
 
+use super::LoadOptions;
 use super::gpt2::Gpt;
 use super::llama::{LLAMA_FAMILY, Llama};
 use crate::device::Mesh;
 use crate::error::{Error, Result};
-use crate::nn::Sampling;
+use crate::nn::{Parameter, Params, Sampling};
 use crate::tensor::DTensor;
 
 /// A model of one of the supported families.
@@ -25,6 +26,16 @@ impl CausalLm {
     /// Load `dir` onto `mesh`, the family chosen by `config.json`'s
     /// `model_type`; another `model_type` is an error naming it.
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<CausalLm> {
+        Self::from_pretrained_with(mesh, dir, LoadOptions::default())
+    }
+
+    /// [`CausalLm::from_pretrained`] with [`LoadOptions`] (the weights'
+    /// dtype, sequence parallelism), whichever the family.
+    pub fn from_pretrained_with(
+        mesh: &Mesh,
+        dir: impl AsRef<Path>,
+        opts: LoadOptions,
+    ) -> Result<CausalLm> {
         let dir = dir.as_ref();
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path)
@@ -32,10 +43,10 @@ impl CausalLm {
         let json: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::Checkpoint(format!("{}: not valid JSON ({e})", path.display())))?;
         match json.get("model_type").and_then(|v| v.as_str()) {
-            Some("gpt2") => Ok(CausalLm::Gpt2(Gpt::from_pretrained(mesh, dir)?)),
-            Some(t) if LLAMA_FAMILY.contains(&t) => {
-                Ok(CausalLm::Llama(Llama::from_pretrained(mesh, dir)?))
-            }
+            Some("gpt2") => Ok(CausalLm::Gpt2(Gpt::from_pretrained_with(mesh, dir, opts)?)),
+            Some(t) if LLAMA_FAMILY.contains(&t) => Ok(CausalLm::Llama(
+                Llama::from_pretrained_with(mesh, dir, opts)?,
+            )),
             other => Err(Error::Checkpoint(format!(
                 "{}: model_type {other:?} is not supported; supported: \"gpt2\" and {LLAMA_FAMILY:?}",
                 path.display()
@@ -119,6 +130,28 @@ impl CausalLm {
         match self {
             CausalLm::Gpt2(m) => m.generate_with(prompt, max_new, sampling, on_token),
             CausalLm::Llama(m) => m.generate_with(prompt, max_new, sampling, on_token),
+        }
+    }
+}
+
+/// The family's own parameters and names (checkpoints, optimisers,
+/// [`Params::store_weights_as`]).
+impl Params for CausalLm {
+    fn visit_params<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Parameter)) {
+        match self {
+            CausalLm::Gpt2(m) => m.visit_params(prefix, f),
+            CausalLm::Llama(m) => m.visit_params(prefix, f),
+        }
+    }
+
+    fn visit_params_mut<'a>(
+        &'a mut self,
+        prefix: &str,
+        f: &mut dyn FnMut(String, &'a mut Parameter),
+    ) {
+        match self {
+            CausalLm::Gpt2(m) => m.visit_params_mut(prefix, f),
+            CausalLm::Llama(m) => m.visit_params_mut(prefix, f),
         }
     }
 }

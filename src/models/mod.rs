@@ -11,6 +11,7 @@
 mod causal;
 mod gpt2;
 mod llama;
+mod load_options;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use causal::CausalLm;
@@ -22,3 +23,4 @@ pub use gpt2::{HfGpt2Config, pretrained_config};
 #[cfg(not(target_arch = "wasm32"))]
 pub use llama::GenerationConfig;
 pub use llama::{LLAMA_FAMILY, Llama, LlamaConfig, LlamaDecoderLayer, LlamaModel};
+pub use load_options::LoadOptions;

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 
 use super::Params;
 use super::parameter::{ParamId, Parameter};
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::optim::{AdamWStep, SgdStep};
 use crate::tensor::DTensor;
@@ -63,6 +64,7 @@ impl Sgd {
         let mut params = model.named_parameters_mut();
         // Every check before the first update, so a refused step changes nothing.
         for (name, p) in &params {
+            check_trainable("Sgd::step", name, p)?;
             if let Some(b) = self.buffers.get(&p.id()) {
                 check_state("Sgd::step", name, b, p)?;
             }
@@ -146,6 +148,7 @@ impl AdamW {
         let params = model.named_parameters_mut();
         // Every check before the first update, so a refused step changes nothing.
         for (name, p) in &params {
+            check_trainable("AdamW::step", name, p)?;
             if let Some((_, m, _)) = self.state.get(&p.id()) {
                 check_state("AdamW::step", name, m, p)?;
             }
@@ -176,6 +179,22 @@ impl AdamW {
         }
         Ok(())
     }
+}
+
+/// Refuse to update a parameter kept in bf16 or f16 (a model loaded for
+/// generation): the update kernels keep f32 values.
+fn check_trainable(op: &'static str, name: &str, p: &Parameter) -> Result<()> {
+    let dtype = p.value.dtype();
+    if dtype == DType::F32 || p.grad().is_none() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        op,
+        format!(
+            "{name:?} is kept in {dtype} (weights for generation); optimisers update f32 values: \
+             load the model with f32 weights, or call Parameter::store_as(DType::F32) first"
+        ),
+    ))
 }
 
 /// Refuse state whose shards no longer match the parameter (its `value` was

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::held::Held;
 use crate::device::{Mesh, block_on};
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::shard::{outer_dim_inner, split_range_in_units};
 use crate::tensor::{DTensor, GradSlot, Holding, Node, Placement};
@@ -184,6 +185,39 @@ impl Parameter {
         p
     }
 
+    /// The value as a product with `activations` reads it: as kept where it
+    /// is a bf16 or f16 weight beside f32 activations (the kernels read it
+    /// as stored), else cast to the activations' dtype (f32 masters for f16
+    /// activations). Recorded on the tape like the value.
+    pub fn operand_for(&self, activations: DType) -> Result<DTensor> {
+        let narrow = matches!(self.value.dtype(), DType::BF16 | DType::F16);
+        if activations == DType::F32 && narrow {
+            return Ok(self.value.clone());
+        }
+        self.value.cast(activations)
+    }
+
+    /// Keep the value in `dtype`: bf16 (or f16 on adapters with
+    /// `SHADER_F16`) halves a weight's memory and the bytes a decoding token
+    /// reads, for generation; f32 (exact from either) to train again.
+    /// Rounds to nearest, ties to even; the gradient is dropped. Optimisers
+    /// refuse parameters not kept in f32. On error nothing changes.
+    pub fn store_as(&mut self, dtype: DType) -> Result<()> {
+        if self.value.dtype() == dtype {
+            return Ok(());
+        }
+        if dtype == DType::I32 {
+            return Err(Error::invalid(
+                "Parameter::store_as",
+                "parameters are kept in f32, bf16 or f16, not i32",
+            ));
+        }
+        let value = self.value.detach().cast(dtype)?;
+        self.value = tracked(value, &self.slot);
+        self.slot.set(None);
+        Ok(())
+    }
+
     /// How this parameter's rows are held, for a held parameter.
     pub fn holding(&self) -> Option<&Holding> {
         self.held.as_ref().map(|h| &h.holding)
@@ -280,6 +314,7 @@ impl Parameter {
                 .overwrite_from_host_in_units(OP, &h.expand(master), self.unit)?
             {
                 let fresh = h.upload(self.value.mesh(), master)?;
+                let fresh = fresh.cast(self.value.dtype())?;
                 self.value = tracked(fresh, &self.slot);
             }
             return Ok(());
@@ -311,7 +346,9 @@ impl Parameter {
             self.stride,
             self.unit,
         )?;
-        self.value = tracked(fresh.value, &self.slot);
+        // A value kept in bf16 / f16 stays so (narrowed on the device).
+        let fresh = fresh.value.cast(self.value.dtype())?;
+        self.value = tracked(fresh, &self.slot);
         Ok(())
     }
 

@@ -3,6 +3,8 @@
 //! save. Implement it with `#[derive(Params)]`.
 
 use super::parameter::Parameter;
+use crate::element::DType;
+use crate::error::Result;
 
 /// Something with named parameters: layers, models, and any set of
 /// parameters an optimiser should step (`vec![&mut a, &mut b]`, a slice of
@@ -72,6 +74,21 @@ pub trait Params {
         let mut all = Vec::new();
         self.visit_params_mut("", &mut |name, p| all.push((name, p)));
         all
+    }
+
+    /// Keep every weight matrix (each parameter of two or more dims:
+    /// projections, embeddings, heads) in `dtype`, norm weights and biases
+    /// in f32: bf16 (any adapter) or f16 (`SHADER_F16`) for generation,
+    /// half the memory and half the bytes a decoding token reads; f32 to
+    /// train again. Stops at the first error (see [`Parameter::store_as`]).
+    fn store_weights_as(&mut self, dtype: DType) -> Result<()> {
+        let mut out = Ok(());
+        self.visit_params_mut("", &mut |_, p| {
+            if out.is_ok() && p.shape().len() >= 2 {
+                out = p.store_as(dtype);
+            }
+        });
+        out
     }
 
     /// Drop every gradient.

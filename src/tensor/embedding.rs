@@ -88,13 +88,14 @@ impl DTensor {
     /// [`Mapping::ReduceFromParallel`](crate::tensor::Mapping)); `Shard(1)`
     /// gives `Shard(1)`; `Replicate` gives `Replicate`. The row `padding_idx`
     /// gets no gradient. Tables blocked past one binding are looked up block
-    /// by block.
+    /// by block. The table is f32, or bf16 (read as stored, the output f32).
     pub fn embedding(&self, ids: &[i32], padding_idx: Option<usize>) -> Result<DTensor> {
         let table = self;
         let &[vocab, dim] = table.shape() else {
             return Err(Error::shape(OP, "a 2-D table [vocab, dim]", table.shape()));
         };
-        if table.dtype() != DType::F32 {
+        // A bf16 table (weights kept narrow) is read as stored.
+        if !matches!(table.dtype(), DType::F32 | DType::BF16) {
             return Err(Error::DTypeMismatch {
                 op: OP,
                 expected: DType::F32,

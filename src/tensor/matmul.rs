@@ -17,7 +17,9 @@
 //! refused with an error naming both placements: `redistribute` first. The
 //! split dims must line up rank by rank (same per-rank sizes, so a column
 //! output is split like the weight's rows, in its shard unit). x and w are
-//! both f32 or both f16 (accumulated in f32); y is x's dtype unless
+//! both f32 or both f16 (accumulated in f32), or x is f32 and w a weight
+//! kept in bf16 or f16 (read as stored for a few tokens, widened per call
+//! beyond; its gradient is f32); y is x's dtype unless
 //! [`MatmulOptions::out_dtype`] says otherwise (a row-parallel partial sum
 //! kept in f32 is reduced before it is rounded). With `transpose_w`, a `w`
 //! shard or product past one storage binding (a tied head's vocab rows and
@@ -91,7 +93,8 @@ fn dims2(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]> {
     }
 }
 
-/// Both operands f32, or both f16; the output f32 or f16.
+/// Both operands f32, or both f16, or x f32 and w a weight kept in bf16 or
+/// f16; the output f32 or f16.
 fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DType) -> Result<()> {
     if !matches!(x.dtype(), DType::F32 | DType::F16) {
         return Err(Error::DTypeMismatch {
@@ -100,7 +103,8 @@ fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DType) -> Resul
             got: x.dtype(),
         });
     }
-    if w.dtype() != x.dtype() {
+    let narrow_w = x.dtype() == DType::F32 && matches!(w.dtype(), DType::BF16 | DType::F16);
+    if w.dtype() != x.dtype() && !narrow_w {
         return Err(Error::DTypeMismatch {
             op,
             expected: x.dtype(),

@@ -1,8 +1,10 @@
 //! Embedding lookup and its deterministic scatter-add backward against f64,
-//! for one rank's shard of rows `[start, start + rows)`.
+//! for one rank's shard of rows `[start, start + rows)`; the lookup on a
+//! bf16 table too.
 
 use crate::util::reference::{embedding_backward, embedding_lookup};
-use crate::util::{Rng, assert_close, f32_bits, mesh};
+use crate::util::{Rng, assert_close, f32_bits, mesh, round_bf16};
+use wgpu_tp::half::bf16;
 use wgpu_tp::{DType, Error, kernels};
 
 /// Ids drawn from `[lo, hi)`, so some fall outside the shard (and below 0).
@@ -44,6 +46,19 @@ fn lookup_matches_f64_with_ids_outside_the_shard() {
             &got,
             &embedding_lookup(&table, rows, dim, &ids, start),
             1e-6,
+        );
+        // A bf16 table (odd row lengths split words between rows) is read
+        // as stored: exactly the widened rows.
+        let narrow: Vec<bf16> = table.iter().map(|&v| bf16::from_f32(v)).collect();
+        let tb = r.upload_bf16(&[rows, dim], &narrow).unwrap();
+        let got = kernels::embedding_lookup(&tb, &ti, start).unwrap();
+        assert_eq!(got.dtype(), DType::F32);
+        let want = embedding_lookup(&round_bf16(&table), rows, dim, &ids, start);
+        let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+        assert_eq!(
+            got.to_vec().unwrap(),
+            want,
+            "bf16 lookup rows {rows} dim {dim}"
         );
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
 use wgpu_tp::Mesh;
-use wgpu_tp::models::Llama;
+use wgpu_tp::models::{Llama, LoadOptions};
 use wgpu_tp::nn::{AdamW, Params, Sampling};
 
 use crate::util::{assert_close, mesh, meshes, shared_mesh};
@@ -67,7 +67,12 @@ impl Reference {
 /// Logits, loss and every gradient of `name` on `mesh` against transformers.
 fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
     let r = Reference::read(name);
-    let model = Llama::from_pretrained_with(mesh, dir(name), sequence_parallel).unwrap();
+    let model = Llama::from_pretrained_with(
+        mesh,
+        dir(name),
+        LoadOptions::default().sequence_parallel(sequence_parallel),
+    )
+    .unwrap();
     let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
     let logits = wgpu_tp::no_grad(|| model.logits(&ids, r.seq)).unwrap();
     assert_close(

@@ -10,9 +10,12 @@
 //!   across P.
 //! - `llama_bad_dirs`: unsupported configs and bad weight files are errors
 //!   naming the key, file and tensor; the mesh still works.
+//! - `bf16_weights`: models loaded with weights kept in bf16, equal bit for
+//!   bit to f32 weights rounded to bf16, and greedy tokens as f32's.
 //! - `sizes`: parameter counts, and configurations past memory refused
 //!   before anything is allocated (GPT-2 and the Llama family).
 
+mod bf16_weights;
 mod llama;
 mod llama_bad_dirs;
 mod sizes;

@@ -107,7 +107,7 @@ impl Gpt {
             DType::I32 | DType::BF16 => {
                 return Err(Error::invalid(
                     OP,
-                    "the activation dtype must be F32 or F16 (bf16 is a weight dtype: see from_pretrained_with)",
+                    "the activation dtype must be F32 or F16 (bf16 is for weights: LoadOptions::weights, Params::store_weights_as)",
                 ));
             }
         }
@@ -228,7 +228,7 @@ impl Gpt {
     /// `wte.weight`.
     fn head(&self, x: &DTensor) -> Result<DTensor> {
         let h = self.head_input().forward(x)?;
-        let table = self.wte.weight().value.cast(h.dtype())?;
+        let table = self.wte.weight().operand_for(h.dtype())?;
         // Per block past one binding, inside DTensor::matmul.
         h.matmul(&table, true)
     }

@@ -18,6 +18,8 @@ use super::sanitize::{hf_shape, to_hf_values};
 use super::{Gpt, GptConfig};
 use crate::device::Mesh;
 use crate::error::Result;
+use crate::models::LoadOptions;
+use crate::models::load_options::keep_weights;
 use crate::nn::checkpoint::writes_files;
 use crate::nn::pretrained::save::{write_atomic, write_params};
 use crate::nn::pretrained::{CONFIG_FILE, MODEL_FILE};
@@ -36,12 +38,26 @@ impl Gpt {
     /// parallelism or dropout; for other settings build a [`Gpt`] and call
     /// [`Gpt::load_pretrained`].
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<Gpt> {
+        Self::from_pretrained_with(mesh, dir, LoadOptions::default())
+    }
+
+    /// [`Gpt::from_pretrained`] with [`LoadOptions`]: the dtype the weight
+    /// matrices are kept in (bf16 or f16 for generation: half the memory
+    /// and the bytes a token reads; `wte` serves the lookup and the tied
+    /// head as stored) and sequence parallelism.
+    pub fn from_pretrained_with(
+        mesh: &Mesh,
+        dir: impl AsRef<Path>,
+        opts: LoadOptions,
+    ) -> Result<Gpt> {
         let ckpt = load::HfCheckpoint::open(dir.as_ref())?;
-        let config = ckpt.gpt_config()?;
+        let mut config = ckpt.gpt_config()?;
+        config.sequence_parallel = opts.sequence_parallel;
         let plan = ckpt.plan(&load::expected_params(&config))?;
         // Every value is overwritten below: skip the random draws.
         let mut gpt = Gpt::zeroed(mesh, config)?;
         ckpt.load_into(&mut gpt, &plan)?;
+        keep_weights(&mut gpt, mesh, opts.weight_dtype)?;
         Ok(gpt)
     }
 

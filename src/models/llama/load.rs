@@ -14,6 +14,8 @@ use serde_json::Value;
 use super::{Llama, LlamaConfig};
 use crate::device::{Mesh, block_on};
 use crate::error::{Error, Result};
+use crate::models::LoadOptions;
+use crate::models::load_options::keep_weights;
 use crate::nn::pretrained::files::{Found, WeightFiles, bad};
 use crate::nn::{Params, SampleOptions, Sampling};
 
@@ -119,14 +121,17 @@ impl Llama {
     /// the file and tensor, before any parameter is written; the mesh stays
     /// usable.
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<Llama> {
-        Self::from_pretrained_with(mesh, dir, false)
+        Self::from_pretrained_with(mesh, dir, LoadOptions::default())
     }
 
-    /// [`Llama::from_pretrained`] with sequence parallelism (for training).
+    /// [`Llama::from_pretrained`] with [`LoadOptions`]: the dtype the
+    /// weight matrices are kept in (bf16 or f16 for generation: half the
+    /// memory and the bytes a token reads) and sequence parallelism (for
+    /// training).
     pub fn from_pretrained_with(
         mesh: &Mesh,
         dir: impl AsRef<Path>,
-        sequence_parallel: bool,
+        opts: LoadOptions,
     ) -> Result<Llama> {
         let dir = dir.as_ref();
         if !dir.is_dir() {
@@ -143,13 +148,14 @@ impl Llama {
         if weights.get("lm_head.weight").is_none() {
             config.tie_word_embeddings = true;
         }
-        let mut model = Llama::build(mesh, config, None, sequence_parallel)?;
+        let mut model = Llama::build(mesh, config, None, opts.sequence_parallel)?;
         let plan = plan(&weights, &model)?;
         for (name, p) in model.named_parameters_mut() {
             let f = &plan[&name];
             let n = f.shape.iter().product();
             p.load_master(&weights.values(f, 0..n))?;
         }
+        keep_weights(&mut model, mesh, opts.weight_dtype)?;
         model.generation = generation;
         Ok(model)
     }

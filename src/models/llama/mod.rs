@@ -242,7 +242,7 @@ impl Llama {
             Mapping::CopyToParallel
         };
         let h = f.forward(x)?;
-        let table = self.model.embed_tokens.weight().value.cast(h.dtype())?;
+        let table = self.model.embed_tokens.weight().operand_for(h.dtype())?;
         h.matmul(&table, true)
     }
 

@@ -122,7 +122,7 @@ impl ColumnParallelLinear {
             (Some(b), false) => Some(&b.value),
             _ => None,
         };
-        let w = &self.weight.value.cast(x.dtype())?;
+        let w = &self.weight.operand_for(x.dtype())?;
         let y = if self.ring() {
             // Each arriving token chunk is multiplied while the next travels.
             x.ring_gather_linear(w, bias)?
@@ -164,7 +164,7 @@ impl ColumnParallelLinear {
             (Some(b), false) => Some(&b.value),
             _ => None,
         };
-        let w = &self.weight.value.cast(xg.dtype())?;
+        let w = &self.weight.operand_for(xg.dtype())?;
         xg.linear(w, bias, MatmulOptions::default())
     }
 }

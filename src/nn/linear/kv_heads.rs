@@ -12,6 +12,7 @@
 //! input's gradient is a partial sum reduced by the caller's mapping.
 
 use crate::device::Mesh;
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::random::{Sections, random};
 use crate::nn::Params;
@@ -164,11 +165,14 @@ impl KvHeadLinear {
             let want = format!("[tokens, {}]", self.config.in_features);
             return Err(Error::shape(OP, want, xg.shape()));
         }
-        let w = self
-            .weight
-            .value
-            .share_replicas(&self.rows)?
-            .cast(xg.dtype())?;
+        let w = self.weight.value.share_replicas(&self.rows)?;
+        // A weight kept in bf16 / f16 is read as stored by f32 activations.
+        let narrow = matches!(w.dtype(), DType::BF16 | DType::F16);
+        let w = if narrow && xg.dtype() == DType::F32 {
+            w
+        } else {
+            w.cast(xg.dtype())?
+        };
         let b = match &self.bias {
             Some(b) => Some(b.value.share_replicas(&self.rows)?),
             None => None,

@@ -100,7 +100,7 @@ impl ReplicatedLinear {
             let want = format!("[tokens, {}]", self.config.in_features);
             return Err(Error::shape(OP, want, x.shape()));
         }
-        let w = self.weight.value.cast(x.dtype())?;
+        let w = self.weight.operand_for(x.dtype())?;
         let bias = self.bias.as_ref().map(|b| &b.value);
         x.linear(&w, bias, MatmulOptions::default())
     }

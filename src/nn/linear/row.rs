@@ -137,7 +137,7 @@ impl RowParallelLinear {
                 format!("input must be placed Shard(1), got {:?}", x.placement()),
             ));
         }
-        let w = &self.weight.value.cast(x.dtype())?;
+        let w = &self.weight.operand_for(x.dtype())?;
         let bias = self.bias.as_ref().map(|b| &b.value);
         let y = if self.ring() {
             // Each chunk's partial product is computed while the running sum travels.
