@@ -39,6 +39,11 @@
 //!
 //! Then, per P, the top kernels of one traced token.
 //!
+//! Weights: each P runs with f32 weights, then kept in bf16
+//! (`Params::store_weights_as`; rows `P=n bf16`), printing the bytes a token
+//! reads and the resident memory after; `WGPU_TP_DECODE_WEIGHTS=f32,bf16,f16`
+//! picks. The trace line counts the dispatches of one token.
+//!
 //! `cargo bench --bench decode`; `WGPU_TP_DECODE_TOKENS` sets N (default
 //! 16), `WGPU_TP_DECODE_RANKS` the world sizes (default `1,2,4`),
 //! `WGPU_TP_DECODE_PROMPT` the prompt's length; `WGPU_TP_LIMITS=webgpu`
@@ -47,9 +52,37 @@
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
-use wgpu_tp::nn::{CausalDecoder, Sampling, generate};
-use wgpu_tp::{Mesh, MeshBuilder, Trace};
+use wgpu_tp::models::{CausalLm, Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::nn::{CausalDecoder, Params, Sampling, generate};
+use wgpu_tp::{DType, Mesh, MeshBuilder, Trace};
+
+/// The model as `nn::generate` takes it.
+fn decoder(m: &CausalLm) -> &dyn CausalDecoder {
+    match m {
+        CausalLm::Gpt2(g) => g,
+        CausalLm::Llama(l) => l,
+    }
+}
+
+/// Bytes the model's parameters hold on this process's ranks' devices.
+fn held_bytes(m: &CausalLm) -> u64 {
+    m.named_parameters()
+        .iter()
+        .flat_map(|(_, p)| p.value.shards())
+        .map(|s| (s.len() * s.dtype().size_bytes()) as u64)
+        .sum()
+}
+
+/// Device memory backing live tensors on the mesh's ranks, in MiB, after
+/// the pools are trimmed (the KV caches of past generations are dropped).
+fn device_mib(mesh: &Mesh) -> f64 {
+    let mut total = 0;
+    for r in mesh.ranks() {
+        r.device().trim_pool();
+        total += r.device().memory().in_use;
+    }
+    total as f64 / 1048576.0
+}
 
 const TOP_KERNELS: usize = 8;
 
@@ -113,10 +146,10 @@ impl Shape {
         }
     }
 
-    fn build(&self, mesh: &Mesh) -> wgpu_tp::Result<Box<dyn CausalDecoder>> {
+    fn build(&self, mesh: &Mesh) -> wgpu_tp::Result<CausalLm> {
         Ok(match self {
-            Shape::Gpt(c) => Box::new(Gpt::new(mesh, *c, 0)?),
-            Shape::Llama(c) => Box::new(Llama::new(mesh, c.clone(), 0)?),
+            Shape::Gpt(c) => CausalLm::Gpt2(Gpt::new(mesh, *c, 0)?),
+            Shape::Llama(c) => CausalLm::Llama(Llama::new(mesh, c.clone(), 0)?),
         })
     }
 
@@ -240,16 +273,26 @@ fn main() {
     let prompt = env::<usize>("WGPU_TP_DECODE_PROMPT")
         .unwrap_or(prompt)
         .max(1);
+    let dtypes: Vec<DType> = std::env::var("WGPU_TP_DECODE_WEIGHTS")
+        .unwrap_or_else(|_| "f32,bf16".into())
+        .split(',')
+        .filter_map(|s| match s.trim() {
+            "f32" => Some(DType::F32),
+            "bf16" => Some(DType::BF16),
+            "f16" => Some(DType::F16),
+            _ => None,
+        })
+        .collect();
     println!(
-        "decode: {name} ({}, f32, random weights), greedy with the KV cache, prompt {prompt}, \
-         {tokens} tokens",
+        "decode: {name} ({}, random weights kept in {dtypes:?}), greedy with the KV cache, \
+         prompt {prompt}, {tokens} tokens",
         shape.describe()
     );
     println!("load at start: {}", load());
     let mut floor_printed = false;
     let mut traces = Vec::new();
     println!(
-        "\n{:<6} {:>11} {:>13} {:>15} {:>8}",
+        "\n{:<10} {:>11} {:>13} {:>15} {:>8}",
         "case", "prefill_ms", "best_ms/tok", "median_ms/tok", "vs_P=1"
     );
     let mut base = None;
@@ -301,13 +344,13 @@ fn main() {
                 enabled: false,
                 ..tune.clone()
             });
-            let guess = time_case(&mesh, model.as_ref(), prompt, tokens);
+            let guess = time_case(&mesh, decoder(&model), prompt, tokens);
             wgpu_tp::set_tuning(tune);
             if let Ok(t) = guess {
                 guessed = Some(t.median);
                 println!(
-                    "{:<6} {:>11.1} {:>13.2} {:>15.2} {:>8}",
-                    format!("{label}g"),
+                    "{:<10} {:>11.1} {:>13.2} {:>15.2} {:>8}",
+                    format!("{label} g"),
                     ms(t.prefill),
                     ms(t.best),
                     ms(t.median),
@@ -315,35 +358,60 @@ fn main() {
                 );
             }
         }
-        match time_case(&mesh, model.as_ref(), prompt, tokens) {
-            Ok(t) => {
-                let vs = base.map_or("-".to_string(), |b: Duration| {
-                    format!("{:.2}", t.median.as_secs_f64() / b.as_secs_f64())
-                });
-                if p == 1 {
-                    base = Some(t.median);
-                }
-                if let Some(g) = guessed.take() {
-                    println!(
-                        "{label}: measured kernels {:.2}× the guesses' median ms/token",
-                        t.median.as_secs_f64() / g.as_secs_f64()
-                    );
-                }
-                println!(
-                    "{label:<6} {:>11.1} {:>13.2} {:>15.2} {:>8}",
-                    ms(t.prefill),
-                    ms(t.best),
-                    ms(t.median),
-                    vs
-                );
-                traces.push((label, t.trace));
+        let f32_bytes = held_bytes(&model);
+        let f32_mib = device_mib(&mesh);
+        let mut model = model;
+        for &dtype in &dtypes {
+            let label = match dtype {
+                DType::F32 => label.clone(),
+                d => format!("{label} {d}"),
+            };
+            if let Err(e) = model.store_weights_as(dtype) {
+                println!("{label:<10} skipped: {e}");
+                continue;
             }
-            Err(e) => println!("{label:<6} skipped: {e}"),
+            let held = held_bytes(&model);
+            if dtype != DType::F32 {
+                println!(
+                    "{label:<10} weights kept in {dtype}: {:.1} MB per token read ({:.2} × f32's); \
+                     device memory in use {:.0} MiB (f32: {f32_mib:.0} MiB)",
+                    weights * held as f64 / f32_bytes as f64 / 1e6,
+                    held as f64 / f32_bytes as f64,
+                    device_mib(&mesh),
+                );
+            }
+            match time_case(&mesh, decoder(&model), prompt, tokens) {
+                Ok(t) => {
+                    let vs = base.map_or("-".to_string(), |b: Duration| {
+                        format!("{:.2}", t.median.as_secs_f64() / b.as_secs_f64())
+                    });
+                    if p == 1 && dtype == DType::F32 {
+                        base = Some(t.median);
+                    }
+                    if let Some(g) = guessed.take() {
+                        println!(
+                            "{label}: measured kernels {:.2}× the guesses' median ms/token",
+                            t.median.as_secs_f64() / g.as_secs_f64()
+                        );
+                    }
+                    println!(
+                        "{label:<10} {:>11.1} {:>13.2} {:>15.2} {:>8}",
+                        ms(t.prefill),
+                        ms(t.best),
+                        ms(t.median),
+                        vs
+                    );
+                    traces.push((label, t.trace));
+                }
+                Err(e) => println!("{label:<10} skipped: {e}"),
+            }
         }
     }
     for (label, trace) in &traces {
+        let dispatches: u64 = trace.top_kernels(usize::MAX).iter().map(|k| k.calls).sum();
         println!(
-            "\n{label}: top kernels of one traced token ({:.1} ms; kernels {:.1} ms summed over {} ranks)",
+            "\n{label}: top kernels of one traced token ({:.1} ms; kernels {:.1} ms summed over {} ranks; \
+             {dispatches} dispatches)",
             ms(trace.span()),
             ms(trace.kernel_time()),
             trace.tracks().len()

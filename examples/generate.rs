@@ -1,8 +1,9 @@
 //! Text in, text out: a Hugging Face directory of any supported family
 //! (GPT-2, Llama, Mistral, Qwen2, Qwen3) on P simulated ranks.
 //!
-//! Loads `config.json` + `model.safetensors` with [`CausalLm::from_pretrained`]
-//! (the family from `model_type`) and the directory's tokenizer
+//! Loads `config.json` + `model.safetensors` with
+//! [`CausalLm::from_pretrained_with`] (the family from `model_type`;
+//! `--weights bf16` keeps the weight matrices in bf16) and the directory's tokenizer
 //! ([`Tokenizer::from_dir`]), continues the prompt with the key/value cache,
 //! prints the text as each token is chosen, then the prompt time, the time
 //! per generated token and what one token communicates. With `--chat` it
@@ -27,9 +28,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use wgpu_tp::models::CausalLm;
+use wgpu_tp::models::{CausalLm, LoadOptions};
 use wgpu_tp::nn::{ChatMessage, Sampling, Tokenizer};
-use wgpu_tp::{CommStats, Mesh, MeshBuilder};
+use wgpu_tp::{CommStats, DType, Mesh, MeshBuilder};
 
 /// Generate text with a Hugging Face checkpoint on simulated ranks.
 #[derive(Parser, Debug)]
@@ -70,6 +71,10 @@ struct Args {
     /// Put all ranks on one wgpu device (collectives become on-device copies).
     #[arg(long)]
     shared_device: bool,
+    /// Keep the weight matrices in this dtype: f32, bf16 (half the memory
+    /// and the bytes a token reads, any adapter) or f16 (SHADER_F16).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16", "f16"])]
+    weights: String,
 }
 
 /// Prints what `stats` moved, divided over `tokens` tokens (`per` names
@@ -187,7 +192,13 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
     });
     let t_load = Instant::now();
     let tok = Tokenizer::from_dir(&dir)?;
-    let mut model = CausalLm::from_pretrained(&mesh, &dir)?;
+    let dtype = match args.weights.as_str() {
+        "bf16" => DType::BF16,
+        "f16" => DType::F16,
+        _ => DType::F32,
+    };
+    let opts = LoadOptions::default().weights(dtype);
+    let mut model = CausalLm::from_pretrained_with(&mesh, &dir, opts)?;
     eprintln!(
         "{}: {}; loaded in {:.0} ms",
         dir.display(),

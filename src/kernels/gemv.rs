@@ -115,7 +115,67 @@ fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
 }
 ";
 
-/// How A and B are bound: the three combinations the layouts need.
+/// bf16 B `[N, K]` with K a multiple of 8, eight elements (four words) a
+/// load, and the entry `gemv_nk8` stepping K by 8: half the loads per
+/// product of the four-wide path (lavapipe loads storage lane by lane, a
+/// load at a time), with the same sums in the same order, so the same bits.
+const B_VEC8_BF16: &str = "alias BV = vec4<u32>;
+fn wide4(v: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(v.x << 16u), bitcast<f32>(v.x & 0xffff0000u),
+        bitcast<f32>(v.y << 16u), bitcast<f32>(v.y & 0xffff0000u));
+}
+fn half8(v: vec4<u32>, hi: bool) -> vec4<f32> { return wide4(select(v.xy, v.zw, hi)); }
+fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
+    return half8(b[(n * (p.k / 4u) + q) / 2u], (q & 1u) == 1u);
+}
+fn ldb_nk(n: u32, k: u32) -> f32 {
+    let i = n * p.k + k;
+    let w = b[i / 8u][(i / 2u) % 4u];
+    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
+}
+fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
+    return half8(b[(k * (p.n / 4u) + j) / 2u], (j & 1u) == 1u);
+}
+
+@compute @workgroup_size(WG)
+fn gemv_nk8(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let g = (wg.y * nwg.x + wg.x) * WG + li;
+    let n0 = 4u * g;
+    if (n0 >= p.n) {
+        return;
+    }
+    let last = p.n - 1u;
+    let k8 = p.k / 8u;
+    let r0 = n0 * k8;
+    let r1 = min(n0 + 1u, last) * k8;
+    let r2 = min(n0 + 2u, last) * k8;
+    let r3 = min(n0 + 3u, last) * k8;
+    var s: array<vec4<f32>, 8>;
+    for (var q = 0u; q < k8; q++) {
+        let b0 = b[r0 + q];
+        let b1 = b[r1 + q];
+        let b2 = b[r2 + q];
+        let b3 = b[r3 + q];
+        let lo = mat4x4<f32>(wide4(b0.xy), wide4(b1.xy), wide4(b2.xy), wide4(b3.xy));
+        let hi = mat4x4<f32>(wide4(b0.zw), wide4(b1.zw), wide4(b2.zw), wide4(b3.zw));
+        for (var m = 0u; m < ROWS; m++) {
+            let x0 = lda4(m, 2u * q);
+            let x1 = lda4(m, 2u * q + 1u);
+            s[m] += vec4<f32>(dot(x0, lo[0]), dot(x0, lo[1]), dot(x0, lo[2]), dot(x0, lo[3]));
+            s[m] += vec4<f32>(dot(x1, hi[0]), dot(x1, hi[1]), dot(x1, hi[2]), dot(x1, hi[3]));
+        }
+    }
+    for (var m = 0u; m < ROWS; m++) {
+        store4(m, n0, s[m]);
+    }
+}
+";
+
+/// How A and B are bound: the combinations the layouts need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Binding {
     /// A and B as vec4s (`[N, K]` B, K a multiple of 4).
@@ -124,6 +184,8 @@ enum Binding {
     BVec4,
     /// Both element-wise (ragged).
     Scalar,
+    /// A as vec4s, bf16 B `[N, K]` eight a load (K a multiple of 8).
+    Bf16Vec8,
 }
 
 #[repr(C)]
@@ -159,6 +221,7 @@ fn program(
                 Binding::BothVec4 => (A_VEC4, if bf16 { B_VEC4_BF16 } else { B_VEC4 }, "_ab4"),
                 Binding::BVec4 => (A_SCALAR, if bf16 { B_VEC4_BF16 } else { B_VEC4 }, "_b4"),
                 Binding::Scalar => (A_SCALAR, if bf16 { B_SCALAR_BF16 } else { B_SCALAR }, ""),
+                Binding::Bf16Vec8 => (A_VEC4, B_VEC8_BF16, "_ab8"),
             };
             let f16 = [input, weight, output].contains(&DType::F16);
             let source = format!(
@@ -196,10 +259,12 @@ pub(crate) fn gemv_sources() -> Vec<(&'static str, &'static str)> {
         (F32, F16, F32),
     ];
     let bindings = [Binding::BothVec4, Binding::BVec4, Binding::Scalar];
-    dtypes
+    let mut out: Vec<_> = dtypes
         .iter()
         .flat_map(|&d| bindings.iter().map(move |&b| program(d, b)))
-        .collect()
+        .collect();
+    out.push(program((F32, BF16, F32), Binding::Bf16Vec8));
+    out
 }
 
 /// `a·bᵀ` (`b` `[N, K]`; `[K, N]` without `trans_b`) for `a` `[M, K]`,
@@ -257,13 +322,18 @@ pub(crate) fn gemv_into(
         ));
     }
     let binding = match (trans_b, k % 4 == 0, n % 4 == 0) {
+        (true, true, _) if k % 8 == 0 && b.dtype() == DType::BF16 => Binding::Bf16Vec8,
         (true, true, _) => Binding::BothVec4,
         (false, _, true) => Binding::BVec4,
         _ => Binding::Scalar,
     };
     let (family, source) = program((a.dtype(), b.dtype(), out.dtype()), binding);
     let rows = m.next_power_of_two();
-    let entry = if trans_b { "gemv_nk" } else { "gemv_kn" };
+    let entry = match (trans_b, binding) {
+        (true, Binding::Bf16Vec8) => "gemv_nk8",
+        (true, _) => "gemv_nk",
+        (false, _) => "gemv_kn",
+    };
     let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1;
     let record = |c: usize| {
         let constants = vec![("ROWS", rows as f64), ("WG", (16 * c) as f64)];
