@@ -1,5 +1,5 @@
 //! Models loaded with weights kept in bf16 (`LoadOptions::weights`), GPT-2
-//! and the Llama family, at P = 1..4 on both transports: every weight
+//! and the Llama family, at P = 1..4 (both transports at 2): every weight
 //! matrix is bf16 and everything else f32; logits (prefill: the widened
 //! GEMM) and cached greedy decoding (the small-M GEMM reading bf16, the
 //! lookup and the tied head as stored) equal, bit for bit, an f32 model
@@ -44,10 +44,12 @@ fn greedy(m: &mut CausalLm, prompt: &[i32], n: usize) -> Vec<i32> {
 fn bf16_weights_equal_f32_weights_rounded_to_bf16() {
     for (dir, prompt) in fixtures() {
         for p in 1..=4 {
-            for (transport, mesh) in meshes(p) {
+            // Both transports at P = 2; the others on simulated ranks.
+            let all = meshes(p);
+            for (transport, mesh) in if p == 2 { &all[..] } else { &all[..1] } {
                 let what = format!("{} P={p} {transport}", dir.display());
-                let mut narrow = load(&mesh, &dir, DType::BF16);
-                let mut wide = load(&mesh, &dir, DType::F32);
+                let mut narrow = load(mesh, &dir, DType::BF16);
+                let mut wide = load(mesh, &dir, DType::F32);
                 for (name, param) in wide.named_parameters_mut() {
                     if param.shape().len() >= 2 {
                         let m = param.master().unwrap();
