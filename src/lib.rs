@@ -84,7 +84,8 @@ pub use device::{
 };
 pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};
-/// The `half` crate, whose `f16` is the host type of [`DType::F16`] data.
+/// The `half` crate, whose `f16` and `bf16` are the host types of
+/// [`DType::F16`] and [`DType::BF16`] data.
 pub use half;
 pub use nn::Params;
 pub use tensor::{

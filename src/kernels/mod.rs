@@ -63,6 +63,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("cross_entropy", grid::grid_source!("cross_entropy.wgsl")),
     ("copy_fold", grid::grid_source!("copy_fold.wgsl")),
     ("norm", grid::grid_source!("norm.wgsl")),
+    ("norm_rows", norm::SOURCE_ROWS),
     ("rope", grid::grid_source!("rope.wgsl")),
     ("dropout", dropout::SOURCE),
     ("init", random::SOURCE),

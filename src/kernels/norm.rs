@@ -11,8 +11,10 @@
 //! `ĝ = dy ⊙ γ`, `dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ ⊙ x̂))` (no `mean(ĝ)`
 //! term for RMSNorm); [`norm_param_grads`] the column sums `dγ = Σ_r dy ⊙ x̂`
 //! and `dβ = Σ_r dy`. Every sum runs in index order inside one invocation, so
-//! equal inputs give equal bits. Four pipelines: statistics, forward,
-//! input gradient, parameter gradients.
+//! equal inputs give equal bits. Five pipelines: statistics, forward,
+//! input gradient, parameter gradients, and for up to [`FUSED_ROWS_MAX`]
+//! rows (decoding) statistics and forward in one dispatch, with the same
+//! loops, so the same bits.
 
 use super::grid::{grid_groups, grid_source};
 use super::loops::check_walk;
@@ -21,6 +23,19 @@ use crate::element::DType;
 use crate::error::{Error, Result};
 
 const SOURCE: &str = grid_source!("norm.wgsl");
+/// The few-row forward (`shaders/norm_rows.wgsl`): one dispatch per norm.
+pub(crate) const SOURCE_ROWS: &str = include_str!("../../shaders/norm_rows.wgsl");
+const BINDINGS_ROWS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+    Access::ReadWrite,
+];
+/// Up to this many rows (a decoding step's) the forward is one dispatch,
+/// a workgroup per row; beyond, statistics and normalisation are two
+/// (an invocation per row, then per element), which spread many rows wider.
+pub const FUSED_ROWS_MAX: usize = 8;
 const BINDINGS: &[Access] = &[
     Access::Read,
     Access::Read,
@@ -132,6 +147,18 @@ pub fn norm_forward(
     };
     let rank = x.rank();
     let stats = rank.alloc(OP, &[rows, 2], DType::F32)?;
+    if (1..=FUSED_ROWS_MAX).contains(&rows) {
+        // Same loops and expressions as the two kernels below: same bits.
+        let y = rank.alloc(OP, x.shape(), DType::F32)?;
+        Dispatch {
+            spec: &KernelSpec::new("norm_rows", SOURCE_ROWS, BINDINGS_ROWS, "forward_rows"),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[x, gamma, beta.unwrap_or(gamma), &stats, &y],
+            workgroups: rows as u64,
+        }
+        .record(x.device())?;
+        return Ok((y, stats));
+    }
     record(
         "row_stats",
         params,

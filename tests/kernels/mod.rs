@@ -11,6 +11,7 @@
 //! - `slicing`: `narrow` and `concat`;
 //! - `topk`: the on-device top-k of a logits row (greedy / top-k decoding);
 //! - `transpose`: the pack kernel the GEMM uses for transposed operands;
+//! - `norm_rows`: the one-dispatch norm of a decoding step's rows;
 //! - `attention`: causal attention forward, backward and cached decoding;
 //!   `attention_dropout`: dropout on its probabilities;
 //! - `gqa`: grouped-query attention on separate q, k, v (groups, sliding
@@ -34,6 +35,7 @@ mod gemm_split;
 mod gemv;
 mod gqa;
 mod loop_limit;
+mod norm_rows;
 mod pack_cache;
 mod random;
 mod rope;

@@ -63,7 +63,9 @@
 //! accumulator in f32, and round once when C is stored as f16
 //! ([`GemmOptions::out_dtype`]). Each (operand, output) dtype pair is its own
 //! pipeline, composed from the same WGSL with `AIn` / `COut` aliases
-//! (`gemm/precision.rs`).
+//! (`gemm/precision.rs`). B may also be a weight kept in bf16 (or f16)
+//! beside f32 A: the small-M kernel reads it as stored; the others take it
+//! widened to f32 for the call.
 //!
 //! This file holds the public API and the dispatch between kernels;
 //! `options.rs` the variant and options types, `params.rs` the uniform and
