@@ -46,7 +46,8 @@
 //!
 //! `cargo bench --bench decode`; `WGPU_TP_DECODE_TOKENS` sets N (default
 //! 16), `WGPU_TP_DECODE_RANKS` the world sizes (default `1,2,4`),
-//! `WGPU_TP_DECODE_PROMPT` the prompt's length; `WGPU_TP_LIMITS=webgpu`
+//! `WGPU_TP_DECODE_PROMPT` the prompt's length, `WGPU_TP_DECODE_SHARED=1`
+//! puts every rank on one shared device; `WGPU_TP_LIMITS=webgpu`
 //! opens the devices with WebGPU's default limits.
 //! A world size whose model cannot be built prints `skipped: <error>`.
 
@@ -73,13 +74,14 @@ fn held_bytes(m: &CausalLm) -> u64 {
         .sum()
 }
 
-/// Device memory backing live tensors on the mesh's ranks, in MiB, after
-/// the pools are trimmed (the KV caches of past generations are dropped).
+/// Device memory backing live tensors on the mesh's devices, in MiB,
+/// after the pools are trimmed (the KV caches of past generations are
+/// dropped).
 fn device_mib(mesh: &Mesh) -> f64 {
     let mut total = 0;
-    for r in mesh.ranks() {
-        r.device().trim_pool();
-        total += r.device().memory().in_use;
+    for d in mesh.devices() {
+        d.trim_pool();
+        total += d.memory().in_use;
     }
     total as f64 / 1048576.0
 }
@@ -273,6 +275,7 @@ fn main() {
     let prompt = env::<usize>("WGPU_TP_DECODE_PROMPT")
         .unwrap_or(prompt)
         .max(1);
+    let shared = std::env::var("WGPU_TP_DECODE_SHARED").is_ok_and(|v| v == "1");
     let dtypes: Vec<DType> = std::env::var("WGPU_TP_DECODE_WEIGHTS")
         .unwrap_or_else(|_| "f32,bf16".into())
         .split(',')
@@ -285,8 +288,13 @@ fn main() {
         .collect();
     println!(
         "decode: {name} ({}, random weights kept in {dtypes:?}), greedy with the KV cache, \
-         prompt {prompt}, {tokens} tokens",
-        shape.describe()
+         prompt {prompt}, {tokens} tokens, {}",
+        shape.describe(),
+        if shared {
+            "every rank on one shared device"
+        } else {
+            "a device per rank"
+        }
     );
     println!("load at start: {}", load());
     let mut floor_printed = false;
@@ -302,7 +310,13 @@ fn main() {
         // The high-water mark from here (the last P's model is dropped).
         let _ = std::fs::write("/proc/self/clear_refs", "5");
         let t = Instant::now();
-        let built = MeshBuilder::new().ranks(p).build().and_then(|mesh| {
+        let builder = MeshBuilder::new().ranks(p);
+        let builder = if shared {
+            builder.shared_device()
+        } else {
+            builder
+        };
+        let built = builder.build().and_then(|mesh| {
             let model = shape.build(&mesh)?;
             mesh.synchronize()?; // the draws run
             Ok((mesh, model))

@@ -1,5 +1,7 @@
 //! GEMM on the default adapter (honours `WGPU_BACKEND`, e.g. `gl`) against
-//! single-threaded `matrixmultiply::sgemm` on the same shapes in the same run.
+//! `matrixmultiply::sgemm` on one thread and on two (each thread a band of
+//! C's rows; the adapter uses both cores too) on the same shapes in the
+//! same run.
 //! Square 1024³, 2048³ and ragged 1021³ (operands packed first; compared
 //! with 1024³ per FLOP), and the layer shapes M×N×K = 512×512×2048,
 //! 512×2048×512, 512×512×4096 in each product's layout: `fwd` = x·Wᵀ
@@ -103,6 +105,47 @@ fn sgemm_kernel() -> String {
     }
 }
 
+/// `out = op(a)·op(b)` by `matrixmultiply::sgemm` on `threads` scoped
+/// threads, each taking a contiguous band of C's rows (the two-thread
+/// baseline: the adapter runs on both cores too).
+fn sgemm_rows(
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+    (rsa, csa, rsb, csb): (isize, isize, isize, isize),
+    threads: usize,
+) {
+    let band = m.div_ceil(threads);
+    std::thread::scope(|s| {
+        for (t, c) in out.chunks_mut(band * n).enumerate() {
+            let rows = c.len() / n;
+            // Row `t·band` of op(a) starts at element t·band·rsa.
+            let a = &a[t * band * rsa as usize..];
+            s.spawn(move || unsafe {
+                // SAFETY: `a` from this band's first row, `b` and this band
+                // of C hold every element these strides address.
+                matrixmultiply::sgemm(
+                    rows,
+                    k,
+                    n,
+                    1.0,
+                    a.as_ptr(),
+                    rsa,
+                    csa,
+                    b.as_ptr(),
+                    rsb,
+                    csb,
+                    0.0,
+                    c.as_mut_ptr(),
+                    n as isize,
+                    1,
+                );
+            });
+        }
+    });
+}
+
 fn main() {
     let mut c = Criterion::default()
         .sample_size(10)
@@ -138,33 +181,27 @@ fn main() {
         let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
         let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
         let mut out = vec![0.0f32; m * n];
-        let sgemm = best_time(&mut c, &format!("{name} sgemm"), || unsafe {
-            // SAFETY: a, b and out hold m·k, k·n and m·n elements laid out by these strides.
-            matrixmultiply::sgemm(
-                m,
-                k,
-                n,
-                1.0,
-                a.as_ptr(),
-                rsa,
-                csa,
-                b.as_ptr(),
-                rsb,
-                csb,
-                0.0,
-                out.as_mut_ptr(),
-                n as isize,
-                1,
-            );
+        let strides = (rsa, csa, rsb, csb);
+        let sgemm = best_time(&mut c, &format!("{name} sgemm"), || {
+            sgemm_rows(&a, &b, &mut out, (m, n, k), strides, 1)
         });
-        if !(wgpu.is_finite() && sgemm.is_finite()) {
+        let sgemm2 = best_time(&mut c, &format!("{name} sgemm 2 threads"), || {
+            sgemm_rows(&a, &b, &mut out, (m, n, k), strides, 2)
+        });
+        if !(wgpu.is_finite() && sgemm.is_finite() && sgemm2.is_finite()) {
             continue; // filtered out by the command line's criterion filter
         }
-        let (x, y) = (flops / wgpu / 1e9, flops / sgemm / 1e9);
+        let (x, y, y2) = (
+            flops / wgpu / 1e9,
+            flops / sgemm / 1e9,
+            flops / sgemm2 / 1e9,
+        );
         rates.push((op, m, x));
         let line = format!(
-            "{name}: wgpu {x:.1} GFLOP/s, sgemm {y:.1} GFLOP/s, ratio {:.2}",
-            x / y
+            "{name}: wgpu {x:.1} GFLOP/s, sgemm {y:.1} GFLOP/s (ratio {:.2}), \
+             2 threads {y2:.1} GFLOP/s (ratio {:.2})",
+            x / y,
+            x / y2
         );
         println!("{line}");
         lines.push(line);
