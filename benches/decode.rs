@@ -37,7 +37,8 @@
 //! f32 weights of this process's ranks (on a CPU adapter device memory is
 //! the host's, so about 1× P is the floor: no host copy of the weights).
 //!
-//! Then, per P, the top kernels of one traced token.
+//! Then, per P, the top kernels of one traced token (`WGPU_TP_DECODE_TOP`
+//! of them, default 8).
 //!
 //! Weights: each P runs with f32 weights, then kept in bf16
 //! (`Params::store_weights_as`; rows `P=n bf16`), printing the bytes a token
@@ -430,7 +431,7 @@ fn main() {
             ms(trace.kernel_time()),
             trace.tracks().len()
         );
-        for k in trace.top_kernels(TOP_KERNELS) {
+        for k in trace.top_kernels(env::<usize>("WGPU_TP_DECODE_TOP").unwrap_or(TOP_KERNELS)) {
             println!(
                 "  {:<32} {:>5} calls {:>9.2} ms {:>6.1} %",
                 k.name,

@@ -1,9 +1,6 @@
 //! [`LoadOptions`]: how `from_pretrained_with` builds a model of any family.
 
-use crate::device::Mesh;
 use crate::element::DType;
-use crate::error::Result;
-use crate::nn::Params;
 
 /// How a model is built from a Hugging Face directory
 /// ([`CausalLm::from_pretrained_with`](super::CausalLm::from_pretrained_with),
@@ -57,7 +54,12 @@ impl LoadOptions {
 
 /// Keep `model`'s weight matrices in `dtype` and give the f32 values'
 /// memory back to the devices.
-pub(super) fn keep_weights(model: &mut dyn Params, mesh: &Mesh, dtype: DType) -> Result<()> {
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) fn keep_weights(
+    model: &mut dyn crate::nn::Params,
+    mesh: &crate::device::Mesh,
+    dtype: DType,
+) -> crate::error::Result<()> {
     if dtype == DType::F32 {
         return Ok(());
     }

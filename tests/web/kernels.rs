@@ -1,7 +1,7 @@
 //! Kernels in the browser against f64 references, ragged sizes, outputs
 //! poisoned first, under both limit sets: GEMM (every transpose, bias,
-//! accumulate), GELU, LayerNorm, causal attention, cross-entropy, the
-//! vocab top-k and the AdamW step.
+//! accumulate; bf16 weights), GELU, LayerNorm, causal attention,
+//! cross-entropy, the vocab top-k and the AdamW step.
 
 use wasm_bindgen_test::wasm_bindgen_test;
 use wgpu_tp::kernels::{
@@ -61,6 +61,73 @@ async fn gemm_every_layout_matches_f64() {
                 );
             }
         }
+    }
+}
+
+/// Weights kept in bf16 (no `shader-f16` needed): the small-M kernel reads
+/// them as stored, larger products widen them, both against f64 on the
+/// widened weights; the embedding lookup returns the widened rows.
+#[wasm_bindgen_test]
+async fn gemm_and_lookup_read_bf16_weights() {
+    use wgpu_tp::half::bf16;
+    let mut rng = Rng::fresh("bf16");
+    for (label, limits) in limit_sets() {
+        let m = mesh(1, limits).await;
+        let r = &m.ranks()[0];
+        for &(mm, k, n) in &[(1, 24, 17), (3, 13, 7), (9, 16, 5)] {
+            for tb in [false, true] {
+                let a = rng.vec(mm * k);
+                let b: Vec<bf16> = rng.vec(k * n).iter().map(|&v| bf16::from_f32(v)).collect();
+                let wide: Vec<f32> = b.iter().map(|v| v.to_f32()).collect();
+                let ga = r.upload(&[mm, k], &a).unwrap();
+                let gb = r
+                    .upload_bf16(&if tb { [n, k] } else { [k, n] }, &b)
+                    .unwrap();
+                let opts = GemmOptions {
+                    trans_b: tb,
+                    ..Default::default()
+                };
+                let got = kernels::gemm(&ga, &gb, opts)
+                    .unwrap()
+                    .to_vec_async()
+                    .await
+                    .unwrap();
+                let want: Vec<f64> = (0..mm * n)
+                    .map(|idx| {
+                        let (i, j) = (idx / n, idx % n);
+                        (0..k)
+                            .map(|p| {
+                                let bv = if tb { wide[j * k + p] } else { wide[p * n + j] };
+                                a[i * k + p] as f64 * bv as f64
+                            })
+                            .sum()
+                    })
+                    .collect();
+                let e = rel_err(&got, &want);
+                assert!(
+                    e <= TOL,
+                    "{label}: bf16 gemm {mm}x{k}x{n} tb {tb}: rel {e:.2e}"
+                );
+            }
+        }
+        let (rows, dim) = (13, 7);
+        let table: Vec<bf16> = rng
+            .vec(rows * dim)
+            .iter()
+            .map(|&v| bf16::from_f32(v))
+            .collect();
+        let gt = r.upload_bf16(&[rows, dim], &table).unwrap();
+        let ids = r.upload_i32(&[3], &[12, 0, 5]).unwrap();
+        let got = kernels::embedding_lookup(&gt, &ids, 0)
+            .unwrap()
+            .to_vec_async()
+            .await
+            .unwrap();
+        let want: Vec<f32> = [12, 0, 5]
+            .iter()
+            .flat_map(|&i| table[i * dim..(i + 1) * dim].iter().map(|v| v.to_f32()))
+            .collect();
+        assert_eq!(got, want, "{label}: bf16 lookup");
     }
 }
 
