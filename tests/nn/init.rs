@@ -85,14 +85,15 @@ fn seeded_initialisers_give_the_serial_master_p1_3_4() {
     assert_ne!(a, b);
 }
 
-/// Device draws against the host's: equal up to f32 `log` / `sqrt` / `cos`
-/// (near a zero of `cos`, the radius times the angle's rounding: an
-/// absolute floor of 1e-5, as tests/kernels/random.rs).
+/// Device draws against the host's: equal up to the driver's `log` /
+/// `sqrt` / `cos` (near a zero of a normal draw, the radius times `cos`'s
+/// absolute error: a floor of 2e-4, as `tolerance` in
+/// tests/kernels/random.rs explains).
 fn close(got: &[f32], want: &[f32], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!(
-            (g - w).abs() <= 1e-5 + 1e-5 * w.abs(),
+            (g - w).abs() <= 2e-4 + 1e-5 * w.abs(),
             "{what}: element {i}: device {g}, host {w}"
         );
     }
