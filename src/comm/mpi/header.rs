@@ -42,6 +42,7 @@ pub(super) fn dtype_code(d: DType) -> u64 {
         DType::F32 => 0,
         DType::I32 => 1,
         DType::F16 => 2,
+        DType::BF16 => 3,
     }
 }
 
