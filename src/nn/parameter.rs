@@ -7,8 +7,9 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::held::Held;
+
+mod dtype;
 use crate::device::{Mesh, block_on};
-use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::shard::{outer_dim_inner, split_range_in_units};
 use crate::tensor::{DTensor, GradSlot, Holding, Node, Placement};
@@ -183,39 +184,6 @@ impl Parameter {
             shape: shape.to_vec(),
         });
         p
-    }
-
-    /// The value as a product with `activations` reads it: as kept where it
-    /// is a bf16 or f16 weight beside f32 activations (the kernels read it
-    /// as stored), else cast to the activations' dtype (f32 masters for f16
-    /// activations). Recorded on the tape like the value.
-    pub fn operand_for(&self, activations: DType) -> Result<DTensor> {
-        let narrow = matches!(self.value.dtype(), DType::BF16 | DType::F16);
-        if activations == DType::F32 && narrow {
-            return Ok(self.value.clone());
-        }
-        self.value.cast(activations)
-    }
-
-    /// Keep the value in `dtype`: bf16 (or f16 on adapters with
-    /// `SHADER_F16`) halves a weight's memory and the bytes a decoding token
-    /// reads, for generation; f32 (exact from either) to train again.
-    /// Rounds to nearest, ties to even; the gradient is dropped. Optimisers
-    /// refuse parameters not kept in f32. On error nothing changes.
-    pub fn store_as(&mut self, dtype: DType) -> Result<()> {
-        if self.value.dtype() == dtype {
-            return Ok(());
-        }
-        if dtype == DType::I32 {
-            return Err(Error::invalid(
-                "Parameter::store_as",
-                "parameters are kept in f32, bf16 or f16, not i32",
-            ));
-        }
-        let value = self.value.detach().cast(dtype)?;
-        self.value = tracked(value, &self.slot);
-        self.slot.set(None);
-        Ok(())
     }
 
     /// How this parameter's rows are held, for a held parameter.

@@ -52,10 +52,16 @@
 //! opens the devices with WebGPU's default limits.
 //! A world size whose model cannot be built prints `skipped: <error>`.
 
+mod measure;
+mod shapes;
+
 use std::time::{Duration, Instant};
 
-use wgpu_tp::models::{CausalLm, Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::models::CausalLm;
 use wgpu_tp::nn::{CausalDecoder, Params, Sampling, generate};
+
+use measure::{copy_bandwidth, device_mib, held_bytes, load, ms, peak_rss};
+use shapes::config;
 use wgpu_tp::{DType, Mesh, MeshBuilder, Trace};
 
 /// The model as `nn::generate` takes it.
@@ -66,139 +72,10 @@ fn decoder(m: &CausalLm) -> &dyn CausalDecoder {
     }
 }
 
-/// Bytes the model's parameters hold on this process's ranks' devices.
-fn held_bytes(m: &CausalLm) -> u64 {
-    m.named_parameters()
-        .iter()
-        .flat_map(|(_, p)| p.value.shards())
-        .map(|s| (s.len() * s.dtype().size_bytes()) as u64)
-        .sum()
-}
-
-/// Device memory backing live tensors on the mesh's devices, in MiB,
-/// after the pools are trimmed (the KV caches of past generations are
-/// dropped).
-fn device_mib(mesh: &Mesh) -> f64 {
-    let mut total = 0;
-    for d in mesh.devices() {
-        d.trim_pool();
-        total += d.memory().in_use;
-    }
-    total as f64 / 1048576.0
-}
-
 const TOP_KERNELS: usize = 8;
 
 fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
-/// A model shape to build at each world size.
-#[derive(Clone)]
-enum Shape {
-    Gpt(GptConfig),
-    Llama(LlamaConfig),
-}
-
-/// (name, shape, prompt length).
-fn config() -> (&'static str, Shape, usize) {
-    let llama = |v, h, f, l, q, kv, theta: f64| {
-        let mut c = LlamaConfig::new(v, h, f, l, q, kv);
-        c.rope.theta = theta;
-        c
-    };
-    match std::env::var("WGPU_TP_DECODE_MODEL").as_deref() {
-        Ok("small") => ("small", Shape::Gpt(GptConfig::new(4096, 256, 256, 4, 2)), 8),
-        Ok("smollm2") => {
-            let c = llama(49152, 576, 1536, 30, 9, 3, 100000.0);
-            ("SmolLM2-135M", Shape::Llama(c), 128)
-        }
-        Ok("llama3.2-1b") => {
-            let c = llama(128_256, 2048, 8192, 16, 32, 8, 500000.0);
-            ("Llama-3.2-1B", Shape::Llama(c), 128)
-        }
-        Ok("qwen2.5") => {
-            let mut c = llama(151_936, 896, 4864, 24, 14, 2, 1e6);
-            c.qkv_bias = true;
-            ("Qwen2.5-0.5B", Shape::Llama(c), 128)
-        }
-        _ => (
-            "GPT-2 124M",
-            Shape::Gpt(GptConfig::new(50257, 1024, 768, 12, 12)),
-            8,
-        ),
-    }
-}
-
-impl Shape {
-    fn describe(&self) -> String {
-        match self {
-            Shape::Gpt(c) => format!(
-                "vocab {}, context {}, width {}, {} heads, {} layers",
-                c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
-            ),
-            Shape::Llama(c) => format!(
-                "vocab {}, width {}, {} layers, {} / {} heads, ffn {}, tied",
-                c.vocab_size,
-                c.hidden_size,
-                c.num_hidden_layers,
-                c.num_attention_heads,
-                c.num_key_value_heads,
-                c.intermediate_size
-            ),
-        }
-    }
-
-    fn build(&self, mesh: &Mesh) -> wgpu_tp::Result<CausalLm> {
-        Ok(match self {
-            Shape::Gpt(c) => CausalLm::Gpt2(Gpt::new(mesh, *c, 0)?),
-            Shape::Llama(c) => CausalLm::Llama(Llama::new(mesh, c.clone(), 0)?),
-        })
-    }
-
-    /// Bytes one token reads from the weights: all of them but GPT-2's
-    /// `wpe` (one row).
-    fn weight_bytes(&self) -> u64 {
-        match self {
-            Shape::Gpt(c) => 4 * (c.num_parameters() as u64 - ((c.n_ctx - 1) * c.hidden) as u64),
-            Shape::Llama(c) => 4 * c.num_parameters() as u64,
-        }
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// The process's peak resident set (VmHWM), in bytes, where Linux reports it.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|kib| kib * 1024)
-}
-
-/// Host copy bandwidth in bytes/s over a buffer of `bytes` (best of 5).
-fn copy_bandwidth(bytes: u64) -> f64 {
-    let src = vec![1u8; bytes as usize];
-    let mut dst = vec![0u8; bytes as usize];
-    let mut best = Duration::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
-        dst.copy_from_slice(&src);
-        best = best.min(t.elapsed());
-        std::hint::black_box(&mut dst);
-    }
-    bytes as f64 / best.as_secs_f64()
 }
 
 struct Timing {

@@ -1,0 +1,43 @@
+//! The dtype a [`Parameter`] is kept in: f32 to train, bf16 or f16 for
+//! generation (half the memory and the bytes a decoding token reads), and
+//! how products read it.
+
+use super::{Parameter, tracked};
+use crate::element::DType;
+use crate::error::{Error, Result};
+use crate::tensor::DTensor;
+
+impl Parameter {
+    /// The value as a product with `activations` reads it: as kept where it
+    /// is a bf16 or f16 weight beside f32 activations (the kernels read it
+    /// as stored), else cast to the activations' dtype (f32 masters for f16
+    /// activations). Recorded on the tape like the value.
+    pub fn operand_for(&self, activations: DType) -> Result<DTensor> {
+        let narrow = matches!(self.value.dtype(), DType::BF16 | DType::F16);
+        if activations == DType::F32 && narrow {
+            return Ok(self.value.clone());
+        }
+        self.value.cast(activations)
+    }
+
+    /// Keep the value in `dtype`: bf16 (or f16 on adapters with
+    /// `SHADER_F16`) halves a weight's memory and the bytes a decoding token
+    /// reads, for generation; f32 (exact from either) to train again.
+    /// Rounds to nearest, ties to even; the gradient is dropped. Optimisers
+    /// refuse parameters not kept in f32. On error nothing changes.
+    pub fn store_as(&mut self, dtype: DType) -> Result<()> {
+        if self.value.dtype() == dtype {
+            return Ok(());
+        }
+        if dtype == DType::I32 {
+            return Err(Error::invalid(
+                "Parameter::store_as",
+                "parameters are kept in f32, bf16 or f16, not i32",
+            ));
+        }
+        let value = self.value.detach().cast(dtype)?;
+        self.value = tracked(value, &self.slot);
+        self.slot.set(None);
+        Ok(())
+    }
+}
