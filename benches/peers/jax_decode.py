@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Greedy GPT-2 decoding with a key/value cache in JAX: the peer figure of
-`benches/decode.rs` (`cargo bench --bench decode`).
+`benches/decode/` (`cargo bench --bench decode`).
 
 Model: GPT-2 124M's shape (vocab 50257, context 1024, width 768, 12 heads,
 12 layers, ffn 3072, GELU tanh, LayerNorm eps 1e-5, head tied to wte), f32,

@@ -1,4 +1,4 @@
-"""PyTorch peer of the decode and training benches (benches/decode.rs,
+"""PyTorch peer of the decode and training benches (benches/decode/,
 benches/gpt2.rs): the same model shapes in `transformers`, eager attention,
 f32, random weights, on the CPU (with the same number of threads) or a CUDA
 GPU.
@@ -24,7 +24,7 @@ import time
 import torch
 import transformers
 
-# The shapes benches/decode.rs and benches/gpt2.rs build (random weights).
+# The shapes benches/decode/ and benches/gpt2.rs build (random weights).
 SHAPES = {
     "gpt2": dict(family="gpt2", vocab=50257, ctx=1024, hidden=768, layers=12, heads=12),
     # SmolLM2-135M: 9 query / 3 KV heads, ffn 1536, tied.
