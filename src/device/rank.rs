@@ -109,7 +109,7 @@ impl Rank {
             return Err(Error::invalid(
                 "filled",
                 format!(
-                    "{bits:#x} is not a {dtype} bit pattern (16 bits); use e.g. half::f16::ONE.to_bits()"
+                    "{bits:#x} is not a {dtype} bit pattern (16 bits); use e.g. half::{dtype}::ONE.to_bits()"
                 ),
             ));
         }

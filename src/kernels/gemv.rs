@@ -125,6 +125,7 @@ fn wide4(v: vec2<u32>) -> vec4<f32> {
         bitcast<f32>(v.y << 16u), bitcast<f32>(v.y & 0xffff0000u));
 }
 fn half8(v: vec4<u32>, hi: bool) -> vec4<f32> { return wide4(select(v.xy, v.zw, hi)); }
+// K is a multiple of 8, so n·K/4 is even: q's parity picks the half.
 fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
     return half8(b[(n * (p.k / 4u) + q) / 2u], (q & 1u) == 1u);
 }
@@ -134,7 +135,8 @@ fn ldb_nk(n: u32, k: u32) -> f32 {
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
 fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
-    return half8(b[(k * (p.n / 4u) + j) / 2u], (j & 1u) == 1u);
+    let i = k * (p.n / 4u) + j;
+    return half8(b[i / 2u], (i & 1u) == 1u);
 }
 
 @compute @workgroup_size(WG)
@@ -292,6 +294,17 @@ pub fn gemv_with_candidate(
         ));
     }
     a.same_rank(OP, b)?;
+    // As the GEMM takes them: A and B alike, or f32 A and a bf16 / f16 B.
+    let (ad, bd) = (a.dtype(), b.dtype());
+    let narrow_b = ad == DType::F32 && matches!(bd, DType::BF16 | DType::F16);
+    if !matches!(ad, DType::F32 | DType::F16) || (bd != ad && !narrow_b) {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "A {ad} and B {bd}: A and B must be f32 or f16 alike, or A f32 and B bf16 or f16"
+            ),
+        ));
+    }
     let out = a.rank().zeros(&[m, n], a.dtype())?;
     gemv_into(a, b, trans_b, (None, None), &out, (m, n, k), Some(c))?;
     Ok(out)

@@ -14,7 +14,9 @@
 //! equal inputs give equal bits. Five pipelines: statistics, forward,
 //! input gradient, parameter gradients, and for up to [`FUSED_ROWS_MAX`]
 //! rows (decoding) statistics and forward in one dispatch, with the same
-//! loops, so the same bits.
+//! loops and expressions, so the same bits where the driver compiles both
+//! alike (lavapipe and llvmpipe: tested; WGSL lets a driver contract
+//! multiply-adds differently per shader).
 
 use super::grid::{grid_groups, grid_source};
 use super::loops::check_walk;

@@ -5,9 +5,9 @@
 //! shards the values onto the model's mesh, so a checkpoint saved on P ranks
 //! loads on any other P, and a bad file leaves the model unchanged.
 //!
-//! Files may hold F32 or F16 (half the size, for sharing or inference):
-//! [`to_safetensors_bytes_as`] rounds the masters to f16 on the host, and
-//! loading widens F16 tensors exactly into the f32 masters.
+//! Files may hold F32, F16 or BF16 (half the size, for sharing or
+//! inference): [`to_safetensors_bytes_as`] rounds the masters on the host,
+//! and loading widens F16 and BF16 tensors exactly into the masters.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,7 +24,8 @@ pub fn to_safetensors_bytes(model: &dyn Params) -> Result<Vec<u8>> {
 }
 
 /// Serialise the master parameters of `model` as `dtype` tensors: F32, or
-/// F16 (each value rounded to nearest even on the host; needs no f16 adapter).
+/// F16 or BF16 (each value rounded to nearest even on the host; needs no
+/// f16 adapter).
 pub fn to_safetensors_bytes_as(model: &dyn Params, dtype: DType) -> Result<Vec<u8>> {
     let file_dtype = match dtype {
         DType::F32 => Dtype::F32,
@@ -100,9 +101,9 @@ pub fn from_safetensors_bytes(model: &mut dyn Params, bytes: &[u8]) -> Result<()
                 st.names()
             ))
         })?;
-        if view.dtype() != Dtype::F32 && view.dtype() != Dtype::F16 {
+        if !matches!(view.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16) {
             return Err(Error::Checkpoint(format!(
-                "tensor {name:?} is {:?}, expected F32 or F16; convert it before loading",
+                "tensor {name:?} is {:?}, expected F32, F16 or BF16; convert it before loading",
                 view.dtype()
             )));
         }
@@ -113,11 +114,16 @@ pub fn from_safetensors_bytes(model: &mut dyn Params, bytes: &[u8]) -> Result<()
                 p.shape()
             )));
         }
-        let data = if view.dtype() == Dtype::F16 {
-            let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(view.data());
-            h.iter().map(|v| v.to_f32()).collect()
-        } else {
-            bytemuck::pod_collect_to_vec(view.data())
+        let data = match view.dtype() {
+            Dtype::F16 => {
+                let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(view.data());
+                h.iter().map(|v| v.to_f32()).collect()
+            }
+            Dtype::BF16 => {
+                let h: Vec<half::bf16> = bytemuck::pod_collect_to_vec(view.data());
+                h.iter().map(|v| v.to_f32()).collect()
+            }
+            _ => bytemuck::pod_collect_to_vec(view.data()),
         };
         values.insert(name.clone(), data);
     }

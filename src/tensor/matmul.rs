@@ -19,7 +19,8 @@
 //! output is split like the weight's rows, in its shard unit). x and w are
 //! both f32 or both f16 (accumulated in f32), or x is f32 and w a weight
 //! kept in bf16 or f16 (read as stored for a few tokens, widened per call
-//! beyond; its gradient is f32); y is x's dtype unless
+//! beyond; its gradient is rounded to w's dtype, and optimisers refuse such
+//! a weight); y is x's dtype unless
 //! [`MatmulOptions::out_dtype`] says otherwise (a row-parallel partial sum
 //! kept in f32 is reduced before it is rounded). With `transpose_w`, a `w`
 //! shard or product past one storage binding (a tied head's vocab rows and

@@ -1,9 +1,9 @@
 //! safetensors checkpoints: the file holds the master tensors by name; one
-//! saved on P = 4 loads on P = 3 and P = 1 (from bytes and from a file); F16
-//! files hold the masters rounded to f16 and load widened; bad files are
+//! saved on P = 4 loads on P = 3 and P = 1 (from bytes and from a file); F16 and BF16
+//! files hold the masters rounded to f16 / bf16 and load widened; bad files are
 //! `Error::Checkpoint` and leave the model unchanged.
 
-use crate::util::{Rng, masters, mesh, token_batch};
+use crate::util::{Rng, masters, mesh, round_bf16, token_batch};
 use safetensors::{Dtype, tensor::TensorView};
 use wgpu_tp::Error;
 use wgpu_tp::nn::{
@@ -114,6 +114,26 @@ fn f16_checkpoint_saved_on_p4_loads_rounded_on_p3() {
     ));
 }
 
+/// BF16 files round trip like F16 ones: rounded on the host, widened
+/// exactly on another world size.
+#[test]
+fn bf16_checkpoint_saved_on_p4_loads_rounded_on_p2() {
+    let mut rng = Rng::fresh("ckpt_bf16");
+    let src = trained_p4(&mut rng);
+    let bytes = to_safetensors_bytes_as(&src, DType::BF16).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let rounded: Vec<(String, Vec<f32>)> = masters(&src)
+        .into_iter()
+        .map(|(n, v)| (n, round_bf16(&v)))
+        .collect();
+    for (name, _) in &rounded {
+        assert_eq!(st.tensor(name).unwrap().dtype(), Dtype::BF16, "{name}");
+    }
+    let mut dst = MlpLanguageModel::new(&mesh(2), LM, 4321).unwrap();
+    from_safetensors_bytes(&mut dst, &bytes).unwrap();
+    assert_eq!(masters(&dst), rounded);
+}
+
 /// Serialise `(name, dtype, shape, bytes)` with the safetensors crate directly.
 fn write(tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
     let views: Vec<(String, TensorView)> = tensors
@@ -153,7 +173,7 @@ fn bad_checkpoints_are_errors_and_leave_the_model_unchanged_p3() {
     let mut t = good.clone();
     t[3].2 = vec![t[3].2[1], t[3].2[0]];
     cases.push(("wrong shape".into(), write(&t)));
-    // Wrong dtypes: fc1.bias as F64 (same element count), head.weight as BF16.
+    // Wrong dtypes: fc1.bias as F64 (same element count), head.weight as I16.
     let mut t = good.clone();
     let b: Vec<f64> = bytemuck::pod_collect_to_vec::<u8, f32>(&t[2].3)
         .iter()
@@ -164,9 +184,9 @@ fn bad_checkpoints_are_errors_and_leave_the_model_unchanged_p3() {
     cases.push(("F64 tensor".into(), write(&t)));
     let mut t = good.clone();
     let n = t[5].3.len() / 4;
-    t[5].1 = Dtype::BF16;
+    t[5].1 = Dtype::I16;
     t[5].3 = vec![0u8; n * 2];
-    cases.push(("BF16 tensor".into(), write(&t)));
+    cases.push(("I16 tensor".into(), write(&t)));
     // An extra tensor.
     let mut t = good.clone();
     t.push(("fc3.weight".into(), Dtype::F32, vec![2], vec![0u8; 8]));

@@ -34,9 +34,10 @@ impl Gpt {
     /// tensor; the mesh stays usable. Tensors are read one at a time from a
     /// memory map, so the host never holds a second copy of the model (the
     /// model is first built with zeros, which each load overwrites in
-    /// place). The model uses f32 activations without sequence
-    /// parallelism or dropout; for other settings build a [`Gpt`] and call
-    /// [`Gpt::load_pretrained`].
+    /// place). The model uses f32 activations and weights without sequence
+    /// parallelism or dropout; [`Gpt::from_pretrained_with`] sets the
+    /// weights' dtype and sequence parallelism, and for other settings
+    /// build a [`Gpt`] and call [`Gpt::load_pretrained`].
     pub fn from_pretrained(mesh: &Mesh, dir: impl AsRef<Path>) -> Result<Gpt> {
         Self::from_pretrained_with(mesh, dir, LoadOptions::default())
     }

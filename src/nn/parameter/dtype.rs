@@ -24,7 +24,8 @@ impl Parameter {
     /// `SHADER_F16`) halves a weight's memory and the bytes a decoding token
     /// reads, for generation; f32 (exact from either) to train again.
     /// Rounds to nearest, ties to even; the gradient is dropped. Optimisers
-    /// refuse parameters not kept in f32. On error nothing changes.
+    /// refuse parameters not kept in f32, and layers with `Overlap::Ring`
+    /// multiply f32 weights only. On error nothing changes.
     pub fn store_as(&mut self, dtype: DType) -> Result<()> {
         if self.value.dtype() == dtype {
             return Ok(());
