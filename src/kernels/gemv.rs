@@ -11,6 +11,9 @@
 //! load is several times fewer loads). Rows are rounded up to 1, 2, 4 or 8
 //! (an override constant): four pipelines per layout at most.
 
+mod loads;
+
+use self::loads::{A_SCALAR, A_VEC4, B_SCALAR, B_SCALAR_BF16, B_VEC4, B_VEC4_BF16, B_VEC8_BF16};
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -39,143 +42,6 @@ const BINDINGS: &[Access] = &[
     Access::Read,
     Access::ReadWrite,
 ];
-
-/// A read as vec4s (rows of whole vec4s).
-const A_VEC4: &str = "alias AV = vec4<AIn>;
-fn lda4(m: u32, q: u32) -> vec4<f32> { return vec4<f32>(a[arow(m) * (p.k / 4u) + q]); }
-fn lda(m: u32, k: u32) -> f32 { let i = arow(m) * p.k + k; return f32(a[i / 4u][i % 4u]); }
-";
-
-/// A read element by element.
-const A_SCALAR: &str = "alias AV = AIn;
-fn lda4(m: u32, q: u32) -> vec4<f32> {
-    let i = arow(m) * p.k + 4u * q;
-    return vec4<f32>(f32(a[i]), f32(a[i + 1u]), f32(a[i + 2u]), f32(a[i + 3u]));
-}
-fn lda(m: u32, k: u32) -> f32 { return f32(a[arow(m) * p.k + k]); }
-";
-
-/// B read as vec4s: `[N, K]` with K a multiple of 4, or `[K, N]` with N one.
-const B_VEC4: &str = "alias BV = vec4<BIn>;
-fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return vec4<f32>(b[n * (p.k / 4u) + q]); }
-fn ldb_nk(n: u32, k: u32) -> f32 { let i = n * p.k + k; return f32(b[i / 4u][i % 4u]); }
-fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return vec4<f32>(b[k * (p.n / 4u) + j]); }
-";
-
-/// B read element by element (columns past N read the last one).
-const B_SCALAR: &str = "alias BV = BIn;
-fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
-    let i = n * p.k + 4u * q;
-    return vec4<f32>(f32(b[i]), f32(b[i + 1u]), f32(b[i + 2u]), f32(b[i + 3u]));
-}
-fn ldb_nk(n: u32, k: u32) -> f32 { return f32(b[n * p.k + k]); }
-fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
-    let i = k * p.n;
-    let c = 4u * j;
-    let last = p.n - 1u;
-    return vec4<f32>(f32(b[i + c]), f32(b[i + min(c + 1u, last)]),
-        f32(b[i + min(c + 2u, last)]), f32(b[i + min(c + 3u, last)]));
-}
-";
-
-/// bf16 B four elements (two words) a load, widened by shifts: `[N, K]`
-/// with K a multiple of 4, or `[K, N]` with N one. Element 2w is word w's
-/// low half (little-endian, as checkpoints store it).
-const B_VEC4_BF16: &str = "alias BV = vec2<u32>;
-fn wide4(v: vec2<u32>) -> vec4<f32> {
-    return vec4<f32>(bitcast<f32>(v.x << 16u), bitcast<f32>(v.x & 0xffff0000u),
-        bitcast<f32>(v.y << 16u), bitcast<f32>(v.y & 0xffff0000u));
-}
-fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return wide4(b[n * (p.k / 4u) + q]); }
-fn ldb_nk(n: u32, k: u32) -> f32 {
-    let i = n * p.k + k;
-    let w = b[i / 4u][(i / 2u) % 2u];
-    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
-}
-fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return wide4(b[k * (p.n / 4u) + j]); }
-";
-
-/// bf16 B element by element (columns past N read the last one).
-const B_SCALAR_BF16: &str = "alias BV = u32;
-fn bf(i: u32) -> f32 {
-    let w = b[i / 2u];
-    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
-}
-fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
-    let i = n * p.k + 4u * q;
-    return vec4<f32>(bf(i), bf(i + 1u), bf(i + 2u), bf(i + 3u));
-}
-fn ldb_nk(n: u32, k: u32) -> f32 { return bf(n * p.k + k); }
-fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
-    let i = k * p.n;
-    let c = 4u * j;
-    let last = p.n - 1u;
-    return vec4<f32>(bf(i + c), bf(i + min(c + 1u, last)), bf(i + min(c + 2u, last)),
-        bf(i + min(c + 3u, last)));
-}
-";
-
-/// bf16 B `[N, K]` with K a multiple of 8, eight elements (four words) a
-/// load, and the entry `gemv_nk8` stepping K by 8: half the loads per
-/// product of the four-wide path (lavapipe loads storage lane by lane, a
-/// load at a time), with the same sums in the same order, so the same bits.
-const B_VEC8_BF16: &str = "alias BV = vec4<u32>;
-fn wide4(v: vec2<u32>) -> vec4<f32> {
-    return vec4<f32>(bitcast<f32>(v.x << 16u), bitcast<f32>(v.x & 0xffff0000u),
-        bitcast<f32>(v.y << 16u), bitcast<f32>(v.y & 0xffff0000u));
-}
-fn half8(v: vec4<u32>, hi: bool) -> vec4<f32> { return wide4(select(v.xy, v.zw, hi)); }
-// K is a multiple of 8, so n·K/4 is even: q's parity picks the half.
-fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
-    return half8(b[(n * (p.k / 4u) + q) / 2u], (q & 1u) == 1u);
-}
-fn ldb_nk(n: u32, k: u32) -> f32 {
-    let i = n * p.k + k;
-    let w = b[i / 8u][(i / 2u) % 4u];
-    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
-}
-fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
-    let i = k * (p.n / 4u) + j;
-    return half8(b[i / 2u], (i & 1u) == 1u);
-}
-
-@compute @workgroup_size(WG)
-fn gemv_nk8(
-    @builtin(workgroup_id) wg: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32,
-) {
-    let g = (wg.y * nwg.x + wg.x) * WG + li;
-    let n0 = 4u * g;
-    if (n0 >= p.n) {
-        return;
-    }
-    let last = p.n - 1u;
-    let k8 = p.k / 8u;
-    let r0 = n0 * k8;
-    let r1 = min(n0 + 1u, last) * k8;
-    let r2 = min(n0 + 2u, last) * k8;
-    let r3 = min(n0 + 3u, last) * k8;
-    var s: array<vec4<f32>, 8>;
-    for (var q = 0u; q < k8; q++) {
-        let b0 = b[r0 + q];
-        let b1 = b[r1 + q];
-        let b2 = b[r2 + q];
-        let b3 = b[r3 + q];
-        let lo = mat4x4<f32>(wide4(b0.xy), wide4(b1.xy), wide4(b2.xy), wide4(b3.xy));
-        let hi = mat4x4<f32>(wide4(b0.zw), wide4(b1.zw), wide4(b2.zw), wide4(b3.zw));
-        for (var m = 0u; m < ROWS; m++) {
-            let x0 = lda4(m, 2u * q);
-            let x1 = lda4(m, 2u * q + 1u);
-            s[m] += vec4<f32>(dot(x0, lo[0]), dot(x0, lo[1]), dot(x0, lo[2]), dot(x0, lo[3]));
-            s[m] += vec4<f32>(dot(x1, hi[0]), dot(x1, hi[1]), dot(x1, hi[2]), dot(x1, hi[3]));
-        }
-    }
-    for (var m = 0u; m < ROWS; m++) {
-        store4(m, n0, s[m]);
-    }
-}
-";
 
 /// How A and B are bound: the combinations the layouts need.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
