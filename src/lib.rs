@@ -77,10 +77,10 @@ pub mod tensor;
 
 pub use comm::{Collective, CommCount, CommStats, Transport};
 pub use device::{
-    AdapterReport, Device, DeviceLayout, EventKind, KernelTotal, LocalTensor, MemoryStats, Mesh,
-    MeshBuilder, Rank, Trace, TraceClock, TraceEvent, TraceTrack, Tuning, adapters, adapters_async,
-    download_many, download_many_async, parse_backends, set_tuning, tuned_choices, tuning,
-    tuning_file,
+    AdapterReport, AxisGroup, Device, DeviceLayout, EventKind, KernelTotal, LocalTensor,
+    MemoryStats, Mesh, MeshBuilder, Rank, Trace, TraceClock, TraceEvent, TraceTrack, Tuning,
+    adapters, adapters_async, download_many, download_many_async, parse_backends, set_tuning,
+    tuned_choices, tuning, tuning_file,
 };
 pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};

@@ -70,6 +70,21 @@ impl Mesh {
         self.comm_stats().get(&kind).map_or(0, |c| c.calls)
     }
 
+    /// The counters of every group along axis `name` that has a rank in
+    /// this process (named axes, [`Mesh::axis_groups`]), summed per kind:
+    /// what the axis moved. A group nothing holds any more counts from zero.
+    pub fn axis_comm_stats(&self, name: &str) -> crate::error::Result<CommStats> {
+        let mut sum = CommStats::new();
+        for g in self.axis_groups(name)? {
+            for (kind, c) in g.comm_stats() {
+                let e = sum.entry(kind).or_default();
+                e.calls += c.calls;
+                e.bytes += c.bytes;
+            }
+        }
+        Ok(sum)
+    }
+
     /// Zero the communication counters.
     pub fn reset_comm_stats(&self) {
         self.extension::<Ledger>().with(|c| c.clear());

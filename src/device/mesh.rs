@@ -13,6 +13,7 @@
 use std::any::Any;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::axes::Arrangement;
 use super::context::{Device, distinct_devices};
 use super::rank::Rank;
 use crate::error::{Error, Result};
@@ -31,25 +32,27 @@ pub enum DeviceLayout {
     Process,
 }
 
-type Extension = Arc<dyn Any + Send + Sync>;
+pub(super) type Extension = Arc<dyn Any + Send + Sync>;
 
-struct MeshInner {
+pub(super) struct MeshInner {
     /// The ranks this process addresses (all of them in one process).
-    ranks: Vec<Rank>,
+    pub(super) ranks: Vec<Rank>,
     /// The world size over every process.
-    world: usize,
-    layout: DeviceLayout,
+    pub(super) world: usize,
+    pub(super) layout: DeviceLayout,
     #[cfg(feature = "mpi")]
-    process: Option<Arc<super::process::Process>>,
-    extensions: Mutex<Vec<Extension>>,
+    pub(super) process: Option<Arc<super::process::Process>>,
+    pub(super) extensions: Mutex<Vec<Extension>>,
+    /// Named axes and where this mesh sits among them (`axes.rs`).
+    pub(super) arrangement: Option<Arrangement>,
     // Keeps the instance (and so the adapters) alive as long as the mesh.
-    _instance: wgpu::Instance,
+    pub(super) instance: wgpu::Instance,
 }
 
 /// An ordered group of ranks. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Mesh {
-    inner: Arc<MeshInner>,
+    pub(super) inner: Arc<MeshInner>,
 }
 
 impl std::fmt::Debug for Mesh {
@@ -76,7 +79,8 @@ impl Mesh {
                 #[cfg(feature = "mpi")]
                 process: None,
                 extensions: Mutex::default(),
-                _instance: instance,
+                arrangement: None,
+                instance,
             }),
         }
     }
@@ -95,7 +99,8 @@ impl Mesh {
                 layout: DeviceLayout::Process,
                 process: Some(process),
                 extensions: Mutex::default(),
-                _instance: instance,
+                arrangement: None,
+                instance,
             }),
         }
     }
@@ -123,22 +128,21 @@ impl Mesh {
         self.inner.ranks.len() != self.inner.world
     }
 
-    /// This process's index among the mesh's processes (0 in one process).
+    /// This process's index among the mesh's processes (0 in one process;
+    /// over MPI its rank's index in this mesh, a sub-mesh's too).
     pub fn process_index(&self) -> usize {
-        #[cfg(feature = "mpi")]
-        if let Some(p) = &self.inner.process {
-            return p.rank();
+        match self.is_multi_process() {
+            true => self.inner.ranks.first().map_or(0, Rank::index),
+            false => 0,
         }
-        0
     }
 
     /// Number of processes the mesh spans (1 in one process).
     pub fn process_count(&self) -> usize {
-        #[cfg(feature = "mpi")]
-        if let Some(p) = &self.inner.process {
-            return p.size();
+        match self.is_multi_process() {
+            true => self.inner.world,
+            false => 1,
         }
-        1
     }
 
     /// Position in [`Mesh::ranks`] of global rank `r`, when this process

@@ -28,6 +28,7 @@
 //! - `staging.rs`: the device → host → device path;
 //! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
+//!   `axes.rs`: its named axes and their sub-meshes ([`Mesh::axis`]);
 //!   `budget.rs`: what a model will allocate against the memory there is;
 //! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels; in
 //!   `report.rs`), and in
@@ -42,6 +43,7 @@
 //!   remembered per adapter on disk.
 
 mod adapters;
+mod axes;
 mod blocks;
 mod budget;
 mod context;
@@ -70,6 +72,7 @@ mod wait;
 mod write;
 
 pub use adapters::{AdapterReport, adapters, adapters_async, parse_backends};
+pub use axes::AxisGroup;
 pub use context::Device;
 pub use mesh::{DeviceLayout, Mesh};
 pub use pool::MemoryStats;

@@ -32,6 +32,8 @@ pub struct MeshBuilder {
     limits: Option<wgpu::Limits>,
     without_features: wgpu::Features,
     pub(super) mpi_timeout: Option<std::time::Duration>,
+    /// Named axes (`axes.rs`); empty for none.
+    pub(super) axes: Vec<(String, usize)>,
 }
 
 impl Default for MeshBuilder {
@@ -79,6 +81,7 @@ impl MeshBuilder {
             limits: None,
             without_features: wgpu::Features::empty(),
             mpi_timeout: None,
+            axes: Vec::new(),
         }
     }
 
@@ -277,7 +280,12 @@ impl MeshBuilder {
     /// is asynchronous in WebGPU). In a browser a page gets one device, so
     /// there the default layout is [`DeviceLayout::SharedDevice`].
     pub async fn build_async(self) -> Result<Mesh> {
-        let mesh = self.open_mesh().await?;
+        let mut mesh = self.open_mesh().await?;
+        if !self.axes.is_empty() {
+            let axes: Vec<(&str, usize)> =
+                self.axes.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+            mesh = mesh.with_axes(&axes)?;
+        }
         if let Some(path) = self.resolved_trace_path() {
             mesh.trace_until_drop(&path)?;
         }

@@ -99,6 +99,22 @@ impl LocalTensor {
         }
     }
 
+    /// The same bytes as rank `index` of another mesh over the same physical
+    /// rank (a sub-mesh, [`Mesh::axis`](super::Mesh::axis)): no copy, and
+    /// unlike an alias across ranks it stays writable in place.
+    pub(crate) fn retagged(&self, index: usize) -> LocalTensor {
+        let body = match &self.body {
+            Body::Buffer(s) => Body::Buffer(s.clone()),
+            Body::Blocks(b) => Body::Blocks(b.iter().map(|t| t.retagged(index)).collect()),
+        };
+        LocalTensor {
+            body,
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            rank: index,
+        }
+    }
+
     /// The one-buffer tensors holding its rows, in order: itself for a tensor
     /// within one binding, else its row blocks (see `device/blocks.rs`).
     pub fn blocks(&self) -> &[LocalTensor] {

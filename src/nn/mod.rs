@@ -16,7 +16,9 @@
 //! - decoding: `kv_cache.rs`, `generate.rs` ([`CausalDecoder`] and the
 //!   generation loop), `sampling.rs`, `tokenizer.rs`, `chat.rs`, `chat/`;
 //! - parameters and training: `parameter.rs`, `params.rs`
-//!   (`#[derive(Params)]` names), `module.rs`, `init.rs`, `optim.rs`;
+//!   (`#[derive(Params)]` names), `module.rs`, `init.rs`, `optim.rs`,
+//!   `data_parallel.rs` ([`DataParallel`]: gradients averaged over a
+//!   mesh's data-parallel axis);
 //! - files: `checkpoint.rs` (the crate's own safetensors checkpoints) and
 //!   `pretrained/` (Hugging Face weight files, read and written for any
 //!   family).
@@ -25,6 +27,7 @@
 mod chat;
 pub(crate) mod checkpoint;
 mod cross_entropy;
+mod data_parallel;
 mod dropout;
 mod embedding;
 mod gated_mlp;
@@ -59,6 +62,7 @@ pub use checkpoint::{
     to_safetensors_bytes_as,
 };
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
+pub use data_parallel::DataParallel;
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use gated_mlp::{GatedMlp, GatedMlpConfig};

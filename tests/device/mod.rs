@@ -3,6 +3,7 @@
 //! `limits` (weaker device limits), `memory` (bytes the pools hold) and `trace`
 //! (the per-kernel timeline).
 
+mod axes;
 mod blocks;
 mod limits;
 mod memory;

@@ -33,6 +33,12 @@ impl Call {
             .process()
             .cloned()
             .ok_or_else(|| Error::invalid(op, "not a multi-process mesh"))?;
+        if mesh.size() != process.size() {
+            return Err(Error::invalid(
+                op,
+                "collectives over a sub-mesh of MPI processes (Mesh::axis) are not supported yet; run them on the whole mesh",
+            ));
+        }
         process.check_thread(op)?;
         let seq = process.next_seq();
         Ok(Call {

@@ -30,6 +30,12 @@ impl MpiShift {
                 "a multi-process mesh shifts over all its ranks: pass this process's one shard",
             ));
         };
+        if mesh.size() != process.size() {
+            return Err(Error::invalid(
+                OP,
+                "collectives over a sub-mesh of MPI processes (Mesh::axis) are not supported yet; run them on the whole mesh",
+            ));
+        }
         process.check_thread(OP)?;
         let (me, p, seq) = (process.rank(), process.size(), process.next_seq());
         let all = agree(&process, OP, seq, &Header::new(OP, x.dtype(), x.shape()))?;
