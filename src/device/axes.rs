@@ -11,27 +11,26 @@
 //! made on first use and kept while anything holds them, so asking twice
 //! gives the same mesh ([`Mesh::same_as`]).
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::mesh::{Mesh, MeshInner};
-use super::rank::Rank;
 use crate::error::{Error, Result};
 
 /// Where a mesh sits among named axes.
 pub(crate) struct Arrangement {
     /// This mesh's axes (a sub-mesh: the ones it spans), in the root's order.
-    names: Vec<String>,
-    sizes: Vec<usize>,
+    pub(super) names: Vec<String>,
+    pub(super) sizes: Vec<usize>,
     /// The root's index of each of this mesh's ranks, in rank order.
-    members: Vec<usize>,
+    pub(super) members: Vec<usize>,
     /// The mesh the axes were given to; `None` on that mesh.
-    root: Option<Mesh>,
+    pub(super) root: Option<Mesh>,
     /// On the root: sub-meshes made so far, by (axes mask, group number).
-    subs: Mutex<Vec<(GroupKey, Weak<MeshInner>)>>,
+    pub(super) subs: Mutex<Vec<(GroupKey, Weak<MeshInner>)>>,
 }
 
 /// A group of the root: (the axes it spans as a bit mask, its number).
-type GroupKey = (u32, usize);
+pub(super) type GroupKey = (u32, usize);
 
 /// A rank's group along one axis ([`Mesh::parallel_group_info`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +56,7 @@ impl std::fmt::Display for AxisGroup {
 }
 
 /// Row-major coordinates of index `i` over `sizes` (the last axis fastest).
-fn coords(sizes: &[usize], mut i: usize) -> Vec<usize> {
+pub(super) fn coords(sizes: &[usize], mut i: usize) -> Vec<usize> {
     let mut c = vec![0; sizes.len()];
     for d in (0..sizes.len()).rev() {
         c[d] = i % sizes[d];
@@ -73,7 +72,7 @@ fn index(sizes: &[usize], c: &[usize]) -> usize {
 
 impl Arrangement {
     /// Pick the axes in `mask` (true) or the others (false).
-    fn pick<T: Clone>(xs: &[T], mask: u32, keep: bool) -> Vec<T> {
+    pub(super) fn pick<T: Clone>(xs: &[T], mask: u32, keep: bool) -> Vec<T> {
         xs.iter()
             .enumerate()
             .filter(|(d, _)| (mask >> d & 1 == 1) == keep)
@@ -84,7 +83,7 @@ impl Arrangement {
     /// On the root: the group along the axes in `mask` that holds root rank
     /// `g` (its number: the row-major index of the other axes' coordinates),
     /// and its members in the row-major order of the axes in `mask`.
-    fn group(&self, mask: u32, g: usize) -> (usize, Vec<usize>) {
+    pub(super) fn group(&self, mask: u32, g: usize) -> (usize, Vec<usize>) {
         let c = coords(&self.sizes, g);
         let id = index(
             &Self::pick(&self.sizes, mask, false),
@@ -244,89 +243,6 @@ impl Mesh {
         }
     }
 
-    /// The sub-mesh of this process's group along axis `name` (its
-    /// tensor-parallel group for `"tp"`). A process driving ranks of several
-    /// such groups (simulated ranks) uses [`Mesh::axis_groups`].
-    pub fn axis(&self, name: &str) -> Result<Mesh> {
-        self.sub(&[name])
-    }
-
-    /// Every group along axis `name` that has a rank in this process, in
-    /// order of the other axes' coordinates (row-major).
-    pub fn axis_groups(&self, name: &str) -> Result<Vec<Mesh>> {
-        self.sub_groups(&[name])
-    }
-
-    /// The sub-mesh of this process's group along several axes (e.g. a
-    /// pipeline stage's `["dp", "tp"]`); see [`Mesh::axis`].
-    pub fn sub(&self, names: &[&str]) -> Result<Mesh> {
-        let mut groups = self.sub_groups(names)?;
-        if groups.len() == 1 {
-            return Ok(groups.remove(0));
-        }
-        Err(Error::invalid(
-            "Mesh::sub",
-            format!(
-                "this process drives ranks of {} groups along {names:?}; pick one with \
-                 Mesh::sub_groups / axis_groups, or Mesh::group_of(names, rank)",
-                groups.len()
-            ),
-        ))
-    }
-
-    /// Every group along the axes `names` that has a rank in this process.
-    pub fn sub_groups(&self, names: &[&str]) -> Result<Vec<Mesh>> {
-        let mut out: Vec<Mesh> = Vec::new();
-        for r in self.ranks() {
-            let g = self.group_of(names, r.index())?;
-            if !out.iter().any(|m| m.same_as(&g)) {
-                out.push(g);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The group along the axes `names` that holds this mesh's rank `rank`.
-    pub fn group_of(&self, names: &[&str], rank: usize) -> Result<Mesh> {
-        const OP: &str = "Mesh::group_of";
-        let a = self.arranged(OP)?;
-        self.check_rank(OP, rank)?;
-        let root = a.root.as_ref().unwrap_or(self);
-        let ra = root.arranged(OP)?;
-        let mut mask = 0u32;
-        for name in names {
-            self.axis_position(OP, name)?;
-            let d = ra.names.iter().position(|n| n == name).unwrap_or(0);
-            mask |= 1 << d;
-        }
-        if names.is_empty() {
-            return Err(Error::invalid(OP, "name at least one axis"));
-        }
-        group(root, ra, mask, a.members[rank])
-    }
-
-    /// Rank `rank`'s group along each of this mesh's axes: its size, the
-    /// rank's index in it and its ranks (as root ranks), as
-    /// `parallel_group_info()` of ml.models.parallel reports them.
-    pub fn parallel_group_info(&self, rank: usize) -> Result<Vec<AxisGroup>> {
-        let a = self.arranged("Mesh::parallel_group_info")?;
-        let c = self.coords_of(rank)?;
-        a.names
-            .iter()
-            .zip(&a.sizes)
-            .zip(c)
-            .map(|((name, &size), index)| {
-                let g = self.group_of(&[name], rank)?;
-                Ok(AxisGroup {
-                    axis: name.clone(),
-                    size,
-                    index,
-                    peers: g.arranged("Mesh::parallel_group_info")?.members.clone(),
-                })
-            })
-            .collect()
-    }
-
     /// The mesh the axes were given to (itself for a root or a mesh
     /// without axes).
     pub(crate) fn root(&self) -> Mesh {
@@ -345,7 +261,7 @@ impl Mesh {
             .map(|a| a.members.as_slice())
     }
 
-    fn arranged(&self, op: &'static str) -> Result<&Arrangement> {
+    pub(super) fn arranged(&self, op: &'static str) -> Result<&Arrangement> {
         self.inner.arrangement.as_ref().ok_or_else(|| {
             Error::invalid(
                 op,
@@ -354,7 +270,7 @@ impl Mesh {
         })
     }
 
-    fn axis_position(&self, op: &'static str, name: &str) -> Result<usize> {
+    pub(super) fn axis_position(&self, op: &'static str, name: &str) -> Result<usize> {
         let a = self.arranged(op)?;
         a.names.iter().position(|n| n == name).ok_or_else(|| {
             Error::invalid(
@@ -364,7 +280,7 @@ impl Mesh {
         })
     }
 
-    fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+    pub(super) fn check_rank(&self, op: &'static str, rank: usize) -> Result<()> {
         if rank >= self.size() {
             return Err(Error::OutOfRange {
                 op,
@@ -375,51 +291,4 @@ impl Mesh {
         }
         Ok(())
     }
-}
-
-/// The root's group along the axes in `mask` holding root rank `g`: made
-/// once and shared while held (the whole root when `mask` spans every axis).
-fn group(root: &Mesh, ra: &Arrangement, mask: u32, g: usize) -> Result<Mesh> {
-    if mask.count_ones() as usize == ra.names.len() {
-        return Ok(root.clone());
-    }
-    let (id, members) = ra.group(mask, g);
-    let mut subs = ra.subs.lock().unwrap_or_else(PoisonError::into_inner);
-    subs.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(inner) = subs
-        .iter()
-        .find(|(k, _)| *k == (mask, id))
-        .and_then(|(_, w)| w.upgrade())
-    {
-        return Ok(Mesh { inner });
-    }
-    let ranks: Vec<Rank> = members
-        .iter()
-        .enumerate()
-        .filter_map(|(pos, &m)| {
-            root.local_position(m).map(|i| Rank {
-                index: pos,
-                device: root.ranks()[i].device().clone(),
-            })
-        })
-        .collect();
-    let i = &root.inner;
-    let inner = Arc::new(MeshInner {
-        ranks,
-        world: members.len(),
-        layout: i.layout,
-        #[cfg(feature = "mpi")]
-        process: i.process.clone(),
-        extensions: Default::default(),
-        arrangement: Some(Arrangement {
-            names: Arrangement::pick(&ra.names, mask, true),
-            sizes: Arrangement::pick(&ra.sizes, mask, true),
-            members,
-            root: Some(root.clone()),
-            subs: Mutex::default(),
-        }),
-        instance: i.instance.clone(),
-    });
-    subs.push(((mask, id), Arc::downgrade(&inner)));
-    Ok(Mesh { inner })
 }

@@ -28,7 +28,8 @@
 //! - `staging.rs`: the device → host → device path;
 //! - `readback.rs`: reading tensors back ([`download_many`], `to_vec`);
 //! - `mesh.rs`: [`Mesh`], the ordered ranks one controller drives;
-//!   `axes.rs`: its named axes and their sub-meshes ([`Mesh::axis`]);
+//!   `axes.rs` + `axis_groups.rs`: its named axes and their sub-meshes
+//!   ([`Mesh::axis`]);
 //!   `budget.rs`: what a model will allocate against the memory there is;
 //! - `timeline/`: a mesh's [`Trace`] (Chrome JSON, top kernels; in
 //!   `report.rs`), and in
@@ -44,6 +45,7 @@
 
 mod adapters;
 mod axes;
+mod axis_groups;
 mod blocks;
 mod budget;
 mod context;

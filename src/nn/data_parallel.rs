@@ -31,6 +31,9 @@ pub struct DataParallel {
     axis: String,
     size: usize,
     bucket_bytes: u64,
+    /// The axis's groups this process drives, held so that each stays one
+    /// mesh (and keeps its communication counts) between steps.
+    _groups: Vec<Mesh>,
 }
 
 /// One gradient shard to average: replica, parameter, shard, and its place
@@ -51,6 +54,7 @@ impl DataParallel {
         let root = mesh.root();
         let size = root.axis_size(axis)?;
         Ok(DataParallel {
+            _groups: root.axis_groups(axis)?,
             root,
             axis: axis.to_string(),
             size,

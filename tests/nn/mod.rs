@@ -43,6 +43,7 @@ mod blocked;
 mod chat;
 mod checkpoint;
 mod cross_entropy;
+mod data_parallel;
 mod dropout;
 mod embedding;
 mod generate;
