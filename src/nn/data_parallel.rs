@@ -38,13 +38,13 @@ pub struct DataParallel {
 
 /// One gradient shard to average: replica, parameter, shard, and its place
 /// (the data-parallel group and the rank's index in it).
-struct Entry {
-    replica: usize,
-    param: usize,
-    shard: usize,
-    group: usize,
-    pos: usize,
-    tensor: LocalTensor,
+pub(super) struct Entry {
+    pub(super) replica: usize,
+    pub(super) param: usize,
+    pub(super) shard: usize,
+    pub(super) group: usize,
+    pub(super) pos: usize,
+    pub(super) tensor: LocalTensor,
 }
 
 impl DataParallel {
@@ -145,7 +145,10 @@ impl DataParallel {
     }
 
     /// Every gradient shard with its group and place, and the groups.
-    fn entries(&self, lists: &[Vec<(String, &mut Parameter)>]) -> Result<(Vec<Entry>, Vec<Mesh>)> {
+    pub(super) fn entries(
+        &self,
+        lists: &[Vec<(String, &mut Parameter)>],
+    ) -> Result<(Vec<Entry>, Vec<Mesh>)> {
         let Some(first) = lists.first() else {
             return Ok((Vec::new(), Vec::new()));
         };

@@ -18,7 +18,8 @@
 //! - parameters and training: `parameter.rs`, `params.rs`
 //!   (`#[derive(Params)]` names), `module.rs`, `init.rs`, `optim.rs`,
 //!   `data_parallel.rs` ([`DataParallel`]: gradients averaged over a
-//!   mesh's data-parallel axis);
+//!   mesh's data-parallel axis), `zero.rs` ([`ZeroAdamW`]: AdamW's state
+//!   and update sharded over that axis);
 //! - files: `checkpoint.rs` (the crate's own safetensors checkpoints) and
 //!   `pretrained/` (Hugging Face weight files, read and written for any
 //!   family).
@@ -50,6 +51,7 @@ mod rope;
 mod sampling;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer;
+mod zero;
 
 pub use crate::tensor::{
     RowPenalty, VocabCandidates, vocab_candidates, vocab_candidates_async, vocab_penalized_row,
@@ -87,3 +89,4 @@ pub use sampling::{SampleOptions, Sampling};
 pub use tokenizer::{TokenStream, Tokenizer};
 /// `#[derive(Params)]`: see the [`Params`] trait.
 pub use wgpu_tp_derive::Params;
+pub use zero::ZeroAdamW;

@@ -183,7 +183,7 @@ impl AdamW {
 
 /// Refuse to update a parameter kept in bf16 or f16 (a model loaded for
 /// generation): the update kernels keep f32 values.
-fn check_trainable(op: &'static str, name: &str, p: &Parameter) -> Result<()> {
+pub(super) fn check_trainable(op: &'static str, name: &str, p: &Parameter) -> Result<()> {
     let dtype = p.value.dtype();
     if dtype == DType::F32 || p.grad().is_none() {
         return Ok(());

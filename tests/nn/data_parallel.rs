@@ -16,9 +16,9 @@ use wgpu_tp::nn::{AdamW, DataParallel, Params};
 use wgpu_tp::{Collective, Mesh};
 
 const TOL: f64 = 1e-5;
-const SEQ: usize = 5;
-const ROWS: usize = 12;
-const STEPS: usize = 3;
+pub(super) const SEQ: usize = 5;
+pub(super) const ROWS: usize = 12;
+pub(super) const STEPS: usize = 3;
 
 /// AdamW with ε = 1e-4: the key bias's gradient is zero in exact
 /// arithmetic (softmax ignores a shift of every score), and with the
@@ -30,22 +30,22 @@ fn adamw() -> AdamW {
     opt
 }
 
-fn config(sequence_parallel: bool) -> GptConfig {
+pub(super) fn config(sequence_parallel: bool) -> GptConfig {
     let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
     (cfg.ffn, cfg.sequence_parallel) = (20, sequence_parallel);
     cfg
 }
 
-type Named = BTreeMap<String, Vec<f32>>;
+pub(super) type Named = BTreeMap<String, Vec<f32>>;
 
-fn grads(m: &dyn Params) -> Named {
+pub(super) fn grads(m: &dyn Params) -> Named {
     m.named_parameters()
         .into_iter()
         .map(|(n, p)| (n, p.master_grad().unwrap().expect("a gradient")))
         .collect()
 }
 
-fn masters(m: &dyn Params) -> Named {
+pub(super) fn masters(m: &dyn Params) -> Named {
     m.named_parameters()
         .into_iter()
         .map(|(n, p)| (n, p.master().unwrap()))
@@ -67,7 +67,7 @@ struct Run {
     masters: Named,
 }
 
-fn batch(seed: u64) -> (Vec<i32>, Vec<i32>) {
+pub(super) fn batch(seed: u64) -> (Vec<i32>, Vec<i32>) {
     let mut rng = Rng::seeded(seed);
     let mut draw = || (0..ROWS * SEQ).map(|_| rng.below(11) as i32).collect();
     (draw(), draw())

@@ -65,3 +65,4 @@ mod sampling;
 mod sequence_parallel;
 mod shard_units;
 mod tokenizer;
+mod zero;
