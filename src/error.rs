@@ -220,7 +220,7 @@ pub enum Error {
     /// A collective over processes did not complete in time: some ranks
     /// failed, stopped, or run a different sequence of collectives.
     #[error(
-        "{op}: ranks {missing:?} did not arrive within {seconds:.1} s (rank {rank} waited); a process failed or runs a different sequence of collectives. Raise the limit with MeshBuilder::mpi_timeout or WGPU_TP_MPI_TIMEOUT (seconds) if it is only slow"
+        "{op}{group}: ranks {missing:?} did not arrive within {seconds:.1} s (rank {rank} waited); a process failed or runs a different sequence of collectives. Raise the limit with MeshBuilder::mpi_timeout or WGPU_TP_MPI_TIMEOUT (seconds) if it is only slow"
     )]
     Timeout {
         /// The collective.
@@ -231,6 +231,9 @@ pub enum Error {
         seconds: f64,
         /// The rank that reports it.
         rank: usize,
+        /// The sub-mesh it ran on, when not the whole mesh: its axes and
+        /// world ranks (empty otherwise).
+        group: String,
     },
     /// MPI failed or is not available.
     #[error("MPI: {0}")]

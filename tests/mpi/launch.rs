@@ -9,8 +9,19 @@ const LIMIT: Duration = Duration::from_secs(600);
 
 pub fn run_all() -> ExitCode {
     let mut failed = 0;
-    for np in [2, 4] {
-        for scenario in ["collectives", "gpt", "fault"] {
+    let runs = [2, 4].into_iter().flat_map(|np| {
+        let with_axes: &[&str] = if np == 4 {
+            &["axes", "axes_fault"]
+        } else {
+            &[]
+        };
+        ["collectives", "gpt", "fault"]
+            .iter()
+            .chain(with_axes)
+            .map(move |s| (np, *s))
+    });
+    for (np, scenario) in runs.chain([(8, "axes")]) {
+        {
             let t = Instant::now();
             match run(np, scenario) {
                 Ok(()) => println!(
@@ -103,14 +114,15 @@ fn run(np: usize, scenario: &str) -> Result<(), String> {
     let passes = (0..np)
         .filter(|r| out.contains(&format!("PASS {scenario} rank {r}\n")))
         .count();
-    let want = if scenario == "fault" { np - 1 } else { np };
-    let ok = passes == want && (scenario == "fault" || status.success());
+    let fault = scenario.ends_with("fault");
+    let want = if fault { np - 1 } else { np };
+    let ok = passes == want && (fault || status.success());
     if !ok {
         return Err(format!(
             "{passes} of {want} ranks passed (exit {status}):\n{out}\n{err}"
         ));
     }
-    if scenario == "fault" && !out.contains(&format!("FAILED on purpose rank {}", np - 1)) {
+    if fault && !out.contains(&format!("FAILED on purpose rank {}", np - 1)) {
         return Err(format!("the failing rank did not report:\n{out}\n{err}"));
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! Multi-process tests (feature `mpi`): this binary launches itself under
-//! `mpirun` at np = 2 and 4, each run under a time limit, and checks what
+//! `mpirun` at np = 2, 4 and 8, each run under a time limit, and checks what
 //! every rank printed. As a worker (`WGPU_TP_MPI_WORKER=<scenario>`) it runs
 //! one scenario on `MeshBuilder::mpi()`:
 //! - `collectives`: every collective with uneven sizes (a rank with 0 rows
@@ -9,10 +9,14 @@
 //! - `gpt`: a GPT's loss and every gradient, then two AdamW steps, bit-identical
 //!   to the single-process run at the same P, with the same communication;
 //! - `fault`: the last rank fails before a collective; the others get an
-//!   error naming it within the time limit, not a hang.
+//!   error naming it within the time limit, not a hang;
+//! - `axes`, `axes_fault` (`axes.rs`): named axes over processes, data
+//!   parallelism bit-identical to one process, and a failing rank named
+//!   with its axis (np = 4, and np = 8 for `axes`).
 //!
 //! `cargo test --features mpi --test mpi` (MPI from `libopenmpi-dev openmpi-bin`).
 
+mod axes;
 mod collectives;
 mod gpt;
 mod launch;
@@ -38,7 +42,7 @@ fn main() -> ExitCode {
 /// finalises MPI, which waits for every rank.
 fn worker(scenario: &str) -> ExitCode {
     // Short limits, so a broken run fails in seconds rather than hanging.
-    let limit = if scenario == "fault" { 3 } else { 120 };
+    let limit = if scenario.ends_with("fault") { 3 } else { 120 };
     let mesh = match MeshBuilder::new()
         .mpi()
         .mpi_timeout(Duration::from_secs(limit))
@@ -54,6 +58,8 @@ fn worker(scenario: &str) -> ExitCode {
         "collectives" => collectives::run(&mesh),
         "gpt" => gpt::run(&mesh),
         "fault" => collectives::fault(&mesh),
+        "axes" => axes::run(&mesh),
+        "axes_fault" => axes::fault(&mesh),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match outcome {

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::p2p::{Traffic, tag};
-use crate::device::Process;
+use super::p2p::tag;
+use super::peers::Peers;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 
@@ -133,17 +133,17 @@ impl Header {
 /// exchanged with are copies of it). Ranks that disagree on the call or the
 /// dtype are an error on every rank.
 pub(super) fn agree(
-    process: &Arc<Process>,
+    peers: &Peers,
     op: &'static str,
     seq: u64,
     mine: &Header,
 ) -> Result<Vec<Header>> {
-    let (me, p) = (process.rank(), process.size());
+    let (me, p) = (peers.me, peers.p());
     let words = mine.encode(op)?;
-    let mut t = Traffic::new(process, op)?;
+    let mut t = peers.traffic(op)?;
     for r in (0..p).filter(|&r| r != me) {
-        t.recv(r, tag(seq, 0), WORDS * 2)?;
-        t.send(r, tag(seq, 0), Arc::clone(&words))?;
+        t.recv(peers.world(r), tag(seq, 0), WORDS * 2)?;
+        t.send(peers.world(r), tag(seq, 0), Arc::clone(&words))?;
     }
     let mut got = t.wait()?.into_iter();
     let all: Vec<Header> = (0..p)

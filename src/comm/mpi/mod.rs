@@ -2,12 +2,14 @@
 //! ([`MeshBuilder::mpi`](crate::device::MeshBuilder::mpi)).
 //!
 //! Files: `p2p.rs` (messages with a time limit), `header.rs` (what every
-//! rank agrees on before data moves), `ops.rs` (the collectives), `ring.rs`
-//! (ring steps).
+//! rank agrees on before data moves), `peers.rs` (the processes of one
+//! collective: the whole mesh or a sub-mesh's members), `ops.rs` (the
+//! collectives), `ring.rs` (ring steps).
 
 mod header;
 mod ops;
 mod p2p;
+mod peers;
 mod ring;
 
 pub(crate) use ops::{all_gather, all_reduce, all_to_all, broadcast, gather_words, reduce_scatter};

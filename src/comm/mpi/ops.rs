@@ -12,16 +12,17 @@
 use std::sync::Arc;
 
 use super::header::{Header, agree, op_code, same_except, same_shapes};
-use super::p2p::{Traffic, tag};
-use crate::device::{LocalTensor, Mesh, Process, download_many};
+use super::p2p::tag;
+use super::peers::Peers;
+use crate::device::{LocalTensor, Mesh, download_many};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::shard::{host_concat, host_narrow, outer_dim_inner, split_range, with_dim};
 
-/// What a collective over MPI needs: the process group, this rank, the
-/// world size and the collective's sequence number.
+/// What a collective over MPI needs: its processes, this one's place
+/// among them, their number and the collective's sequence number.
 struct Call {
-    process: Arc<Process>,
+    peers: Peers,
     me: usize,
     p: usize,
     seq: u64,
@@ -29,22 +30,11 @@ struct Call {
 
 impl Call {
     fn new(mesh: &Mesh, op: &'static str) -> Result<Call> {
-        let process = mesh
-            .process()
-            .cloned()
-            .ok_or_else(|| Error::invalid(op, "not a multi-process mesh"))?;
-        if mesh.size() != process.size() {
-            return Err(Error::invalid(
-                op,
-                "collectives over a sub-mesh of MPI processes (Mesh::axis) are not supported yet; run them on the whole mesh",
-            ));
-        }
-        process.check_thread(op)?;
-        let seq = process.next_seq();
+        let (peers, seq) = Peers::of(mesh, op)?;
         Ok(Call {
-            me: process.rank(),
-            p: process.size(),
-            process,
+            me: peers.me,
+            p: peers.p(),
+            peers,
             seq,
         })
     }
@@ -66,7 +56,7 @@ impl Call {
 
     /// Every rank's header, checked to agree.
     fn agree(&self, op: &'static str, h: &Header) -> Result<Vec<Header>> {
-        agree(&self.process, op, self.seq, h)
+        agree(&self.peers, op, self.seq, h)
     }
 
     /// One round of messages: from every other rank r receive `words_from(r)`
@@ -80,10 +70,10 @@ impl Call {
         to: impl Fn(usize) -> Arc<[u32]>,
         mine: Vec<u32>,
     ) -> Result<Vec<Vec<u32>>> {
-        let mut t = Traffic::new(&self.process, op)?;
+        let mut t = self.peers.traffic(op)?;
         for r in (0..self.p).filter(|&r| r != self.me) {
-            t.recv(r, tag(self.seq, phase), words_from(r))?;
-            t.send(r, tag(self.seq, phase), to(r))?;
+            t.recv(self.peers.world(r), tag(self.seq, phase), words_from(r))?;
+            t.send(self.peers.world(r), tag(self.seq, phase), to(r))?;
         }
         let mut got = t.wait()?.into_iter();
         let mut mine = Some(mine);
@@ -227,16 +217,16 @@ pub(crate) fn broadcast(
     let all = c.agree(OP, &h)?;
     same_shapes(OP, &all)?;
     let sent = all[root].bytes();
-    let mut t = Traffic::new(&c.process, OP)?;
+    let mut t = c.peers.traffic(OP)?;
     if c.me == root {
         let words: Arc<[u32]> = words_of(x)?.into();
         for r in (0..c.p).filter(|&r| r != c.me) {
-            t.send(r, tag(c.seq, 1), Arc::clone(&words))?;
+            t.send(c.peers.world(r), tag(c.seq, 1), Arc::clone(&words))?;
         }
         t.wait()?;
         return Ok((vec![x.clone()], sent));
     }
-    t.recv(root, tag(c.seq, 1), all[root].words())?;
+    t.recv(c.peers.world(root), tag(c.seq, 1), all[root].words())?;
     let out = t.wait()?.into_iter().next().unwrap_or_default();
     Ok((vec![upload(x, OP, x.shape(), &out)?], sent))
 }

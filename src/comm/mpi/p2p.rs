@@ -36,6 +36,7 @@ struct Pending {
 pub(super) struct Traffic {
     process: Arc<Process>,
     op: &'static str,
+    group: String,
     sends: Vec<(usize, Arc<[u32]>, Vec<Pending>)>,
     recvs: Vec<(usize, Vec<u32>, Vec<Pending>)>,
 }
@@ -56,9 +57,16 @@ impl Traffic {
         Ok(Traffic {
             process: Arc::clone(process),
             op,
+            group: String::new(),
             sends: Vec::new(),
             recvs: Vec::new(),
         })
+    }
+
+    /// Name the group in a time-out's error (see `peers.rs`).
+    pub(super) fn in_group(mut self, label: &str) -> Traffic {
+        self.group = label.to_string();
+        self
     }
 
     /// Send `data` to rank `to` under `tag`.
@@ -175,6 +183,7 @@ impl Traffic {
             missing,
             seconds: limit.as_secs_f64(),
             rank: self.process.rank(),
+            group: std::mem::take(&mut self.group),
         }
     }
 

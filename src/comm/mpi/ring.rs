@@ -5,6 +5,7 @@
 
 use super::header::{Header, agree};
 use super::p2p::{Traffic, tag};
+use super::peers::Peers;
 use crate::device::{LocalTensor, Mesh, download_many};
 use crate::error::{Error, Result};
 
@@ -20,34 +21,24 @@ impl MpiShift {
     /// ranks send.
     pub(crate) fn start(mesh: &Mesh, shards: &[LocalTensor]) -> Result<(MpiShift, u64)> {
         const OP: &str = "ring_shift";
-        let process = mesh
-            .process()
-            .cloned()
-            .ok_or_else(|| Error::invalid(OP, "not a multi-process mesh"))?;
         let [x] = shards else {
             return Err(Error::invalid(
                 OP,
                 "a multi-process mesh shifts over all its ranks: pass this process's one shard",
             ));
         };
-        if mesh.size() != process.size() {
-            return Err(Error::invalid(
-                OP,
-                "collectives over a sub-mesh of MPI processes (Mesh::axis) are not supported yet; run them on the whole mesh",
-            ));
-        }
-        process.check_thread(OP)?;
-        let (me, p, seq) = (process.rank(), process.size(), process.next_seq());
-        let all = agree(&process, OP, seq, &Header::new(OP, x.dtype(), x.shape()))?;
+        let (peers, seq) = Peers::of(mesh, OP)?;
+        let (me, p) = (peers.me, peers.p());
+        let all = agree(&peers, OP, seq, &Header::new(OP, x.dtype(), x.shape()))?;
         let prev = (me + p - 1) % p;
         let raw = download_many(&[x])?;
         let words: Vec<u32> = raw
             .first()
             .map(|b| bytemuck::pod_collect_to_vec(b))
             .unwrap_or_default();
-        let mut traffic = Traffic::new(&process, OP)?;
-        traffic.recv(prev, tag(seq, 1), all[prev].words())?;
-        traffic.send((me + 1) % p, tag(seq, 1), words.into())?;
+        let mut traffic = peers.traffic(OP)?;
+        traffic.recv(peers.world(prev), tag(seq, 1), all[prev].words())?;
+        traffic.send(peers.world((me + 1) % p), tag(seq, 1), words.into())?;
         let total = all.iter().map(Header::bytes).sum();
         let shift = MpiShift {
             traffic,

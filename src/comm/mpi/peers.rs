@@ -1,0 +1,83 @@
+//! [`Peers`]: the processes one collective runs among. A whole MPI mesh is
+//! every process in rank order; a sub-mesh of named axes
+//! ([`Mesh::axis`](crate::device::Mesh::axis)) is its members, in its own
+//! rank order, with a sequence counter of its own, since processes outside
+//! the group do not run its collectives. Messages still go over the world
+//! communicator, addressed by world rank.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::p2p::Traffic;
+use crate::device::{Mesh, Process};
+use crate::error::{Error, Result};
+
+/// A sub-mesh's collective count, the same on every member.
+#[derive(Default)]
+struct GroupSeq(AtomicU64);
+
+/// The processes of one collective.
+pub(super) struct Peers {
+    pub(super) process: Arc<Process>,
+    /// World rank of each participant, in the group's rank order.
+    ranks: Vec<usize>,
+    /// This process's position among them.
+    pub(super) me: usize,
+    /// How errors name the group ("" for the whole mesh).
+    label: String,
+}
+
+impl Peers {
+    /// The participants of a collective on `mesh`, and its sequence number.
+    pub(super) fn of(mesh: &Mesh, op: &'static str) -> Result<(Peers, u64)> {
+        let process = mesh
+            .process()
+            .cloned()
+            .ok_or_else(|| Error::invalid(op, "not a multi-process mesh"))?;
+        process.check_thread(op)?;
+        let world = process.size();
+        let ranks: Vec<usize> = match mesh.members() {
+            Some(m) => m.to_vec(),
+            None => (0..world).collect(),
+        };
+        let whole = ranks.len() == world && ranks.iter().enumerate().all(|(i, &r)| i == r);
+        let me = ranks
+            .iter()
+            .position(|&r| r == process.rank())
+            .ok_or_else(|| Error::invalid(op, "this process is not a member of the mesh"))?;
+        let (seq, label) = if whole {
+            (process.next_seq(), String::new())
+        } else {
+            let names: Vec<String> = mesh.axes().into_iter().map(|(n, _)| n).collect();
+            let seq = mesh
+                .extension::<GroupSeq>()
+                .0
+                .fetch_add(1, Ordering::Relaxed);
+            (seq, format!(" (axis {names:?}, world ranks {ranks:?})"))
+        };
+        Ok((
+            Peers {
+                process,
+                ranks,
+                me,
+                label,
+            },
+            seq,
+        ))
+    }
+
+    /// Number of participants.
+    pub(super) fn p(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// World rank of participant `r`.
+    pub(super) fn world(&self, r: usize) -> usize {
+        self.ranks[r]
+    }
+
+    /// A batch of messages whose errors name this group.
+    pub(super) fn traffic(&self, op: &'static str) -> Result<Traffic> {
+        Ok(Traffic::new(&self.process, op)?.in_group(&self.label))
+    }
+}
