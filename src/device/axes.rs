@@ -243,9 +243,9 @@ impl Mesh {
         }
     }
 
-    /// The mesh the axes were given to (itself for a root or a mesh
-    /// without axes).
-    pub(crate) fn root(&self) -> Mesh {
+    /// The mesh the axes were given to (itself for that mesh or a mesh
+    /// without axes): a sub-mesh's way back to the whole.
+    pub fn root(&self) -> Mesh {
         self.inner
             .arrangement
             .as_ref()

@@ -130,13 +130,14 @@ fn data_parallel(
     for _ in 0..STEPS {
         reset("dp");
         reset("tp");
-        let mut loss = 0.0;
+        let (mut loss, mut losses) = (0.0, Vec::new());
         for (d, gpt) in replicas.iter().enumerate() {
             let rows = ddp.batch_rows(ROWS, d).unwrap();
             let span = rows.start * SEQ..rows.end * SEQ;
             let l = gpt.loss(&data.0[span.clone()], &data.1[span], SEQ).unwrap();
             loss += l.to_host().unwrap()[0] / dp as f32;
             l.backward().unwrap();
+            losses.push(l);
         }
         let mut refs: Vec<&mut dyn Params> =
             replicas.iter_mut().map(|r| r as &mut dyn Params).collect();
@@ -173,7 +174,10 @@ fn data_parallel(
                 "{what}: replicas hold the same averaged gradient bits"
             );
         }
-        run.losses.push(loss);
+        // The mean over the replicas through the dp axis (one all-reduce).
+        let mean = ddp.mean(&losses).unwrap();
+        assert_close(&format!("{what} mean loss"), &[mean], &[loss as f64], 1e-6);
+        run.losses.push(mean);
         run.grads.push(g0);
         for (gpt, opt) in replicas.iter_mut().zip(&mut opts) {
             opt.step(gpt).unwrap();

@@ -10,12 +10,16 @@
 //! key/value cache.
 //!
 //! Run: `cargo run --release --example gpt` (`-- --help` lists the flags;
-//! `--features mpi` and `mpirun -np 4 target/release/examples/gpt --mpi`
-//! runs one rank per process, checked bit for bit against one process;
+//! `--axes dp=2,tp=2` trains 2 data-parallel replicas of 2 tensor-parallel
+//! ranks each, `--zero` sharding AdamW over dp; `--features mpi` and
+//! `mpirun -np 4 target/release/examples/gpt --mpi --axes dp=2,tp=2` runs
+//! one rank per process, checked bit for bit against one process;
 //! `WGPU_BACKEND=gl` picks GL llvmpipe on a machine without a GPU). Exits
 //! non-zero if parity fails or the loss does not fall.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod replicas;
 
 use common::say;
 
@@ -23,11 +27,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use replicas::{Optimiser, axes, build_replicas, dp_step};
 use wgpu_tp::DType;
+use wgpu_tp::Mesh;
 use wgpu_tp::models::{Gpt, GptConfig};
-use wgpu_tp::nn::{AdamW, Params, Sampling};
+use wgpu_tp::nn::{DataParallel, Params, Sampling};
 
-const TEXT: &str = include_str!("data/genesis_kjv.txt");
+const TEXT: &str = include_str!("../data/genesis_kjv.txt");
 
 /// Relative error (norm-wise) above which the parity check fails.
 const PARITY_TOL: f64 = 1e-4;
@@ -86,6 +92,14 @@ struct Args {
     /// mesh of the same P. Needs `--features mpi`.
     #[arg(long)]
     mpi: bool,
+    /// Named axes `dp=D,tp=T`: D data-parallel replicas, each on T
+    /// tensor-parallel ranks and its slice of the batch (D·T ranks, or
+    /// processes with --mpi; --ranks is then ignored).
+    #[arg(long, value_parser = replicas::parse_axes)]
+    axes: Option<(usize, usize)>,
+    /// With dp > 1: shard AdamW's moments and update over dp (ZeRO-1).
+    #[arg(long)]
+    zero: bool,
     /// Mixed precision: f16 activations, f32 accumulation and master weights
     /// (needs SHADER_F16: Mesa >= 24 lavapipe, most GPUs; not GL).
     #[arg(long)]
@@ -172,14 +186,17 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     if args.f16 {
         cfg.dtype = DType::F16;
     }
-    let mesh = common::build_mesh(args.ranks, args.shared_device, args.mpi)?;
+    let world: usize = axes(args).iter().map(|a| a.1).product();
+    let mesh = common::build_mesh(world, args.shared_device, args.mpi)?;
+    let mesh = mesh.with_axes(&axes(args))?;
     // With --mpi every process runs this; only process 0 reports.
     common::set_quiet(mesh.process_index() != 0);
     say!("wgpu-tp character-level GPT");
     say!("  adapter   {}", mesh.adapter_summary());
     say!(
-        "  mesh      {} ranks, {:?} transport",
+        "  mesh      {} ranks {:?}, {:?} transport",
         mesh.size(),
+        mesh.axes(),
         mesh.transport()
     );
     say!(
@@ -201,63 +218,64 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         args.seq
     );
 
-    let mut model = Gpt::new(&mesh, cfg, args.seed)?;
+    let mut replicas = build_replicas(&mesh, cfg, args.seed)?;
+    let dp = DataParallel::new(&mesh, "dp")?;
     let mut windows = common::Windows(args.seed);
     let (ids, targets) = windows.batch(&data, args.batch, args.seq);
 
     // Step 0 on one rank first: on software adapters the driver's shader
     // cache then serves the P devices.
-    // With --mpi the reference is one process driving the same P ranks, and
-    // the two must agree bit for bit.
-    let (parity_tol, reference_ranks) = match (args.mpi, args.f16) {
-        (true, _) => (0.0, mesh.size()),
-        (false, true) => (PARITY_TOL_F16, 1),
-        (false, false) => (PARITY_TOL, 1),
+    // With --mpi the reference is one process driving the same ranks and
+    // axes, and the two must agree bit for bit.
+    let (parity_tol, reference) = match (args.mpi, args.f16) {
+        (true, _) => (0.0, format!("{:?} in one process", mesh.axes())),
+        (false, true) => (PARITY_TOL_F16, "one rank".into()),
+        (false, false) => (PARITY_TOL, "one rank".into()),
     };
     say!(
-        "\nstep-0 parity, P = {} vs P = {reference_ranks} in one process (tolerance {parity_tol:.0e}):",
-        mesh.size()
+        "\nstep-0 parity, {:?} vs {reference} on the whole batch (tolerance {parity_tol:.0e}):",
+        mesh.axes()
     );
     let serial = if mesh.process_index() == 0 {
-        let serial_mesh = common::build_mesh(reference_ranks, false, false)?;
-        let serial = Gpt::new(&serial_mesh, cfg, args.seed)?;
-        let loss = serial.loss(&ids, &targets, args.seq)?;
-        let loss_1 = loss.to_host()?[0];
-        loss.backward()?;
-        Some((serial, loss_1))
+        let serial_mesh = match args.mpi {
+            true => common::build_mesh(mesh.size(), false, false)?.with_axes(&axes(args))?,
+            false => common::build_mesh(1, false, false)?.with_axes(&[("dp", 1), ("tp", 1)])?,
+        };
+        let mut serial = build_replicas(&serial_mesh, cfg, args.seed)?;
+        let serial_dp = DataParallel::new(&serial_mesh, "dp")?;
+        let loss_1 = dp_step(&mut serial, &serial_dp, (&ids, &targets), args.seq)?;
+        Some((serial.swap_remove(0), loss_1))
     } else {
         None
     };
-    let loss = model.loss(&ids, &targets, args.seq)?;
-    let loss_p = loss.to_host()?[0];
-    loss.backward()?;
+    let loss_p = dp_step(&mut replicas, &dp, (&ids, &targets), args.seq)?;
     let loss_1 = serial.as_ref().map_or(loss_p, |s| s.1);
     let parity_ok = parity(
-        &model,
+        &replicas[0],
         serial.as_ref().map(|s| &s.0),
         (loss_p, loss_1),
         parity_tol,
     )?;
     drop(serial);
 
-    let mut opt = AdamW::new(args.lr);
-    opt.step(&mut model)?;
-    model.zero_grad();
+    let mut opt = Optimiser::new(args, &dp, replicas.len());
+    opt.step(&mut replicas)?;
     let mut losses = vec![loss_p];
     let bar = common::progress(args.steps);
     bar.inc(1);
     let mut comm = None;
+    let tp0 = replicas[0].named_parameters()[0].1.value.mesh().clone();
     let train_started = Instant::now();
     for step in 1..args.steps {
         let (ids, targets) = windows.batch(&data, args.batch, args.seq);
-        mesh.reset_comm_stats();
-        let loss = model.loss(&ids, &targets, args.seq)?;
-        loss.backward()?;
-        opt.step(&mut model)?;
-        model.zero_grad();
-        let loss = loss.to_host()?[0];
+        tp0.reset_comm_stats();
+        mesh.axis_groups("dp")?
+            .iter()
+            .for_each(Mesh::reset_comm_stats);
+        let loss = dp_step(&mut replicas, &dp, (&ids, &targets), args.seq)?;
+        opt.step(&mut replicas)?;
         if step == 1 {
-            comm = Some(mesh.comm_stats());
+            comm = Some((tp0.comm_stats(), mesh.axis_comm_stats("dp")?));
         }
         losses.push(loss);
         bar.set_message(format!("{loss:.4}"));
@@ -272,12 +290,19 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         "  {:.1} ms per step (forward + backward + AdamW + loss readback)",
         train_s * 1e3 / (args.steps.max(2) - 1) as f64
     );
-    if let Some(stats) = comm {
+    if let Some((tp, dp_stats)) = comm {
         say!(
-            "\ncommunication in one training step (P = {}):",
-            mesh.size()
+            "\ncommunication in one training step, one replica's tp group (P = {}):",
+            tp0.size()
         );
-        common::print_comm(&stats);
+        common::print_comm(&tp);
+        if dp.size() > 1 {
+            say!(
+                "gradient average over dp, all dp groups (ZeRO-1: {}):",
+                args.zero
+            );
+            common::print_comm(&dp_stats);
+        }
     }
 
     let sampling = if args.temperature <= 0.0 {
@@ -290,9 +315,10 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         }
     };
     let prompt = vocab.encode(&args.prompt);
-    mesh.reset_comm_stats();
+    tp0.reset_comm_stats();
     let t0 = Instant::now();
-    let out = model.generate(&prompt, args.sample_len, sampling)?;
+    // Every replica holds the same weights: replica 0 of this process decodes.
+    let out = replicas[0].generate(&prompt, args.sample_len, sampling)?;
     let gen_s = t0.elapsed().as_secs_f64();
     say!(
         "\nsample ({} characters with the key/value cache, {:.1} ms each, {sampling:?}):",
@@ -301,7 +327,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
     say!("{}{}", args.prompt, vocab.decode(&out));
     say!("decoding communication:");
-    common::print_comm(&mesh.comm_stats());
+    common::print_comm(&tp0.comm_stats());
 
     say!(
         "\n{} in {:.1} s",
@@ -326,6 +352,13 @@ fn main() -> ExitCode {
     if sizes.contains(&0) {
         eprintln!(
             "--ranks, --layers, --hidden, --heads, --seq, --batch and --steps must be at least 1"
+        );
+        return ExitCode::from(2);
+    }
+    let (dp, _) = args.axes.unwrap_or((1, args.ranks));
+    if args.batch % dp != 0 {
+        eprintln!(
+            "--batch must be a multiple of the dp axis ({dp}): each replica takes an equal slice"
         );
         return ExitCode::from(2);
     }
