@@ -67,7 +67,7 @@ pub fn to_safetensors_bytes_as(model: &dyn Params, dtype: DType) -> Result<Vec<u
 /// Save the master parameters of `model` to a `.safetensors` file (F32;
 /// [`to_safetensors_bytes_as`] writes F16). In a multi-process mesh every
 /// process must call it (each parameter is gathered from all of them) and
-/// only process 0 writes the file.
+/// only the process of world rank 0 writes the file.
 pub fn save_safetensors(model: &dyn Params, path: impl AsRef<Path>) -> Result<()> {
     let bytes = to_safetensors_bytes(model)?;
     if writes_files(model) {
@@ -76,13 +76,17 @@ pub fn save_safetensors(model: &dyn Params, path: impl AsRef<Path>) -> Result<()
     Ok(())
 }
 
-/// Whether this process writes `model`'s checkpoint files: process 0 of its
-/// parameters' mesh (every process builds the same bytes; one writes them).
+/// Whether this process writes `model`'s checkpoint files: the one holding
+/// rank 0 of the whole mesh (every process builds the same bytes; one writes
+/// them). A replica on a sub-mesh ([`Mesh::axis`](crate::device::Mesh::axis))
+/// of a multi-process mesh is written by world rank 0 only, so data-parallel
+/// replicas never write one file twice.
 pub(crate) fn writes_files(model: &dyn Params) -> bool {
-    model
-        .named_parameters()
-        .first()
-        .is_none_or(|(_, p)| p.value.mesh().process_index() == 0)
+    model.named_parameters().first().is_none_or(|(_, p)| {
+        let m = p.value.mesh();
+        !m.is_multi_process()
+            || m.ranks().first().and_then(|r| m.root_rank(r.index()).ok()) == Some(0)
+    })
 }
 
 /// Load master parameters from safetensors bytes into `model` (any world size).

@@ -150,3 +150,43 @@ fn zero_1_refuses_half_precision_weights_and_changes_nothing() {
     );
     assert!(zero.state_bytes().is_empty());
 }
+
+/// A replica trained on a (dp 2, tp 2) mesh saves a checkpoint that loads,
+/// bit for bit, into the model on every other layout: (1, 4), (4, 1), one
+/// rank, and a replica of (3, 2) on the shared device.
+#[test]
+fn checkpoints_move_between_layouts() {
+    use wgpu_tp::nn::{from_safetensors_bytes, to_safetensors_bytes};
+    let mut rng = Rng::fresh("layout checkpoints");
+    let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
+    let m = crate::util::mesh(4)
+        .with_axes(&[("dp", 2), ("tp", 2)])
+        .unwrap();
+    let ddp = DataParallel::new(&m, "dp").unwrap();
+    let mut reps = replicas(&m, seed);
+    backward(&ddp, &mut reps, &data);
+    let mut zero = ZeroAdamW::new(&ddp, LR);
+    let mut refs: Vec<&mut dyn Params> = reps.iter_mut().map(|r| r as &mut dyn Params).collect();
+    zero.step(&mut refs).unwrap();
+    let bytes = to_safetensors_bytes(&reps[1]).unwrap();
+    let want = masters(&reps[1]);
+    let targets = [
+        crate::util::mesh(4)
+            .with_axes(&[("dp", 1), ("tp", 4)])
+            .unwrap(),
+        crate::util::mesh(4)
+            .with_axes(&[("dp", 4), ("tp", 1)])
+            .unwrap(),
+        crate::util::mesh(1)
+            .with_axes(&[("dp", 1), ("tp", 1)])
+            .unwrap(),
+        shared_mesh(6).with_axes(&[("dp", 3), ("tp", 2)]).unwrap(),
+    ];
+    for t in targets {
+        for mut gpt in replicas(&t, seed ^ 1) {
+            assert!(masters(&gpt) != want, "a fresh model differs");
+            from_safetensors_bytes(&mut gpt, &bytes).unwrap();
+            assert!(masters(&gpt) == want, "{:?}: loaded bit for bit", t.axes());
+        }
+    }
+}
