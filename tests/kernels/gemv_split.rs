@@ -74,7 +74,7 @@ const SIZES: [(usize, usize); 7] = [
 
 /// f32 A with an f32, bf16 or f16 B, every row count, bias and accumulate,
 /// against f64 on the (rounded) weights; bf16 and f16 weights give the
-/// f32 weights' bits on the same values; knobs alternate across cases.
+/// f32 weights' bits on the same values.
 #[test]
 fn split_gemv_matches_f64_every_row_count_and_weight_dtype() {
     let m1 = mesh(1);
@@ -93,7 +93,9 @@ fn split_gemv_matches_f64_every_row_count_and_weight_dtype() {
             let bias_t = r.upload(&[n], &bias).unwrap();
             let acc_t = r.upload(&[m, n], &acc).unwrap();
             let (with_bias, with_acc) = [(false, false), (true, false), (true, true)][case % 3];
-            let c = SPLIT_CANDIDATES[case % SPLIT_CANDIDATES.len()];
+            // One knob here (each is a pipeline per family and row count,
+            // seconds on lavapipe); the next test gives every knob's bits.
+            let c = SPLIT_CANDIDATES[0];
             case += 1;
             let ops = (with_bias.then_some(&bias_t), with_acc.then_some(&acc_t));
             // f16 weights only where the adapter has SHADER_F16 (never on GL).
