@@ -52,3 +52,57 @@ fn forward_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_
         y[base + j] = v;
     }
 }
+
+// forward_rows_tree: the same forward for GPUs, where invocation 0's serial
+// loops leave 63 idle for the whole row. TREE invocations each sum columns
+// li, li + TREE, … then add by a tree in workgroup memory: mean first, then
+// Σ(x − μ)² (two passes, as row_stats). Not row_stats' bits (another order
+// of sums): f32 rounding apart, the same values.
+const TREE: u32 = 256u;
+
+var<workgroup> red: array<f32, TREE>;
+
+// The workgroup's sum of v (every invocation gets it). Halving strides keep
+// neighbouring invocations on neighbouring words (no bank conflicts).
+fn tree_sum(li: u32, v: f32) -> f32 {
+    red[li] = v;
+    workgroupBarrier();
+    for (var h = TREE / 2u; h > 0u; h /= 2u) {
+        if (li < h) {
+            red[li] += red[li + h];
+        }
+        workgroupBarrier();
+    }
+    let s = red[0];
+    // Everyone has read red[0] before a next call overwrites it.
+    workgroupBarrier();
+    return s;
+}
+
+@compute @workgroup_size(TREE)
+fn forward_rows_tree(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let r = wg.x;
+    let base = r * p.cols;
+    let h = f32(p.cols);
+    var mean = 0.0;
+    if ((p.flags & 1u) != 0u) {
+        var s = 0.0;
+        for (var j = li; j < p.cols; j += TREE) { s += x[base + j]; }
+        mean = tree_sum(li, s) / h;
+    }
+    var q = 0.0;
+    for (var j = li; j < p.cols; j += TREE) {
+        let v = x[base + j] - mean;
+        q += v * v;
+    }
+    let rstd = 1.0 / sqrt(tree_sum(li, q) / h + p.eps);
+    if (li == 0u) {
+        stats[2u * r] = mean;
+        stats[2u * r + 1u] = rstd;
+    }
+    for (var j = li; j < p.cols; j += TREE) {
+        var v = (x[base + j] - mean) * rstd * gamma[j];
+        if ((p.flags & 2u) != 0u) { v += beta[j]; }
+        y[base + j] = v;
+    }
+}

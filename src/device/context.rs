@@ -147,6 +147,15 @@ impl Device {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
 
+    /// Whether this is a hardware GPU (discrete or integrated), where kernels
+    /// built for many invocations in flight are chosen.
+    pub(crate) fn is_gpu(&self) -> bool {
+        matches!(
+            self.info.device_type,
+            wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu
+        )
+    }
+
     /// When on, every kernel output buffer is filled with `0xFFFFFFFF` (NaN as
     /// f32) before the kernel runs, so elements a kernel forgot to write show.
     pub fn set_poison(&self, on: bool) {

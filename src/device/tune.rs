@@ -1,10 +1,14 @@
 //! Kernel variants chosen by measurement: at a kernel family's first use
 //! per shape class on an adapter, time each candidate on the device, keep
 //! the fastest, and remember it in memory and on disk, one file per
-//! adapter, driver and host CPU. Candidates of one family compute the same
-//! bits (they differ in workgroup shape, not in arithmetic order: the
-//! kernels' tests check it), so a choice changes speed only, and ranks or
-//! processes that chose differently still agree bit for bit.
+//! adapter, driver and host CPU. Candidates of one family mostly compute
+//! the same bits (they differ in workgroup shape, not in arithmetic order:
+//! the kernels' tests check it). The exception, the GEMV's split-K entry
+//! on hardware GPUs, sums in another order (within tolerance): ranks of a
+//! process on like adapters share one choice (one measurement at a time,
+//! kept per device key), but separate processes that measure at once may
+//! choose differently; where its bits matter it wins by several times, not
+//! by noise.
 //!
 //! Settings ([`Tuning`], read from the environment unless [`set_tuning`]
 //! replaced them): `WGPU_TP_TUNE=off` turns measuring and the disk cache

@@ -10,10 +10,18 @@
 //! as `array<vec4<…>>` (lavapipe loads storage lane by lane, so a vec4 per
 //! load is several times fewer loads). Rows are rounded up to 1, 2, 4 or 8
 //! (an override constant): four pipelines per layout at most.
+//!
+//! On GPUs an invocation per four columns is too few in flight and its
+//! loads are not coalesced: there the split-K entry (`split`,
+//! `shaders/gemv_split.wgsl`, `B [N, K]`) is measured beside it and guessed.
 
 mod loads;
+pub mod split;
 
-use self::loads::{A_SCALAR, A_VEC4, B_SCALAR, B_SCALAR_BF16, B_VEC4, B_VEC4_BF16, B_VEC8_BF16};
+use self::loads::{
+    A_SCALAR, A_VEC4, B_SCALAR, B_SCALAR_BF16, B_VEC4, B_VEC4_BF16, B_VEC8_BF16, B8_FROM_4,
+};
+pub use self::split::{SPLIT_CANDIDATES, gemv_split_with_candidate};
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -21,10 +29,20 @@ use crate::error::{Error, Result};
 /// The most rows of A the GEMV kernel takes.
 pub const GEMV_MAX_ROWS: usize = 8;
 
-/// The knob the GEMV's measurement (`device::tune`) picks, `c`: a
-/// workgroup of `16·c` invocations. Every `c` computes the same bits (an
-/// invocation's columns and the order of their sums do not change).
+/// The serial kernel's knob, `c`: a workgroup of `16·c` invocations. Every
+/// `c` computes the same bits (an invocation's columns and the order of
+/// their sums do not change).
 pub const CANDIDATES: [usize; 4] = [1, 2, 4, 8];
+
+/// A variant the GEMV's measurement (`device::tune`) picks from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Knob {
+    /// The serial entries, a workgroup of `16·c` invocations ([`CANDIDATES`]).
+    Serial(usize),
+    /// The split-K entry (`B [N, K]` only), `c` columns a workgroup
+    /// ([`SPLIT_CANDIDATES`]): other bits than `Serial`, within tolerance.
+    Split(usize),
+}
 
 /// `c` where nothing was measured: 32 invocations a workgroup (small, so a
 /// one-token product over a few hundred columns still spreads over several
@@ -92,15 +110,22 @@ fn program(
                 Binding::Bf16Vec8 => (A_VEC4, B_VEC8_BF16, "_ab8"),
             };
             let f16 = [input, weight, output].contains(&DType::F16);
+            // Bf16Vec8 loads the split entry's chunk itself.
+            let b8 = if binding == Binding::Bf16Vec8 {
+                ""
+            } else {
+                B8_FROM_4
+            };
             let source = format!(
-                "{}alias AIn = {input};\nalias BIn = {};\nalias COut = {output};\n{a}{b}{}",
+                "{}alias AIn = {input};\nalias BIn = {};\nalias COut = {output};\n{a}{b}{b8}{}{}",
                 if f16 { "enable f16;\n" } else { "" },
                 if bf16 {
                     "u32".to_string()
                 } else {
                     weight.to_string()
                 },
-                include_str!("../../shaders/gemv.wgsl")
+                include_str!("../../shaders/gemv.wgsl"),
+                include_str!("../../shaders/gemv_split.wgsl")
             );
             let w = if weight == input {
                 String::new()
@@ -172,7 +197,15 @@ pub fn gemv_with_candidate(
         ));
     }
     let out = a.rank().zeros(&[m, n], a.dtype())?;
-    gemv_into(a, b, trans_b, (None, None), &out, (m, n, k), Some(c))?;
+    gemv_into(
+        a,
+        b,
+        trans_b,
+        (None, None),
+        &out,
+        (m, n, k),
+        Some(Knob::Serial(c)),
+    )?;
     Ok(out)
 }
 
@@ -181,7 +214,7 @@ pub fn gemv_with_candidate(
 /// `out` `[M, N]` already allocated; operands checked by the caller (the
 /// GEMM) for shapes, dtypes (A and B alike, or A f32 and B a weight kept in
 /// bf16 or f16; bias and acc f32) and rank.
-/// `c`: the knob to use (else measured or guessed, [`candidate`]).
+/// `knob`: the variant to use (else measured or guessed, [`candidate`]).
 pub(crate) fn gemv_into(
     a: &LocalTensor,
     b: &LocalTensor,
@@ -189,7 +222,7 @@ pub(crate) fn gemv_into(
     (bias, acc): (Option<&LocalTensor>, Option<&LocalTensor>),
     out: &LocalTensor,
     (m, n, k): (usize, usize, usize),
-    c: Option<usize>,
+    knob: Option<Knob>,
 ) -> Result<()> {
     const OP: &str = "gemv";
     if !(1..=GEMV_MAX_ROWS).contains(&m) || k == 0 || n == 0 {
@@ -214,9 +247,12 @@ pub(crate) fn gemv_into(
         (false, _) => "gemv_kn",
     };
     let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1;
-    let record = |c: usize| {
-        let constants = vec![("ROWS", rows as f64), ("WG", (16 * c) as f64)];
-        let groups = n.div_ceil(4).div_ceil(16 * c);
+    let record = |knob: Knob| {
+        let (entry, wg, groups) = match knob {
+            Knob::Serial(c) => (entry, 16 * c, n.div_ceil(4).div_ceil(16 * c)),
+            Knob::Split(c) => (split::ENTRY, split::TEAM * c, n.div_ceil(c)),
+        };
+        let constants = vec![("ROWS", rows as f64), ("WG", wg as f64)];
         let params = Params {
             m: m as u32,
             n: n as u32,
@@ -235,33 +271,64 @@ pub(crate) fn gemv_into(
         }
         .record(a.device())
     };
-    match c {
-        Some(c) => record(c),
+    match knob {
+        Some(Knob::Split(_)) if !trans_b => {
+            Err(Error::invalid(OP, "the split kernel reads B [N, K] only"))
+        }
+        Some(knob) => record(knob),
         None => record(candidate(a.device(), family, entry, (rows, n, k), &record)?),
     }
 }
 
-/// The knob for this product: measured per shape class (layout, rows, and
-/// N and K rounded up to powers of two) where the product is large enough
-/// to matter, else [`GUESS`].
+/// The variant for this product: measured per shape class (layout, rows,
+/// and N and K rounded up to powers of two) where the product is large
+/// enough to matter, else guessed. On GPUs `B [N, K]` products also measure
+/// the split entry (their classes end in `split`, so choices cached before
+/// it existed are not reused) and guess it; CPU adapters measure and guess
+/// as before.
 fn candidate(
     device: &Device,
     family: &str,
     entry: &str,
     (rows, n, k): (usize, usize, usize),
-    record: &dyn Fn(usize) -> Result<()>,
-) -> Result<usize> {
+    record: &dyn Fn(Knob) -> Result<()>,
+) -> Result<Knob> {
+    let split = entry != "gemv_kn" && device.is_gpu();
+    let guess = if split {
+        Knob::Split(split::GUESS)
+    } else {
+        Knob::Serial(GUESS)
+    };
     if n.saturating_mul(k) < TUNE_MIN_WEIGHTS {
-        return Ok(GUESS);
+        return Ok(guess);
     }
     let most = device.limits().max_compute_invocations_per_workgroup as usize;
-    let cs: Vec<usize> = CANDIDATES.into_iter().filter(|&c| 16 * c <= most).collect();
-    let names: Vec<String> = cs.iter().map(|c| format!("wg {}", 16 * c)).collect();
+    let mut knobs: Vec<Knob> = CANDIDATES
+        .into_iter()
+        .filter(|&c| 16 * c <= most)
+        .map(Knob::Serial)
+        .collect();
+    if split {
+        knobs.extend(
+            SPLIT_CANDIDATES
+                .into_iter()
+                .filter(|&c| split::TEAM * c <= most)
+                .map(Knob::Split),
+        );
+    }
+    let names: Vec<String> = knobs
+        .iter()
+        .map(|k| match k {
+            Knob::Serial(c) => format!("wg {}", 16 * c),
+            Knob::Split(c) => format!("split wg {}", split::TEAM * c),
+        })
+        .collect();
     let class = format!(
-        "{family} {entry} rows {rows} n {} k {}",
+        "{family} {entry} rows {rows} n {} k {}{}",
         n.next_power_of_two(),
-        k.next_power_of_two()
+        k.next_power_of_two(),
+        if split { " split" } else { "" }
     );
-    let chosen = tune::choose(device, &class, &names, |i| record(cs[i]))?;
-    Ok(chosen.map_or(GUESS, |i| cs[i]))
+    let chosen = tune::choose(device, &class, &names, |i| record(knobs[i]))?;
+    Ok(chosen.map_or(guess, |i| knobs[i]))
 }

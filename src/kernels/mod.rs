@@ -45,7 +45,9 @@ pub use elementwise::{
 };
 pub use embedding::{embedding_backward, embedding_lookup};
 pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_weight_with, gemm_with, matmul};
-pub use norm::{NormKind, norm_backward, norm_forward, norm_param_grads};
+pub use norm::{
+    NormKind, RowsReduce, norm_backward, norm_forward, norm_forward_with, norm_param_grads,
+};
 pub use reduce::sum_rows;
 pub use rope::rotary;
 pub use sampling::{penalized_row, row_exp_sum};

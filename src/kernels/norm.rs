@@ -16,7 +16,10 @@
 //! rows (decoding) statistics and forward in one dispatch, with the same
 //! loops and expressions, so the same bits where the driver compiles both
 //! alike (lavapipe and llvmpipe: tested; WGSL lets a driver contract
-//! multiply-adds differently per shader).
+//! multiply-adds differently per shader). On hardware GPUs the few-row
+//! forward is instead [`RowsReduce::Tree`] (a workgroup tree: not those
+//! bits, the same values up to f32 rounding), chosen by adapter type: every
+//! rank on like adapters picks alike, so replicas still agree.
 
 use super::grid::{grid_groups, grid_source};
 use super::loops::check_walk;
@@ -45,6 +48,18 @@ const BINDINGS: &[Access] = &[
     Access::Read,
     Access::ReadWrite,
 ];
+/// How the few-row forward (up to [`FUSED_ROWS_MAX`] rows) sums a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowsReduce {
+    /// Invocation 0 sums in index order, as `row_stats`: the two-kernel
+    /// path's bits. CPU adapters' choice (a workgroup is one thread there).
+    Serial,
+    /// 256 invocations and a tree in workgroup memory: other bits than the
+    /// two-kernel path, within f32 rounding. Hardware GPUs' choice, where
+    /// the serial sum leaves 63 of 64 invocations waiting.
+    Tree,
+}
+
 /// Row and column kernels: one invocation per row (or column), 64 per workgroup.
 const LANE_WORKGROUP: u64 = 64;
 const CENTRE: u32 = 1;
@@ -118,6 +133,25 @@ pub fn norm_forward(
     kind: NormKind,
     eps: f32,
 ) -> Result<(LocalTensor, LocalTensor)> {
+    let reduce = if x.device().is_gpu() {
+        RowsReduce::Tree
+    } else {
+        RowsReduce::Serial
+    };
+    norm_forward_with(x, gamma, beta, kind, eps, reduce)
+}
+
+/// [`norm_forward`] with the few-row forward's reduction forced to
+/// `reduce` (for tests and benches; more rows than [`FUSED_ROWS_MAX`]
+/// take the two-kernel path whatever `reduce` says).
+pub fn norm_forward_with(
+    x: &LocalTensor,
+    gamma: &LocalTensor,
+    beta: Option<&LocalTensor>,
+    kind: NormKind,
+    eps: f32,
+    reduce: RowsReduce,
+) -> Result<(LocalTensor, LocalTensor)> {
     const OP: &str = "norm_forward";
     let (rows, cols) = rows_cols(OP, x)?;
     expect(OP, x, gamma, &[cols])?;
@@ -150,10 +184,14 @@ pub fn norm_forward(
     let rank = x.rank();
     let stats = rank.alloc(OP, &[rows, 2], DType::F32)?;
     if (1..=FUSED_ROWS_MAX).contains(&rows) {
-        // Same loops and expressions as the two kernels below: same bits.
+        // Serial: same loops and expressions as the two kernels below, same bits.
+        let entry = match reduce {
+            RowsReduce::Serial => "forward_rows",
+            RowsReduce::Tree => "forward_rows_tree",
+        };
         let y = rank.alloc(OP, x.shape(), DType::F32)?;
         Dispatch {
-            spec: &KernelSpec::new("norm_rows", SOURCE_ROWS, BINDINGS_ROWS, "forward_rows"),
+            spec: &KernelSpec::new("norm_rows", SOURCE_ROWS, BINDINGS_ROWS, entry),
             params: bytemuck::bytes_of(&params),
             buffers: &[x, gamma, beta.unwrap_or(gamma), &stats, &y],
             workgroups: rows as u64,

@@ -1,7 +1,8 @@
 //! Layer 2, `src/kernels/`: each kernel family on one rank against the f64
 //! references in `util::reference`, plus its error cases:
 //! - `gemm`: gemm (transposes, bias, accumulate, every variant) and `sum_rows`;
-//! - `gemv`: the small-M GEMM reading B as stored;
+//! - `gemv`: the small-M GEMM reading B as stored; `gemv_split`: its
+//!   split-K entry for GPUs, forced;
 //! - `pack_cache`: the packs `gemm_weight` keeps, dropped by in-place writes;
 //! - `elementwise`: add/scale/axpby and activations with their backward;
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
@@ -33,6 +34,7 @@ mod f16;
 mod gemm;
 mod gemm_split;
 mod gemv;
+mod gemv_split;
 mod gqa;
 mod loop_limit;
 mod norm_rows;

@@ -1,6 +1,8 @@
 //! How the small-M GEMM loads its operands: WGSL snippets composed in
 //! front of `shaders/gemv.wgsl` (the loads it names, and for bf16 weights
-//! eight-wide the `gemv_nk8` entry), one per binding and element type.
+//! eight-wide the `gemv_nk8` entry), one per binding and element type;
+//! `ldb8_nk` (`shaders/gemv_split.wgsl`'s chunk) is `B8_FROM_4` except
+//! in `B_VEC8_BF16`.
 
 /// A read as vec4s (rows of whole vec4s).
 pub(super) const A_VEC4: &str = "alias AV = vec4<AIn>;
@@ -87,6 +89,11 @@ fn wide4(v: vec2<u32>) -> vec4<f32> {
         bitcast<f32>(v.y << 16u), bitcast<f32>(v.y & 0xffff0000u));
 }
 fn half8(v: vec4<u32>, hi: bool) -> vec4<f32> { return wide4(select(v.xy, v.zw, hi)); }
+// The split entry's chunk: one 16-byte load per eight elements.
+fn ldb8_nk(n: u32, c: u32) -> mat2x4<f32> {
+    let v = b[n * (p.k / 8u) + c];
+    return mat2x4<f32>(wide4(v.xy), wide4(v.zw));
+}
 // K is a multiple of 8, so n·K/4 is even: q's parity picks the half.
 fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
     return half8(b[(n * (p.k / 4u) + q) / 2u], (q & 1u) == 1u);
@@ -136,5 +143,12 @@ fn gemv_nk8(
     for (var m = 0u; m < ROWS; m++) {
         store4(m, n0, s[m]);
     }
+}
+";
+
+/// The split entry's eight-element chunk as two four-wide loads (every
+/// binding but `B_VEC8_BF16`, which loads it as one vec4 of words).
+pub(super) const B8_FROM_4: &str = "fn ldb8_nk(n: u32, c: u32) -> mat2x4<f32> {
+    return mat2x4<f32>(ldb4_nk(n, 2u * c), ldb4_nk(n, 2u * c + 1u));
 }
 ";
