@@ -1,14 +1,13 @@
 //! Kernel variants chosen by measurement: at a kernel family's first use
 //! per shape class on an adapter, time each candidate on the device, keep
 //! the fastest, and remember it in memory and on disk, one file per
-//! adapter, driver and host CPU. Candidates of one family mostly compute
-//! the same bits (they differ in workgroup shape, not in arithmetic order:
-//! the kernels' tests check it). The exception, the GEMV's split-K entry
-//! on hardware GPUs, sums in another order (within tolerance): ranks of a
-//! process on like adapters share one choice (one measurement at a time,
-//! kept per device key), but separate processes that measure at once may
-//! choose differently; where its bits matter it wins by several times, not
-//! by noise.
+//! adapter, driver and host CPU. The candidates measured against each
+//! other compute the same bits (they differ in workgroup shape, not in
+//! arithmetic order: the kernels' tests check it), so ranks and processes
+//! that measure apart still compute alike. Kernels whose arithmetic order
+//! differs (the GEMV's split-K entry, the tree-reduced norm) are picked by
+//! adapter type, which every rank of a mesh over like adapters sees alike,
+//! and only their knobs are measured.
 //!
 //! Settings ([`Tuning`], read from the environment unless [`set_tuning`]
 //! replaced them): `WGPU_TP_TUNE=off` turns measuring and the disk cache

@@ -303,19 +303,22 @@ fn candidate(
         return Ok(guess);
     }
     let most = device.limits().max_compute_invocations_per_workgroup as usize;
-    let mut knobs: Vec<Knob> = CANDIDATES
-        .into_iter()
-        .filter(|&c| 16 * c <= most)
-        .map(Knob::Serial)
-        .collect();
-    if split {
-        knobs.extend(
-            SPLIT_CANDIDATES
-                .into_iter()
-                .filter(|&c| split::TEAM * c <= most)
-                .map(Knob::Split),
-        );
-    }
+    // On a GPU only split-K knobs are measured: they all give one set of
+    // bits, so processes measuring apart (MPI) still compute alike; the
+    // family itself follows the adapter type, which every rank sees alike.
+    let knobs: Vec<Knob> = if split {
+        SPLIT_CANDIDATES
+            .into_iter()
+            .filter(|&c| split::TEAM * c <= most)
+            .map(Knob::Split)
+            .collect()
+    } else {
+        CANDIDATES
+            .into_iter()
+            .filter(|&c| 16 * c <= most)
+            .map(Knob::Serial)
+            .collect()
+    };
     let names: Vec<String> = knobs
         .iter()
         .map(|k| match k {

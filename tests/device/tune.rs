@@ -2,7 +2,8 @@
 //! large enough to matter is measured once per shape class, its choice is
 //! one of the candidates, listed by `tuned_choices`, written to the cache
 //! directory as JSON, and the product's result equals f64 whatever was
-//! chosen (candidates compute the same bits: tests/kernels/gemv.rs).
+//! chosen (the candidates measured against each other compute the same
+//! bits: tests/kernels/gemv.rs and gemv_split.rs).
 
 use crate::util::{Rng, assert_close_cancelling, mesh, mesh_env, reference};
 use std::time::Duration;
@@ -45,10 +46,18 @@ fn a_large_one_row_product_is_measured_once_and_its_choice_kept_on_disk() {
         .collect();
     wgpu_tp::set_tuning(before);
     assert_eq!(ours.len(), 1, "one choice for the class: {ours:?}");
-    let names: Vec<String> = kernels::gemv::CANDIDATES
-        .iter()
-        .map(|c| format!("wg {}", 16 * c))
-        .collect();
+    // CPU adapters measure the serial kernel's workgroups; GPUs the split-K
+    // kernel's (32 invocations per column).
+    let names: Vec<String> = match r.device().is_cpu() {
+        true => kernels::gemv::CANDIDATES
+            .iter()
+            .map(|c| format!("wg {}", 16 * c))
+            .collect(),
+        false => kernels::gemv::SPLIT_CANDIDATES
+            .iter()
+            .map(|c| format!("split wg {}", 32 * c))
+            .collect(),
+    };
     assert!(names.contains(&ours[0].2), "a candidate: {ours:?}");
     let file = wgpu_tp::tuning_file(r.device(), &on).expect("a cache file name");
     let text = std::fs::read_to_string(&file).expect("the choice written to disk");
