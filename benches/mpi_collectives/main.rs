@@ -15,7 +15,9 @@
 //! - `fit`: time = α + β · bytes per collective through the smallest and
 //!   the largest size (the model `netns.sh` projects from);
 //! - `gpt`: a small GPT's training step (forward, backward, AdamW) and what
-//!   it communicates per step, for the projection.
+//!   it communicates per step, for the projection; at np = 2 also the same
+//!   step data-parallel (`small-dp`: axes dp 2 × tp 1, each rank the whole
+//!   model and half the batch, gradients averaged over dp).
 //!
 //! `cargo bench --features mpi --bench mpi_collectives` launches itself under
 //! `mpirun` at np = 2 and 4 on this host. Under `mpirun` it runs as one rank
@@ -31,7 +33,7 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::SimpleCommunicator;
 use wgpu_tp::comm::{self, ReduceOp};
 use wgpu_tp::models::{Gpt, GptConfig};
-use wgpu_tp::nn::{AdamW, Params};
+use wgpu_tp::nn::{AdamW, DataParallel, Params};
 use wgpu_tp::{Collective, LocalTensor, Mesh, MeshBuilder};
 
 const KIB: usize = 1024;
@@ -223,7 +225,10 @@ fn collectives(mesh: &Mesh, world: &SimpleCommunicator) -> wgpu_tp::Result<()> {
 }
 
 /// A GPT's step time (forward, backward, AdamW) and its communication per
-/// step, per collective as (calls, per-rank bytes per call).
+/// step, per collective as (calls, per-rank bytes per call). With `dp`, the
+/// ranks are data-parallel replicas instead (axes dp = P, tp = 1: each its
+/// whole model and 1/P of the batch, gradients averaged over dp), named
+/// `{name}-dp`; its communication is the dp axis's.
 fn gpt_step(
     mesh: &Mesh,
     world: &SimpleCommunicator,
@@ -231,9 +236,16 @@ fn gpt_step(
     cfg: GptConfig,
     (batch, seq): (usize, usize),
     reps: usize,
+    dp: bool,
 ) -> wgpu_tp::Result<()> {
     let (p, lead) = (mesh.size(), mesh.process_index() == 0);
-    let mut gpt = Gpt::new(mesh, cfg, 0)?;
+    let axes = mesh.with_axes(&[
+        ("dp", if dp { p } else { 1 }),
+        ("tp", if dp { 1 } else { p }),
+    ])?;
+    let model_mesh = axes.axis("tp")?;
+    let data_parallel = DataParallel::new(&axes, "dp")?;
+    let mut gpt = Gpt::new(&model_mesh, cfg, 0)?;
     let vocab = cfg.vocab as u64;
     let tokens = |k: u64| -> Vec<i32> {
         (0..(batch * seq) as u64)
@@ -241,18 +253,31 @@ fn gpt_step(
             .collect()
     };
     let (ids, targets) = (tokens(1), tokens(7));
+    let rows = data_parallel.batch_rows(batch, axes.coords()?[0])?;
+    let span = rows.start * seq..rows.end * seq;
     let mut opt = AdamW::new(1e-4);
     let mut step = || -> wgpu_tp::Result<()> {
         gpt.zero_grad();
-        let loss = gpt.loss(&ids, &targets, seq)?;
+        let loss = gpt.loss(&ids[span.clone()], &targets[span.clone()], seq)?;
         loss.backward()?;
+        data_parallel.average_gradients(&mut [&mut gpt])?;
         opt.step(&mut gpt)?;
         mesh.synchronize()
     };
+    let counted = if dp {
+        axes.axis("dp")?
+    } else {
+        model_mesh.clone()
+    };
+    let name = if dp {
+        format!("{name}-dp")
+    } else {
+        name.to_string()
+    };
     step()?;
-    mesh.reset_comm_stats();
+    counted.reset_comm_stats();
     step()?;
-    let stats = mesh.comm_stats();
+    let stats = counted.comm_stats();
     let t = timed(world, reps, || step().expect("step"));
     if lead {
         println!(
@@ -320,10 +345,16 @@ fn main() {
     collectives(&mesh, &world).expect("collectives");
     let mut small = GptConfig::new(512, 128, 256, 8, 2);
     small.ffn = 1024;
-    gpt_step(&mesh, &world, "small", small, (2, 128), 3).expect("gpt step");
+    gpt_step(&mesh, &world, "small", small, (2, 128), 3, false).expect("gpt step");
+    if mesh.size() == 2 {
+        gpt_step(&mesh, &world, "small", small, (2, 128), 3, true).expect("gpt dp step");
+    }
     if std::env::var_os("WGPU_TP_BENCH_GPT2").is_some() {
         // GPT-2 124M's shapes (random weights), 2 × 256 tokens as benches/gpt2.rs.
         let gpt2 = GptConfig::new(50257, 1024, 768, 12, 12);
-        gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1).expect("gpt2 step");
+        gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, false).expect("gpt2 step");
+        if mesh.size() == 2 {
+            gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, true).expect("gpt2 dp step");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! `--project label=file ...`: fit-based step-time model from saved runs of
 //! this bench (`benches/netns.sh` writes them), checked against the
 //! rate-limited runs, then projected to GPT-2 124M and a 1.3B configuration
-//! at P = 2, 4, 8 over 10 and 100 Gbit/s links.
+//! at P = 2, 4, 8 over 10 and 100 Gbit/s links, and every (dp, tp) layout
+//! of GPT-2, the 1.3B and Llama-3-8B's size on 2 to 16 hosts (`layouts`).
 //!
 //! Model: a collective of per-rank message n costs α + β·n (fitted per run
 //! over the sizes); a step costs its compute plus Σ calls·(α + β·n) over
@@ -155,6 +156,7 @@ pub fn run(args: &[String]) {
     }
     println!("worst model error {:.1} %", worst * 100.0);
     project(base);
+    layouts(base);
 }
 
 /// "100mbit", "1gbit", "10gbit" (tc's spelling) in bits per second.
@@ -217,6 +219,111 @@ fn project(base: &Run) {
                 println!(
                     "{model:<8} {p:>2} {link:>9} {compute:>10.2} {comm:>10.2} {step:>10.2} {:>6.0}",
                     100.0 * comm / step
+                );
+            }
+        }
+    }
+}
+
+/// A model for [`layouts`]: layers, width, vocabulary, parameters.
+struct Shape {
+    name: &'static str,
+    layers: f64,
+    hidden: f64,
+    params: f64,
+}
+
+/// Per-step time of every (dp, tp) layout on H hosts of one GPU each, from
+/// the GPT-2 P = 2 run here: compute splits over all ranks; tp moves
+/// GPT-2's measured activations scaled by width, depth and the replica's
+/// share of the batch; dp all-reduces 4 bytes per parameter shard per step
+/// in 25 MiB buckets (one all-reduce each, docs/MATH.md §17).
+fn layouts(base: &Run) {
+    let Some((step2, comm2)) = base.gpts.get("gpt2") else {
+        return;
+    };
+    let compute2 = step2 - comm_time(&base.fits, comm2);
+    let gpt2_params = 12.0 * 12.0 * 768.0f64.powi(2) + 50257.0 * 768.0;
+    let shapes = [
+        Shape {
+            name: "gpt2",
+            layers: 12.0,
+            hidden: 768.0,
+            params: gpt2_params,
+        },
+        Shape {
+            name: "1.3B",
+            layers: 24.0,
+            hidden: 2048.0,
+            params: 1.311e9,
+        },
+        Shape {
+            name: "llama3-8b",
+            layers: 32.0,
+            hidden: 4096.0,
+            params: 8.03e9,
+        },
+    ];
+    let ar = fit_for(&base.fits, "AllReduce")
+        .copied()
+        .unwrap_or((0.0, 0.0));
+    println!(
+        "\n## best (dp, tp) layout per case, 2 × 256 tokens a step (pipeline parallelism not built: pp = 1)"
+    );
+    println!(
+        "{:<10} {:>5} {:>5} {:>12} {:>10} {:>12} {:>10}",
+        "model", "hosts", "link", "TP-only s", "best", "best s", "vs TP"
+    );
+    for m in &shapes {
+        let work = m.params / gpt2_params;
+        for hosts in [2usize, 4, 8, 16] {
+            for (link, gbit, alpha) in [("10G", 10.0, 50e-6), ("100G", 100.0, 10e-6)] {
+                let time = |dp: usize, tp: usize| -> f64 {
+                    let p = hosts as f64;
+                    let compute = compute2 * work * 2.0 / p;
+                    let tp_comm: f64 = if tp > 1 {
+                        comm2
+                            .iter()
+                            .map(|(k, c, nb)| {
+                                let (a, b) = fit_for(&base.fits, k).copied().unwrap_or((0.0, 0.0));
+                                let calls = c * m.layers / 12.0;
+                                let nb = nb * m.hidden / 768.0 / dp as f64;
+                                calls
+                                    * (a + 2.0 * alpha
+                                        + b * nb
+                                        + link_factor(k, tp as f64) * nb * 8.0 / (gbit * 1e9))
+                            })
+                            .sum()
+                    } else {
+                        0.0
+                    };
+                    let dp_comm = if dp > 1 {
+                        let grad = 4.0 * m.params / tp as f64;
+                        let bucket = 25.0 * 1024.0 * 1024.0;
+                        let calls = (grad / bucket).ceil();
+                        let n = grad / calls;
+                        calls
+                            * (ar.0
+                                + 2.0 * alpha
+                                + ar.1 * n
+                                + link_factor("AllReduce", dp as f64) * n * 8.0 / (gbit * 1e9))
+                    } else {
+                        0.0
+                    };
+                    compute + tp_comm + dp_comm
+                };
+                let tp_only = time(1, hosts);
+                let (best, t) = (0..)
+                    .map(|i| 1usize << i)
+                    .take_while(|&dp| dp <= hosts)
+                    .map(|dp| (dp, time(dp, hosts / dp)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1))
+                    .unwrap_or((1, tp_only));
+                println!(
+                    "{:<10} {hosts:>5} {link:>5} {tp_only:>12.2} {:>10} {t:>12.2} {:>9.1}×",
+                    m.name,
+                    format!("dp{best}×tp{}", hosts / best),
+                    tp_only / t
                 );
             }
         }

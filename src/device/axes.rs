@@ -127,8 +127,9 @@ fn check_axes(op: &'static str, axes: &[(&str, usize)], world: usize) -> Result<
             return Err(Error::invalid(op, format!("axis {name:?} is named twice")));
         }
     }
-    let product: usize = axes.iter().map(|a| a.1).product();
-    if product != world {
+    let product = axes.iter().try_fold(1usize, |acc, a| acc.checked_mul(a.1));
+    if product != Some(world) {
+        let product = product.map_or("more than usize holds".to_string(), |p| p.to_string());
         return Err(Error::invalid(
             op,
             format!(
@@ -148,7 +149,7 @@ impl super::MeshBuilder {
     /// [`Mesh::with_axes`] and [`Mesh::axis`].
     pub fn axes(mut self, axes: &[(&str, usize)]) -> Self {
         self.axes = axes.iter().map(|(n, s)| (n.to_string(), *s)).collect();
-        self.ranks(axes.iter().map(|a| a.1).product())
+        self.ranks(axes.iter().fold(1usize, |acc, a| acc.saturating_mul(a.1)))
     }
 }
 

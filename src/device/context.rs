@@ -142,20 +142,6 @@ impl Device {
         self.id
     }
 
-    /// Whether this is a software (CPU) adapter such as lavapipe, llvmpipe or WARP.
-    pub fn is_cpu(&self) -> bool {
-        self.info.device_type == wgpu::DeviceType::Cpu
-    }
-
-    /// Whether this is a hardware GPU (discrete or integrated), where kernels
-    /// built for many invocations in flight are chosen.
-    pub(crate) fn is_gpu(&self) -> bool {
-        matches!(
-            self.info.device_type,
-            wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu
-        )
-    }
-
     /// When on, every kernel output buffer is filled with `0xFFFFFFFF` (NaN as
     /// f32) before the kernel runs, so elements a kernel forgot to write show.
     pub fn set_poison(&self, on: bool) {

@@ -69,3 +69,20 @@ mod tests {
         assert_eq!(mesa_major("Mesa "), None);
     }
 }
+
+impl Device {
+    /// Whether this is a software (CPU) adapter such as lavapipe, llvmpipe or WARP.
+    pub fn is_cpu(&self) -> bool {
+        self.adapter_info().device_type == wgpu::DeviceType::Cpu
+    }
+
+    /// Whether this is a hardware GPU (discrete or integrated), where kernels
+    /// built for many invocations in flight are chosen (the split-K GEMV,
+    /// the tree-reduced norm).
+    pub fn is_gpu(&self) -> bool {
+        matches!(
+            self.adapter_info().device_type,
+            wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu
+        )
+    }
+}

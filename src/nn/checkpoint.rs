@@ -83,9 +83,10 @@ pub fn save_safetensors(model: &dyn Params, path: impl AsRef<Path>) -> Result<()
 /// replicas never write one file twice.
 pub(crate) fn writes_files(model: &dyn Params) -> bool {
     model.named_parameters().first().is_none_or(|(_, p)| {
-        let m = p.value.mesh();
-        !m.is_multi_process()
-            || m.ranks().first().and_then(|r| m.root_rank(r.index()).ok()) == Some(0)
+        // The root's own rank, not the sub-mesh's: a 1-rank tp group of an
+        // MPI mesh is not multi-process, but its process is not alone.
+        let root = p.value.mesh().root();
+        !root.is_multi_process() || root.ranks().first().map(|r| r.index()) == Some(0)
     })
 }
 

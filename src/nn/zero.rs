@@ -77,8 +77,10 @@ impl ZeroAdamW {
 
     /// Update every parameter that has a gradient in `replicas` (this
     /// process's replicas, as given to [`DataParallel::average_gradients`],
-    /// whose gradients are already averaged). Checks come first: a refused
-    /// step changes nothing.
+    /// whose gradients are already averaged). Bad input (half-precision
+    /// weights, replicas built differently, state made for other shards) is
+    /// refused before anything changes; a failure midway (a lost MPI rank)
+    /// leaves the step partly applied: restart from a checkpoint.
     pub fn step(&mut self, replicas: &mut [&mut dyn Params]) -> Result<()> {
         let mut lists: Vec<Vec<(String, &mut Parameter)>> = replicas
             .iter_mut()
@@ -90,10 +92,28 @@ impl ZeroAdamW {
             }
         }
         let (entries, groups) = self.dp.entries(&lists)?;
+        let dp = self.dp.size();
+        for e in &entries {
+            let p = &lists[e.replica][e.param].1;
+            let want = split_range(e.tensor.len(), dp, e.pos).len();
+            if let Some(s) = self
+                .state
+                .get(&(p.id(), e.shard))
+                .filter(|s| s.m.len() != want)
+            {
+                return Err(crate::error::Error::invalid(
+                    OP,
+                    format!(
+                        "optimiser state for {:?} holds {} values, its slice now {want} (was the parameter replaced?); use a new ZeroAdamW",
+                        lists[e.replica][e.param].0,
+                        s.m.len()
+                    ),
+                ));
+            }
+        }
         for e in &entries {
             lists[e.replica][e.param].1.own_buffers()?;
         }
-        let dp = self.dp.size();
         for (g, group) in groups.iter().enumerate() {
             let mut params: Vec<usize> = entries
                 .iter()

@@ -239,15 +239,26 @@ fn a_rerun_gives_the_same_bits() {
     let mut rng = Rng::fresh("data parallel rerun");
     let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
     let m = mesh(4).with_axes(&[("dp", 2), ("tp", 2)]).unwrap();
-    let a = data_parallel_quiet(&m, seed, &data);
-    let b = data_parallel_quiet(&m, seed, &data);
+    let a = data_parallel_quiet(&m, seed, &data, None);
+    let b = data_parallel_quiet(&m, seed, &data, None);
     assert!(a == b, "the same step twice gives the same gradient bits");
+    // Buckets that end between parameters sum each value alike.
+    let c = data_parallel_quiet(&m, seed, &data, Some(2000));
+    assert!(a == c, "bucket boundaries do not change the bits");
 }
 
 /// One step's averaged gradients (no communication checks: this mesh is
 /// shared with tests running beside this one).
-fn data_parallel_quiet(m: &Mesh, seed: u64, data: &(Vec<i32>, Vec<i32>)) -> Named {
-    let ddp = DataParallel::new(m, "dp").unwrap();
+fn data_parallel_quiet(
+    m: &Mesh,
+    seed: u64,
+    data: &(Vec<i32>, Vec<i32>),
+    bucket: Option<u64>,
+) -> Named {
+    let mut ddp = DataParallel::new(m, "dp").unwrap();
+    if let Some(b) = bucket {
+        ddp = ddp.with_bucket_bytes(b);
+    }
     let mut replicas: Vec<Gpt> = m
         .axis_groups("tp")
         .unwrap()
@@ -317,6 +328,17 @@ fn bad_data_parallel_input_is_an_error_that_changes_nothing() {
         .average_gradients(&mut [&mut a as &mut dyn Params, &mut d])
         .unwrap_err();
     assert!(msg(e).contains("axis_groups"));
+    // A model on the whole (dp, tp) mesh is not a replica.
+    let mut whole = Gpt::new(&m, config(false), seed).unwrap();
+    whole
+        .loss(&data.0[..SEQ], &data.1[..SEQ], SEQ)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let e = ddp
+        .average_gradients(&mut [&mut whole as &mut dyn Params])
+        .unwrap_err();
+    assert!(msg(e).contains("spans the \"dp\" axis"));
     assert!(grads(&a) == before, "a refused call changes no gradient");
     // Then the right call works.
     ddp.average_gradients(&mut [&mut a as &mut dyn Params, &mut b])

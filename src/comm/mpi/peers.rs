@@ -5,16 +5,18 @@
 //! the group do not run its collectives. Messages still go over the world
 //! communicator, addressed by world rank.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::p2p::Traffic;
 use crate::device::{Mesh, Process};
 use crate::error::{Error, Result};
 
-/// A sub-mesh's collective count, the same on every member.
+/// Each sub-group's collective count, the same on every member, kept on
+/// the root mesh by member list: a sub-mesh dropped and made again (which
+/// one process may do and another not) continues its count.
 #[derive(Default)]
-struct GroupSeq(AtomicU64);
+struct GroupSeqs(Mutex<HashMap<Vec<usize>, u64>>);
 
 /// The processes of one collective.
 pub(super) struct Peers {
@@ -49,10 +51,11 @@ impl Peers {
             (process.next_seq(), String::new())
         } else {
             let names: Vec<String> = mesh.axes().into_iter().map(|(n, _)| n).collect();
-            let seq = mesh
-                .extension::<GroupSeq>()
-                .0
-                .fetch_add(1, Ordering::Relaxed);
+            let seqs = mesh.root().extension::<GroupSeqs>();
+            let mut seqs = seqs.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let next = seqs.entry(ranks.clone()).or_default();
+            let seq = *next;
+            *next += 1;
             (seq, format!(" (axis {names:?}, world ranks {ranks:?})"))
         };
         Ok((

@@ -61,7 +61,9 @@ impl DataParallel {
                 ));
             }
             for (k, list) in lists.iter().enumerate() {
-                let grad = list[i].1.grad().unwrap_or_else(|| unreachable!());
+                let Some(grad) = list[i].1.grad() else {
+                    continue;
+                };
                 if grad.dtype() != DType::F32 {
                     return Err(Error::invalid(
                         OP,
@@ -73,6 +75,15 @@ impl DataParallel {
                     ));
                 }
                 let m = grad.mesh();
+                if m.axes().iter().any(|(a, _)| *a == self.axis) {
+                    return Err(Error::invalid(
+                        OP,
+                        format!(
+                            "{:?} lives on a mesh that spans the {:?} axis itself: build each replica on one of Mesh::axis_groups(\"tp\") (a group without {:?})",
+                            first[i].0, self.axis, self.axis
+                        ),
+                    ));
+                }
                 if !m.root().same_as(&self.root) {
                     return Err(Error::invalid(
                         OP,
