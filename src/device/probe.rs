@@ -56,20 +56,6 @@ fn mesa_major(driver_info: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::mesa_major;
-
-    #[test]
-    fn mesa_versions_are_read_from_driver_strings() {
-        assert_eq!(mesa_major("Mesa 22.3.6 (LLVM 15.0.6)"), Some(22));
-        assert_eq!(mesa_major("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)"), Some(25));
-        assert_eq!(mesa_major("4.5 (Core Profile) Mesa 22.3.6"), Some(22));
-        assert_eq!(mesa_major("NVIDIA 550.54"), None);
-        assert_eq!(mesa_major("Mesa "), None);
-    }
-}
-
 impl Device {
     /// Whether this is a software (CPU) adapter such as lavapipe, llvmpipe or WARP.
     pub fn is_cpu(&self) -> bool {
@@ -84,5 +70,19 @@ impl Device {
             self.adapter_info().device_type,
             wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mesa_major;
+
+    #[test]
+    fn mesa_versions_are_read_from_driver_strings() {
+        assert_eq!(mesa_major("Mesa 22.3.6 (LLVM 15.0.6)"), Some(22));
+        assert_eq!(mesa_major("Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)"), Some(25));
+        assert_eq!(mesa_major("4.5 (Core Profile) Mesa 22.3.6"), Some(22));
+        assert_eq!(mesa_major("NVIDIA 550.54"), None);
+        assert_eq!(mesa_major("Mesa "), None);
     }
 }
