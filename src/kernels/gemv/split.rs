@@ -1,7 +1,7 @@
 //! The small-M GEMM's split-K entry for GPUs (`gemv_nk_split`,
-//! `shaders/gemv_split.wgsl`, `B [N, K]`): a team of [`TEAM`] invocations
+//! `shaders/gemv_split.wgsl`, `B [N, K]`): a team of `TEAM` (32) invocations
 //! per column of C splits K with coalesced loads and adds its lanes by a
-//! tree in workgroup memory. Its bits depend on [`TEAM`] only (fixed), not
+//! tree in workgroup memory. Its bits depend on `TEAM` (32) only (fixed), not
 //! on the measured columns per workgroup; they differ from the serial
 //! entries' (another order of sums) within the GEMM's tolerance. Ranks
 //! agree as long as they choose alike: `device::tune` keeps one choice per
