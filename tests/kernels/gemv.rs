@@ -11,7 +11,7 @@ use wgpu_tp::{DType, Rank};
 /// `op(A)·op(B) (+ bias) (+ acc)` in f64 and the same of the magnitudes
 /// (the scale of each entry's rounding).
 #[allow(clippy::too_many_arguments)]
-fn want(
+pub(super) fn want(
     a: &[f32],
     b: &[f32],
     (m, n, k): (usize, usize, usize),

@@ -7,38 +7,11 @@
 //! bits of f32 weights of equal values (other bits than the serial entries:
 //! another order of sums).
 
-use crate::util::{
-    Rng, assert_close_cancelling, f16_meshes, mesh, reference, round_bf16, round_f16,
-};
+use super::gemv::want;
+use crate::util::{Rng, assert_close_cancelling, f16_meshes, mesh, round_bf16, round_f16};
 use wgpu_tp::half::{bf16, f16};
 use wgpu_tp::kernels::gemv::{SPLIT_CANDIDATES, gemv_split_with_candidate};
 use wgpu_tp::{DType, LocalTensor, Rank};
-
-/// `a·bᵀ (+ bias) (+ acc)` in f64, and the same over magnitudes.
-fn want(
-    a: &[f32],
-    b: &[f32],
-    (m, n, k): (usize, usize, usize),
-    bias: Option<&[f32]>,
-    acc: Option<&[f32]>,
-) -> (Vec<f64>, Vec<f64>) {
-    let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
-    let one = |a: &[f32], b: &[f32], bias: Option<&[f32]>, acc: Option<&[f32]>| {
-        let mut c = reference::gemm(a, b, m, n, k, false, true);
-        for i in 0..m {
-            for j in 0..n {
-                c[i * n + j] += bias.map_or(0.0, |b| b[j] as f64);
-                c[i * n + j] += acc.map_or(0.0, |a| a[i * n + j] as f64);
-            }
-        }
-        c
-    };
-    let (bias_abs, acc_abs) = (bias.map(abs), acc.map(abs));
-    (
-        one(a, b, bias, acc),
-        one(&abs(a), &abs(b), bias_abs.as_deref(), acc_abs.as_deref()),
-    )
-}
 
 /// `b` `[N, K]` uploaded as `dtype` (values already representable).
 fn upload_weight(r: &Rank, shape: &[usize], b: &[f32], dtype: DType) -> LocalTensor {
@@ -121,6 +94,7 @@ fn split_gemv_matches_f64_every_row_count_and_weight_dtype() {
                     &a,
                     &b,
                     (m, n, k),
+                    (false, true),
                     with_bias.then_some(&bias[..]),
                     with_acc.then_some(&acc[..]),
                 );
@@ -194,7 +168,7 @@ fn split_gemv_f16_operands_accumulate_in_f32() {
             .unwrap()
             .to_vec()
             .unwrap();
-        let (w, scale) = want(&a, &b, (m, n, k), Some(&bias), None);
+        let (w, scale) = want(&a, &b, (m, n, k), (false, true), Some(&bias), None);
         // One rounding to f16 at the end.
         assert_close_cancelling(
             &format!("split f16 m={m} n={n} k={k}"),
