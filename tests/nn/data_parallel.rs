@@ -259,24 +259,30 @@ fn data_parallel_quiet(
     if let Some(b) = bucket {
         ddp = ddp.with_bucket_bytes(b);
     }
-    let mut replicas: Vec<Gpt> = m
-        .axis_groups("tp")
+    let mut replicas = replicas(m, seed);
+    backward(&ddp, &mut replicas, data);
+    grads(&replicas[1])
+}
+
+/// One plain GPT replica per tp group of `m`, built alike.
+pub(super) fn replicas(m: &Mesh, seed: u64) -> Vec<Gpt> {
+    m.axis_groups("tp")
         .unwrap()
         .iter()
         .map(|g| Gpt::new(g, config(false), seed).unwrap())
-        .collect();
-    for (d, gpt) in replicas.iter().enumerate() {
+        .collect()
+}
+
+/// Forward, backward and the gradient average of one step on every replica.
+pub(super) fn backward(ddp: &DataParallel, reps: &mut [Gpt], data: &(Vec<i32>, Vec<i32>)) {
+    for (d, gpt) in reps.iter().enumerate() {
         let rows = ddp.batch_rows(ROWS, d).unwrap();
         let span = rows.start * SEQ..rows.end * SEQ;
-        gpt.loss(&data.0[span.clone()], &data.1[span], SEQ)
-            .unwrap()
-            .backward()
-            .unwrap();
+        let l = gpt.loss(&data.0[span.clone()], &data.1[span], SEQ).unwrap();
+        l.backward().unwrap();
     }
-    let mut refs: Vec<&mut dyn Params> =
-        replicas.iter_mut().map(|r| r as &mut dyn Params).collect();
+    let mut refs: Vec<&mut dyn Params> = reps.iter_mut().map(|r| r as &mut dyn Params).collect();
     ddp.average_gradients(&mut refs).unwrap();
-    grads(&replicas[1])
 }
 
 #[test]

@@ -5,9 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use super::data_parallel::{Named, ROWS, SEQ, STEPS, batch, config, masters};
+use super::data_parallel::{Named, SEQ, STEPS, backward, batch, masters, replicas};
 use crate::util::{Rng, count_lock, counting_mesh, counting_shared_mesh, shared_mesh};
-use wgpu_tp::models::Gpt;
 use wgpu_tp::nn::{AdamW, DataParallel, Params, ZeroAdamW};
 use wgpu_tp::shard::split_range;
 use wgpu_tp::{Collective, Mesh};
@@ -15,26 +14,6 @@ use wgpu_tp::{Collective, Mesh};
 /// Both optimisers' settings (ε as in data_parallel.rs).
 const LR: f32 = 1e-2;
 const EPS: f32 = 1e-4;
-
-fn replicas(m: &Mesh, seed: u64) -> Vec<Gpt> {
-    m.axis_groups("tp")
-        .unwrap()
-        .iter()
-        .map(|g| Gpt::new(g, config(false), seed).unwrap())
-        .collect()
-}
-
-/// Forward, backward and the gradient average of one step on every replica.
-fn backward(ddp: &DataParallel, reps: &mut [Gpt], data: &(Vec<i32>, Vec<i32>)) {
-    for (d, gpt) in reps.iter().enumerate() {
-        let rows = ddp.batch_rows(ROWS, d).unwrap();
-        let span = rows.start * SEQ..rows.end * SEQ;
-        let l = gpt.loss(&data.0[span.clone()], &data.1[span], SEQ).unwrap();
-        l.backward().unwrap();
-    }
-    let mut refs: Vec<&mut dyn Params> = reps.iter_mut().map(|r| r as &mut dyn Params).collect();
-    ddp.average_gradients(&mut refs).unwrap();
-}
 
 fn plain(m: &Mesh, seed: u64, data: &(Vec<i32>, Vec<i32>)) -> Vec<Named> {
     let ddp = DataParallel::new(m, "dp").unwrap();
