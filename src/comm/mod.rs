@@ -30,11 +30,12 @@
 //!
 //! Point-to-point: [`ring_shift`] / [`RingShift`] move each participant's
 //! tensor to the next one in a ring (one [`Collective::SendRecv`] per step),
-//! the building block of the overlapped ring gather / reduce-scatter.
+//! the building block of the overlapped ring gather / reduce-scatter;
+//! [`send`] / [`recv`] move one tensor between two ranks (pipeline stages).
 //!
 //! Files: `collectives.rs` (the public functions), `group.rs` (participant
 //! checks), `plan.rs` (the all-to-all plan), `host.rs` and `same_device.rs`
-//! (the two transports), `ring.rs` (point-to-point ring steps), `stats.rs`
+//! (the two transports), `ring.rs` (point-to-point ring steps), `p2p.rs` (single messages), `stats.rs`
 //! and `transport.rs` (what a mesh counts and how it moves bytes),
 //! `trace.rs` (each collective as a span on a traced mesh's timeline).
 
@@ -46,6 +47,7 @@ mod mpi;
 #[cfg(not(feature = "mpi"))]
 #[path = "mpi/stub.rs"]
 mod mpi;
+mod p2p;
 mod plan;
 mod ring;
 mod same_device;
@@ -59,6 +61,7 @@ pub use collectives::{
     all_gather, all_reduce, all_to_all, broadcast, broadcast_from, reduce_scatter, scatter,
 };
 pub(crate) use mpi::gather_words;
+pub use p2p::{Channel, recv, send, wait_sends};
 pub use ring::{RingShift, ring_shift};
 pub use stats::{Collective, CommCount, CommStats};
 pub use transport::Transport;

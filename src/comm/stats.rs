@@ -25,6 +25,9 @@ pub enum Collective {
     AllToAll,
     /// One point-to-point step of a ring algorithm.
     SendRecv,
+    /// One point-to-point message ([`send`](crate::comm::send)), counted
+    /// where it is sent: a pipeline's activations and gradients.
+    Send,
 }
 
 /// Calls and bytes for one kind of collective.

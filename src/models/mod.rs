@@ -16,7 +16,7 @@ mod load_options;
 #[cfg(not(target_arch = "wasm32"))]
 pub use causal::CausalLm;
 pub use gpt2::{
-    AttentionConfig, BlockConfig, Gpt, GptConfig, ParallelSelfAttention, TransformerBlock,
+    AttentionConfig, BlockConfig, Gpt, GptConfig, GptStage, ParallelSelfAttention, TransformerBlock,
 };
 #[cfg(not(target_arch = "wasm32"))]
 pub use gpt2::{HfGpt2Config, pretrained_config};

@@ -41,6 +41,15 @@ impl InitRng {
         z ^ (z >> 31)
     }
 
+    /// Skip `n` draws of [`InitRng::next_u64`] (a parameter's key each):
+    /// how a pipeline stage starts where its first layer's keys begin, giving
+    /// the same weights as the whole model without drawing the others.
+    pub fn skip(&mut self, n: u64) {
+        self.state = self
+            .state
+            .wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(n));
+    }
+
     /// Uniform in [0, 1) with 53 random bits.
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64

@@ -19,7 +19,8 @@
 //!   (`#[derive(Params)]` names), `module.rs`, `init.rs`, `optim.rs`,
 //!   `data_parallel.rs` ([`DataParallel`]: gradients averaged over a
 //!   mesh's data-parallel axis), `zero.rs` ([`ZeroAdamW`]: AdamW's state
-//!   and update sharded over that axis);
+//!   and update sharded over that axis), `pipeline.rs` ([`Pipeline`]:
+//!   stages along a pipeline axis, run 1F1B over micro-batches);
 //! - files: `checkpoint.rs` (the crate's own safetensors checkpoints) and
 //!   `pretrained/` (Hugging Face weight files, read and written for any
 //!   family).
@@ -45,6 +46,7 @@ mod norm;
 mod optim;
 mod parameter;
 mod params;
+mod pipeline;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod pretrained;
 mod rope;
@@ -83,6 +85,7 @@ pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{ParamId, Parameter};
 pub use params::{Params, join_name};
+pub use pipeline::{Pipeline, PipelineStage, Work};
 pub use rope::{RopeConfig, RopeScaling};
 pub use sampling::{SampleOptions, Sampling};
 #[cfg(not(target_arch = "wasm32"))]

@@ -27,6 +27,7 @@ mod matmul_grad;
 mod narrow;
 mod norm;
 mod overwrite;
+mod pipe;
 mod redistribute;
 mod ring;
 mod ring_gather_linear;
@@ -40,7 +41,9 @@ mod update;
 
 pub use attention::AttentionDropout;
 #[allow(unused_imports)]
-pub(crate) use autograd::{GradSlot, Node, placed, record, tracking};
+pub(crate) use autograd::{
+    GradSlot, Node, grad_placement, placed, record, record_source, tracking,
+};
 pub use autograd::{NoGradGuard, is_grad_enabled, no_grad};
 pub use cross_entropy::{CrossEntropyConfig, Reduction};
 pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};
@@ -48,6 +51,7 @@ pub use gqa::GqaSpec;
 pub use holding::Holding;
 pub use mappings::Mapping;
 pub use matmul::MatmulOptions;
+pub use pipe::Pipe;
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
 };

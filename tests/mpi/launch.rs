@@ -11,7 +11,7 @@ pub fn run_all() -> ExitCode {
     let mut failed = 0;
     let runs = [2, 4].into_iter().flat_map(|np| {
         let with_axes: &[&str] = if np == 4 {
-            &["axes", "axes_fault"]
+            &["axes", "axes_fault", "pipeline", "pipeline_fault"]
         } else {
             &[]
         };
@@ -20,7 +20,7 @@ pub fn run_all() -> ExitCode {
             .chain(with_axes)
             .map(move |s| (np, *s))
     });
-    for (np, scenario) in runs.chain([(8, "axes")]) {
+    for (np, scenario) in runs.chain([(8, "axes"), (8, "pipeline")]) {
         {
             let t = Instant::now();
             match run(np, scenario) {

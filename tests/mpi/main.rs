@@ -12,7 +12,10 @@
 //!   error naming it within the time limit, not a hang;
 //! - `axes`, `axes_fault` (`axes.rs`): named axes over processes, data
 //!   parallelism bit-identical to one process, and a failing rank named
-//!   with its axis (np = 4, and np = 8 for `axes`).
+//!   with its axis (np = 4, and np = 8 for `axes`);
+//! - `pipeline`, `pipeline_fault` (`pipeline.rs`): a GPT in two pipeline
+//!   stages, bit-identical to one process, and a failing stage named to its
+//!   neighbours (np = 4, and np = 8 for `pipeline`).
 //!
 //! `cargo test --features mpi --test mpi` (MPI from `libopenmpi-dev openmpi-bin`).
 
@@ -20,6 +23,7 @@ mod axes;
 mod collectives;
 mod gpt;
 mod launch;
+mod pipeline;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -60,6 +64,8 @@ fn worker(scenario: &str) -> ExitCode {
         "fault" => collectives::fault(&mesh),
         "axes" => axes::run(&mesh),
         "axes_fault" => axes::fault(&mesh),
+        "pipeline" => pipeline::run(&mesh),
+        "pipeline_fault" => pipeline::fault(&mesh),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match outcome {

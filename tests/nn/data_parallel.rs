@@ -24,7 +24,7 @@ pub(super) const STEPS: usize = 3;
 /// arithmetic (softmax ignores a shift of every score), and with the
 /// default 1e-8 AdamW turns its rounding noise, different in every
 /// summation order, into full ±lr steps.
-fn adamw() -> AdamW {
+pub(super) fn adamw() -> AdamW {
     let mut opt = AdamW::new(1e-2);
     opt.eps = 1e-4;
     opt
@@ -52,7 +52,7 @@ pub(super) fn masters(m: &dyn Params) -> Named {
         .collect()
 }
 
-fn close(what: &str, got: &Named, want: &Named) {
+pub(super) fn close(what: &str, got: &Named, want: &Named) {
     assert_eq!(got.len(), want.len(), "{what}");
     for (name, g) in got {
         let w: Vec<f64> = want[name].iter().map(|&v| v as f64).collect();
@@ -61,10 +61,10 @@ fn close(what: &str, got: &Named, want: &Named) {
 }
 
 /// Per step: the loss and the gradients; and the parameters after the steps.
-struct Run {
-    losses: Vec<f32>,
-    grads: Vec<Named>,
-    masters: Named,
+pub(super) struct Run {
+    pub(super) losses: Vec<f32>,
+    pub(super) grads: Vec<Named>,
+    pub(super) masters: Named,
 }
 
 pub(super) fn batch(seed: u64) -> (Vec<i32>, Vec<i32>) {
@@ -73,8 +73,8 @@ pub(super) fn batch(seed: u64) -> (Vec<i32>, Vec<i32>) {
     (draw(), draw())
 }
 
-fn serial(sp: bool, seed: u64, data: &(Vec<i32>, Vec<i32>)) -> Run {
-    let mut gpt = Gpt::new(&mesh(1), config(sp), seed).unwrap();
+pub(super) fn serial(cfg: GptConfig, seed: u64, data: &(Vec<i32>, Vec<i32>)) -> Run {
+    let mut gpt = Gpt::new(&mesh(1), cfg, seed).unwrap();
     let mut opt = adamw();
     let mut run = Run {
         losses: vec![],
@@ -200,7 +200,7 @@ fn data_parallel_gpt_steps_equal_one_rank_on_the_global_batch() {
     let mut rng = Rng::fresh("data parallel");
     let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
     for sp in [false, true] {
-        let want = serial(sp, seed, &data);
+        let want = serial(config(sp), seed, &data);
         let layouts = [
             ("host-staged", counting_mesh(4), 2, 2),
             ("host-staged", counting_mesh(4), 4, 1),

@@ -59,6 +59,7 @@ mod optim;
 mod pack_cache;
 mod parameter;
 mod params;
+mod pipeline;
 mod pretrained;
 mod rope;
 mod sampling;

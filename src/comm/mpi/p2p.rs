@@ -21,10 +21,17 @@ const MAX_MESSAGE: usize = 1 << 28;
 /// How long a wait polls without sleeping.
 const SPIN: Duration = Duration::from_millis(50);
 
-/// A tag for phase `phase` (0..4) of collective `seq`; 8192 collectives in
-/// flight at most, within the 32767 every MPI allows.
+/// A tag for phase `phase` (0..4) of collective `seq`; 8191 collectives in
+/// flight at most, below the point-to-point tags ([`channel_tag`]), within
+/// the 32767 every MPI allows.
 pub(super) fn tag(seq: u64, phase: u32) -> c_int {
-    ((seq % 8192) as u32 * 4 + phase) as c_int
+    ((seq % 8191) as u32 * 4 + phase) as c_int
+}
+
+/// The tag of point-to-point channel `channel` (0..4): above every
+/// collective's, so the two never match each other.
+pub(super) fn channel_tag(channel: u32) -> c_int {
+    (8191 * 4 + channel) as c_int
 }
 
 struct Pending {

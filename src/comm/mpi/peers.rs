@@ -32,6 +32,24 @@ pub(super) struct Peers {
 impl Peers {
     /// The participants of a collective on `mesh`, and its sequence number.
     pub(super) fn of(mesh: &Mesh, op: &'static str) -> Result<(Peers, u64)> {
+        let (peers, whole) = Peers::members(mesh, op)?;
+        let seq = if whole {
+            peers.process.next_seq()
+        } else {
+            let seqs = mesh.root().extension::<GroupSeqs>();
+            let mut seqs = seqs.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let next = seqs.entry(peers.ranks.clone()).or_default();
+            let seq = *next;
+            *next += 1;
+            seq
+        };
+        Ok((peers, seq))
+    }
+
+    /// The participants of `mesh`, counting nothing (point-to-point
+    /// messages, which only two members run), and whether they are the
+    /// whole world in order.
+    pub(super) fn members(mesh: &Mesh, op: &'static str) -> Result<(Peers, bool)> {
         let process = mesh
             .process()
             .cloned()
@@ -47,16 +65,11 @@ impl Peers {
             .iter()
             .position(|&r| r == process.rank())
             .ok_or_else(|| Error::invalid(op, "this process is not a member of the mesh"))?;
-        let (seq, label) = if whole {
-            (process.next_seq(), String::new())
+        let label = if whole {
+            String::new()
         } else {
             let names: Vec<String> = mesh.axes().into_iter().map(|(n, _)| n).collect();
-            let seqs = mesh.root().extension::<GroupSeqs>();
-            let mut seqs = seqs.0.lock().unwrap_or_else(PoisonError::into_inner);
-            let next = seqs.entry(ranks.clone()).or_default();
-            let seq = *next;
-            *next += 1;
-            (seq, format!(" (axis {names:?}, world ranks {ranks:?})"))
+            format!(" (axis {names:?}, world ranks {ranks:?})")
         };
         Ok((
             Peers {
@@ -65,7 +78,7 @@ impl Peers {
                 me,
                 label,
             },
-            seq,
+            whole,
         ))
     }
 

@@ -2,7 +2,7 @@
 //! are never reached; they keep the transport's match exhaustive.
 
 use crate::device::{LocalTensor, Mesh};
-use crate::element::ReduceOp;
+use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 
 fn none<T>() -> Result<T> {
@@ -54,4 +54,19 @@ impl MpiShift {
     pub(crate) fn finish(self) -> Result<Vec<LocalTensor>> {
         none()
     }
+}
+
+/// Never built without MPI.
+pub(crate) struct PendingSend;
+
+impl PendingSend {
+    pub(crate) fn wait(self) -> Result<()> {
+        none()
+    }
+}
+pub(crate) fn send(_: &Mesh, _: usize, _: u32, _: DType, _: &[u32]) -> Result<PendingSend> {
+    none()
+}
+pub(crate) fn recv(_: &Mesh, _: usize, _: u32, _: DType, _: usize) -> Result<Vec<u32>> {
+    none()
 }

@@ -72,6 +72,10 @@ impl BlockConfig {
     }
 }
 
+/// Keys a block draws from its [`InitRng`]: one per weight (`c_attn`,
+/// `attn.c_proj`, `c_fc`, `mlp.c_proj`); biases and norms start constant.
+pub(super) const INIT_KEYS: u64 = 4;
+
 /// Pre-LN attention + MLP with residuals.
 #[derive(Debug, Params)]
 pub struct TransformerBlock {

@@ -67,8 +67,14 @@ impl GptConfig {
 
     /// (parameters split over the ranks, parameters every rank holds whole).
     pub(super) fn parameter_split(&self) -> (u128, u128) {
+        self.stage_split(true, true, self.layers)
+    }
+
+    /// [`GptConfig::parameter_split`] of a pipeline stage: the embeddings
+    /// on the first, the final norm and the tied table on the last.
+    pub(super) fn stage_split(&self, first: bool, last: bool, blocks: usize) -> (u128, u128) {
         let [v, n, h, l, f] =
-            [self.vocab, self.n_ctx, self.hidden, self.layers, self.ffn].map(|x| x as u128);
+            [self.vocab, self.n_ctx, self.hidden, blocks, self.ffn].map(|x| x as u128);
         let mul = |a: u128, b: u128| a.saturating_mul(b);
         // Per block: q, k, v with biases, the attention projection, the MLP's
         // two products and its first bias are split; norms and the row
@@ -77,10 +83,10 @@ impl GptConfig {
             .saturating_add(mul(3, h))
             .saturating_add(mul(2, mul(h, f)))
             .saturating_add(f);
-        let split = mul(v, h).saturating_add(mul(l, block));
-        let whole = mul(n, h)
-            .saturating_add(mul(l, mul(6, h)))
-            .saturating_add(mul(2, h));
+        let table = if first || last { mul(v, h) } else { 0 };
+        let split = table.saturating_add(mul(l, block));
+        let whole = mul(n, h) * u128::from(first)
+            + mul(l, mul(6, h)).saturating_add(mul(2, h) * u128::from(last));
         (split, whole)
     }
 }

@@ -21,7 +21,8 @@
 //! `generate.rs` (decoding), and for Hugging Face directories
 //! `hf_config.rs` (`config.json`), `sanitize.rs` (GPT-2's names and
 //! `Conv1D` layout), `load.rs` (checking and loading the files) and
-//! `pretrained.rs` (`Gpt::from_pretrained`, `Gpt::save_pretrained`).
+//! `pretrained.rs` (`Gpt::from_pretrained`, `Gpt::save_pretrained`);
+//! `stage.rs` ([`GptStage`], one pipeline stage's part of the model).
 
 mod attention;
 mod block;
@@ -35,6 +36,7 @@ mod load;
 mod pretrained;
 #[cfg(not(target_arch = "wasm32"))]
 mod sanitize;
+mod stage;
 
 pub use attention::{AttentionConfig, ParallelSelfAttention};
 pub use block::{BlockConfig, TransformerBlock};
@@ -43,6 +45,7 @@ pub use config::GptConfig;
 pub use hf_config::HfGpt2Config;
 #[cfg(not(target_arch = "wasm32"))]
 pub use pretrained::pretrained_config;
+pub use stage::GptStage;
 
 use crate::device::Mesh;
 use crate::element::DType;
@@ -90,77 +93,27 @@ impl Gpt {
     /// [`Gpt::new`] (`random`) or [`Gpt::zeroed`].
     fn build(mesh: &Mesh, config: GptConfig, seed: u64, random: bool) -> Result<Self> {
         const OP: &str = "Gpt::new";
-        if config.layers == 0 || config.n_ctx == 0 || config.vocab == 0 {
-            return Err(Error::invalid(
-                OP,
-                "vocab, n_ctx and layers must be at least 1",
-            ));
-        }
-        match config.dtype {
-            DType::F32 => {}
-            DType::F16 => {
-                // Fails here, naming the feature, rather than at the first step.
-                for r in mesh.ranks() {
-                    r.device().check_dtype(OP, DType::F16)?;
-                }
-            }
-            DType::I32 | DType::BF16 => {
-                return Err(Error::invalid(
-                    OP,
-                    "the activation dtype must be F32 or F16 (bf16 is for weights: LoadOptions::weights, Params::store_weights_as)",
-                ));
-            }
-        }
+        check_config(OP, mesh, &config)?;
         // Every parameter is an f32 master; check before allocating any.
         let (split, whole) = config.parameter_split();
         let bytes = mesh.held_bytes(split, whole, 4);
         let what = format!("{} parameters", config.num_parameters());
         mesh.check_memory(OP, &what, bytes)?;
         let mut rng = InitRng::new(seed);
-        let pick = |init: Init| if random { init } else { Init::Zeros };
-        let table = |rows: usize| {
-            let mut c = EmbeddingConfig::new(rows, config.hidden);
-            c.init = pick(c.init);
-            c
-        };
-        let wte = VocabParallelEmbedding::new(mesh, table(config.vocab), &mut rng)?;
-        let wpe = Embedding::new(mesh, table(config.n_ctx), &mut rng)?;
-        let mut block = BlockConfig::new(config.hidden, config.heads);
-        (block.ffn, block.activation, block.eps) = (config.ffn, config.activation, config.eps);
-        (block.sequence_parallel, block.dropout) = (config.sequence_parallel, config.dropout);
-        (block.dropout_seed, block.attn_dropout) = (seed, config.attn_dropout);
-        let std = 0.02 / (2.0 * config.layers as f32).sqrt();
-        block.proj_init = pick(Init::Normal { mean: 0.0, std });
-        block.init = pick(block.init);
+        let wte =
+            VocabParallelEmbedding::new(mesh, table(&config, config.vocab, random), &mut rng)?;
+        let wpe = Embedding::new(mesh, table(&config, config.n_ctx, random), &mut rng)?;
+        let block = block_template(&config, seed, random);
         let h = (0..config.layers)
-            .map(|i| {
-                // Layer 0 is the embeddings' dropout; block i uses 3i + 1
-                // (attention branch), 3i + 2 (MLP branch), 3i + 3 (probabilities).
-                let block = BlockConfig {
-                    dropout_layer: 3 * i as u32 + 1,
-                    ..block
-                };
-                TransformerBlock::new(mesh, block, &mut rng)
-            })
+            .map(|i| build_block(mesh, block, i, &mut rng))
             .collect::<Result<Vec<_>>>()?;
-        let drop = Dropout::new(DropoutConfig {
-            p: config.dropout,
-            seed,
-            layer: 0,
-        })?;
-        let mut norm = NormConfig::new(config.hidden);
-        norm.eps = config.eps;
-        let loss = VocabParallelCrossEntropy::new(CrossEntropyConfig {
-            reduction: Reduction::Mean,
-            ..Default::default()
-        })?;
         Ok(Gpt {
             wte,
             wpe,
             h,
-            ln_f: LayerNorm::new(mesh, norm)?,
-            drop,
-            loss,
+            ln_f: final_norm(mesh, &config)?,
+            drop: embedding_dropout(&config, seed)?,
+            loss: mean_loss()?,
             config,
         })
     }
@@ -188,23 +141,7 @@ impl Gpt {
     /// (each rank its vocab rows), recorded on the tape unless inside
     /// [`no_grad`](crate::no_grad).
     pub fn logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
-        const OP: &str = "Gpt::logits";
-        if seq == 0 || seq > self.config.n_ctx || !ids.len().is_multiple_of(seq) {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "{} ids are not whole sequences of {seq} (1 ≤ seq ≤ n_ctx = {})",
-                    ids.len(),
-                    self.config.n_ctx
-                ),
-            ));
-        }
-        let positions: Vec<i32> = (0..ids.len()).map(|i| (i % seq) as i32).collect();
-        let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
-        let mut x = self.drop.forward(&x.cast(self.config.dtype)?)?;
-        if self.config.sequence_parallel {
-            x = Mapping::ScatterToParallel(0).forward(&x)?;
-        }
+        let mut x = embed(&self.wte, &self.wpe, &self.drop, &self.config, ids, seq)?;
         for block in &self.h {
             x = block.forward(&x, seq)?;
         }
@@ -212,25 +149,9 @@ impl Gpt {
         self.head(&x)
     }
 
-    /// How the head's input reaches every rank: as is, or gathered along
-    /// tokens with sequence parallelism (backward: reduce-scatter).
-    fn head_input(&self) -> Mapping {
-        if self.config.sequence_parallel {
-            Mapping::AllGatherToParallel(0)
-        } else {
-            Mapping::CopyToParallel
-        }
-    }
-
-    /// The tied output head: `x` `[tokens, hidden]` (`Replicate`, or
-    /// `Shard(0)` with sequence parallelism) times each rank's `wte` rows →
-    /// logits `Shard(1)`; the head's gradient joins the embedding's in
-    /// `wte.weight`.
+    /// The tied output head ([`tied_head`]).
     fn head(&self, x: &DTensor) -> Result<DTensor> {
-        let h = self.head_input().forward(x)?;
-        let table = self.wte.weight().operand_for(h.dtype())?;
-        // Per block past one binding, inside DTensor::matmul.
-        h.matmul(&table, true)
+        tied_head(&self.wte, &self.config, x)
     }
 
     /// The mean next-token loss (`[1]`, replicated) of `ids` against
@@ -242,5 +163,132 @@ impl Gpt {
         }
         let logits = self.logits(ids, seq)?;
         self.loss.forward(&logits, targets)
+    }
+}
+
+/// The tied output head: `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)`
+/// with sequence parallelism, then gathered along tokens; backward:
+/// reduce-scatter) times each rank's `wte` rows → logits `Shard(1)`; the
+/// head's gradient joins the embedding's in `wte.weight`.
+fn tied_head(wte: &VocabParallelEmbedding, config: &GptConfig, x: &DTensor) -> Result<DTensor> {
+    let input = match config.sequence_parallel {
+        true => Mapping::AllGatherToParallel(0),
+        false => Mapping::CopyToParallel,
+    };
+    let h = input.forward(x)?;
+    let table = wte.weight().operand_for(h.dtype())?;
+    // Per block past one binding, inside DTensor::matmul.
+    h.matmul(&table, true)
+}
+
+/// What a whole model and a stage ([`GptStage`]) both check first.
+fn check_config(op: &'static str, mesh: &Mesh, config: &GptConfig) -> Result<()> {
+    if config.layers == 0 || config.n_ctx == 0 || config.vocab == 0 {
+        return Err(Error::invalid(
+            op,
+            "vocab, n_ctx and layers must be at least 1",
+        ));
+    }
+    match config.dtype {
+        DType::F32 => Ok(()),
+        DType::F16 => {
+            // Fails here, naming the feature, rather than at the first step.
+            for r in mesh.ranks() {
+                r.device().check_dtype(op, DType::F16)?;
+            }
+            Ok(())
+        }
+        DType::I32 | DType::BF16 => Err(Error::invalid(
+            op,
+            "the activation dtype must be F32 or F16 (bf16 is for weights: LoadOptions::weights, Params::store_weights_as)",
+        )),
+    }
+}
+
+/// An embedding table of `rows` rows (zeros unless `random`).
+fn table(config: &GptConfig, rows: usize, random: bool) -> EmbeddingConfig {
+    let mut c = EmbeddingConfig::new(rows, config.hidden);
+    if !random {
+        c.init = Init::Zeros;
+    }
+    c
+}
+
+/// The settings every block shares (block `i` sets its dropout layers).
+fn block_template(config: &GptConfig, seed: u64, random: bool) -> BlockConfig {
+    let pick = |init: Init| if random { init } else { Init::Zeros };
+    let mut block = BlockConfig::new(config.hidden, config.heads);
+    (block.ffn, block.activation, block.eps) = (config.ffn, config.activation, config.eps);
+    (block.sequence_parallel, block.dropout) = (config.sequence_parallel, config.dropout);
+    (block.dropout_seed, block.attn_dropout) = (seed, config.attn_dropout);
+    let std = 0.02 / (2.0 * config.layers as f32).sqrt();
+    block.proj_init = pick(Init::Normal { mean: 0.0, std });
+    block.init = pick(block.init);
+    block
+}
+
+/// Block `i`, drawn from `rng`.
+fn build_block(
+    mesh: &Mesh,
+    template: BlockConfig,
+    i: usize,
+    rng: &mut InitRng,
+) -> Result<TransformerBlock> {
+    // Layer 0 is the embeddings' dropout; block i uses 3i + 1 (attention
+    // branch), 3i + 2 (MLP branch), 3i + 3 (probabilities).
+    let block = BlockConfig {
+        dropout_layer: 3 * i as u32 + 1,
+        ..template
+    };
+    TransformerBlock::new(mesh, block, rng)
+}
+
+fn final_norm(mesh: &Mesh, config: &GptConfig) -> Result<LayerNorm> {
+    let mut norm = NormConfig::new(config.hidden);
+    norm.eps = config.eps;
+    LayerNorm::new(mesh, norm)
+}
+
+fn embedding_dropout(config: &GptConfig, seed: u64) -> Result<Dropout> {
+    Dropout::new(DropoutConfig {
+        p: config.dropout,
+        seed,
+        layer: 0,
+    })
+}
+
+fn mean_loss() -> Result<VocabParallelCrossEntropy> {
+    VocabParallelCrossEntropy::new(CrossEntropyConfig {
+        reduction: Reduction::Mean,
+        ..Default::default()
+    })
+}
+
+/// Token ids `[batch·seq]` → the blocks' input: token plus position
+/// embeddings, dropout, split along tokens with sequence parallelism.
+fn embed(
+    wte: &VocabParallelEmbedding,
+    wpe: &Embedding,
+    drop: &Dropout,
+    config: &GptConfig,
+    ids: &[i32],
+    seq: usize,
+) -> Result<DTensor> {
+    if seq == 0 || seq > config.n_ctx || !ids.len().is_multiple_of(seq) {
+        return Err(Error::invalid(
+            "Gpt::logits",
+            format!(
+                "{} ids are not whole sequences of {seq} (1 ≤ seq ≤ n_ctx = {})",
+                ids.len(),
+                config.n_ctx
+            ),
+        ));
+    }
+    let positions: Vec<i32> = (0..ids.len()).map(|i| (i % seq) as i32).collect();
+    let x = wte.forward(ids)?.add(&wpe.forward(&positions)?)?;
+    let x = drop.forward(&x.cast(config.dtype)?)?;
+    match config.sequence_parallel {
+        true => Mapping::ScatterToParallel(0).forward(&x),
+        false => Ok(x),
     }
 }

@@ -39,7 +39,9 @@ mod node;
 use std::sync::Arc;
 
 pub use mode::{NoGradGuard, is_grad_enabled, no_grad};
-pub(crate) use node::{GradSlot, Node, linear_dy, placed, record, tracking};
+pub(crate) use node::{
+    GradSlot, Node, grad_placement, linear_dy, placed, record, record_source, tracking,
+};
 
 use crate::error::{Error, Result};
 use crate::tensor::DTensor;

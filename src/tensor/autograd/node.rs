@@ -142,6 +142,31 @@ where
     Ok(y.with_node(Some(node)))
 }
 
+/// `y`, made from no tracked input (a tensor received from another
+/// pipeline stage), as a tracked source when grad mode is on: backward
+/// hands its gradient to `vjp` (which passes it on, out of this tape)
+/// and goes no further.
+pub(crate) fn record_source<V>(op: &'static str, y: DTensor, vjp: V) -> DTensor
+where
+    V: FnOnce(&DTensor) -> Result<()> + Send + 'static,
+{
+    if !is_grad_enabled() {
+        return y;
+    }
+    let node = Arc::new(Node {
+        seq: next_seq(),
+        op,
+        dtype: y.dtype(),
+        placement: y.placement(),
+        parents: Vec::new(),
+        vjp: Mutex::new(Some(Box::new(move |dy: &DTensor| {
+            vjp(dy).map(|()| Vec::new())
+        }))),
+        slot: None,
+    });
+    y.with_node(Some(node))
+}
+
 /// How the gradient of a tensor placed `p` is placed: like it, except that
 /// a partial sum's gradient is the sum's, the same on every rank.
 pub(crate) fn grad_placement(p: Placement) -> Placement {

@@ -1,0 +1,328 @@
+//! Pipeline parallelism (`Pipeline`, `GptStage`): a GPT split into stages
+//! along `pp`, run 1F1B over micro-batches, with data parallelism over `dp`
+//! and tensor parallelism inside each stage, gives the loss, every gradient
+//! and the parameters after 3 AdamW steps of one rank on the global batch
+//! (plain and sequence-parallel, meshes (pp, dp, tp) = (2, 1, 2), (2, 2, 1),
+//! (2, 2, 2), (3, 1, 2), both transports), with the communication
+//! docs/MATH.md §18 states; the tied embedding's two copies stay
+//! bit-identical; ZeRO-1 equals AdamW bit for bit; bad input is an error.
+
+use super::data_parallel::{
+    Named, ROWS, Run, SEQ, STEPS, adamw, batch, close, config, grads, masters, serial,
+};
+use crate::util::{
+    Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh, shared_mesh,
+};
+use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline, PipelineStage, Work, ZeroAdamW};
+use wgpu_tp::{Collective, Mesh};
+
+const TOL: f64 = 1e-5;
+
+/// Three blocks, so three stages can each hold one.
+fn cfg3(sp: bool) -> GptConfig {
+    let mut c = config(sp);
+    c.layers = 3;
+    c
+}
+
+/// Every stage's parameters of replica `d`, the tied table checked equal
+/// between the first and the last stage.
+fn merged(stages: &[GptStage], dp: usize, d: usize, f: fn(&dyn Params) -> Named) -> Named {
+    let mut all = Named::new();
+    for s in stages.iter().skip(d).step_by(dp) {
+        for (name, v) in f(s) {
+            if let Some(old) = all.insert(name.clone(), v.clone()) {
+                assert!(old == v, "{name}: the stages' copies hold the same bits");
+            }
+        }
+    }
+    all
+}
+
+/// `STEPS` steps on the stages over `m`'s (pp, dp, tp) axes.
+fn pipelined(
+    m: &Mesh,
+    cfg: GptConfig,
+    seed: u64,
+    data: &(Vec<i32>, Vec<i32>),
+    micro: usize,
+    zero: bool,
+) -> Run {
+    let what = format!("{:?} sp={} micro={micro}", m.axes(), cfg.sequence_parallel);
+    let size = |a| m.axis_size(a).unwrap();
+    let (pp, dp, tp) = (size("pp"), size("dp"), size("tp"));
+    let pipeline = Pipeline::new(m, "pp", micro).unwrap();
+    let ddp = DataParallel::new(m, "dp").unwrap();
+    // Groups in row-major order of (pp, dp): group k is stage k / dp of replica k % dp.
+    let mut stages: Vec<GptStage> = m
+        .axis_groups("tp")
+        .unwrap()
+        .iter()
+        .map(|g| GptStage::new(g, cfg, seed, &pipeline).unwrap())
+        .collect();
+    assert_eq!(stages.len(), pp * dp);
+    let mut opts: Vec<AdamW> = (0..pp * dp).map(|_| adamw()).collect();
+    let mut zeros: Vec<ZeroAdamW> = (0..pp)
+        .map(|_| {
+            let mut z = ZeroAdamW::new(&ddp, 1e-2);
+            z.eps = 1e-4;
+            z
+        })
+        .collect();
+    let mut run = Run {
+        losses: vec![],
+        grads: vec![],
+        masters: Named::new(),
+    };
+    for step in 0..STEPS {
+        for axis in ["pp", "dp", "tp"] {
+            m.axis_groups(axis)
+                .unwrap()
+                .iter()
+                .for_each(Mesh::reset_comm_stats);
+        }
+        let slices: Vec<(usize, usize)> = (0..pp * dp)
+            .map(|k| {
+                let rows = ddp.batch_rows(ROWS, k % dp).unwrap();
+                (rows.start * SEQ, rows.end * SEQ)
+            })
+            .collect();
+        let batches: Vec<(&[i32], &[i32])> = slices
+            .iter()
+            .map(|&(a, b)| (&data.0[a..b], &data.1[a..b]))
+            .collect();
+        let mut refs: Vec<&mut dyn PipelineStage> = stages
+            .iter_mut()
+            .map(|s| s as &mut dyn PipelineStage)
+            .collect();
+        let losses = pipeline.forward_backward(&mut refs, &batches, SEQ).unwrap();
+        for (k, l) in losses.iter().enumerate() {
+            assert_eq!(
+                l.is_some(),
+                k / dp == pp - 1,
+                "{what}: losses on the last stage only"
+            );
+        }
+        let loss = losses.iter().flatten().sum::<f32>() / dp as f32;
+        for p in 0..pp {
+            let mut reps: Vec<&mut dyn Params> = stages[p * dp..(p + 1) * dp]
+                .iter_mut()
+                .map(|s| s as &mut dyn Params)
+                .collect();
+            ddp.average_gradients(&mut reps).unwrap();
+        }
+        if step == 0 {
+            check_counts(m, &what, cfg, micro, (pp, dp, tp));
+        }
+        run.losses.push(loss);
+        run.grads.push(merged(&stages, dp, 0, grads));
+        for d in 1..dp {
+            assert!(
+                merged(&stages, dp, d, grads) == run.grads[step],
+                "{what}: replicas agree"
+            );
+        }
+        if zero {
+            for (p, z) in zeros.iter_mut().enumerate() {
+                let mut reps: Vec<&mut dyn Params> = stages[p * dp..(p + 1) * dp]
+                    .iter_mut()
+                    .map(|s| s as &mut dyn Params)
+                    .collect();
+                z.step(&mut reps).unwrap();
+            }
+        } else {
+            for (s, opt) in stages.iter_mut().zip(&mut opts) {
+                opt.step(s).unwrap();
+            }
+        }
+        stages.iter_mut().for_each(|s| s.zero_grad());
+    }
+    run.masters = merged(&stages, dp, 0, masters);
+    run
+}
+
+/// One step's communication per axis (docs/MATH.md §18): each pipeline
+/// line (a tp rank of a dp replica) sends M (pp − 1) activations and as
+/// many gradients, and the tied table's gradient both ways; tp moves what
+/// M micro-batches of the whole model move, per replica; dp one bucket per
+/// stage and tp rank.
+fn check_counts(
+    m: &Mesh,
+    what: &str,
+    cfg: GptConfig,
+    micro: usize,
+    (pp, dp, tp): (usize, usize, usize),
+) {
+    let calls = |axis, k| {
+        m.axis_comm_stats(axis)
+            .unwrap()
+            .get(&k)
+            .map_or(0, |c| c.calls)
+    };
+    let (mu, lines) = (micro as u64, (dp * tp) as u64);
+    let sends = if pp > 1 {
+        lines * (2 * mu * (pp as u64 - 1) + 2)
+    } else {
+        0
+    };
+    assert_eq!(calls("pp", Collective::Send), sends, "{what}: pp sends");
+    assert_eq!(
+        m.axis_comm_stats("pp").unwrap().len(),
+        usize::from(pp > 1),
+        "{what}: pp sends only"
+    );
+    let dp_calls = if dp > 1 { (pp * tp) as u64 } else { 0 };
+    assert_eq!(
+        calls("dp", Collective::AllReduce),
+        dp_calls,
+        "{what}: dp all-reduces"
+    );
+    if tp > 1 {
+        let l = cfg.layers as u64;
+        let want = match cfg.sequence_parallel {
+            false => vec![(Collective::AllReduce, 4 * l + 5)],
+            true => vec![
+                (Collective::AllReduce, 2 * l + 5),
+                (Collective::AllGather, 4 * l + 2),
+                (Collective::ReduceScatter, 4 * l + 1),
+            ],
+        };
+        for (k, n) in want {
+            assert_eq!(calls("tp", k), n * mu * dp as u64, "{what}: tp {k:?}");
+        }
+    }
+}
+
+#[test]
+fn pipelined_gpt_steps_equal_one_rank_on_the_global_batch() {
+    let _counting = count_lock();
+    let mut rng = Rng::fresh("pipeline");
+    let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
+    for sp in [false, true] {
+        let want = serial(cfg3(sp), seed, &data);
+        let layouts = [
+            ("host-staged", counting_mesh(4), [2, 1, 2], 3),
+            ("shared-device", counting_shared_mesh(4), [2, 2, 1], 2),
+            ("host-staged", counting_mesh(8), [2, 2, 2], 3),
+            ("shared-device", shared_mesh(6), [3, 1, 2], 4),
+        ];
+        for (kind, base, [pp, dp, tp], micro) in layouts {
+            let m = base
+                .with_axes(&[("pp", pp), ("dp", dp), ("tp", tp)])
+                .unwrap();
+            let what = format!("{kind} pp={pp} dp={dp} tp={tp} sp={sp}");
+            let got = pipelined(&m, cfg3(sp), seed, &data, micro, false);
+            for s in 0..STEPS {
+                let l = format!("{what} loss {s}");
+                assert_close(&l, &[got.losses[s]], &[want.losses[s] as f64], TOL);
+                close(
+                    &format!("{what} step {s} grad"),
+                    &got.grads[s],
+                    &want.grads[s],
+                );
+            }
+            close(
+                &format!("{what} after {STEPS} AdamW steps"),
+                &got.masters,
+                &want.masters,
+            );
+        }
+    }
+}
+
+#[test]
+fn zero_under_a_pipeline_equals_adamw_bit_for_bit() {
+    let mut rng = Rng::fresh("pipeline zero");
+    let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
+    let m = shared_mesh(8)
+        .with_axes(&[("pp", 2), ("dp", 2), ("tp", 2)])
+        .unwrap();
+    let plain = pipelined_quiet(&m, seed, &data, false);
+    let zero = pipelined_quiet(&m, seed, &data, true);
+    assert!(plain == zero, "ZeRO-1 gives AdamW's parameters bit for bit");
+}
+
+/// [`pipelined`]'s parameters, on a mesh other tests may share (its counts
+/// are not checked).
+fn pipelined_quiet(m: &Mesh, seed: u64, data: &(Vec<i32>, Vec<i32>), zero: bool) -> Named {
+    let _counting = count_lock();
+    pipelined(m, cfg3(false), seed, data, 2, zero).masters
+}
+
+#[test]
+fn the_1f1b_schedule_holds_at_most_the_stages_ahead() {
+    let m = shared_mesh(3).with_axes(&[("pp", 3)]).unwrap();
+    let p = Pipeline::new(&m, "pp", 4).unwrap();
+    use Work::{Backward as B, Forward as F};
+    assert_eq!(
+        p.schedule(0),
+        [F(0), F(1), F(2), B(0), F(3), B(1), B(2), B(3)]
+    );
+    assert_eq!(
+        p.schedule(1),
+        [F(0), F(1), B(0), F(2), B(1), F(3), B(2), B(3)]
+    );
+    assert_eq!(
+        p.schedule(2),
+        [F(0), B(0), F(1), B(1), F(2), B(2), F(3), B(3)]
+    );
+    // Fewer micro-batches than stages: all forwards, then all backwards.
+    let p = Pipeline::new(&m, "pp", 1).unwrap();
+    assert_eq!(p.schedule(0), [F(0), B(0)]);
+    assert_eq!(p.layers(7, 0).unwrap(), 0..3);
+    assert_eq!(p.layers(7, 2).unwrap(), 5..7);
+}
+
+#[test]
+fn bad_pipeline_input_is_an_error() {
+    let mut rng = Rng::fresh("pipeline errors");
+    let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
+    let msg = |e: wgpu_tp::Error| e.to_string();
+    let m = shared_mesh(4).with_axes(&[("pp", 2), ("dp", 2)]).unwrap();
+    assert!(msg(Pipeline::new(&m, "pp", 0).unwrap_err()).contains("at least one"));
+    assert!(msg(Pipeline::new(&m, "tp", 1).unwrap_err()).contains("\"tp\""));
+    // Two layers do not split into four stages.
+    let deep = shared_mesh(4).with_axes(&[("pp", 4), ("tp", 1)]).unwrap();
+    let p4 = Pipeline::new(&deep, "pp", 1).unwrap();
+    let g = &deep.axis_groups("tp").unwrap()[0];
+    let e = GptStage::new(g, config(false), seed, &p4).unwrap_err();
+    assert!(msg(e).contains("2 layers cannot be split into 4 stages"));
+    // A stage on a group that spans the pipeline axis.
+    let line = deep.group_of(&["pp"], 0).unwrap();
+    let e = GptStage::new(&line, cfg3(false), seed, &p4).unwrap_err();
+    assert!(msg(e).contains("spans the \"pp\" axis"));
+    // A batch that does not split into dp × micro-batches.
+    let two = shared_mesh(2).with_axes(&[("pp", 2), ("tp", 1)]).unwrap();
+    let p = Pipeline::new(&two, "pp", 4).unwrap();
+    let mut built: Vec<GptStage> = two
+        .axis_groups("tp")
+        .unwrap()
+        .iter()
+        .map(|g| GptStage::new(g, config(false), seed, &p).unwrap())
+        .collect();
+    let mut refs: Vec<&mut dyn PipelineStage> = built
+        .iter_mut()
+        .map(|s| s as &mut dyn PipelineStage)
+        .collect();
+    let rows6 = (&data.0[..6 * SEQ], &data.1[..6 * SEQ]);
+    let e = p
+        .forward_backward(&mut refs, &[rows6, rows6], SEQ)
+        .unwrap_err();
+    assert!(msg(e).contains("multiple of data-parallel size × 4 micro-batches"));
+    let e = p.forward_backward(&mut refs, &[rows6], SEQ).unwrap_err();
+    assert!(msg(e).contains("one batch per stage"));
+    // In one process, a stage whose previous stage is not given has nothing to receive.
+    let rows4 = (&data.0[..4 * SEQ], &data.1[..4 * SEQ]);
+    let e = p
+        .forward_backward(&mut refs[1..], &[rows4], SEQ)
+        .unwrap_err();
+    let e = msg(e);
+    assert!(e.contains("has sent rank 1 nothing"), "{e}");
+    assert!(
+        built
+            .iter()
+            .all(|s| s.named_parameters().iter().all(|(_, p)| p.grad().is_none())),
+        "a refused step leaves no gradient"
+    );
+}
