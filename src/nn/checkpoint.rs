@@ -14,7 +14,7 @@ use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
-use super::Params;
+use super::{Parameter, Params};
 use crate::element::DType;
 use crate::error::{Error, Result};
 
@@ -37,8 +37,17 @@ pub fn to_safetensors_bytes_as(model: &dyn Params, dtype: DType) -> Result<Vec<u
             ));
         }
     };
+    serialize(model.named_parameters(), dtype, file_dtype)
+}
+
+/// `params`' masters as `dtype` tensors (`file_dtype` in the file).
+pub(super) fn serialize(
+    params: Vec<(String, &Parameter)>,
+    dtype: DType,
+    file_dtype: Dtype,
+) -> Result<Vec<u8>> {
     let mut owned: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (name, p) in model.named_parameters() {
+    for (name, p) in params {
         let data = p.master()?;
         let bytes = match dtype {
             DType::F16 => {
@@ -100,37 +109,7 @@ pub fn from_safetensors_bytes(model: &mut dyn Params, bytes: &[u8]) -> Result<()
     let mut values: HashMap<String, Vec<f32>> = HashMap::new();
     let params = model.named_parameters();
     for (name, p) in &params {
-        let view = st.tensor(name).map_err(|_| {
-            Error::Checkpoint(format!(
-                "tensor {name:?} is missing; the file holds {:?}",
-                st.names()
-            ))
-        })?;
-        if !matches!(view.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16) {
-            return Err(Error::Checkpoint(format!(
-                "tensor {name:?} is {:?}, expected F32, F16 or BF16; convert it before loading",
-                view.dtype()
-            )));
-        }
-        if view.shape() != p.shape() {
-            return Err(Error::Checkpoint(format!(
-                "tensor {name:?} has shape {:?}, the model expects {:?}",
-                view.shape(),
-                p.shape()
-            )));
-        }
-        let data = match view.dtype() {
-            Dtype::F16 => {
-                let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(view.data());
-                h.iter().map(|v| v.to_f32()).collect()
-            }
-            Dtype::BF16 => {
-                let h: Vec<half::bf16> = bytemuck::pod_collect_to_vec(view.data());
-                h.iter().map(|v| v.to_f32()).collect()
-            }
-            _ => bytemuck::pod_collect_to_vec(view.data()),
-        };
-        values.insert(name.clone(), data);
+        values.insert(name.clone(), tensor_values(&st, name, p.shape())?);
     }
     let known: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
     if let Some(extra) = st.names().into_iter().find(|n| !known.contains(n)) {
@@ -151,4 +130,83 @@ pub fn from_safetensors_bytes(model: &mut dyn Params, bytes: &[u8]) -> Result<()
 pub fn load_safetensors(model: &mut dyn Params, path: impl AsRef<Path>) -> Result<()> {
     let bytes = std::fs::read(path)?;
     from_safetensors_bytes(model, &bytes)
+}
+
+/// Tensor `name` of `st` widened to f32, checked to be F32, F16 or BF16 of
+/// `shape`.
+pub(super) fn tensor_values(st: &SafeTensors, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    let view = st.tensor(name).map_err(|_| {
+        Error::Checkpoint(format!(
+            "tensor {name:?} is missing; the file holds {:?}",
+            st.names()
+        ))
+    })?;
+    if !matches!(view.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+        return Err(Error::Checkpoint(format!(
+            "tensor {name:?} is {:?}, expected F32, F16 or BF16; convert it before loading",
+            view.dtype()
+        )));
+    }
+    if view.shape() != shape {
+        return Err(Error::Checkpoint(format!(
+            "tensor {name:?} has shape {:?}, the model expects {shape:?}",
+            view.shape(),
+        )));
+    }
+    Ok(match view.dtype() {
+        Dtype::F16 => {
+            let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(view.data());
+            h.iter().map(|v| v.to_f32()).collect()
+        }
+        Dtype::BF16 => {
+            let h: Vec<half::bf16> = bytemuck::pod_collect_to_vec(view.data());
+            h.iter().map(|v| v.to_f32()).collect()
+        }
+        _ => bytemuck::pod_collect_to_vec(view.data()),
+    })
+}
+
+/// Load `model` from every `.safetensors` file in directory `dir` (a
+/// pipeline's stage files, [`Pipeline::save_stage`](crate::nn::Pipeline::save_stage),
+/// or one whole-model file): each parameter from the first file, in name
+/// order, that holds it. Tensors the model lacks are left alone (other
+/// stages' layers). Everything is checked before any parameter changes.
+pub fn load_safetensors_dir(model: &mut dyn Params, dir: impl AsRef<Path>) -> Result<()> {
+    let dir = dir.as_ref();
+    let mut files: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    let bytes = files
+        .iter()
+        .map(std::fs::read)
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let tables = bytes
+        .iter()
+        .zip(&files)
+        .map(|(b, f)| {
+            SafeTensors::deserialize(b).map_err(|e| {
+                Error::Checkpoint(format!("{} is not a safetensors file: {e}", f.display()))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut values: HashMap<String, Vec<f32>> = HashMap::new();
+    for (name, p) in model.named_parameters() {
+        let st = tables
+            .iter()
+            .find(|t| t.tensor(&name).is_ok())
+            .ok_or_else(|| {
+                Error::Checkpoint(format!(
+                    "no .safetensors file in {} holds tensor {name:?} ({} files)",
+                    dir.display(),
+                    files.len()
+                ))
+            })?;
+        values.insert(name.clone(), tensor_values(st, &name, p.shape())?);
+    }
+    for (name, p) in model.named_parameters_mut() {
+        p.load_master(&values[&name])?;
+    }
+    Ok(())
 }

@@ -62,8 +62,8 @@ pub use crate::tensor::{
 #[cfg(not(target_arch = "wasm32"))]
 pub use chat::{ChatMessage, ChatTemplate};
 pub use checkpoint::{
-    from_safetensors_bytes, load_safetensors, save_safetensors, to_safetensors_bytes,
-    to_safetensors_bytes_as,
+    from_safetensors_bytes, load_safetensors, load_safetensors_dir, save_safetensors,
+    to_safetensors_bytes, to_safetensors_bytes_as,
 };
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use data_parallel::DataParallel;

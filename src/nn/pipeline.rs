@@ -13,6 +13,7 @@
 //! embedding of the first and the last). Data parallelism and ZeRO then
 //! work per stage, as without a pipeline.
 
+mod checkpoint;
 mod run;
 
 use std::ops::Range;

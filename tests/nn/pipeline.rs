@@ -14,7 +14,10 @@ use crate::util::{
     Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh, shared_mesh,
 };
 use wgpu_tp::models::{GptConfig, GptStage};
-use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline, PipelineStage, Work, ZeroAdamW};
+use wgpu_tp::nn::{
+    AdamW, DataParallel, Params, Pipeline, PipelineStage, Work, ZeroAdamW, load_safetensors_dir,
+    save_safetensors,
+};
 use wgpu_tp::{Collective, Mesh};
 
 const TOL: f64 = 1e-5;
@@ -325,4 +328,94 @@ fn bad_pipeline_input_is_an_error() {
             .all(|s| s.named_parameters().iter().all(|(_, p)| p.grad().is_none())),
         "a refused step leaves no gradient"
     );
+}
+
+#[test]
+fn stage_checkpoints_load_into_any_layout() {
+    let mut rng = Rng::fresh("pipeline checkpoints");
+    let (seed, other) = (rng.next_u64(), rng.next_u64());
+    let dir = tempdir("stages");
+    let build = |m: &Mesh, micro, seed| {
+        let p = Pipeline::new(m, "pp", micro).unwrap();
+        let stages: Vec<GptStage> = m
+            .axis_groups("tp")
+            .unwrap()
+            .iter()
+            .map(|g| GptStage::new(g, cfg3(false), seed, &p).unwrap())
+            .collect();
+        (p, stages)
+    };
+    // (pp, dp, tp) = (2, 2, 2): one file per stage, from its first replica.
+    let m = crate::util::mesh(8)
+        .with_axes(&[("pp", 2), ("dp", 2), ("tp", 2)])
+        .unwrap();
+    let (p, saved) = build(&m, 1, seed);
+    for s in &saved {
+        p.save_stage(s, &dir).unwrap();
+    }
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "stage-00001-of-00002.safetensors",
+            "stage-00002-of-00002.safetensors"
+        ]
+    );
+    let want = merged(&saved, 2, 0, masters);
+    // Into one rank's whole model.
+    let mut whole = wgpu_tp::models::Gpt::new(&crate::util::mesh(1), cfg3(false), other).unwrap();
+    load_safetensors_dir(&mut whole, &dir).unwrap();
+    assert!(
+        masters(&whole) == want,
+        "a whole model loads the stage files"
+    );
+    // Into (pp, tp) = (3, 2), shared device.
+    let m3 = shared_mesh(6).with_axes(&[("pp", 3), ("tp", 2)]).unwrap();
+    let (_, mut three) = build(&m3, 1, other);
+    for s in &mut three {
+        load_safetensors_dir(s, &dir).unwrap();
+    }
+    assert!(
+        merged(&three, 1, 0, masters) == want,
+        "three stages load two stages' files"
+    );
+    // A whole model's one file loads into stages.
+    let one = tempdir("whole");
+    save_safetensors(&whole, one.join("model.safetensors")).unwrap();
+    let m2 = shared_mesh(4).with_axes(&[("pp", 2), ("tp", 2)]).unwrap();
+    let (_, mut two) = build(&m2, 1, other);
+    for s in &mut two {
+        load_safetensors_dir(s, &one).unwrap();
+    }
+    assert!(merged(&two, 1, 0, masters) == want);
+    // A directory without the tensors is an error that changes nothing.
+    let empty = tempdir("empty");
+    let before = masters(&two[0]);
+    let e = load_safetensors_dir(&mut two[0], &empty)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no .safetensors file") && e.contains("wte.weight"),
+        "{e}"
+    );
+    assert!(masters(&two[0]) == before);
+    for d in [dir, one, empty] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// A fresh empty directory under the system's temporary directory.
+fn tempdir(what: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "wgpu-tp-{what}-{}-{:x}",
+        std::process::id(),
+        Rng::fresh(what).next_u64()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
 }
