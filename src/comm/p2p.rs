@@ -33,6 +33,8 @@ pub enum Channel {
     Gradient,
     /// Gradients of parameters two stages share (a tied embedding).
     Tied,
+    /// Token ids the last stage chose, to the others (generation).
+    Ids,
 }
 
 type Key = (Channel, usize, usize);

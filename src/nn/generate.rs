@@ -167,7 +167,7 @@ pub async fn generate_uncached<M: CausalDecoder + ?Sized>(
 /// vocab) after `seen`, chosen from [`vocab_candidates_async`]'s
 /// candidates, or from the whole row where they are not enough (more than
 /// [`crate::kernels::topk::TOP_K_MAX`], or short of top-p's mass).
-async fn next_token(
+pub(super) async fn next_token(
     vocab: usize,
     sampler: &mut Sampler,
     logits: &DTensor,
@@ -191,8 +191,22 @@ fn start_generation<M: CausalDecoder + ?Sized>(
     max_new: usize,
     sampling: Sampling,
 ) -> Result<Sampler> {
+    check_prompt(
+        (model.vocab_size(), model.context()),
+        prompt,
+        max_new,
+        sampling,
+    )
+}
+
+/// [`start_generation`] for a model of `vocab` tokens and context `n_ctx`.
+pub(super) fn check_prompt(
+    (vocab, n_ctx): (usize, usize),
+    prompt: &[i32],
+    max_new: usize,
+    sampling: Sampling,
+) -> Result<Sampler> {
     const OP: &str = "generate";
-    let (vocab, n_ctx) = (model.vocab_size(), model.context());
     if prompt.is_empty() {
         return Err(Error::invalid(OP, "the prompt needs at least one token"));
     }

@@ -85,7 +85,7 @@ pub use norm::{LayerNorm, NormConfig, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{ParamId, Parameter};
 pub use params::{Params, join_name};
-pub use pipeline::{Pipeline, PipelineStage, Work};
+pub use pipeline::{Pipeline, PipelineStage, StageDecoder, Work};
 pub use rope::{RopeConfig, RopeScaling};
 pub use sampling::{SampleOptions, Sampling};
 #[cfg(not(target_arch = "wasm32"))]

@@ -11,12 +11,18 @@
 //! 1/micro-batches (so the gradients are those of the batch's mean loss),
 //! and finally sums the gradients of parameters two stages share (the tied
 //! embedding of the first and the last). Data parallelism and ZeRO then
-//! work per stage, as without a pipeline.
+//! work per stage, as without a pipeline. [`Pipeline::generate`] decodes
+//! through the stages with each stage's key/value caches
+//! ([`StageDecoder`]); [`Pipeline::save_stage`] writes one checkpoint file
+//! per stage.
 
 mod checkpoint;
+mod decode;
 mod run;
 
 use std::ops::Range;
+
+pub use decode::StageDecoder;
 
 use super::Params;
 use crate::device::Mesh;

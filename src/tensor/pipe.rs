@@ -249,3 +249,46 @@ impl Pipe {
         }
     }
 }
+
+impl Pipe {
+    /// Send token ids from every rank of `group` (a stage's) to the same
+    /// ranks of stage `to` (generation: the last stage's choice).
+    pub fn send_ids(&self, group: &Mesh, ids: &[i32], to: usize) -> Result<()> {
+        const OP: &str = "Pipe::send_ids";
+        self.check_stage(OP, "stage", to)?;
+        for r in group.ranks() {
+            let (line, stage) = self.place(OP, group, r.index())?;
+            comm::send(
+                &line,
+                stage,
+                to,
+                Channel::Ids,
+                &r.upload_i32(&[ids.len()], ids)?,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Receive on `group` the `n` token ids stage `from` sent with
+    /// [`Pipe::send_ids`]; an error if its ranks received different ids.
+    pub fn recv_ids(&self, group: &Mesh, from: usize, n: usize) -> Result<Vec<i32>> {
+        const OP: &str = "Pipe::recv_ids";
+        self.check_stage(OP, "stage", from)?;
+        let mut got: Option<Vec<i32>> = None;
+        for r in group.ranks() {
+            let (line, stage) = self.place(OP, group, r.index())?;
+            let ids =
+                comm::recv(&line, from, stage, Channel::Ids, &[n], DType::I32)?.to_vec_i32()?;
+            match &got {
+                Some(g) if *g != ids => {
+                    return Err(Error::invalid(
+                        OP,
+                        "the ranks of a stage received different ids",
+                    ));
+                }
+                _ => got = Some(ids),
+            }
+        }
+        got.ok_or_else(|| Error::invalid(OP, "the group has no rank in this process"))
+    }
+}

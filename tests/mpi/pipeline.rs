@@ -7,6 +7,7 @@
 //!   of its dp and tp groups equals the same rank's on a single-process
 //!   mesh of the same axes (built on rank 0), and it sent 2 + 1 messages
 //!   per step (activations or gradients, and the tied table's gradient);
+//!   then three tokens generated through the stages, the same everywhere;
 //! - `pipeline_fault` (np = 4): the last rank fails before the step; its
 //!   pipeline peer, waiting for a gradient, gets a time-out naming the `pp`
 //!   axis and the rank, its tensor-parallel peer one naming `tp`, and rank
@@ -14,7 +15,7 @@
 
 use wgpu_tp::comm;
 use wgpu_tp::models::{GptConfig, GptStage};
-use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline, PipelineStage};
+use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline, PipelineStage, Sampling, StageDecoder};
 use wgpu_tp::{Collective, CommStats, Error, Mesh, MeshBuilder};
 
 const SEQ: usize = 5;
@@ -131,10 +132,17 @@ fn train(m: &Mesh) -> wgpu_tp::Result<Trained> {
             s.zero_grad();
         }
     }
+    // Then three tokens generated through the stages.
+    let refs: Vec<&dyn StageDecoder> = stages.iter().map(|s| s as &dyn StageDecoder).collect();
+    let pick = Sampling::GreedyWithPenalty {
+        repetition_penalty: 50.0,
+    };
+    let tokens = pipeline.generate(&refs, &ids[..3], 3, pick)?;
     for (&(_, k), h) in mine.iter().zip(&mut hashes) {
         for (_, p) in stages[k].named_parameters() {
             digest(p.master()?.iter().map(|x| x.to_bits()), h);
         }
+        digest(tokens.iter().map(|&t| t as u32), h);
     }
     Ok((
         mine.iter().map(|x| x.0).zip(hashes).collect(),

@@ -13,10 +13,10 @@ use super::data_parallel::{
 use crate::util::{
     Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh, shared_mesh,
 };
-use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::models::{Gpt, GptConfig, GptStage};
 use wgpu_tp::nn::{
-    AdamW, DataParallel, Params, Pipeline, PipelineStage, Work, ZeroAdamW, load_safetensors_dir,
-    save_safetensors,
+    AdamW, DataParallel, Params, Pipeline, PipelineStage, Sampling, StageDecoder, Work, ZeroAdamW,
+    load_safetensors_dir, save_safetensors,
 };
 use wgpu_tp::{Collective, Mesh};
 
@@ -418,4 +418,33 @@ fn tempdir(what: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+#[test]
+fn pipelined_generation_equals_the_whole_model() {
+    let mut rng = Rng::fresh("pipeline generation");
+    let seed = rng.next_u64();
+    let prompt: Vec<i32> = (0..3).map(|_| rng.below(11) as i32).collect();
+    let mut whole = Gpt::new(&crate::util::mesh(1), cfg3(false), seed).unwrap();
+    // A strong penalty, so a small random model does not repeat one token.
+    let pick = Sampling::GreedyWithPenalty {
+        repetition_penalty: 50.0,
+    };
+    let want = whole.generate(&prompt, 4, pick).unwrap();
+    let mut distinct = want.clone();
+    (distinct.sort(), distinct.dedup());
+    assert!(distinct.len() >= 3, "varied tokens to compare: {want:?}");
+    for (base, pp, tp) in [(crate::util::mesh(4), 2, 2), (shared_mesh(3), 3, 1)] {
+        let m = base.with_axes(&[("pp", pp), ("tp", tp)]).unwrap();
+        let p = Pipeline::new(&m, "pp", 1).unwrap();
+        let stages: Vec<GptStage> = m
+            .axis_groups("tp")
+            .unwrap()
+            .iter()
+            .map(|g| GptStage::new(g, cfg3(false), seed, &p).unwrap())
+            .collect();
+        let refs: Vec<&dyn StageDecoder> = stages.iter().map(|s| s as &dyn StageDecoder).collect();
+        let got = p.generate(&refs, &prompt, 4, pick).unwrap();
+        assert_eq!(got, want, "pp={pp} tp={tp}: the tokens of the whole model");
+    }
 }

@@ -1,10 +1,13 @@
 //! [`Gpt`] as a [`CausalDecoder`]: cached decoding one row at a time, and
 //! its `generate` methods (the loop itself is [`nn::generate`](crate::nn::generate)).
 
-use super::Gpt;
+use super::{Gpt, GptConfig, TransformerBlock};
 use crate::device::block_on;
 use crate::error::Result;
-use crate::nn::{CausalDecoder, KvCache, Sampling, generate, generate_uncached};
+use crate::nn::{
+    CausalDecoder, Dropout, Embedding, KvCache, Sampling, VocabParallelEmbedding, generate,
+    generate_uncached,
+};
 use crate::tensor::DTensor;
 
 impl CausalDecoder for Gpt {
@@ -22,13 +25,8 @@ impl CausalDecoder for Gpt {
 
     fn decode_logits(&self, ids: &[i32], caches: &mut [KvCache]) -> Result<DTensor> {
         let past = caches.first().map_or(0, KvCache::len);
-        let positions: Vec<i32> = (past..past + ids.len()).map(|p| p as i32).collect();
-        let x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
-        let x = x.cast(self.config().dtype)?;
-        let mut x = self.drop.forward(&x)?;
-        for (block, cache) in self.h.iter().zip(caches.iter_mut()) {
-            x = block.decode(&x, cache)?;
-        }
+        let x = decode_embed(&self.wte, &self.wpe, &self.drop, self.config(), ids, past)?;
+        let x = decode_blocks(&self.h, x, caches)?;
         // Only the last position's next token is wanted: norm and head one row.
         let rows = x.shape()[0];
         let x = self.ln_f.forward(&x.narrow(0, rows - 1, 1)?)?;
@@ -120,4 +118,30 @@ impl Gpt {
     ) -> Result<Vec<i32>> {
         generate_uncached(&*self, prompt, max_new, sampling, &[]).await
     }
+}
+
+/// The embeddings of `ids`, the tokens after `past` cached ones.
+pub(super) fn decode_embed(
+    wte: &VocabParallelEmbedding,
+    wpe: &Embedding,
+    drop: &Dropout,
+    config: &GptConfig,
+    ids: &[i32],
+    past: usize,
+) -> Result<DTensor> {
+    let positions: Vec<i32> = (past..past + ids.len()).map(|p| p as i32).collect();
+    let x = wte.forward(ids)?.add(&wpe.forward(&positions)?)?;
+    drop.forward(&x.cast(config.dtype)?)
+}
+
+/// `x` through `blocks`, each with its cache.
+pub(super) fn decode_blocks(
+    blocks: &[TransformerBlock],
+    mut x: DTensor,
+    caches: &mut [KvCache],
+) -> Result<DTensor> {
+    for (block, cache) in blocks.iter().zip(caches.iter_mut()) {
+        x = block.decode(&x, cache)?;
+    }
+    Ok(x)
 }

@@ -12,6 +12,7 @@
 use std::ops::Range;
 
 use super::block::INIT_KEYS;
+use super::generate::{decode_blocks, decode_embed};
 use super::{
     GptConfig, TransformerBlock, block_template, build_block, check_config, embed,
     embedding_dropout, final_norm, mean_loss, table, tied_head,
@@ -20,8 +21,8 @@ use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::nn::{
-    Dropout, Embedding, InitRng, LayerNorm, Parameter, Params, Pipeline, PipelineStage,
-    VocabParallelCrossEntropy, VocabParallelEmbedding, join_name,
+    Dropout, Embedding, InitRng, KvCache, LayerNorm, Parameter, Params, Pipeline, PipelineStage,
+    StageDecoder, VocabParallelCrossEntropy, VocabParallelEmbedding, join_name,
 };
 use crate::tensor::{DTensor, Placement};
 
@@ -200,6 +201,45 @@ impl PipelineStage for GptStage {
             (true, false) => vec![("wte.weight".into(), self.stages - 1)],
             (false, true) => vec![("wte.weight".into(), 0)],
             _ => Vec::new(),
+        }
+    }
+}
+
+impl StageDecoder for GptStage {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab
+    }
+
+    fn context(&self) -> usize {
+        self.config.n_ctx
+    }
+
+    fn num_caches(&self) -> usize {
+        self.h.len()
+    }
+
+    fn decode_stage(
+        &self,
+        input: Option<&DTensor>,
+        ids: &[i32],
+        caches: &mut [KvCache],
+    ) -> Result<DTensor> {
+        let x = match (input, &self.wpe, &self.wte) {
+            (Some(x), _, _) => x.clone(),
+            (None, Some(wpe), Some(wte)) => {
+                let past = caches.first().map_or(0, KvCache::len);
+                decode_embed(wte, wpe, &self.drop, &self.config, ids, past)?
+            }
+            (None, _, _) => return Err(self.missing("embedding: pass the previous stage's output")),
+        };
+        let x = decode_blocks(&self.h, x, caches)?;
+        match (&self.ln_f, &self.wte) {
+            (Some(ln_f), Some(wte)) => {
+                // Only the last position's next token is wanted.
+                let last = ln_f.forward(&x.narrow(0, x.shape()[0] - 1, 1)?)?;
+                tied_head(wte, &self.config, &last)
+            }
+            _ => Ok(x),
         }
     }
 }
