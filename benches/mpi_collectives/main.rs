@@ -17,13 +17,16 @@
 //! - `gpt`: a small GPT's training step (forward, backward, AdamW) and what
 //!   it communicates per step, for the projection; at np = 2 also the same
 //!   step data-parallel (`small-dp`: axes dp 2 × tp 1, each rank the whole
-//!   model and half the batch, gradients averaged over dp).
+//!   model and half the batch, gradients averaged over dp) and pipelined
+//!   (`small-pp`: pp 2 × tp 1, each rank one stage, two micro-batches 1F1B).
+//!   Every layout runs as `GptStage`s (one stage when pp = 1).
 //!
 //! `cargo bench --features mpi --bench mpi_collectives` launches itself under
 //! `mpirun` at np = 2 and 4 on this host. Under `mpirun` it runs as one rank
 //! (`benches/netns.sh` does that across two network namespaces).
 //! `WGPU_TP_BENCH_MAX_MIB` caps the largest size (default 16).
 
+mod layouts;
 mod project;
 
 use std::process::Command;
@@ -32,8 +35,8 @@ use std::time::{Duration, Instant};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::SimpleCommunicator;
 use wgpu_tp::comm::{self, ReduceOp};
-use wgpu_tp::models::{Gpt, GptConfig};
-use wgpu_tp::nn::{AdamW, DataParallel, Params};
+use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline};
 use wgpu_tp::{Collective, LocalTensor, Mesh, MeshBuilder};
 
 const KIB: usize = 1024;
@@ -229,6 +232,17 @@ fn collectives(mesh: &Mesh, world: &SimpleCommunicator) -> wgpu_tp::Result<()> {
 /// ranks are data-parallel replicas instead (axes dp = P, tp = 1: each its
 /// whole model and 1/P of the batch, gradients averaged over dp), named
 /// `{name}-dp`; its communication is the dp axis's.
+/// How a [`gpt_step`] lays the ranks out.
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    /// Tensor parallelism over every rank.
+    Tp,
+    /// Data parallelism over every rank, each the whole model.
+    Dp,
+    /// One pipeline stage per rank, two micro-batches.
+    Pp,
+}
+
 fn gpt_step(
     mesh: &Mesh,
     world: &SimpleCommunicator,
@@ -236,16 +250,22 @@ fn gpt_step(
     cfg: GptConfig,
     (batch, seq): (usize, usize),
     reps: usize,
-    dp: bool,
+    layout: Layout,
 ) -> wgpu_tp::Result<()> {
     let (p, lead) = (mesh.size(), mesh.process_index() == 0);
+    let along = |l| if layout == l { p } else { 1 };
     let axes = mesh.with_axes(&[
-        ("dp", if dp { p } else { 1 }),
-        ("tp", if dp { 1 } else { p }),
+        ("pp", along(Layout::Pp)),
+        ("dp", along(Layout::Dp)),
+        ("tp", along(Layout::Tp)),
     ])?;
     let model_mesh = axes.axis("tp")?;
     let data_parallel = DataParallel::new(&axes, "dp")?;
-    let mut gpt = Gpt::new(&model_mesh, cfg, 0)?;
+    // Micro-batches only where there are stages: the tp and dp steps stay
+    // one pass over the batch, as measured before.
+    let micro = if layout == Layout::Pp { 2 } else { 1 };
+    let pipeline = Pipeline::new(&axes, "pp", micro)?;
+    let mut stage = GptStage::new(&model_mesh, cfg, 0, &pipeline)?;
     let vocab = cfg.vocab as u64;
     let tokens = |k: u64| -> Vec<i32> {
         (0..(batch * seq) as u64)
@@ -253,26 +273,22 @@ fn gpt_step(
             .collect()
     };
     let (ids, targets) = (tokens(1), tokens(7));
-    let rows = data_parallel.batch_rows(batch, axes.coords()?[0])?;
+    let dp_index = axes.coords()?[1];
+    let rows = data_parallel.batch_rows(batch, dp_index)?;
     let span = rows.start * seq..rows.end * seq;
+    let batches = [(&ids[span.clone()], &targets[span])];
     let mut opt = AdamW::new(1e-4);
     let mut step = || -> wgpu_tp::Result<()> {
-        gpt.zero_grad();
-        let loss = gpt.loss(&ids[span.clone()], &targets[span.clone()], seq)?;
-        loss.backward()?;
-        data_parallel.average_gradients(&mut [&mut gpt])?;
-        opt.step(&mut gpt)?;
+        stage.zero_grad();
+        pipeline.forward_backward(&mut [&mut stage], &batches, seq)?;
+        data_parallel.average_gradients(&mut [&mut stage])?;
+        opt.step(&mut stage)?;
         mesh.synchronize()
     };
-    let counted = if dp {
-        axes.axis("dp")?
-    } else {
-        model_mesh.clone()
-    };
-    let name = if dp {
-        format!("{name}-dp")
-    } else {
-        name.to_string()
+    let (counted, name) = match layout {
+        Layout::Tp => (model_mesh.clone(), name.to_string()),
+        Layout::Dp => (axes.axis("dp")?, format!("{name}-dp")),
+        Layout::Pp => (axes.axis("pp")?, format!("{name}-pp")),
     };
     step()?;
     counted.reset_comm_stats();
@@ -285,9 +301,10 @@ fn gpt_step(
             t.as_secs_f64() * 1e3
         );
         for (kind, c) in &stats {
-            // Per-rank message as the fits measure it.
+            // Per-rank message as the fits measure it; a send is one rank's
+            // message (counted on its sender's process only).
             let per_rank = match kind {
-                Collective::AllGather => c.bytes,
+                Collective::AllGather | Collective::Send => c.bytes,
                 _ => c.bytes / p as u64,
             } / c.calls.max(1);
             println!(
@@ -345,16 +362,21 @@ fn main() {
     collectives(&mesh, &world).expect("collectives");
     let mut small = GptConfig::new(512, 128, 256, 8, 2);
     small.ffn = 1024;
-    gpt_step(&mesh, &world, "small", small, (2, 128), 3, false).expect("gpt step");
+    gpt_step(&mesh, &world, "small", small, (2, 128), 3, Layout::Tp).expect("gpt step");
     if mesh.size() == 2 {
-        gpt_step(&mesh, &world, "small", small, (2, 128), 3, true).expect("gpt dp step");
+        for layout in [Layout::Dp, Layout::Pp] {
+            gpt_step(&mesh, &world, "small", small, (2, 128), 3, layout).expect("gpt dp/pp step");
+        }
     }
     if std::env::var_os("WGPU_TP_BENCH_GPT2").is_some() {
         // GPT-2 124M's shapes (random weights), 2 × 256 tokens as benches/gpt2.rs.
         let gpt2 = GptConfig::new(50257, 1024, 768, 12, 12);
-        gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, false).expect("gpt2 step");
+        gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, Layout::Tp).expect("gpt2 step");
         if mesh.size() == 2 {
-            gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, true).expect("gpt2 dp step");
+            for layout in [Layout::Dp, Layout::Pp] {
+                gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, layout)
+                    .expect("gpt2 dp/pp step");
+            }
         }
     }
 }

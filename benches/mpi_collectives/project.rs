@@ -15,16 +15,16 @@
 use std::collections::BTreeMap;
 
 /// α (s) and β (s/B) per collective.
-type Fits = BTreeMap<String, (f64, f64)>;
+pub(super) type Fits = BTreeMap<String, (f64, f64)>;
 
 /// (collective, calls, per-rank bytes per call) of one step.
-type Comm = Vec<(String, f64, f64)>;
+pub(super) type Comm = Vec<(String, f64, f64)>;
 
 #[derive(Default)]
-struct Run {
-    fits: Fits,
+pub(super) struct Run {
+    pub(super) fits: Fits,
     /// Step seconds, and (collective, calls, per-rank bytes), per GPT.
-    gpts: BTreeMap<String, (f64, Comm)>,
+    pub(super) gpts: BTreeMap<String, (f64, Comm)>,
 }
 
 fn num(word: Option<&str>) -> f64 {
@@ -54,27 +54,37 @@ fn parse(text: &str) -> Run {
     run
 }
 
-/// The fit a collective kind is costed with.
-fn fit_for<'a>(fits: &'a Fits, kind: &str) -> Option<&'a (f64, f64)> {
+/// The fit a collective kind is costed with. A point-to-point send of n
+/// bytes is costed as the P = 2 all-gather of 2n (each rank then moves n
+/// through staging and the link), see [`message`].
+pub(super) fn fit_for<'a>(fits: &'a Fits, kind: &str) -> Option<&'a (f64, f64)> {
     let op = match kind {
-        "AllGather" => "all_gather",
+        "AllGather" | "Send" => "all_gather",
         "ReduceScatter" => "reduce_scatter",
         _ => "all_reduce",
     };
     fits.get(op)
 }
 
-fn comm_time(fits: &Fits, comm: &[(String, f64, f64)]) -> f64 {
+pub(super) fn comm_time(fits: &Fits, comm: &[(String, f64, f64)]) -> f64 {
     comm.iter()
-        .map(|(k, calls, n)| fit_for(fits, k).map_or(0.0, |(a, b)| calls * (a + b * n)))
+        .map(|(k, calls, n)| {
+            fit_for(fits, k).map_or(0.0, |(a, b)| calls * (a + b * message(k, *n)))
+        })
         .sum()
+}
+
+/// The message a fit is read at for `n` bytes of collective `kind`.
+pub(super) fn message(kind: &str, n: f64) -> f64 {
+    if kind == "Send" { 2.0 * n } else { n }
 }
 
 /// Bytes over the link per byte of per-rank message, at world size p (the
 /// fits are at P = 2, where these are 1 and 1/2).
-fn link_factor(kind: &str, p: f64) -> f64 {
+pub(super) fn link_factor(kind: &str, p: f64) -> f64 {
     match kind {
         "AllReduce" => 2.0 * (p - 1.0) / p,
+        "Send" => 1.0,
         _ => (p - 1.0) / p,
     }
 }
@@ -156,7 +166,7 @@ pub fn run(args: &[String]) {
     }
     println!("worst model error {:.1} %", worst * 100.0);
     project(base);
-    layouts(base);
+    super::layouts::layouts(base);
 }
 
 /// "100mbit", "1gbit", "10gbit" (tc's spelling) in bits per second.
@@ -219,111 +229,6 @@ fn project(base: &Run) {
                 println!(
                     "{model:<8} {p:>2} {link:>9} {compute:>10.2} {comm:>10.2} {step:>10.2} {:>6.0}",
                     100.0 * comm / step
-                );
-            }
-        }
-    }
-}
-
-/// A model for [`layouts`]: layers, width, vocabulary, parameters.
-struct Shape {
-    name: &'static str,
-    layers: f64,
-    hidden: f64,
-    params: f64,
-}
-
-/// Per-step time of every (dp, tp) layout on H hosts of one GPU each, from
-/// the GPT-2 P = 2 run here: compute splits over all ranks; tp moves
-/// GPT-2's measured activations scaled by width, depth and the replica's
-/// share of the batch; dp all-reduces 4 bytes per parameter shard per step
-/// in 25 MiB buckets (one all-reduce each, docs/MATH.md §17).
-fn layouts(base: &Run) {
-    let Some((step2, comm2)) = base.gpts.get("gpt2") else {
-        return;
-    };
-    let compute2 = step2 - comm_time(&base.fits, comm2);
-    let gpt2_params = 12.0 * 12.0 * 768.0f64.powi(2) + 50257.0 * 768.0;
-    let shapes = [
-        Shape {
-            name: "gpt2",
-            layers: 12.0,
-            hidden: 768.0,
-            params: gpt2_params,
-        },
-        Shape {
-            name: "1.3B",
-            layers: 24.0,
-            hidden: 2048.0,
-            params: 1.311e9,
-        },
-        Shape {
-            name: "llama3-8b",
-            layers: 32.0,
-            hidden: 4096.0,
-            params: 8.03e9,
-        },
-    ];
-    let ar = fit_for(&base.fits, "AllReduce")
-        .copied()
-        .unwrap_or((0.0, 0.0));
-    println!(
-        "\n## best (dp, tp) layout per case, 2 × 256 tokens a step (pipeline parallelism not built: pp = 1)"
-    );
-    println!(
-        "{:<10} {:>5} {:>5} {:>12} {:>10} {:>12} {:>10}",
-        "model", "hosts", "link", "TP-only s", "best", "best s", "vs TP"
-    );
-    for m in &shapes {
-        let work = m.params / gpt2_params;
-        for hosts in [2usize, 4, 8, 16] {
-            for (link, gbit, alpha) in [("10G", 10.0, 50e-6), ("100G", 100.0, 10e-6)] {
-                let time = |dp: usize, tp: usize| -> f64 {
-                    let p = hosts as f64;
-                    let compute = compute2 * work * 2.0 / p;
-                    let tp_comm: f64 = if tp > 1 {
-                        comm2
-                            .iter()
-                            .map(|(k, c, nb)| {
-                                let (a, b) = fit_for(&base.fits, k).copied().unwrap_or((0.0, 0.0));
-                                let calls = c * m.layers / 12.0;
-                                let nb = nb * m.hidden / 768.0 / dp as f64;
-                                calls
-                                    * (a + 2.0 * alpha
-                                        + b * nb
-                                        + link_factor(k, tp as f64) * nb * 8.0 / (gbit * 1e9))
-                            })
-                            .sum()
-                    } else {
-                        0.0
-                    };
-                    let dp_comm = if dp > 1 {
-                        let grad = 4.0 * m.params / tp as f64;
-                        let bucket = 25.0 * 1024.0 * 1024.0;
-                        let calls = (grad / bucket).ceil();
-                        let n = grad / calls;
-                        calls
-                            * (ar.0
-                                + 2.0 * alpha
-                                + ar.1 * n
-                                + link_factor("AllReduce", dp as f64) * n * 8.0 / (gbit * 1e9))
-                    } else {
-                        0.0
-                    };
-                    compute + tp_comm + dp_comm
-                };
-                let tp_only = time(1, hosts);
-                let (best, t) = (0..)
-                    .map(|i| 1usize << i)
-                    .take_while(|&dp| dp <= hosts)
-                    .map(|dp| (dp, time(dp, hosts / dp)))
-                    .min_by(|a, b| a.1.total_cmp(&b.1))
-                    .unwrap_or((1, tp_only));
-                println!(
-                    "{:<10} {hosts:>5} {link:>5} {tp_only:>12.2} {:>10} {t:>12.2} {:>9.1}×",
-                    m.name,
-                    format!("dp{best}×tp{}", hosts / best),
-                    tp_only / t
                 );
             }
         }

@@ -22,5 +22,5 @@ pub use gpt2::{
 pub use gpt2::{HfGpt2Config, pretrained_config};
 #[cfg(not(target_arch = "wasm32"))]
 pub use llama::GenerationConfig;
-pub use llama::{LLAMA_FAMILY, Llama, LlamaConfig, LlamaDecoderLayer, LlamaModel};
+pub use llama::{LLAMA_FAMILY, Llama, LlamaConfig, LlamaDecoderLayer, LlamaModel, LlamaStage};
 pub use load_options::LoadOptions;

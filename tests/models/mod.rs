@@ -18,4 +18,5 @@
 mod bf16_weights;
 mod llama;
 mod llama_bad_dirs;
+mod llama_pipeline;
 mod sizes;

@@ -20,17 +20,20 @@
 //! all-reduces into gather / reduce-scatter pairs.
 //!
 //! Files: `config.rs` (reading `config.json`), `config_json.rs` (writing
-//! it), `load.rs` (Hugging Face directories).
+//! it), `load.rs` (Hugging Face directories), `size.rs` (parameter
+//! counts), `stage.rs` ([`LlamaStage`], one pipeline stage's part).
 
 mod config;
 mod config_json;
 #[cfg(not(target_arch = "wasm32"))]
 mod load;
 mod size;
+mod stage;
 
 pub use config::{LLAMA_FAMILY, LlamaConfig};
 #[cfg(not(target_arch = "wasm32"))]
 pub use load::GenerationConfig;
+pub use stage::LlamaStage;
 
 use crate::device::Mesh;
 use crate::error::{Error, Result};
@@ -133,12 +136,7 @@ impl Llama {
     ) -> Result<Self> {
         const OP: &str = "Llama::new";
         let c = &config;
-        if c.windows.len() != c.num_hidden_layers || c.num_hidden_layers == 0 {
-            return Err(Error::invalid(
-                OP,
-                "num_hidden_layers ≥ 1, with one window per layer",
-            ));
-        }
+        check_layers(OP, c)?;
         // Every parameter is an f32 master; check before allocating any.
         let what = format!("{} parameters", c.num_parameters());
         mesh.check_memory(OP, &what, c.parameter_bytes(mesh))?;
@@ -148,51 +146,22 @@ impl Llama {
         } else {
             Init::Zeros
         };
-        let mut embed = EmbeddingConfig::new(c.vocab_size, c.hidden_size);
-        embed.init = init;
-        let embed_tokens = VocabParallelEmbedding::new(mesh, embed, &mut rng)?;
-        let rms = || {
-            let mut n = NormConfig::rms(c.hidden_size);
-            n.eps = c.rms_norm_eps;
-            RMSNorm::new(mesh, n)
+        let embed_tokens = embedding(mesh, c, init, &mut rng)?;
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| decoder_layer(mesh, c, i, (init, sequence_parallel), &mut rng))
+            .collect::<Result<Vec<_>>>()?;
+        let lm_head = match c.tie_word_embeddings {
+            true => None,
+            false => Some(untied_head(mesh, c, (init, sequence_parallel), &mut rng)?),
         };
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        for &window in &c.windows {
-            let mut a = GqaConfig::new(c.hidden_size, c.num_attention_heads, c.num_key_value_heads);
-            a.head_dim = c.head_dim;
-            (a.qkv_bias, a.o_bias, a.window) = (c.qkv_bias, c.o_bias, window);
-            a.qk_norm = c.qk_norm.then_some(c.rms_norm_eps);
-            a.rope = c.rope.clone();
-            (a.init, a.proj_init, a.sequence_parallel) = (init, init, sequence_parallel);
-            let mut m = GatedMlpConfig::new(c.hidden_size, c.intermediate_size);
-            (m.bias, m.init, m.proj_init) = (c.mlp_bias, init, init);
-            m.sequence_parallel = sequence_parallel;
-            layers.push(LlamaDecoderLayer {
-                input_layernorm: rms()?,
-                self_attn: GqaAttention::new(mesh, a, &mut rng)?,
-                post_attention_layernorm: rms()?,
-                mlp: GatedMlp::new(mesh, m, &mut rng)?,
-            });
-        }
-        let lm_head = if c.tie_word_embeddings {
-            None
-        } else {
-            let mut h = ColumnParallelConfig::new(c.hidden_size, c.vocab_size);
-            (h.bias, h.init, h.sequence_parallel) = (false, init, sequence_parallel);
-            Some(ColumnParallelLinear::new(mesh, h, &mut rng)?)
-        };
-        let loss = VocabParallelCrossEntropy::new(CrossEntropyConfig {
-            reduction: Reduction::Mean,
-            ..Default::default()
-        })?;
         Ok(Llama {
             model: LlamaModel {
                 embed_tokens,
                 layers,
-                norm: rms()?,
+                norm: rms(mesh, c)?,
             },
             lm_head,
-            loss,
+            loss: mean_loss()?,
             config,
             sequence_parallel,
             #[cfg(not(target_arch = "wasm32"))]
@@ -233,17 +202,8 @@ impl Llama {
     /// The output head of normed activations: the tied embedding's rows or
     /// `lm_head`, giving vocab-sharded logits.
     fn head(&self, x: &DTensor) -> Result<DTensor> {
-        if let Some(h) = &self.lm_head {
-            return h.forward(x);
-        }
-        let f = if self.sequence_parallel {
-            Mapping::AllGatherToParallel(0)
-        } else {
-            Mapping::CopyToParallel
-        };
-        let h = f.forward(x)?;
-        let table = self.model.embed_tokens.weight().operand_for(h.dtype())?;
-        h.matmul(&table, true)
+        let table = Some(&self.model.embed_tokens);
+        head(self.lm_head.as_ref(), table, self.sequence_parallel, x)
     }
 
     /// The mean cross-entropy (`[1]`, replicated) of the logits of `ids`
@@ -301,4 +261,100 @@ impl CausalDecoder for Llama {
     fn sequence_logits(&self, ids: &[i32], seq: usize) -> Result<DTensor> {
         self.logits(ids, seq)
     }
+}
+
+/// Keys a decoder layer draws: q, k, v, o, then gate, up, down (biases and
+/// norms start constant).
+const LAYER_KEYS: u64 = 7;
+
+/// One window per layer, at least one layer.
+fn check_layers(op: &'static str, c: &LlamaConfig) -> Result<()> {
+    if c.windows.len() != c.num_hidden_layers || c.num_hidden_layers == 0 {
+        return Err(Error::invalid(
+            op,
+            "num_hidden_layers ≥ 1, with one window per layer",
+        ));
+    }
+    Ok(())
+}
+
+fn embedding(
+    mesh: &Mesh,
+    c: &LlamaConfig,
+    init: Init,
+    rng: &mut InitRng,
+) -> Result<VocabParallelEmbedding> {
+    let mut embed = EmbeddingConfig::new(c.vocab_size, c.hidden_size);
+    embed.init = init;
+    VocabParallelEmbedding::new(mesh, embed, rng)
+}
+
+fn rms(mesh: &Mesh, c: &LlamaConfig) -> Result<RMSNorm> {
+    let mut n = NormConfig::rms(c.hidden_size);
+    n.eps = c.rms_norm_eps;
+    RMSNorm::new(mesh, n)
+}
+
+/// Layer `i`, drawn from `rng` (`LAYER_KEYS` keys).
+fn decoder_layer(
+    mesh: &Mesh,
+    c: &LlamaConfig,
+    i: usize,
+    (init, sequence_parallel): (Init, bool),
+    rng: &mut InitRng,
+) -> Result<LlamaDecoderLayer> {
+    let mut a = GqaConfig::new(c.hidden_size, c.num_attention_heads, c.num_key_value_heads);
+    a.head_dim = c.head_dim;
+    (a.qkv_bias, a.o_bias, a.window) = (c.qkv_bias, c.o_bias, c.windows[i]);
+    a.qk_norm = c.qk_norm.then_some(c.rms_norm_eps);
+    a.rope = c.rope.clone();
+    (a.init, a.proj_init, a.sequence_parallel) = (init, init, sequence_parallel);
+    let mut m = GatedMlpConfig::new(c.hidden_size, c.intermediate_size);
+    (m.bias, m.init, m.proj_init) = (c.mlp_bias, init, init);
+    m.sequence_parallel = sequence_parallel;
+    Ok(LlamaDecoderLayer {
+        input_layernorm: rms(mesh, c)?,
+        self_attn: GqaAttention::new(mesh, a, rng)?,
+        post_attention_layernorm: rms(mesh, c)?,
+        mlp: GatedMlp::new(mesh, m, rng)?,
+    })
+}
+
+fn untied_head(
+    mesh: &Mesh,
+    c: &LlamaConfig,
+    (init, sequence_parallel): (Init, bool),
+    rng: &mut InitRng,
+) -> Result<ColumnParallelLinear> {
+    let mut h = ColumnParallelConfig::new(c.hidden_size, c.vocab_size);
+    (h.bias, h.init, h.sequence_parallel) = (false, init, sequence_parallel);
+    ColumnParallelLinear::new(mesh, h, rng)
+}
+
+fn mean_loss() -> Result<VocabParallelCrossEntropy> {
+    VocabParallelCrossEntropy::new(CrossEntropyConfig {
+        reduction: Reduction::Mean,
+        ..Default::default()
+    })
+}
+
+/// The output head of normed activations: `lm_head`, or the tied
+/// embedding's rows (`table`), giving vocab-sharded logits.
+fn head(
+    lm_head: Option<&ColumnParallelLinear>,
+    table: Option<&VocabParallelEmbedding>,
+    sequence_parallel: bool,
+    x: &DTensor,
+) -> Result<DTensor> {
+    if let Some(h) = lm_head {
+        return h.forward(x);
+    }
+    let table = table.ok_or_else(|| Error::invalid("Llama::head", "no output head"))?;
+    let f = if sequence_parallel {
+        Mapping::AllGatherToParallel(0)
+    } else {
+        Mapping::CopyToParallel
+    };
+    let h = f.forward(x)?;
+    h.matmul(&table.weight().operand_for(h.dtype())?, true)
 }

@@ -15,14 +15,16 @@ impl LlamaConfig {
     /// (parameters split over the ranks, parameters every rank holds whole,
     /// key/value projections: each rank holds its query heads' heads).
     fn parameter_split(&self) -> (u128, u128, u128) {
+        self.stage_split(true, true, self.num_hidden_layers)
+    }
+
+    /// [`LlamaConfig::parameter_split`] of a pipeline stage of `layers`
+    /// layers: the embedding on the first (and the last when tied), the
+    /// final norm and an untied head on the last.
+    fn stage_split(&self, first: bool, last: bool, layers: usize) -> (u128, u128, u128) {
         let c = self;
-        let [v, h, f, l] = [
-            c.vocab_size,
-            c.hidden_size,
-            c.intermediate_size,
-            c.num_hidden_layers,
-        ]
-        .map(|x| x as u128);
+        let [v, h, f, l] =
+            [c.vocab_size, c.hidden_size, c.intermediate_size, layers].map(|x| x as u128);
         let [q, kv] = [c.num_attention_heads, c.num_key_value_heads]
             .map(|n| (n as u128).saturating_mul(c.head_dim as u128));
         let mul = |a: u128, b: u128| a.saturating_mul(b);
@@ -39,17 +41,24 @@ impl LlamaConfig {
             .saturating_add(flag(c.mlp_bias, h))
             .saturating_add(mul(2, h))
             .saturating_add(flag(c.qk_norm, mul(2, c.head_dim as u128)));
-        let head = flag(!c.tie_word_embeddings, mul(v, h));
-        let split = mul(v, h)
+        let tied = c.tie_word_embeddings;
+        let embed = flag(first || (last && tied), mul(v, h));
+        let head = flag(last && !tied, mul(v, h));
+        let split = embed
             .saturating_add(head)
             .saturating_add(mul(l, layer_split));
-        let whole = mul(l, layer_whole).saturating_add(h);
+        let whole = mul(l, layer_whole).saturating_add(flag(last, h));
         (split, whole, mul(l, layer_kv))
     }
 
     /// The bytes of f32 parameters this process's ranks of `mesh` hold.
     pub(crate) fn parameter_bytes(&self, mesh: &Mesh) -> u128 {
-        let (split, whole, kv) = self.parameter_split();
+        self.stage_bytes(mesh, true, true, self.num_hidden_layers)
+    }
+
+    /// [`LlamaConfig::parameter_bytes`] of a pipeline stage.
+    pub(crate) fn stage_bytes(&self, mesh: &Mesh, first: bool, last: bool, layers: usize) -> u128 {
+        let (split, whole, kv) = self.stage_split(first, last, layers);
         // Each rank holds `per` of the `n_kv` heads' rows.
         let (n, p) = (self.num_key_value_heads, mesh.size());
         let per = Holding::kv_heads(self.num_attention_heads, n, p).map_or(n, |h| h.per);

@@ -1,0 +1,149 @@
+//! `LlamaStage`: a Llama-family model split into pipeline stages gives the
+//! loss, every gradient (1e-5 at the first step, 1e-4 after an AdamW
+//! step, as tests/models/llama.rs) and the parameters after two AdamW steps
+//! of the whole model on one rank (tied and untied heads, sequence-parallel, GQA,
+//! biases), at (pp, tp) = (2, 2) host-staged and (3, 1) shared-device,
+//! with two micro-batches; generation through the stages gives the whole
+//! model's tokens.
+
+use std::collections::BTreeMap;
+
+use crate::util::{Rng, assert_close, mesh, shared_mesh};
+use wgpu_tp::Mesh;
+use wgpu_tp::models::{Llama, LlamaConfig, LlamaStage};
+use wgpu_tp::nn::{AdamW, Params, Pipeline, PipelineStage, Sampling, StageDecoder};
+
+type Named = BTreeMap<String, Vec<f32>>;
+const SEQ: usize = 4;
+const ROWS: usize = 4;
+
+fn config(tied: bool) -> LlamaConfig {
+    let mut c = LlamaConfig::new(13, 16, 24, 3, 4, 2);
+    // Biases in the untied model (not the key bias: its gradient is zero in
+    // exact arithmetic, so only rounding noise is left to compare).
+    (c.tie_word_embeddings, c.mlp_bias, c.o_bias) = (tied, !tied, !tied);
+    c.max_position_embeddings = 16;
+    c
+}
+
+/// AdamW with ε = 1e-4: with the default 1e-8, values whose gradient is
+/// rounding noise (different per summation order) take full ±lr steps.
+fn adamw() -> AdamW {
+    let mut opt = AdamW::new(1e-2);
+    opt.eps = 1e-4;
+    opt
+}
+
+fn named(m: &dyn Params, grad: bool) -> Named {
+    m.named_parameters()
+        .into_iter()
+        .map(|(n, p)| {
+            let v = match grad {
+                true => p.master_grad().unwrap().expect("a gradient"),
+                false => p.master().unwrap(),
+            };
+            (n, v)
+        })
+        .collect()
+}
+
+fn merged(stages: &[LlamaStage], grad: bool) -> Named {
+    let mut all = Named::new();
+    for s in stages {
+        for (n, v) in named(s, grad) {
+            if let Some(old) = all.insert(n.clone(), v.clone()) {
+                assert!(old == v, "{n}: both stages' copies hold the same bits");
+            }
+        }
+    }
+    all
+}
+
+fn close(what: &str, got: &Named, want: &Named, tol: f64) {
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{what}"
+    );
+    for (n, g) in got {
+        let w: Vec<f64> = want[n].iter().map(|&v| v as f64).collect();
+        assert_close(&format!("{what} {n}"), g, &w, tol);
+    }
+}
+
+#[test]
+fn llama_stages_equal_the_whole_model() {
+    let mut rng = Rng::fresh("llama pipeline");
+    let seed = rng.next_u64();
+    let ids: Vec<i32> = (0..ROWS * SEQ).map(|_| rng.below(13) as i32).collect();
+    let targets: Vec<i32> = (0..ROWS * SEQ).map(|_| rng.below(13) as i32).collect();
+    for (tied, sp) in [(true, false), (false, false), (true, true)] {
+        let c = config(tied);
+        let mut whole = match sp {
+            true => Llama::new_sequence_parallel(&mesh(1), c.clone(), seed),
+            false => Llama::new(&mesh(1), c.clone(), seed),
+        }
+        .unwrap();
+        let mut opt = adamw();
+        let mut want = Vec::new();
+        for _ in 0..2 {
+            let loss = whole.loss(&ids, &targets, SEQ).unwrap();
+            let l = loss.to_host().unwrap()[0];
+            loss.backward().unwrap();
+            want.push((l, named(&whole, true)));
+            opt.step(&mut whole).unwrap();
+            whole.zero_grad();
+        }
+        for (base, pp, tp) in [(mesh(4), 2, 2), (shared_mesh(3), 3, 1)] {
+            let what = format!("tied={tied} sp={sp} pp={pp} tp={tp}");
+            let m: Mesh = base.with_axes(&[("pp", pp), ("tp", tp)]).unwrap();
+            let p = Pipeline::new(&m, "pp", 2).unwrap();
+            let mut stages: Vec<LlamaStage> = m
+                .axis_groups("tp")
+                .unwrap()
+                .iter()
+                .map(|g| LlamaStage::new(g, c.clone(), seed, sp, &p).unwrap())
+                .collect();
+            let mut opts: Vec<AdamW> = stages.iter().map(|_| adamw()).collect();
+            for (step, (wl, wg)) in want.iter().enumerate() {
+                let mut refs: Vec<&mut dyn PipelineStage> = stages
+                    .iter_mut()
+                    .map(|s| s as &mut dyn PipelineStage)
+                    .collect();
+                let batches = vec![(&ids[..], &targets[..]); pp];
+                let losses = p.forward_backward(&mut refs, &batches, SEQ).unwrap();
+                let l = losses[pp - 1].expect("the last stage's loss");
+                assert_close(&format!("{what} loss {step}"), &[l], &[*wl as f64], 1e-5);
+                // After an AdamW step the key projections' gradients, small
+                // next to their rounding, compare at 1e-4 as in llama.rs.
+                let tol = if step == 0 { 1e-5 } else { 1e-4 };
+                close(
+                    &format!("{what} grad {step}"),
+                    &merged(&stages, true),
+                    wg,
+                    tol,
+                );
+                for (s, o) in stages.iter_mut().zip(&mut opts) {
+                    o.step(s).unwrap();
+                    s.zero_grad();
+                }
+            }
+            close(
+                &format!("{what} after 2 AdamW steps"),
+                &merged(&stages, false),
+                &named(&whole, false),
+                1e-4,
+            );
+            if !sp {
+                let pick = Sampling::GreedyWithPenalty {
+                    repetition_penalty: 50.0,
+                };
+                let want = whole.generate(&ids[..3], 4, pick).unwrap();
+                let refs: Vec<&dyn StageDecoder> =
+                    stages.iter().map(|s| s as &dyn StageDecoder).collect();
+                let got = p.generate(&refs, &ids[..3], 4, pick).unwrap();
+                assert_eq!(got, want, "{what}: generated tokens");
+            }
+        }
+    }
+}
