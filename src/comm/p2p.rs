@@ -35,6 +35,8 @@ pub enum Channel {
     Tied,
     /// Token ids the last stage chose, to the others (generation).
     Ids,
+    /// The loss the last stage computed, to the others.
+    Loss,
 }
 
 type Key = (Channel, usize, usize);

@@ -17,7 +17,7 @@
 //! any order a schedule picks (1F1B), in one process or over MPI.
 
 use crate::comm::{self, Channel};
-use crate::device::{LocalTensor, Mesh};
+use crate::device::{LocalTensor, Mesh, download_many};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{
@@ -254,39 +254,76 @@ impl Pipe {
     /// Send token ids from every rank of `group` (a stage's) to the same
     /// ranks of stage `to` (generation: the last stage's choice).
     pub fn send_ids(&self, group: &Mesh, ids: &[i32], to: usize) -> Result<()> {
-        const OP: &str = "Pipe::send_ids";
-        self.check_stage(OP, "stage", to)?;
-        for r in group.ranks() {
-            let (line, stage) = self.place(OP, group, r.index())?;
-            comm::send(
-                &line,
-                stage,
-                to,
-                Channel::Ids,
-                &r.upload_i32(&[ids.len()], ids)?,
-            )?;
-        }
-        Ok(())
+        self.send_words(
+            group,
+            Channel::Ids,
+            (DType::I32, bytemuck::cast_slice(ids)),
+            to,
+        )
     }
 
     /// Receive on `group` the `n` token ids stage `from` sent with
     /// [`Pipe::send_ids`]; an error if its ranks received different ids.
     pub fn recv_ids(&self, group: &Mesh, from: usize, n: usize) -> Result<Vec<i32>> {
-        const OP: &str = "Pipe::recv_ids";
-        self.check_stage(OP, "stage", from)?;
-        let mut got: Option<Vec<i32>> = None;
+        let words = self.recv_words(group, Channel::Ids, (DType::I32, n), from)?;
+        Ok(bytemuck::cast_slice(&words).to_vec())
+    }
+
+    /// Send f32 `values` (a loss) from every rank of `group` to the same
+    /// ranks of stage `to`.
+    pub fn send_values(&self, group: &Mesh, values: &[f32], to: usize) -> Result<()> {
+        let words = bytemuck::cast_slice(values);
+        self.send_words(group, Channel::Loss, (DType::F32, words), to)
+    }
+
+    /// Receive on `group` the `n` values stage `from` sent with
+    /// [`Pipe::send_values`].
+    pub fn recv_values(&self, group: &Mesh, from: usize, n: usize) -> Result<Vec<f32>> {
+        let words = self.recv_words(group, Channel::Loss, (DType::F32, n), from)?;
+        Ok(bytemuck::cast_slice(&words).to_vec())
+    }
+
+    fn send_words(
+        &self,
+        group: &Mesh,
+        channel: Channel,
+        (dtype, words): (DType, &[u32]),
+        to: usize,
+    ) -> Result<()> {
+        const OP: &str = "Pipe::send";
+        self.check_stage(OP, "stage", to)?;
+        let bytes: &[u8] = bytemuck::cast_slice(words);
         for r in group.ranks() {
             let (line, stage) = self.place(OP, group, r.index())?;
-            let ids =
-                comm::recv(&line, from, stage, Channel::Ids, &[n], DType::I32)?.to_vec_i32()?;
+            let t = r.upload_bytes(OP, &[words.len()], dtype, bytes)?;
+            comm::send(&line, stage, to, channel, &t)?;
+        }
+        Ok(())
+    }
+
+    /// What every rank of `group` received; an error if they differ.
+    fn recv_words(
+        &self,
+        group: &Mesh,
+        channel: Channel,
+        (dtype, n): (DType, usize),
+        from: usize,
+    ) -> Result<Vec<u32>> {
+        const OP: &str = "Pipe::recv";
+        self.check_stage(OP, "stage", from)?;
+        let mut got: Option<Vec<u32>> = None;
+        for r in group.ranks() {
+            let (line, stage) = self.place(OP, group, r.index())?;
+            let t = comm::recv(&line, from, stage, channel, &[n], dtype)?;
+            let words: Vec<u32> = bytemuck::pod_collect_to_vec(&download_many(&[&t])?[0]);
             match &got {
-                Some(g) if *g != ids => {
+                Some(g) if *g != words => {
                     return Err(Error::invalid(
                         OP,
-                        "the ranks of a stage received different ids",
+                        "the ranks of a stage received different values",
                     ));
                 }
-                _ => got = Some(ids),
+                _ => got = Some(words),
             }
         }
         got.ok_or_else(|| Error::invalid(OP, "the group has no rank in this process"))

@@ -112,7 +112,11 @@ fn llama_stages_equal_the_whole_model() {
                     .collect();
                 let batches = vec![(&ids[..], &targets[..]); pp];
                 let losses = p.forward_backward(&mut refs, &batches, SEQ).unwrap();
-                let l = losses[pp - 1].expect("the last stage's loss");
+                let l = losses[pp - 1];
+                assert!(
+                    losses.iter().all(|&x| x == l),
+                    "{what}: every stage has the loss"
+                );
                 assert_close(&format!("{what} loss {step}"), &[l], &[*wl as f64], 1e-5);
                 // After an AdamW step the key projections' gradients, small
                 // next to their rounding, compare at 1e-4 as in llama.rs.

@@ -35,7 +35,8 @@ impl Pipeline {
     /// whole sequences of `seq` tokens (its first stage reads the ids, its
     /// last the targets). The rows split into [`Pipeline::micro_batches`]
     /// equal micro-batches. Returns, per stage, the mean loss over the
-    /// micro-batches on a last stage and `None` elsewhere. Gradients add to
+    /// micro-batches of its replica (the last stage computes it and sends it
+    /// to the others, so every process knows it). Gradients add to
     /// what the parameters hold, so zero them between steps; after an error
     /// midway, zero them and run the step again.
     pub fn forward_backward(
@@ -43,7 +44,7 @@ impl Pipeline {
         stages: &mut [&mut dyn PipelineStage],
         batches: &[(&[i32], &[i32])],
         seq: usize,
-    ) -> Result<Vec<Option<f32>>> {
+    ) -> Result<Vec<f32>> {
         let mut tracks = self.check(stages, batches, seq)?;
         let total: usize = tracks.iter().map(|t| t.work.len()).sum();
         let mut done = 0;
@@ -66,21 +67,24 @@ impl Pipeline {
             }
         }
         self.sum_shared(stages)?;
+        let last = self.stages() - 1;
+        let mut losses = vec![0.0f32; tracks.len()];
+        for (i, t) in tracks.iter().enumerate().filter(|(_, t)| t.stage == last) {
+            let mut sum = 0.0;
+            for l in &t.losses {
+                sum += l.to_host()?[0];
+            }
+            losses[i] = sum / self.micro_batches as f32;
+            for other in 0..last {
+                self.pipe
+                    .send_values(stages[i].stage_mesh(), &losses[i..=i], other)?;
+            }
+        }
+        for (i, _) in tracks.iter().enumerate().filter(|(_, t)| t.stage < last) {
+            losses[i] = self.pipe.recv_values(stages[i].stage_mesh(), last, 1)?[0];
+        }
         self.pipe.wait()?;
-        let m = self.micro_batches as f32;
-        tracks
-            .iter()
-            .map(|t| match t.losses.is_empty() {
-                true => Ok(None),
-                false => {
-                    let mut sum = 0.0;
-                    for l in &t.losses {
-                        sum += l.to_host()?[0];
-                    }
-                    Ok(Some(sum / m))
-                }
-            })
-            .collect()
+        Ok(losses)
     }
 
     /// Check everything before anything runs; the stages' tracks.
