@@ -1,6 +1,6 @@
 //! A character-level GPT trained on P simulated ranks.
 //!
-//! Trains [`Gpt`] (GPT-2's structure: vocab-parallel `wte` tied to the
+//! Trains a GPT (`GptStage`s: GPT-2's structure: vocab-parallel `wte` tied to the
 //! output head, replicated `wpe`, pre-LN blocks with attention heads split
 //! over ranks, vocab-parallel cross-entropy) on Genesis 1–11 of the King
 //! James Version (`examples/data/genesis_kjv.txt`, public domain). At step 0
@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo run --release --example gpt` (`-- --help` lists the flags;
 //! `--axes dp=2,tp=2` trains 2 data-parallel replicas of 2 tensor-parallel
-//! ranks each, `--zero` sharding AdamW over dp; `--features mpi` and
+//! ranks each, `--zero` sharding AdamW over dp, `--axes pp=2,tp=2` splits
+//! the model into 2 pipeline stages; `--features mpi` and
 //! `mpirun -np 4 target/release/examples/gpt --mpi --axes dp=2,tp=2` runs
 //! one rank per process, checked bit for bit against one process;
 //! `WGPU_BACKEND=gl` picks GL llvmpipe on a machine without a GPU). Exits
@@ -23,15 +24,16 @@ mod replicas;
 
 use common::say;
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use replicas::{Optimiser, axes, build_replicas, dp_step};
+use replicas::{Optimiser, axes, build_replicas, dp_step, pipeline};
 use wgpu_tp::DType;
 use wgpu_tp::Mesh;
-use wgpu_tp::models::{Gpt, GptConfig};
-use wgpu_tp::nn::{DataParallel, Params, Sampling};
+use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::nn::{DataParallel, Params, Sampling, StageDecoder};
 
 const TEXT: &str = include_str!("../data/genesis_kjv.txt");
 
@@ -92,11 +94,12 @@ struct Args {
     /// mesh of the same P. Needs `--features mpi`.
     #[arg(long)]
     mpi: bool,
-    /// Named axes `dp=D,tp=T`: D data-parallel replicas, each on T
-    /// tensor-parallel ranks and its slice of the batch (D·T ranks, or
+    /// Named axes `pp=S,dp=D,tp=T` (any subset): S pipeline stages (S
+    /// micro-batches a step), D data-parallel replicas, each on T
+    /// tensor-parallel ranks and its slice of the batch (S·D·T ranks, or
     /// processes with --mpi; --ranks is then ignored).
     #[arg(long, value_parser = replicas::parse_axes)]
-    axes: Option<(usize, usize)>,
+    axes: Option<replicas::Axes>,
     /// With dp > 1: shard AdamW's moments and update over dp (ZeRO-1).
     #[arg(long)]
     zero: bool,
@@ -135,21 +138,30 @@ impl Vocab {
 /// process of P ranks, on process 0 only): the loss and every gradient must
 /// agree. Every process reads the model's gradients (that gathers them).
 fn parity(
-    model: &Gpt,
-    serial: Option<&Gpt>,
+    model: &[GptStage],
+    serial: Option<&[GptStage]>,
     (loss_p, loss_1): (f32, f32),
     tol: f64,
 ) -> wgpu_tp::Result<bool> {
     let loss_err = common::rel_err(&[loss_p], &[loss_1]);
     say!("  loss                      {loss_p:.6} vs {loss_1:.6}  rel {loss_err:.2e}");
     let mut worst = loss_err;
-    let reference = serial.map(|s| s.named_parameters());
-    for (i, (name, p)) in model.named_parameters().into_iter().enumerate() {
-        let g = p.master_grad()?;
-        let Some(reference) = &reference else {
-            continue;
-        };
-        let e = match (g, reference[i].1.master_grad()?) {
+    let grads = |stages: &[GptStage]| -> wgpu_tp::Result<BTreeMap<String, Option<Vec<f32>>>> {
+        let mut all = BTreeMap::new();
+        for s in stages {
+            for (name, p) in s.named_parameters() {
+                let g = p.master_grad()?;
+                all.entry(name).or_insert(g);
+            }
+        }
+        Ok(all)
+    };
+    let mine = grads(model)?;
+    let Some(reference) = serial.map(grads).transpose()? else {
+        return Ok(true);
+    };
+    for (name, g) in mine {
+        let e = match (g, reference.get(&name).cloned().flatten()) {
             (Some(g), Some(gs)) if tol == 0.0 => {
                 let same = g.iter().zip(&gs).all(|(a, b)| a.to_bits() == b.to_bits());
                 if same && g.len() == gs.len() {
@@ -218,7 +230,8 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         args.seq
     );
 
-    let mut replicas = build_replicas(&mesh, cfg, args.seed)?;
+    let pipe = pipeline(&mesh)?;
+    let mut replicas = build_replicas(&mesh, &pipe, cfg, args.seed)?;
     let dp = DataParallel::new(&mesh, "dp")?;
     let mut windows = common::Windows(args.seed);
     let (ids, targets) = windows.batch(&data, args.batch, args.seq);
@@ -239,20 +252,25 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let serial = if mesh.process_index() == 0 {
         let serial_mesh = match args.mpi {
             true => common::build_mesh(mesh.size(), false, false)?.with_axes(&axes(args))?,
-            false => common::build_mesh(1, false, false)?.with_axes(&[("dp", 1), ("tp", 1)])?,
+            false => {
+                let one = [("pp", 1), ("dp", 1), ("tp", 1)];
+                common::build_mesh(1, false, false)?.with_axes(&one)?
+            }
         };
-        let mut serial = build_replicas(&serial_mesh, cfg, args.seed)?;
+        let serial_pipe = pipeline(&serial_mesh)?;
+        let mut serial = build_replicas(&serial_mesh, &serial_pipe, cfg, args.seed)?;
         let serial_dp = DataParallel::new(&serial_mesh, "dp")?;
-        let loss_1 = dp_step(&mut serial, &serial_dp, (&ids, &targets), args.seq)?;
-        Some((serial.swap_remove(0), loss_1))
+        let both = (&serial_pipe, &serial_dp);
+        let loss_1 = dp_step(&mut serial, both, (&ids, &targets), args.seq)?;
+        Some((serial, loss_1))
     } else {
         None
     };
-    let loss_p = dp_step(&mut replicas, &dp, (&ids, &targets), args.seq)?;
+    let loss_p = dp_step(&mut replicas, (&pipe, &dp), (&ids, &targets), args.seq)?;
     let loss_1 = serial.as_ref().map_or(loss_p, |s| s.1);
     let parity_ok = parity(
-        &replicas[0],
-        serial.as_ref().map(|s| &s.0),
+        &replicas,
+        serial.as_ref().map(|s| s.0.as_slice()),
         (loss_p, loss_1),
         parity_tol,
     )?;
@@ -269,13 +287,19 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     for step in 1..args.steps {
         let (ids, targets) = windows.batch(&data, args.batch, args.seq);
         tp0.reset_comm_stats();
-        mesh.axis_groups("dp")?
-            .iter()
-            .for_each(Mesh::reset_comm_stats);
-        let loss = dp_step(&mut replicas, &dp, (&ids, &targets), args.seq)?;
+        for axis in ["pp", "dp"] {
+            mesh.axis_groups(axis)?
+                .iter()
+                .for_each(Mesh::reset_comm_stats);
+        }
+        let loss = dp_step(&mut replicas, (&pipe, &dp), (&ids, &targets), args.seq)?;
         opt.step(&mut replicas)?;
         if step == 1 {
-            comm = Some((tp0.comm_stats(), mesh.axis_comm_stats("dp")?));
+            comm = Some((
+                tp0.comm_stats(),
+                mesh.axis_comm_stats("dp")?,
+                mesh.axis_comm_stats("pp")?,
+            ));
         }
         losses.push(loss);
         bar.set_message(format!("{loss:.4}"));
@@ -290,9 +314,9 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         "  {:.1} ms per step (forward + backward + AdamW + loss readback)",
         train_s * 1e3 / (args.steps.max(2) - 1) as f64
     );
-    if let Some((tp, dp_stats)) = comm {
+    if let Some((tp, dp_stats, pp_stats)) = comm {
         say!(
-            "\ncommunication in one training step, one replica's tp group (P = {}):",
+            "\ncommunication in one training step, the first tp group here (P = {}):",
             tp0.size()
         );
         common::print_comm(&tp);
@@ -302,6 +326,12 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
                 args.zero
             );
             common::print_comm(&dp_stats);
+        }
+        if pipe.stages() > 1 {
+            say!(
+                "between pipeline stages, all pp groups (activations, gradients, the tied table, the loss):"
+            );
+            common::print_comm(&pp_stats);
         }
     }
 
@@ -317,8 +347,10 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let prompt = vocab.encode(&args.prompt);
     tp0.reset_comm_stats();
     let t0 = Instant::now();
-    // Every replica holds the same weights: replica 0 of this process decodes.
-    let out = replicas[0].generate(&prompt, args.sample_len, sampling)?;
+    // Through the stages this process drives (every replica holds the same
+    // weights, so they choose alike).
+    let refs: Vec<&dyn StageDecoder> = replicas.iter().map(|s| s as &dyn StageDecoder).collect();
+    let out = pipe.generate(&refs, &prompt, args.sample_len, sampling)?;
     let gen_s = t0.elapsed().as_secs_f64();
     say!(
         "\nsample ({} characters with the key/value cache, {:.1} ms each, {sampling:?}):",
@@ -355,10 +387,11 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let (dp, _) = args.axes.unwrap_or((1, args.ranks));
-    if args.batch % dp != 0 {
+    let (pp, dp, _) = args.axes.unwrap_or((1, 1, args.ranks));
+    if args.batch % (dp * pp) != 0 {
         eprintln!(
-            "--batch must be a multiple of the dp axis ({dp}): each replica takes an equal slice"
+            "--batch must be a multiple of dp ({dp}) × pp ({pp}): each replica takes an equal \
+             slice, cut into pp micro-batches"
         );
         return ExitCode::from(2);
     }

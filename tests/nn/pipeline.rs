@@ -438,8 +438,22 @@ fn pipelined_generation_equals_the_whole_model() {
     distinct.sort();
     distinct.dedup();
     assert!(distinct.len() >= 3, "varied tokens to compare: {want:?}");
-    for (base, pp, tp) in [(crate::util::mesh(4), 2, 2), (shared_mesh(3), 3, 1)] {
-        let m = base.with_axes(&[("pp", pp), ("tp", tp)]).unwrap();
+    // Sampling draws once per token, however many replicas decode.
+    let draw = Sampling::TopK {
+        k: 11,
+        temperature: 0.02,
+        seed,
+    };
+    let want_drawn = whole.generate(&prompt, 4, draw).unwrap();
+    let layouts = [
+        (crate::util::mesh(4), [2, 1, 2]),
+        (shared_mesh(3), [3, 1, 1]),
+        (shared_mesh(4), [2, 2, 1]),
+    ];
+    for (base, [pp, dp, tp]) in layouts {
+        let m = base
+            .with_axes(&[("pp", pp), ("dp", dp), ("tp", tp)])
+            .unwrap();
         let p = Pipeline::new(&m, "pp", 1).unwrap();
         let stages: Vec<GptStage> = m
             .axis_groups("tp")
@@ -449,6 +463,14 @@ fn pipelined_generation_equals_the_whole_model() {
             .collect();
         let refs: Vec<&dyn StageDecoder> = stages.iter().map(|s| s as &dyn StageDecoder).collect();
         let got = p.generate(&refs, &prompt, 4, pick).unwrap();
-        assert_eq!(got, want, "pp={pp} tp={tp}: the tokens of the whole model");
+        let drawn = p.generate(&refs, &prompt, 4, draw).unwrap();
+        assert_eq!(
+            drawn, want_drawn,
+            "pp={pp} dp={dp} tp={tp}: the sampled tokens"
+        );
+        assert_eq!(
+            got, want,
+            "pp={pp} dp={dp} tp={tp}: the tokens of the whole model"
+        );
     }
 }

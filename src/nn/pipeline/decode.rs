@@ -97,7 +97,12 @@ impl Pipeline {
                     self.pipe.send(&out, s + 1)?;
                     continue;
                 }
-                let next = next_token(vocab, &mut sampler, &out, &seq).await?;
+                // One choice per step: another replica's last stage here
+                // (identical weights) takes it, so a sampler draws once.
+                let next = match chosen {
+                    Some(c) => c,
+                    None => next_token(vocab, &mut sampler, &out, &seq).await?,
+                };
                 for other in 0..last {
                     self.pipe.send_ids(mesh, &[next], other)?;
                 }
