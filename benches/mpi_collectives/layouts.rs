@@ -61,15 +61,42 @@ fn candidates(hosts: usize, layers: usize) -> Vec<(usize, usize, usize)> {
     out
 }
 
+/// The table from this machine's compute and collective fits; with
+/// `WGPU_TP_PROJECT_GPU_STEP_S` (GPT-2's step in seconds on one GPU) a
+/// second one for hosts of that GPU, whose per-call and per-byte host costs
+/// are taken as PCIe-class (20 µs, 25 GB/s) instead of this machine's CPU
+/// staging.
 pub fn layouts(base: &Run) {
+    table(base, None);
+    if let Some(s) = std::env::var("WGPU_TP_PROJECT_GPU_STEP_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        table(base, Some(s));
+    }
+}
+
+fn table(base: &Run, gpu_step: Option<f64>) {
     let Some((step2, comm2)) = base.gpts.get("gpt2") else {
         return;
     };
-    let compute2 = step2 - comm_time(&base.fits, comm2);
-    let fit = |k: &str| fit_for(&base.fits, k).copied().unwrap_or((0.0, 0.0));
-    println!(
-        "\n## best (pp, dp, tp) layout per case, 2 × 256 tokens a step (M = 2/dp micro-batches)"
-    );
+    let compute2 = match gpu_step {
+        Some(s) => s / 2.0,
+        None => step2 - comm_time(&base.fits, comm2),
+    };
+    let fit = |k: &str| match gpu_step {
+        Some(_) => (20e-6, 1.0 / 25e9),
+        None => fit_for(&base.fits, k).copied().unwrap_or((0.0, 0.0)),
+    };
+    match gpu_step {
+        None => println!(
+            "\n## best (pp, dp, tp) layout per case, 2 × 256 tokens a step (M = 2/dp micro-batches), this machine's compute"
+        ),
+        Some(s) => println!(
+            "\n## the same on hosts of one GPU: GPT-2's step {:.1} ms on one, host costs 20 us + 25 GB/s",
+            s * 1e3
+        ),
+    }
     println!(
         "{:<10} {:>5} {:>5} {:>10} {:>14} {:>10} {:>7}",
         "model", "hosts", "link", "TP-only s", "best", "best s", "vs TP"

@@ -61,7 +61,7 @@ pub use collectives::{
     all_gather, all_reduce, all_to_all, broadcast, broadcast_from, reduce_scatter, scatter,
 };
 pub(crate) use mpi::gather_words;
-pub use p2p::{Channel, recv, send, wait_sends};
+pub use p2p::{Channel, discard_queued, recv, send, wait_sends};
 pub use ring::{RingShift, ring_shift};
 pub use stats::{Collective, CommCount, CommStats};
 pub use transport::Transport;

@@ -156,6 +156,18 @@ pub fn recv(
     }
 }
 
+/// Forget every tensor sent within this process on `mesh` and not yet
+/// received: what a step that failed midway left queued, so that the next
+/// step does not receive it. Returns how many there were. (Over MPI a
+/// failed step's messages cannot be recalled; end the processes.)
+pub fn discard_queued(mesh: &Mesh) -> usize {
+    let mailbox = mesh.extension::<Mailbox>();
+    let mut queues = lock(&mailbox.0);
+    let n = queues.values().map(VecDeque::len).sum();
+    queues.clear();
+    n
+}
+
 /// Wait until every message this process sent on `mesh` has left (over
 /// MPI; in one process sends complete at once).
 pub fn wait_sends(mesh: &Mesh) -> Result<()> {

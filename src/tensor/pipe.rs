@@ -205,6 +205,12 @@ impl Pipe {
         self.groups.iter().try_for_each(comm::wait_sends)
     }
 
+    /// Forget what stages of this process sent each other and did not
+    /// receive (a step that failed midway); how many tensors that was.
+    pub fn discard_queued(&self) -> usize {
+        self.groups.iter().map(comm::discard_queued).sum()
+    }
+
     /// Each pipeline group this process drives (one per rank of a stage's
     /// group), for counting what the axis moved.
     pub fn groups(&self) -> &[Mesh] {

@@ -331,6 +331,35 @@ fn bad_pipeline_input_is_an_error() {
             .all(|s| s.named_parameters().iter().all(|(_, p)| p.grad().is_none())),
         "a refused step leaves no gradient"
     );
+    // A step that fails midway leaves nothing queued for the next: stage 0
+    // alone sends two micro-batches' activations, then waits for a gradient.
+    let mut refs: Vec<&mut dyn PipelineStage> = built
+        .iter_mut()
+        .map(|s| s as &mut dyn PipelineStage)
+        .collect();
+    let e = p
+        .forward_backward(&mut refs[..1], &[rows4], SEQ)
+        .unwrap_err();
+    assert!(msg(e).contains("has sent rank 0 nothing"));
+    drop(refs);
+    built.iter_mut().for_each(|s| s.zero_grad());
+    let mut refs: Vec<&mut dyn PipelineStage> = built
+        .iter_mut()
+        .map(|s| s as &mut dyn PipelineStage)
+        .collect();
+    let again = p.forward_backward(&mut refs, &[rows4, rows4], SEQ).unwrap();
+    let mut fresh: Vec<GptStage> = two
+        .axis_groups("tp")
+        .unwrap()
+        .iter()
+        .map(|g| GptStage::new(g, config(false), seed, &p).unwrap())
+        .collect();
+    let mut refs: Vec<&mut dyn PipelineStage> = fresh
+        .iter_mut()
+        .map(|s| s as &mut dyn PipelineStage)
+        .collect();
+    let clean = p.forward_backward(&mut refs, &[rows4, rows4], SEQ).unwrap();
+    assert_eq!(again, clean, "the retried step is the clean step");
 }
 
 #[test]

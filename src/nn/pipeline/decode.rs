@@ -80,6 +80,7 @@ impl Pipeline {
             .map(|s| vec![KvCache::default(); s.num_caches()])
             .collect();
         let last = self.stages() - 1;
+        self.pipe.discard_queued();
         let (mut seq, mut step) = (prompt.to_vec(), prompt.to_vec());
         while seq.len() - prompt.len() < max_new {
             let mut chosen: Option<i32> = None;

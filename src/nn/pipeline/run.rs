@@ -38,7 +38,8 @@ impl Pipeline {
     /// micro-batches of its replica (the last stage computes it and sends it
     /// to the others, so every process knows it). Gradients add to
     /// what the parameters hold, so zero them between steps; after an error
-    /// midway, zero them and run the step again.
+    /// midway, zero them and run the step again (in one process; over MPI
+    /// a failed step's messages may still be in flight: end the processes).
     pub fn forward_backward(
         &self,
         stages: &mut [&mut dyn PipelineStage],
@@ -46,6 +47,8 @@ impl Pipeline {
         seq: usize,
     ) -> Result<Vec<f32>> {
         let mut tracks = self.check(stages, batches, seq)?;
+        // What a step that failed midway left queued must not be received now.
+        self.pipe.discard_queued();
         let total: usize = tracks.iter().map(|t| t.work.len()).sum();
         let mut done = 0;
         while done < total {
