@@ -129,7 +129,9 @@ fn table(base: &Run, gpu_step: Option<f64>) {
                         0.0
                     };
                     let pp_comm = if pp > 1.0 {
-                        let act = 2.0 * 256.0 * m.hidden * 4.0 / (dp * micro * tp);
+                        // Replicated over tp (no sequence parallelism): every
+                        // tp rank sends the whole activation.
+                        let act = 2.0 * 256.0 * m.hidden * 4.0 / (dp * micro);
                         let tied = m.vocab * m.hidden * 4.0 / tp;
                         2.0 * (micro + pp - 1.0) * wire("Send", act, 2.0) + wire("Send", tied, 2.0)
                     } else {

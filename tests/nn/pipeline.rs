@@ -503,3 +503,40 @@ fn pipelined_generation_equals_the_whole_model() {
         );
     }
 }
+
+#[test]
+fn gradients_accumulate_over_steps_without_zeroing() {
+    let mut rng = Rng::fresh("pipeline accumulation");
+    let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
+    let m = shared_mesh(2).with_axes(&[("pp", 2), ("tp", 1)]).unwrap();
+    // One micro-batch: a step's gradient is one backward's, so two steps'
+    // sum is exactly twice it.
+    let p = Pipeline::new(&m, "pp", 1).unwrap();
+    let mut stages: Vec<GptStage> = m
+        .axis_groups("tp")
+        .unwrap()
+        .iter()
+        .map(|g| GptStage::new(g, config(false), seed, &p).unwrap())
+        .collect();
+    let rows = (&data.0[..4 * SEQ], &data.1[..4 * SEQ]);
+    let mut run = || {
+        let mut refs: Vec<&mut dyn PipelineStage> = stages
+            .iter_mut()
+            .map(|s| s as &mut dyn PipelineStage)
+            .collect();
+        p.forward_backward(&mut refs, &[rows, rows], SEQ).unwrap();
+        stages.iter().map(|s| grads(s)).collect::<Vec<Named>>()
+    };
+    let once = run();
+    let twice = run();
+    for (one, two) in once.iter().zip(&twice) {
+        for (name, g) in two {
+            let want: Vec<f32> = one[name].iter().map(|v| v + v).collect();
+            // The tied table included: each step's two copies are summed once.
+            assert!(
+                *g == want,
+                "{name}: two steps hold twice one step's gradient"
+            );
+        }
+    }
+}

@@ -21,17 +21,17 @@ const MAX_MESSAGE: usize = 1 << 28;
 /// How long a wait polls without sleeping.
 const SPIN: Duration = Duration::from_millis(50);
 
-/// A tag for phase `phase` (0..4) of collective `seq`; 8191 collectives in
-/// flight at most, below the point-to-point tags ([`channel_tag`]), within
-/// the 32767 every MPI allows.
+/// A tag for phase `phase` (0..4) of collective `seq`; 8190 collectives in
+/// flight at most (tags up to 32759), below the point-to-point tags
+/// ([`channel_tag`]).
 pub(super) fn tag(seq: u64, phase: u32) -> c_int {
-    ((seq % 8191) as u32 * 4 + phase) as c_int
+    ((seq % 8190) as u32 * 4 + phase) as c_int
 }
 
-/// The tag of point-to-point channel `channel` (0..4): above every
-/// collective's, so the two never match each other.
+/// The tag of point-to-point channel `channel` (0..8): 32760 and up, above
+/// every collective's and within the 32767 every MPI allows.
 pub(super) fn channel_tag(channel: u32) -> c_int {
-    (8191 * 4 + channel) as c_int
+    (8190 * 4 + channel.min(7)) as c_int
 }
 
 struct Pending {
@@ -68,6 +68,11 @@ impl Traffic {
             sends: Vec::new(),
             recvs: Vec::new(),
         })
+    }
+
+    /// An error unless this is the thread that initialised MPI.
+    pub(super) fn check_thread(&self, op: &'static str) -> Result<()> {
+        self.process.check_thread(op)
     }
 
     /// Name the group in a time-out's error (see `peers.rs`).

@@ -4,7 +4,9 @@
 //! other before receiving (a pipeline's activations one way, gradients the
 //! other) never wait on each other; a receive waits, within the time limit.
 //! Each message starts with two words, its element count and dtype, so a
-//! receiver expecting another tensor gets an error, not wrong numbers.
+//! receiver expecting a larger tensor or another dtype gets an error, not
+//! wrong numbers (a larger message than expected is MPI's truncation error,
+//! which MPI's default handler turns into an abort).
 
 use super::p2p::{Traffic, channel_tag};
 use super::peers::Peers;
@@ -15,14 +17,18 @@ use crate::error::{Error, Result};
 /// A send in flight.
 pub(crate) struct PendingSend(Traffic);
 
-// SAFETY: the MPI requests inside are plain handles; every MPI call on them
-// happens on the thread that initialised MPI (`Process::check_thread`, checked
-// when the send was posted and again by `wait`).
+// SAFETY: the MPI requests inside are plain handles. A send is posted on
+// the thread that initialised MPI (`Process::check_thread`) and `wait`
+// checks that thread again before any MPI call. Dropping one unfinished
+// frees its request through MPI (`Traffic`'s drop), so, like the mesh that
+// keeps it, it must be dropped on that thread (MPI_THREAD_FUNNELED).
 unsafe impl Send for PendingSend {}
 
 impl PendingSend {
-    /// Wait until MPI is done with the message.
+    /// Wait until MPI is done with the message (on the thread that
+    /// initialised MPI).
     pub(crate) fn wait(self) -> Result<()> {
+        self.0.check_thread("comm::wait_sends")?;
         self.0.wait().map(drop)
     }
 }

@@ -46,6 +46,7 @@ pub use hf_config::HfGpt2Config;
 #[cfg(not(target_arch = "wasm32"))]
 pub use pretrained::pretrained_config;
 pub use stage::GptStage;
+pub(crate) use stage::check_decode;
 
 use crate::device::Mesh;
 use crate::element::DType;

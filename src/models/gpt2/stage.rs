@@ -224,6 +224,7 @@ impl StageDecoder for GptStage {
         ids: &[i32],
         caches: &mut [KvCache],
     ) -> Result<DTensor> {
+        check_decode(ids, caches.len(), self.h.len())?;
         let x = match (input, &self.wpe, &self.wte) {
             (Some(x), _, _) => x.clone(),
             (None, Some(wpe), Some(wte)) => {
@@ -278,4 +279,18 @@ impl Params for GptStage {
             n.visit_params_mut(&join_name(prefix, "ln_f"), f);
         }
     }
+}
+
+/// A decoding step needs a token and one cache per layer held.
+pub(crate) fn check_decode(ids: &[i32], caches: usize, layers: usize) -> Result<()> {
+    if ids.is_empty() || caches != layers {
+        return Err(Error::invalid(
+            "StageDecoder::decode_stage",
+            format!(
+                "{} tokens and {caches} caches: give at least one token and one cache per layer this stage holds ({layers})",
+                ids.len()
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -218,6 +218,7 @@ impl StageDecoder for LlamaStage {
                 "decode with stages built without sequence parallelism",
             ));
         }
+        crate::models::gpt2::check_decode(ids, caches.len(), self.layers.len())?;
         let mut x = self.input(input, ids, false)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             x = layer.decode(&x, cache)?;

@@ -19,10 +19,11 @@ pub trait StageDecoder: PipelineStage {
     fn context(&self) -> usize;
     /// Caches this stage needs (one per layer it holds).
     fn num_caches(&self) -> usize;
-    /// Decode `ids` (the tokens after the cached ones): the first stage
-    /// embeds them, the others take the previous stage's output (`input`,
-    /// `[ids.len(), hidden]`, `Replicate`). The last returns the logits of
-    /// the last token (`[1, vocab]`, `Shard(1)`), the others their output.
+    /// Decode `ids` (at least one: the tokens after the cached ones, one
+    /// cache per layer this stage holds): the first stage embeds them, the
+    /// others take the previous stage's output (`input`, `[ids.len(),
+    /// hidden]`, `Replicate`). The last returns the logits of the last
+    /// token (`[1, vocab]`, `Shard(1)`), the others their output.
     fn decode_stage(
         &self,
         input: Option<&DTensor>,
@@ -94,6 +95,13 @@ impl Pipeline {
                     }
                 };
                 let out = stages[i].decode_stage(input.as_ref(), &step, &mut caches[i])?;
+                let rows = if s < last { step.len() } else { 1 };
+                if out.shape().first() != Some(&rows) {
+                    return Err(Error::invalid(
+                        OP,
+                        format!("stage {s} decoded {:?}, not {rows} rows", out.shape()),
+                    ));
+                }
                 if s < last {
                     self.pipe.send(&out, s + 1)?;
                     continue;

@@ -49,6 +49,9 @@ impl Pipeline {
         let mut tracks = self.check(stages, batches, seq)?;
         // What a step that failed midway left queued must not be received now.
         self.pipe.discard_queued();
+        // The shared parameters' gradients so far, set aside: only this
+        // step's are summed between the stages, then added to them.
+        let before = take_shared(stages);
         let total: usize = tracks.iter().map(|t| t.work.len()).sum();
         let mut done = 0;
         while done < total {
@@ -70,6 +73,7 @@ impl Pipeline {
             }
         }
         self.sum_shared(stages)?;
+        restore_shared(stages, before)?;
         let last = self.stages() - 1;
         let mut losses = vec![0.0f32; tracks.len()];
         for (i, t) in tracks.iter().enumerate().filter(|(_, t)| t.stage == last) {
@@ -198,6 +202,20 @@ impl Pipeline {
                 };
                 let out =
                     stage.forward_stage(input.as_ref(), &ids[span.clone()], &targets[span], seq)?;
+                let want = stage.boundary(per);
+                if !last && (out.shape() != want.0.as_slice() || out.placement() != want.1) {
+                    return Err(Error::invalid(
+                        OP,
+                        format!(
+                            "stage {} gave {:?} placed {:?}, its boundary() says {:?} placed {:?}",
+                            t.stage,
+                            out.shape(),
+                            out.placement(),
+                            want.0,
+                            want.1
+                        ),
+                    ));
+                }
                 if last {
                     t.held
                         .push_back(out.scale(1.0 / self.micro_batches as f32)?);
@@ -245,4 +263,45 @@ impl Pipeline {
         }
         Ok(())
     }
+}
+
+/// Each stage's shared parameters' gradients, taken out (`None` where a
+/// parameter has none yet).
+fn take_shared(stages: &mut [&mut dyn PipelineStage]) -> Vec<Vec<Option<DTensor>>> {
+    stages
+        .iter_mut()
+        .map(|s| {
+            let shared = s.shared_parameters();
+            s.named_parameters_mut()
+                .into_iter()
+                .filter(|(n, _)| shared.iter().any(|(m, _)| m == n))
+                .map(|(_, p)| {
+                    let g = p.grad();
+                    // Dropping a gradient cannot fail.
+                    let _ = p.set_grad(None);
+                    g
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Add the gradients [`take_shared`] set aside back to this step's.
+fn restore_shared(
+    stages: &mut [&mut dyn PipelineStage],
+    before: Vec<Vec<Option<DTensor>>>,
+) -> Result<()> {
+    for (s, old) in stages.iter_mut().zip(before) {
+        let shared = s.shared_parameters();
+        let params = s
+            .named_parameters_mut()
+            .into_iter()
+            .filter(|(n, _)| shared.iter().any(|(m, _)| m == n));
+        for ((_, p), old) in params.zip(old) {
+            if let (Some(old), Some(new)) = (old, p.grad()) {
+                p.set_grad(Some(old.add(&new)?))?;
+            }
+        }
+    }
+    Ok(())
 }
