@@ -127,15 +127,7 @@ impl Gpt {
     /// Training mode (dropout on, at `step`: masks differ between steps and
     /// repeat for the same step) or evaluation mode (dropout off).
     pub fn set_mode(&mut self, training: bool, step: u64) {
-        if training {
-            self.drop.train()
-        } else {
-            self.drop.eval()
-        }
-        self.drop.set_step(step);
-        for b in &mut self.h {
-            b.set_mode(training, step);
-        }
+        set_mode(&mut self.drop, &mut self.h, training, step);
     }
 
     /// Token ids `[batch·seq]` → logits `[batch·seq, vocab]`, `Shard(1)`
@@ -291,5 +283,18 @@ fn embed(
     match config.sequence_parallel {
         true => Mapping::ScatterToParallel(0).forward(&x),
         false => Ok(x),
+    }
+}
+
+/// Dropout on (at `step`) or off for the embeddings' dropout and `blocks`.
+fn set_mode(drop: &mut Dropout, blocks: &mut [TransformerBlock], training: bool, step: u64) {
+    if training {
+        drop.train()
+    } else {
+        drop.eval()
+    }
+    drop.set_step(step);
+    for b in blocks {
+        b.set_mode(training, step);
     }
 }

@@ -127,15 +127,7 @@ impl GptStage {
 
     /// Training mode (dropout on, masks keyed by `step`) or evaluation.
     pub fn set_mode(&mut self, training: bool, step: u64) {
-        if training {
-            self.drop.train()
-        } else {
-            self.drop.eval()
-        }
-        self.drop.set_step(step);
-        for b in &mut self.h {
-            b.set_mode(training, step);
-        }
+        super::set_mode(&mut self.drop, &mut self.h, training, step);
     }
 
     /// `x` through this stage's blocks; on the last stage then `ln_f` and
