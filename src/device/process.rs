@@ -68,6 +68,13 @@ impl Process {
             )));
         }
         let world = universe.world();
+        // Errors come back as codes, which every call checks, instead of
+        // MPI's default of aborting the job (a message larger than its
+        // receive, say, is then an `Error::Mpi`).
+        // SAFETY: the world communicator of the MPI just initialised.
+        unsafe {
+            mpi::ffi::MPI_Comm_set_errhandler(world.as_raw(), mpi::ffi::RSMPI_ERRORS_RETURN);
+        }
         let rank = world.rank() as usize;
         let size = world.size() as usize;
         let local_rank = world.split_shared(world.rank()).rank() as usize;

@@ -13,7 +13,7 @@ pub fn run_all() -> ExitCode {
         let with_axes: &[&str] = if np == 4 {
             &["axes", "axes_fault", "pipeline", "pipeline_fault"]
         } else {
-            &[]
+            &["pipeline_mismatch"]
         };
         ["collectives", "gpt", "fault"]
             .iter()

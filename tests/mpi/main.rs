@@ -15,7 +15,8 @@
 //!   with its axis (np = 4, and np = 8 for `axes`);
 //! - `pipeline`, `pipeline_fault` (`pipeline.rs`): a GPT in two pipeline
 //!   stages, bit-identical to one process, and a failing stage named to its
-//!   neighbours (np = 4, and np = 8 for `pipeline`).
+//!   neighbours (np = 4, and np = 8 for `pipeline`); `pipeline_mismatch`
+//!   (np = 2): a message of another size is an error, not an abort.
 //!
 //! `cargo test --features mpi --test mpi` (MPI from `libopenmpi-dev openmpi-bin`).
 
@@ -66,6 +67,7 @@ fn worker(scenario: &str) -> ExitCode {
         "axes_fault" => axes::fault(&mesh),
         "pipeline" => pipeline::run(&mesh),
         "pipeline_fault" => pipeline::fault(&mesh),
+        "pipeline_mismatch" => pipeline::mismatch(&mesh),
         other => Err(format!("unknown scenario {other:?}")),
     };
     match outcome {

@@ -230,3 +230,42 @@ pub fn fault(mesh: &Mesh) -> Result<usize, String> {
         )),
     }
 }
+
+/// `pipeline_mismatch` (np = 2): rank 0 sends 8 values where rank 1
+/// expects 4, then 4 where it expects 8. Both are `Error`s on rank 1 (the
+/// first MPI's truncation, returned rather than aborting the job; the
+/// second the message's own header), and a collective afterwards still works.
+pub fn mismatch(mesh: &Mesh) -> Result<usize, String> {
+    let e = |e: Error| e.to_string();
+    let me = mesh.process_index();
+    let m = mesh.with_axes(&[("pp", 2), ("tp", 1)]).map_err(e)?;
+    let line = m.group_of(&["pp"], 0).map_err(e)?;
+    let rank = &mesh.ranks()[0];
+    if me == 0 {
+        for n in [8, 4] {
+            let t = rank.upload(&[n], &vec![1.0; n]).map_err(e)?;
+            comm::send(&line, 0, 1, comm::Channel::Activation, &t).map_err(e)?;
+        }
+        comm::wait_sends(&line).map_err(e)?;
+    } else {
+        for (n, what) in [(4, "larger"), (8, "smaller")] {
+            match comm::recv(
+                &line,
+                0,
+                1,
+                comm::Channel::Activation,
+                &[n],
+                wgpu_tp::DType::F32,
+            ) {
+                Err(err) => println!("rank 1: a {what} message than expected: {err}"),
+                Ok(_) => return Err(format!("a {what} message was received as {n} values")),
+            }
+        }
+    }
+    let t = rank.upload(&[2], &[1.0, 2.0]).map_err(e)?;
+    let sum = comm::all_reduce(mesh, &[t], wgpu_tp::ReduceOp::Sum).map_err(e)?;
+    match sum[0].to_vec().map_err(e)? == [2.0, 4.0] {
+        true => Ok(me),
+        false => Err("the collective after the errors is wrong".into()),
+    }
+}

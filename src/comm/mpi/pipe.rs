@@ -4,9 +4,9 @@
 //! other before receiving (a pipeline's activations one way, gradients the
 //! other) never wait on each other; a receive waits, within the time limit.
 //! Each message starts with two words, its element count and dtype, so a
-//! receiver expecting a larger tensor or another dtype gets an error, not
-//! wrong numbers (a larger message than expected is MPI's truncation error,
-//! which MPI's default handler turns into an abort).
+//! receiver expecting another tensor gets an error, not wrong numbers (a
+//! larger message than expected is MPI's truncation error, returned as an
+//! error code: `Process` sets `MPI_ERRORS_RETURN`).
 
 use super::p2p::{Traffic, channel_tag};
 use super::peers::Peers;
