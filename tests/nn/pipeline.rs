@@ -58,12 +58,7 @@ fn pipelined(
     let pipeline = Pipeline::new(m, "pp", micro).unwrap();
     let ddp = DataParallel::new(m, "dp").unwrap();
     // Groups in row-major order of (pp, dp): group k is stage k / dp of replica k % dp.
-    let mut stages: Vec<GptStage> = m
-        .axis_groups("tp")
-        .unwrap()
-        .iter()
-        .map(|g| GptStage::new(g, cfg, seed, &pipeline).unwrap())
-        .collect();
+    let mut stages: Vec<GptStage> = stages(m, cfg, seed, &pipeline);
     assert_eq!(stages.len(), pp * dp);
     let mut opts: Vec<AdamW> = (0..pp * dp).map(|_| adamw()).collect();
     let mut zeros: Vec<ZeroAdamW> = (0..pp)
@@ -301,12 +296,7 @@ fn bad_pipeline_input_is_an_error() {
     // A batch that does not split into dp × micro-batches.
     let two = shared_mesh(2).with_axes(&[("pp", 2), ("tp", 1)]).unwrap();
     let p = Pipeline::new(&two, "pp", 4).unwrap();
-    let mut built: Vec<GptStage> = two
-        .axis_groups("tp")
-        .unwrap()
-        .iter()
-        .map(|g| GptStage::new(g, config(false), seed, &p).unwrap())
-        .collect();
+    let mut built: Vec<GptStage> = stages(&two, config(false), seed, &p);
     let mut refs: Vec<&mut dyn PipelineStage> = built
         .iter_mut()
         .map(|s| s as &mut dyn PipelineStage)
@@ -348,12 +338,7 @@ fn bad_pipeline_input_is_an_error() {
         .map(|s| s as &mut dyn PipelineStage)
         .collect();
     let again = p.forward_backward(&mut refs, &[rows4, rows4], SEQ).unwrap();
-    let mut fresh: Vec<GptStage> = two
-        .axis_groups("tp")
-        .unwrap()
-        .iter()
-        .map(|g| GptStage::new(g, config(false), seed, &p).unwrap())
-        .collect();
+    let mut fresh: Vec<GptStage> = stages(&two, config(false), seed, &p);
     let mut refs: Vec<&mut dyn PipelineStage> = fresh
         .iter_mut()
         .map(|s| s as &mut dyn PipelineStage)
@@ -369,12 +354,7 @@ fn stage_checkpoints_load_into_any_layout() {
     let dir = tempdir("stages");
     let build = |m: &Mesh, micro, seed| {
         let p = Pipeline::new(m, "pp", micro).unwrap();
-        let stages: Vec<GptStage> = m
-            .axis_groups("tp")
-            .unwrap()
-            .iter()
-            .map(|g| GptStage::new(g, cfg3(false), seed, &p).unwrap())
-            .collect();
+        let stages: Vec<GptStage> = stages(m, cfg3(false), seed, &p);
         (p, stages)
     };
     // (pp, dp, tp) = (2, 2, 2): one file per stage, from its first replica.
@@ -484,12 +464,7 @@ fn pipelined_generation_equals_the_whole_model() {
             .with_axes(&[("pp", pp), ("dp", dp), ("tp", tp)])
             .unwrap();
         let p = Pipeline::new(&m, "pp", 1).unwrap();
-        let stages: Vec<GptStage> = m
-            .axis_groups("tp")
-            .unwrap()
-            .iter()
-            .map(|g| GptStage::new(g, cfg3(false), seed, &p).unwrap())
-            .collect();
+        let stages: Vec<GptStage> = stages(&m, cfg3(false), seed, &p);
         let refs: Vec<&dyn StageDecoder> = stages.iter().map(|s| s as &dyn StageDecoder).collect();
         let got = p.generate(&refs, &prompt, 4, pick).unwrap();
         let drawn = p.generate(&refs, &prompt, 4, draw).unwrap();
@@ -512,12 +487,7 @@ fn gradients_accumulate_over_steps_without_zeroing() {
     // One micro-batch: a step's gradient is one backward's, so two steps'
     // sum is exactly twice it.
     let p = Pipeline::new(&m, "pp", 1).unwrap();
-    let mut stages: Vec<GptStage> = m
-        .axis_groups("tp")
-        .unwrap()
-        .iter()
-        .map(|g| GptStage::new(g, config(false), seed, &p).unwrap())
-        .collect();
+    let mut stages: Vec<GptStage> = stages(&m, config(false), seed, &p);
     let rows = (&data.0[..4 * SEQ], &data.1[..4 * SEQ]);
     let mut run = || {
         let mut refs: Vec<&mut dyn PipelineStage> = stages
@@ -539,4 +509,13 @@ fn gradients_accumulate_over_steps_without_zeroing() {
             );
         }
     }
+}
+
+/// One `GptStage` per tensor-parallel group of `m`, in row-major order.
+fn stages(m: &Mesh, cfg: GptConfig, seed: u64, p: &Pipeline) -> Vec<GptStage> {
+    m.axis_groups("tp")
+        .unwrap()
+        .iter()
+        .map(|g| GptStage::new(g, cfg, seed, p).unwrap())
+        .collect()
 }
