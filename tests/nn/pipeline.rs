@@ -1,14 +1,14 @@
 //! Pipeline parallelism (`Pipeline`, `GptStage`): a GPT split into stages
 //! along `pp`, run 1F1B over micro-batches, with data parallelism over `dp`
 //! and tensor parallelism inside each stage, gives the loss, every gradient
-//! and the parameters after 3 AdamW steps of one rank on the global batch
+//! and the parameters after each of 3 AdamW steps of one rank on the global batch
 //! (plain and sequence-parallel, meshes (pp, dp, tp) = (2, 1, 2), (2, 2, 1),
 //! (2, 2, 2), (3, 1, 2), both transports), with the communication
 //! docs/MATH.md §18 states; the tied embedding's two copies stay
 //! bit-identical; ZeRO-1 equals AdamW bit for bit; bad input is an error.
 
 use super::data_parallel::{
-    Named, ROWS, Run, SEQ, STEPS, adamw, batch, close, config, grads, masters, serial,
+    Named, ROWS, Run, SEQ, STEPS, adamw, batch, close, config, force, grads, masters, serial,
 };
 use crate::util::{
     Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh, shared_mesh,
@@ -43,7 +43,8 @@ fn merged(stages: &[GptStage], dp: usize, d: usize, f: fn(&dyn Params) -> Named)
     all
 }
 
-/// `STEPS` steps on the stages over `m`'s (pp, dp, tp) axes.
+/// `STEPS` steps on the stages over `m`'s (pp, dp, tp) axes, each from
+/// `starts`' step where given.
 fn pipelined(
     m: &Mesh,
     cfg: GptConfig,
@@ -51,6 +52,7 @@ fn pipelined(
     data: &(Vec<i32>, Vec<i32>),
     micro: usize,
     zero: bool,
+    starts: Option<&[Named]>,
 ) -> Run {
     let what = format!("{:?} sp={} micro={micro}", m.axes(), cfg.sequence_parallel);
     let size = |a| m.axis_size(a).unwrap();
@@ -68,12 +70,11 @@ fn pipelined(
             z
         })
         .collect();
-    let mut run = Run {
-        losses: vec![],
-        grads: vec![],
-        masters: Named::new(),
-    };
+    let mut run = Run::new();
     for step in 0..STEPS {
+        if let Some(starts) = starts {
+            stages.iter_mut().for_each(|s| force(s, &starts[step]));
+        }
         for axis in ["pp", "dp", "tp"] {
             m.axis_groups(axis)
                 .unwrap()
@@ -213,7 +214,7 @@ fn pipelined_gpt_steps_equal_one_rank_on_the_global_batch() {
                 .with_axes(&[("pp", pp), ("dp", dp), ("tp", tp)])
                 .unwrap();
             let what = format!("{kind} pp={pp} dp={dp} tp={tp} sp={sp}");
-            let got = pipelined(&m, cfg3(sp), seed, &data, micro, false);
+            let got = pipelined(&m, cfg3(sp), seed, &data, micro, false, Some(&want.starts));
             for s in 0..STEPS {
                 let l = format!("{what} loss {s}");
                 assert_close(&l, &[got.losses[s]], &[want.losses[s] as f64], TOL);
@@ -248,7 +249,7 @@ fn zero_under_a_pipeline_equals_adamw_bit_for_bit() {
 /// are not checked).
 fn pipelined_quiet(m: &Mesh, seed: u64, data: &(Vec<i32>, Vec<i32>), zero: bool) -> Named {
     let _counting = count_lock();
-    pipelined(m, cfg3(false), seed, data, 2, zero).masters
+    pipelined(m, cfg3(false), seed, data, 2, zero, None).masters
 }
 
 #[test]
