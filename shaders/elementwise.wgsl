@@ -16,6 +16,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
+// add_row_add's residual (the only entry that binds it).
+@group(0) @binding(4) var<storage, read> res: array<vec4<f32>>;
 
 // Whether vec4 i lies wholly past the n elements.
 fn past_end(i: u32) -> bool {
@@ -45,20 +47,34 @@ fn bias_at(j: u32) -> f32 {
     return b[j / 4u][j % 4u];
 }
 
+// b's entries for the four elements of vec4 i of a row-major [.., cols].
+fn row_bias4(i: u32) -> vec4<f32> {
+    if (p.cols % 4u == 0u) {
+        // The four elements share a row and a vec4 of b.
+        return b[i % (p.cols / 4u)];
+    }
+    let e = 4u * i;
+    return vec4<f32>(bias_at(e % p.cols), bias_at((e + 1u) % p.cols),
+                     bias_at((e + 2u) % p.cols), bias_at((e + 3u) % p.cols));
+}
+
 // out[i, j] = a[i, j] + b[j]  (bias broadcast over rows; b has `cols` entries)
 @compute @workgroup_size(WG)
 fn add_row(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) li: u32) {
     let i = linear_id(wg, nwg, li);
     if (past_end(i)) { return; }
-    if (p.cols % 4u == 0u) {
-        // The four elements share a row and a vec4 of b.
-        out[i] = a[i] + b[i % (p.cols / 4u)];
-        return;
-    }
-    let e = 4u * i;
-    out[i] = a[i] + vec4<f32>(bias_at(e % p.cols), bias_at((e + 1u) % p.cols),
-                              bias_at((e + 2u) % p.cols), bias_at((e + 3u) % p.cols));
+    out[i] = a[i] + row_bias4(i);
+}
+
+// out[i, j] = (a[i, j] + b[j]) + res[i, j]: a row-parallel layer's bias and
+// the residual in one pass, summed in add_row-then-add's order (same bits).
+@compute @workgroup_size(WG)
+fn add_row_add(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (past_end(i)) { return; }
+    out[i] = (a[i] + row_bias4(i)) + res[i];
 }
 
 // tanh approximation of GELU, as in GPT-2 / Megatron.

@@ -1,5 +1,5 @@
 //! Element-wise kernels (`shaders/elementwise.wgsl`): `alpha·a + beta·b`
-//! (add, scale, axpy), the product `a ⊙ b` (SwiGLU's gate) and the activations GELU (tanh form), ReLU and SiLU with
+//! (add, scale, axpy), a bias row with or without a residual, the product `a ⊙ b` (SwiGLU's gate) and the activations GELU (tanh form), ReLU and SiLU with
 //! their backward `dy · act'(x)`. One invocation per four elements, read and
 //! written as vec4s (`KernelSpec::in_vec4s` in `device/pipeline.rs`).
 
@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 
 const SOURCE: &str = grid_source!("elementwise.wgsl");
 const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::ReadWrite];
+/// `add_row_add`'s: the residual after the output.
+const BINDINGS_RES: &[Access] = &[Access::Read, Access::Read, Access::ReadWrite, Access::Read];
 
 /// An activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,8 +135,34 @@ pub fn add_row(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     map_blocks("add_row", &[a], |p| add_row_one(p[0], b))
 }
 
+/// `(a[i, j] + b[j]) + res[i, j]`: [`add_row`] and then [`add`] of `res`
+/// (same shape as `a`) in one kernel, with the same bits.
+pub fn add_row_add(a: &LocalTensor, b: &LocalTensor, res: &LocalTensor) -> Result<LocalTensor> {
+    if a.shape() != res.shape() {
+        return Err(Error::shape("add_row_add", a.shape(), res.shape()));
+    }
+    map_blocks("add_row_add", &[a, res], |p| {
+        add_row_with(p[0], b, Some(p[1]))
+    })
+}
+
 fn add_row_one(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
+    add_row_with(a, b, None)
+}
+
+fn add_row_with(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    res: Option<&LocalTensor>,
+) -> Result<LocalTensor> {
     const OP: &str = "add_row";
+    if let Some(r) = res {
+        r.expect_dtype(OP, DType::F32)?;
+        a.same_rank(OP, r)?;
+        if r.shape() != a.shape() {
+            return Err(Error::shape(OP, a.shape(), r.shape()));
+        }
+    }
     a.expect_dtype(OP, DType::F32)?;
     b.expect_dtype(OP, DType::F32)?;
     a.same_rank(OP, b)?;
@@ -150,10 +178,17 @@ fn add_row_one(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
         alpha: 1.0,
         beta: 1.0,
     };
+    let (entry, bindings) = match res {
+        None => (spec("add_row"), vec![a, b, &out]),
+        Some(r) => (
+            KernelSpec::new("elementwise", SOURCE, BINDINGS_RES, "add_row_add").in_vec4s(),
+            vec![a, b, &out, r],
+        ),
+    };
     Dispatch {
-        spec: &spec("add_row"),
+        spec: &entry,
         params: bytemuck::bytes_of(&params),
-        buffers: &[a, b, &out],
+        buffers: &bindings,
         workgroups: grid_groups(a.device(), n.div_ceil(4) as usize),
     }
     .record(a.device())?;

@@ -41,7 +41,7 @@ pub use cross_entropy::{
 };
 pub use dropout::{PhiloxKey, ShardWindow, dropout};
 pub use elementwise::{
-    Activation, activation, activation_backward, add, add_row, axpby, mul, scale,
+    Activation, activation, activation_backward, add, add_row, add_row_add, axpby, mul, scale,
 };
 pub use embedding::{embedding_backward, embedding_lookup};
 pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_weight_with, gemm_with, matmul};

@@ -83,7 +83,16 @@ impl ParallelMlp {
     /// `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)` with sequence
     /// parallelism) → the same shape and placement.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
-        let act = self.c_fc.forward(x)?.activation(self.config.activation)?;
-        self.c_proj.forward(&act)
+        self.c_proj.forward(&self.hidden(x)?)
+    }
+
+    /// `residual + self.forward(x)`, the bias and the residual added in one
+    /// kernel where `c_proj` can ([`RowParallelLinear::forward_residual`]).
+    pub fn forward_residual(&self, x: &DTensor, residual: &DTensor) -> Result<DTensor> {
+        self.c_proj.forward_residual(&self.hidden(x)?, residual)
+    }
+
+    fn hidden(&self, x: &DTensor) -> Result<DTensor> {
+        self.c_fc.forward(x)?.activation(self.config.activation)
     }
 }

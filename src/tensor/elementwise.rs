@@ -46,7 +46,7 @@ fn in_f32(xs: &[&DTensor], f: impl FnOnce(&[DTensor]) -> Result<DTensor>) -> Res
 }
 
 /// Both operands on one mesh, of one shape and one placement.
-fn expect_alike(op: &'static str, a: &DTensor, b: &DTensor) -> Result<()> {
+pub(super) fn expect_alike(op: &'static str, a: &DTensor, b: &DTensor) -> Result<()> {
     if !a.mesh().same_as(b.mesh()) {
         return Err(Error::invalid(op, "the operands live on different meshes"));
     }

@@ -1,5 +1,6 @@
 //! Row-broadcast operations on a 2-D [`DTensor`] `[T, N]`:
-//! [`DTensor::add_row`] (a bias `[N]` added to every row) and
+//! [`DTensor::add_row`] (a bias `[N]` added to every row),
+//! [`DTensor::add_row_add`] (that and a residual, in one kernel) and
 //! [`DTensor::sum_rows`] (column sums `[N]`, a bias gradient). Each acts
 //! shard by shard with [`kernels::add_row`] / [`kernels::sum_rows`] and
 //! communicates nothing.
@@ -19,6 +20,7 @@
 
 use super::autograd::{placed, record};
 use super::dtensor::{DTensor, Placement};
+use super::elementwise::expect_alike;
 use super::matmul::{expect_aligned, expect_same_mesh};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -83,6 +85,48 @@ impl DTensor {
             }))
         })
     }
+
+    /// `(self[i, j] + bias[j]) + residual[i, j]`: [`DTensor::add_row`] and
+    /// then [`DTensor::add`] of `residual` in one kernel per shard, with the
+    /// same bits (a row-parallel layer's bias after its reduce, and the
+    /// block's residual: one pass over the row instead of two). All three
+    /// f32; `residual` shaped and placed like `self`; the bias placed as
+    /// `add_row` takes it. Communicates nothing.
+    pub fn add_row_add(&self, bias: &DTensor, residual: &DTensor) -> Result<DTensor> {
+        const OP: &str = "DTensor::add_row_add";
+        let y = self;
+        expect_same_mesh(OP, y, bias)?;
+        let [_, n] = expect_matrix(OP, "y", y)?;
+        expect_alike(OP, y, residual)?;
+        for t in [y, bias] {
+            if t.dtype() != DType::F32 {
+                return Err(Error::DTypeMismatch {
+                    op: OP,
+                    expected: DType::F32,
+                    got: t.dtype(),
+                });
+            }
+        }
+        if bias.shape() != [n] {
+            return Err(Error::shape(OP, [n], bias.shape()));
+        }
+        check_bias(OP, y.placement(), n, bias, (y, 1, "y's columns"))?;
+        record(OP, &[y, bias, residual], || {
+            let shards = (y.shards().iter().zip(bias.shards()))
+                .zip(residual.shards())
+                .map(|((y, b), r)| kernels::add_row_add(y, b, r))
+                .collect::<Result<Vec<_>>>()?;
+            let out = y.with_shards(shards, y.shape().to_vec(), y.placement());
+            Ok((out, |dy: &DTensor| {
+                Ok(vec![
+                    Some(dy.clone()),
+                    Some(dy.sum_rows()?),
+                    Some(dy.clone()),
+                ])
+            }))
+        })
+    }
+
     /// Column sums `[N]` of `self` `[T, N]` (a bias gradient `Σ_rows dy`),
     /// always f32 (an f16 input is widened first; gradients stay f32, as
     /// in the layers), in a fixed order, with no communication. `Shard(1)`

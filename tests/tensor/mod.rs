@@ -4,6 +4,8 @@
 //! - `elementwise`: add, scale and activations on every placement;
 //! - `matmul`: the shard-by-shard product's placement rules, against f64;
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
+//! - `row_residual`: a row-parallel layer's bias and the residual in one
+//!   kernel, against f64 and the two steps' bits;
 //! - `ops_vs_layers`: those operations give the linear layers' bits;
 //! - `grad_ops`: the VJPs of matmul, linear, add_row and sum_rows against
 //!   finite differences (`fd`: the check they share);
@@ -40,5 +42,6 @@ mod mappings;
 mod matmul;
 mod norm;
 mod ops_vs_layers;
+mod row_residual;
 mod rows;
 mod tied_head;

@@ -161,10 +161,20 @@ impl ParallelSelfAttention {
     /// each rank's heads ([`DTensor::causal_attention`], on the f32
     /// widening of f16 activations), `c_proj`.
     pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
+        self.forward_with(x, seq, None)
+    }
+
+    /// `residual + self.forward(x, seq)`, the bias and the residual added in
+    /// one kernel where `c_proj` can ([`RowParallelLinear::forward_residual`]).
+    pub fn forward_residual(&self, x: &DTensor, seq: usize, residual: &DTensor) -> Result<DTensor> {
+        self.forward_with(x, seq, Some(residual))
+    }
+
+    fn forward_with(&self, x: &DTensor, seq: usize, residual: Option<&DTensor>) -> Result<DTensor> {
         let (heads, d) = (self.config.heads, self.config.head_dim);
         let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let out = qkv.causal_attention(seq, heads, d, self.probs_dropout())?;
-        self.c_proj.forward(&out.cast(x.dtype())?)
+        project(&self.c_proj, &out.cast(x.dtype())?, residual)
     }
 
     /// One step of cached decoding of a single sequence: `x` `[new, hidden]`
@@ -175,6 +185,27 @@ impl ParallelSelfAttention {
     /// the cache. Communicates only in `c_proj` (one all-reduce). Not
     /// differentiable: decode inside [`no_grad`](crate::no_grad).
     pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
+        self.decode_with(x, cache, None)
+    }
+
+    /// `residual + self.decode(x, cache)`, the bias and the residual added
+    /// in one kernel where `c_proj` can
+    /// ([`RowParallelLinear::forward_residual`]).
+    pub fn decode_residual(
+        &self,
+        x: &DTensor,
+        cache: &mut KvCache,
+        residual: &DTensor,
+    ) -> Result<DTensor> {
+        self.decode_with(x, cache, Some(residual))
+    }
+
+    fn decode_with(
+        &self,
+        x: &DTensor,
+        cache: &mut KvCache,
+        residual: Option<&DTensor>,
+    ) -> Result<DTensor> {
         const OP: &str = "ParallelSelfAttention::decode";
         if self.config.sequence_parallel {
             return Err(Error::invalid(
@@ -185,9 +216,17 @@ impl ParallelSelfAttention {
         let (heads, d) = (self.config.heads, self.config.head_dim);
         let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let (out, grown) = qkv.attention_decode(cache.kv.as_ref(), heads, d)?;
-        let y = self.c_proj.forward(&out.cast(x.dtype())?)?;
+        let y = project(&self.c_proj, &out.cast(x.dtype())?, residual)?;
         cache.len += x.shape()[0];
         cache.kv = Some(grown);
         Ok(y)
+    }
+}
+
+/// `c_proj(x)`, plus `residual` where given.
+fn project(c_proj: &RowParallelLinear, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
+    match residual {
+        Some(r) => c_proj.forward_residual(x, r),
+        None => c_proj.forward(x),
     }
 }

@@ -133,10 +133,23 @@ impl TransformerBlock {
 
     /// `x` `[batch·seq, hidden]` → the same shape and placement.
     pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
-        let a = self.attn.forward(&self.ln_1.forward(x)?, seq)?;
-        let h = x.add(&self.drop_attn.forward(&a)?)?;
-        let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
-        h.add(&self.drop_mlp.forward(&m)?)
+        let n1 = self.ln_1.forward(x)?;
+        let h = if identity(&self.drop_attn) {
+            self.attn.forward_residual(&n1, seq, x)?
+        } else {
+            x.add(&self.drop_attn.forward(&self.attn.forward(&n1, seq)?)?)?
+        };
+        self.mlp_residual(&h)
+    }
+
+    /// `h + drop(mlp(ln_2(h)))`, the bias and residual fused when dropout is off.
+    fn mlp_residual(&self, h: &DTensor) -> Result<DTensor> {
+        let n2 = self.ln_2.forward(h)?;
+        if identity(&self.drop_mlp) {
+            self.mlp.forward_residual(&n2, h)
+        } else {
+            h.add(&self.drop_mlp.forward(&self.mlp.forward(&n2)?)?)
+        }
     }
 
     /// Training mode (dropout on) or evaluation mode (off), and the step
@@ -156,9 +169,17 @@ impl TransformerBlock {
     /// One step of cached decoding of one sequence: `x` `[new, hidden]`
     /// holds the new tokens (see [`ParallelSelfAttention::decode`]).
     pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
-        let a = self.attn.decode(&self.ln_1.forward(x)?, cache)?;
-        let h = x.add(&self.drop_attn.forward(&a)?)?;
-        let m = self.mlp.forward(&self.ln_2.forward(&h)?)?;
-        h.add(&self.drop_mlp.forward(&m)?)
+        let n1 = self.ln_1.forward(x)?;
+        let h = if identity(&self.drop_attn) {
+            self.attn.decode_residual(&n1, cache, x)?
+        } else {
+            x.add(&self.drop_attn.forward(&self.attn.decode(&n1, cache)?)?)?
+        };
+        self.mlp_residual(&h)
     }
+}
+
+/// Whether `d` passes its input through (evaluation mode, or p = 0).
+fn identity(d: &Dropout) -> bool {
+    !d.is_training() || d.config().p == 0.0
 }

@@ -121,6 +121,20 @@ impl RowParallelLinear {
     /// result leaves `dW`, `db` in the parameters' gradients and x's
     /// gradient placed like x.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
+        self.forward_with(x, None)
+    }
+
+    /// `residual + self.forward(x)` (a block's residual branch), with the
+    /// bias and the residual added in one kernel after the all-reduce
+    /// ([`DTensor::add_row_add`]: the two steps' bits, one pass over the
+    /// output fewer) where the layer has a bias, reduces by all-reduce (no
+    /// ring, no sequence parallelism) and x and `residual` are f32; the two
+    /// steps otherwise. `residual` is shaped and placed like the output.
+    pub fn forward_residual(&self, x: &DTensor, residual: &DTensor) -> Result<DTensor> {
+        self.forward_with(x, Some(residual))
+    }
+
+    fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
         const OP: &str = "RowParallelLinear::forward";
         check_input(OP, x, self.config.in_features, self.ring())?;
         // With one rank any placement is whole: the scatter only relabels it.
@@ -155,14 +169,23 @@ impl RowParallelLinear {
                 (true, None) => Mapping::ReduceScatterToParallel(0).forward(&z)?,
                 (false, b) => {
                     let y = Mapping::ReduceFromParallel.forward(&z)?;
-                    match b {
-                        Some(b) => y.add_row(b)?,
-                        None => y,
+                    match (b, residual) {
+                        (Some(b), Some(r))
+                            if x.dtype() == DType::F32 && r.dtype() == DType::F32 =>
+                        {
+                            return y.add_row_add(b, r);
+                        }
+                        (Some(b), _) => y.add_row(b)?,
+                        (None, _) => y,
                     }
                 }
             }
         };
-        y.cast(x.dtype())
+        let y = y.cast(x.dtype())?;
+        match residual {
+            Some(r) => r.add(&y),
+            None => Ok(y),
+        }
     }
 }
 
