@@ -1,4 +1,4 @@
-// Small-M GEMM ("GEMV"): c[M,N] = a·op(b) (+ bias[n]) (+ acc[m,n]) for
+// Small-M GEMM ("GEMV"): c[M,N] = act(a·op(b) (+ bias[n]) (+ acc[m,n])) for
 // M ≤ 8 rows, reading b (a weight) where it is stored: [N, K] (entry
 // gemv_nk, the layers' x·Wᵀ) or [K, N] (gemv_kn). No pack, no texture: one
 // token's GEMMs are bound by streaming the weight once, and a pack or a
@@ -21,7 +21,8 @@ struct Params {
     m: u32,
     n: u32,
     k: u32,
-    // bit 0: add bias; bit 1: add acc.
+    // bit 0: add bias; bit 1: add acc; bits 2-3: then the activation
+    // (0 none, 1 GELU, 2 SiLU, 3 ReLU), as elementwise.wgsl computes it.
     flags: u32,
     groups: u32,
     _pad0: u32,
@@ -58,7 +59,28 @@ fn store1(m: u32, n: u32, v: f32) {
     if ((p.flags & 2u) != 0u) {
         r += acc_in[idx];
     }
-    c[idx] = COut(r);
+    c[idx] = COut(activate(r, (p.flags >> 2u) & 3u));
+}
+
+// elementwise.wgsl's activations, one element at a time (the same
+// operations, so the same bits as the product followed by that kernel).
+fn activate(x: f32, act: u32) -> f32 {
+    switch act {
+        case 1u: {
+            let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+            let e = exp(2.0 * clamp(u, -15.0, 15.0));
+            return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0));
+        }
+        case 2u: {
+            return x * (1.0 / (1.0 + exp(-clamp(x, -80.0, 80.0))));
+        }
+        case 3u: {
+            return max(x, 0.0);
+        }
+        default: {
+            return x;
+        }
+    }
 }
 
 fn store4(m: u32, n: u32, v: vec4<f32>) {

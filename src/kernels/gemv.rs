@@ -1,4 +1,4 @@
-//! Small-M GEMM (`shaders/gemv.wgsl`): `C = A·op(B) (+ bias) (+ accumulate)`
+//! Small-M GEMM (`shaders/gemv.wgsl`): `C = act(A·op(B) (+ bias) (+ accumulate))`
 //! for A `[M, K]` with `M ≤ 8`, reading B (a weight, `[N, K]` or `[K, N]`)
 //! where it is stored. A decoding step multiplies one token by every weight:
 //! its time is streaming the weights once, and the general kernels' packs
@@ -22,6 +22,7 @@ use self::loads::{
     A_SCALAR, A_VEC4, B_SCALAR, B_SCALAR_BF16, B_VEC4, B_VEC4_BF16, B_VEC8_BF16, B8_FROM_4,
 };
 pub use self::split::{SPLIT_CANDIDATES, gemv_split_with_candidate};
+use super::Activation;
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -201,7 +202,7 @@ pub fn gemv_with_candidate(
         a,
         b,
         trans_b,
-        (None, None),
+        (None, None, None),
         &out,
         (m, n, k),
         Some(Knob::Serial(c)),
@@ -209,7 +210,7 @@ pub fn gemv_with_candidate(
     Ok(out)
 }
 
-/// Record `out = a·op(b) (+ bias) (+ acc)`: `a` `[M, K]` (1 ≤ M ≤
+/// Record `out = act(a·op(b) (+ bias) (+ acc))`: `a` `[M, K]` (1 ≤ M ≤
 /// [`GEMV_MAX_ROWS`], K ≥ 1), `b` `[N, K]` when `trans_b` else `[K, N]`,
 /// `out` `[M, N]` already allocated; operands checked by the caller (the
 /// GEMM) for shapes, dtypes (A and B alike, or A f32 and B a weight kept in
@@ -219,7 +220,11 @@ pub(crate) fn gemv_into(
     a: &LocalTensor,
     b: &LocalTensor,
     trans_b: bool,
-    (bias, acc): (Option<&LocalTensor>, Option<&LocalTensor>),
+    (bias, acc, act): (
+        Option<&LocalTensor>,
+        Option<&LocalTensor>,
+        Option<Activation>,
+    ),
     out: &LocalTensor,
     (m, n, k): (usize, usize, usize),
     knob: Option<Knob>,
@@ -246,7 +251,13 @@ pub(crate) fn gemv_into(
         (true, _) => "gemv_nk",
         (false, _) => "gemv_kn",
     };
-    let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1;
+    let act = match act {
+        None => 0,
+        Some(Activation::Gelu) => 1,
+        Some(Activation::Silu) => 2,
+        Some(Activation::Relu) => 3,
+    };
+    let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1 | act << 2;
     let record = |knob: Knob| {
         let (entry, wg, groups) = match knob {
             Knob::Serial(c) => (entry, 16 * c, n.div_ceil(4).div_ceil(16 * c)),

@@ -103,9 +103,9 @@ impl GatedMlp {
             Mapping::CopyToParallel
         };
         let xg = f.forward(x)?;
-        let gate = self.gate_proj.forward_mapped(&xg)?;
+        let gate = (self.gate_proj).forward_mapped_activation(&xg, self.config.activation)?;
         let up = self.up_proj.forward_mapped(&xg)?;
-        let h = gate.activation(self.config.activation)?.mul(&up)?;
+        let h = gate.mul(&up)?;
         self.down_proj.forward(&h)
     }
 }

@@ -93,6 +93,6 @@ impl ParallelMlp {
     }
 
     fn hidden(&self, x: &DTensor) -> Result<DTensor> {
-        self.c_fc.forward(x)?.activation(self.config.activation)
+        self.c_fc.forward_activation(x, self.config.activation)
     }
 }

@@ -27,14 +27,14 @@
 //! logits) is multiplied block by block, forward and backward
 //! (`tied_head.rs`); a bias is refused there.
 
-use super::autograd::record;
+use super::autograd::{record, tracking};
 use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use super::matmul_grad::product_vjp;
 use super::rows::check_bias;
 use super::tied_head;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::kernels::GemmOptions;
+use crate::kernels::{Activation, GemmOptions};
 
 /// How [`DTensor::matmul_with`] multiplies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -175,7 +175,7 @@ impl DTensor {
     /// weights are.
     pub fn matmul_with(&self, w: &DTensor, opts: MatmulOptions) -> Result<DTensor> {
         record("DTensor::matmul", &[self, w], || {
-            let y = product(self, w, None, opts)?;
+            let y = product(self, w, None, opts, None)?;
             let (x, w) = (self.detach(), w.detach());
             Ok((y, move |dy: &DTensor| {
                 let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
@@ -206,7 +206,7 @@ impl DTensor {
             return self.matmul_with(w, opts);
         };
         record("DTensor::linear", &[self, w, b], || {
-            let y = product(self, w, Some(b), opts)?;
+            let y = product(self, w, Some(b), opts, None)?;
             let (x, w) = (self.detach(), w.detach());
             Ok((y, move |dy: &DTensor| {
                 let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
@@ -217,12 +217,41 @@ impl DTensor {
     }
 }
 
-/// `x·w` (or `x·wᵀ`), with `bias` added in the kernel, unrecorded.
+impl DTensor {
+    /// `act(self·wᵀ + bias)`: [`DTensor::linear`] and then
+    /// [`DTensor::activation`], with the same bits. Where nothing is
+    /// recorded (decoding under [`no_grad`](crate::no_grad)) and y is f32,
+    /// the small-M kernel applies the activation as it stores (one dispatch
+    /// and one pass over y fewer per token); on the tape the two
+    /// operations are recorded as usual (backward needs the
+    /// pre-activation).
+    pub fn linear_activation(
+        &self,
+        w: &DTensor,
+        bias: Option<&DTensor>,
+        activation: Activation,
+        opts: MatmulOptions,
+    ) -> Result<DTensor> {
+        let mut inputs = vec![self, w];
+        inputs.extend(bias);
+        if tracking(&inputs) || opts.out_dtype.unwrap_or(self.dtype()) != DType::F32 {
+            return self.linear(w, bias, opts)?.activation(activation);
+        }
+        let opts = MatmulOptions {
+            transpose_w: true,
+            ..opts
+        };
+        product(self, w, bias, opts, Some(activation))
+    }
+}
+
+/// `act(x·w (+ bias))` (or `x·wᵀ`), in the kernel, unrecorded.
 fn product(
     x: &DTensor,
     w: &DTensor,
     bias: Option<&DTensor>,
     opts: MatmulOptions,
+    activation: Option<Activation>,
 ) -> Result<DTensor> {
     const OP: &str = "DTensor::matmul";
     expect_same_mesh(OP, x, w)?;
@@ -282,6 +311,7 @@ fn product(
                     trans_b: opts.transpose_w,
                     out_dtype: Some(out_dtype),
                     bias: b32.as_ref().map(|b| &b.shards()[r]),
+                    activation,
                     ..Default::default()
                 },
             )

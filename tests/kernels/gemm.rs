@@ -88,6 +88,7 @@ fn check_variant(
         bias: with_bias.then_some(&bias_t),
         accumulate: with_acc.then_some(&acc_t),
         out_dtype: None,
+        activation: None,
     };
     let out = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
     assert_eq!(out.shape(), &[m, n]);

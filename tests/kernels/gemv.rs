@@ -60,6 +60,7 @@ fn check(
             bias: with_bias.then_some(&bias_t),
             accumulate: with_acc.then_some(&acc_t),
             out_dtype: None,
+            activation: None,
         };
         let got = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
         assert_eq!(got.shape(), &[m, n]);

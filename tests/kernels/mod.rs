@@ -1,6 +1,7 @@
 //! Layer 2, `src/kernels/`: each kernel family on one rank against the f64
 //! references in `util::reference`, plus its error cases:
 //! - `gemm`: gemm (transposes, bias, accumulate, every variant) and `sum_rows`;
+//! - `gemv_activation`: an activation applied in the product's store;
 //! - `gemv`: the small-M GEMM reading B as stored; `gemv_split`: its
 //!   split-K entry for GPUs, forced;
 //! - `pack_cache`: the packs `gemm_weight` keeps, dropped by in-place writes;
@@ -34,6 +35,7 @@ mod f16;
 mod gemm;
 mod gemm_split;
 mod gemv;
+mod gemv_activation;
 mod gemv_split;
 mod gqa;
 mod loop_limit;

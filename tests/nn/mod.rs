@@ -24,6 +24,8 @@
 //! - `generate`: the on-device greedy / top-k choice against the host sampler;
 //! - `sampling`: repetition penalty, top-k and top-p on the device against
 //!   an f64 reference of transformers' processors and transformers itself;
+//! - `fused_decode`: decoding runs no separate bias, residual or activation
+//!   kernel; `forward_activation` gives the two steps' bits;
 //! - `gpt`: the transformer block and the GPT against an f64 model, cached
 //!   decoding, GPT-2 names and checkpoints across world sizes;
 //! - `pretrained`: Hugging Face GPT-2 directories against an independent f64
@@ -46,6 +48,7 @@ mod cross_entropy;
 mod data_parallel;
 mod dropout;
 mod embedding;
+mod fused_decode;
 mod generate;
 mod gpt;
 mod init;

@@ -211,37 +211,28 @@ fn gemm_impl(
     {
         return Err(Error::shape(OP, [m, n], acc.shape()));
     }
+    if opts.activation.is_some() && output != DType::F32 {
+        return Err(Error::invalid(OP, "an activation needs an f32 C"));
+    }
+    let variant = resolve(variant, a, m, k);
+    if let Some(act) = opts.activation
+        && (variant != GemmVariant::Gemv || k == 0)
+        && m * n > 0
+    {
+        // Only the small-M kernel applies it in its store.
+        let opts = GemmOptions {
+            activation: None,
+            ..opts
+        };
+        let c = gemm_impl(a, b, opts, variant, cache_b)?;
+        return super::activation(&c, act);
+    }
     let out = a.rank().alloc(OP, &[m, n], output)?;
     fits_u32(OP, &out)?;
     if m == 0 || n == 0 {
         return Ok(out);
     }
     let flags = opts.bias.is_some() as u32 | (opts.accumulate.is_some() as u32) << 1;
-    let variant = match variant {
-        // One token (or a few): stream B once, as stored.
-        // (It binds five storage buffers; downlevel devices allow four.)
-        GemmVariant::Auto
-            if m <= GEMV_MAX_ROWS
-                && k > 0
-                && GemmVariant::from_env() == GemmVariant::Auto
-                && a.device().limits().max_storage_buffers_per_shader_stage >= 5 =>
-        {
-            GemmVariant::Gemv
-        }
-        GemmVariant::Auto => match GemmVariant::from_env() {
-            GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
-            // The tiled kernel's 16×16 workgroup needs 256 invocations; the
-            // register kernel's 8 fit any device.
-            GemmVariant::Auto
-                if a.device().limits().max_compute_invocations_per_workgroup < 256 =>
-            {
-                GemmVariant::Buffer
-            }
-            GemmVariant::Auto => GemmVariant::Tiled,
-            v => v,
-        },
-        v => v,
-    };
     if variant == GemmVariant::Gemv && k > 0 {
         // A transposed is at most GEMV_MAX_ROWS columns: packing it is cheap.
         let a = if opts.trans_a && k > 0 {
@@ -253,7 +244,7 @@ fn gemm_impl(
             a,
             b,
             opts.trans_b,
-            (opts.bias, opts.accumulate),
+            (opts.bias, opts.accumulate, opts.activation),
             &out,
             (m, n, k),
             None,
@@ -366,4 +357,33 @@ fn gemm_impl(
 /// `A·B` for A `[M,K]` and B `[K,N]`: [`gemm`] without transposes, bias or accumulate.
 pub fn matmul(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     gemm(a, b, GemmOptions::default())
+}
+
+/// The kernel `variant` means for an `[M, K]` A on `a`'s device.
+fn resolve(variant: GemmVariant, a: &LocalTensor, m: usize, k: usize) -> GemmVariant {
+    match variant {
+        // One token (or a few): stream B once, as stored.
+        // (It binds five storage buffers; downlevel devices allow four.)
+        GemmVariant::Auto
+            if m <= GEMV_MAX_ROWS
+                && k > 0
+                && GemmVariant::from_env() == GemmVariant::Auto
+                && a.device().limits().max_storage_buffers_per_shader_stage >= 5 =>
+        {
+            GemmVariant::Gemv
+        }
+        GemmVariant::Auto => match GemmVariant::from_env() {
+            GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
+            // The tiled kernel's 16×16 workgroup needs 256 invocations; the
+            // register kernel's 8 fit any device.
+            GemmVariant::Auto
+                if a.device().limits().max_compute_invocations_per_workgroup < 256 =>
+            {
+                GemmVariant::Buffer
+            }
+            GemmVariant::Auto => GemmVariant::Tiled,
+            v => v,
+        },
+        v => v,
+    }
 }

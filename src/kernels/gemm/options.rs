@@ -3,6 +3,7 @@
 
 use crate::device::LocalTensor;
 use crate::element::DType;
+use crate::kernels::Activation;
 
 /// Which GEMM kernel to run (see the `gemm` module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -70,7 +71,7 @@ impl GemmVariant {
     }
 }
 
-/// Options for [`gemm`](super::gemm): `C = op(A)·op(B) (+ bias broadcast over rows) (+ accumulate)`.
+/// Options for [`gemm`](super::gemm): `C = act(op(A)·op(B) (+ bias broadcast over rows) (+ accumulate))`.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct GemmOptions<'a> {
     /// Use Aᵀ: A is stored `[K, M]`.
@@ -84,4 +85,9 @@ pub struct GemmOptions<'a> {
     /// C's dtype (f32 or f16); `None` means A's. Bias and accumulate are
     /// always f32, and the sum is f32 until C is stored.
     pub out_dtype: Option<DType>,
+    /// An activation applied last (f32 C only): in the small-M kernel's
+    /// store (one dispatch fewer per decoded token and layer), by
+    /// [`activation`](crate::kernels::activation) after the others; the
+    /// same bits either way.
+    pub activation: Option<Activation>,
 }

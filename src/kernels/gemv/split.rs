@@ -75,7 +75,7 @@ pub fn gemv_split_with_candidate(
         a,
         b,
         true,
-        (bias, acc),
+        (bias, acc, None),
         &out,
         (m, n, k),
         Some(Knob::Split(c)),

@@ -16,6 +16,7 @@ use super::shared::{
 };
 use crate::device::Mesh;
 use crate::error::{Error, Result};
+use crate::kernels::Activation;
 use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
 use crate::nn::parameter::Parameter;
@@ -116,6 +117,17 @@ impl ColumnParallelLinear {
     /// backward through the result leaves `dW`, `db` in the parameters'
     /// gradients and x's gradient placed like x.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
+        self.forward_with(x, None)
+    }
+
+    /// `act(self.forward(x))` (a feed-forward's first product): the same
+    /// bits, with the activation applied in the product's store where
+    /// nothing is recorded ([`DTensor::linear_activation`]: decoding).
+    pub fn forward_activation(&self, x: &DTensor, act: Activation) -> Result<DTensor> {
+        self.forward_with(x, Some(act))
+    }
+
+    fn forward_with(&self, x: &DTensor, act: Option<Activation>) -> Result<DTensor> {
         const OP: &str = "ColumnParallelLinear::forward";
         check_input(OP, x, self.config.in_features, self.ring())?;
         let bias = match (&self.bias, self.config.skip_bias_add) {
@@ -139,12 +151,21 @@ impl ColumnParallelLinear {
                 transpose_w: true,
                 ..Default::default()
             };
-            f.forward(x)?.linear(w, bias, opts)?
+            match act {
+                Some(act) if !self.config.gather_output => {
+                    return f.forward(x)?.linear_activation(w, bias, act, opts);
+                }
+                _ => f.forward(x)?.linear(w, bias, opts)?,
+            }
         };
-        if self.config.gather_output {
-            Mapping::GatherFromParallel(1).forward(&y)
+        let y = if self.config.gather_output {
+            Mapping::GatherFromParallel(1).forward(&y)?
         } else {
-            Ok(y)
+            y
+        };
+        match act {
+            Some(act) => y.activation(act),
+            None => Ok(y),
         }
     }
 }
@@ -158,6 +179,17 @@ impl ColumnParallelLinear {
     /// their input gradients once. Output `Shard(1)`; `gather_output` and
     /// the ring are not applied.
     pub fn forward_mapped(&self, xg: &DTensor) -> Result<DTensor> {
+        self.forward_mapped_with(xg, None)
+    }
+
+    /// `act(self.forward_mapped(xg))` (SwiGLU's gate), the activation in
+    /// the product's store where nothing is recorded, as
+    /// [`Self::forward_activation`].
+    pub fn forward_mapped_activation(&self, xg: &DTensor, act: Activation) -> Result<DTensor> {
+        self.forward_mapped_with(xg, Some(act))
+    }
+
+    fn forward_mapped_with(&self, xg: &DTensor, act: Option<Activation>) -> Result<DTensor> {
         const OP: &str = "ColumnParallelLinear::forward_mapped";
         check_input(OP, xg, self.config.in_features, false)?;
         let bias = match (&self.bias, self.config.skip_bias_add) {
@@ -165,7 +197,10 @@ impl ColumnParallelLinear {
             _ => None,
         };
         let w = &self.weight.operand_for(xg.dtype())?;
-        xg.linear(w, bias, MatmulOptions::default())
+        match act {
+            Some(act) => xg.linear_activation(w, bias, act, MatmulOptions::default()),
+            None => xg.linear(w, bias, MatmulOptions::default()),
+        }
     }
 }
 

@@ -1,0 +1,97 @@
+//! The activation in the GEMM's options (`GemmOptions::activation`): the
+//! small-M kernel applies it as it stores, the other kernels by the
+//! element-wise kernel after; both give the bits of the product followed by
+//! `kernels::activation`, and GELU / SiLU / ReLU of the product match f64.
+//! 1, 3 and 8 rows (the small-M kernel) and 13 (the general GEMM), ragged K
+//! and N, with and without a bias, f32 and bf16 weights, B `[N, K]` and
+//! `[K, N]`; an f16 C with an activation is refused.
+
+use crate::util::{Rng, assert_close, mesh, reference, round_bf16};
+use wgpu_tp::kernels::{self, Activation, GemmOptions};
+use wgpu_tp::{DType, Error};
+
+fn act64(act: Activation, x: f64) -> f64 {
+    match act {
+        Activation::Gelu => reference::gelu(x),
+        Activation::Silu => x / (1.0 + (-x).exp()),
+        Activation::Relu => x.max(0.0),
+    }
+}
+
+#[test]
+fn the_activation_in_the_store_gives_the_two_kernels_bits() {
+    let m1 = mesh(1);
+    let r = &m1.ranks()[0];
+    let mut rng = Rng::fresh("gemv activation");
+    let acts = [Activation::Gelu, Activation::Silu, Activation::Relu];
+    for &(k, n) in &[(13, 17), (16, 12), (7, 20), (1, 1), (64, 9)] {
+        for m in [1, 3, 8, 13] {
+            for (i, &act) in acts.iter().enumerate() {
+                let bf16 = i == 1 && k % 8 == 0;
+                let trans_b = !(i == 2 && n % 4 == 0);
+                let a = rng.vec(m * k);
+                // Pre-activations around 0 and past GELU's and SiLU's bends.
+                let a: Vec<f32> = a.iter().map(|v| 3.0 * v).collect();
+                let b = rng.vec(k * n);
+                let b = if bf16 { round_bf16(&b) } else { b };
+                let bias = (m % 2 == 1).then(|| rng.vec(n));
+                let ta = r.upload(&[m, k], &a).unwrap();
+                let shape = if trans_b { [n, k] } else { [k, n] };
+                let tb = match bf16 {
+                    true => kernels::cast(&r.upload(&shape, &b).unwrap(), DType::BF16).unwrap(),
+                    false => r.upload(&shape, &b).unwrap(),
+                };
+                let tbias = bias.as_ref().map(|v| r.upload(&[n], v).unwrap());
+                let opts = GemmOptions {
+                    trans_b,
+                    bias: tbias.as_ref(),
+                    ..Default::default()
+                };
+                let what = format!("{m}x{k}x{n} {act:?} bf16 {bf16} trans_b {trans_b}");
+                let fused = GemmOptions {
+                    activation: Some(act),
+                    ..opts
+                };
+                let got = kernels::gemm(&ta, &tb, fused).unwrap().to_vec().unwrap();
+                let y = kernels::gemm(&ta, &tb, opts).unwrap();
+                let two = kernels::activation(&y, act).unwrap().to_vec().unwrap();
+                assert!(got == two, "{what}: the two kernels' bits");
+                let pre = reference::gemm(&a, &b, m, n, k, false, trans_b);
+                let want: Vec<f64> = (0..m * n)
+                    .map(|e| act64(act, pre[e] + bias.as_ref().map_or(0.0, |v| v[e % n] as f64)))
+                    .collect();
+                assert_close(&what, &got, &want, 1e-5);
+            }
+        }
+    }
+}
+
+#[test]
+fn an_activation_needs_an_f32_output() {
+    let m1 = mesh(1);
+    let r = &m1.ranks()[0];
+    let (a, b) = (
+        r.upload(&[2, 4], &[0.5; 8]).unwrap(),
+        r.upload(&[3, 4], &[0.25; 12]).unwrap(),
+    );
+    let opts = GemmOptions {
+        trans_b: true,
+        out_dtype: Some(DType::F16),
+        activation: Some(Activation::Gelu),
+        ..Default::default()
+    };
+    let e = kernels::gemm(&a, &b, opts).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("f32"),
+        "{e}"
+    );
+    let ok = GemmOptions {
+        out_dtype: None,
+        activation: Some(Activation::Relu),
+        ..opts
+    };
+    assert_eq!(
+        kernels::gemm(&a, &b, ok).unwrap().to_vec().unwrap(),
+        vec![0.5; 6]
+    );
+}

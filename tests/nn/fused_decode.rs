@@ -1,0 +1,123 @@
+//! Decoding with the fused epilogues: a GPT token runs no separate bias,
+//! residual or activation kernel (c_fc's GELU is applied in the product's
+//! store, each row-parallel bias and residual in one `add_row_add`), a
+//! Llama token no separate SiLU, at P = 1, 2, 4; the column layer's
+//! `forward_activation` gives `forward` + `activation`'s bits, recorded or
+//! not, on every placement it takes. (Decoded tokens equal full
+//! recomputation: tests/nn/gpt.rs, tests/models/llama.rs.)
+
+use std::path::Path;
+
+use crate::util::{Rng, WORLD_SIZES, count_lock, counting_mesh, meshes};
+use wgpu_tp::models::{Gpt, GptConfig, Llama};
+use wgpu_tp::nn::{ColumnParallelConfig, ColumnParallelLinear, InitRng, Params, Sampling};
+use wgpu_tp::{DTensor, Placement, Trace, kernels::Activation, no_grad};
+
+/// Dispatches of kernel `name` (`family::entry`) in `trace`.
+fn calls(trace: &Trace, name: &str) -> u64 {
+    let all = trace.top_kernels(usize::MAX);
+    all.iter().find(|k| k.name == name).map_or(0, |k| k.calls)
+}
+
+#[test]
+fn a_decoded_gpt_token_runs_no_separate_bias_residual_or_gelu_p1_2_4() {
+    let _counting = count_lock();
+    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
+    cfg.ffn = 20;
+    for p in [1, 2, 4] {
+        let m = counting_mesh(p);
+        let mut gpt = Gpt::new(&m, cfg, 3).unwrap();
+        gpt.set_mode(false, 0);
+        m.start_trace().unwrap();
+        let ids = no_grad(|| gpt.generate(&[1, 2, 3], 4, Sampling::Greedy)).unwrap();
+        let trace = m.stop_trace().unwrap();
+        assert_eq!(ids.len(), 4, "P={p}: the new tokens");
+        for separate in ["elementwise::gelu", "elementwise::add_row"] {
+            assert_eq!(calls(&trace, separate), 0, "P={p}: {separate}");
+        }
+        // Two per layer and forward pass (the prompt's and 3 tokens'), per rank.
+        let per_pass = (2 * cfg.layers * p) as u64;
+        assert_eq!(
+            calls(&trace, "elementwise::add_row_add"),
+            4 * per_pass,
+            "P={p}"
+        );
+    }
+}
+
+#[test]
+fn a_decoded_llama_token_runs_no_separate_silu_p1_2() {
+    let _counting = count_lock();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama_gqa");
+    for p in [1, 2] {
+        let m = counting_mesh(p);
+        let model = Llama::from_pretrained(&m, &dir).unwrap();
+        m.start_trace().unwrap();
+        let ids = no_grad(|| model.generate(&[1, 2, 3], 3, Sampling::Greedy)).unwrap();
+        let trace = m.stop_trace().unwrap();
+        assert_eq!(ids.len(), 3, "P={p}: the new tokens");
+        assert_eq!(calls(&trace, "elementwise::silu"), 0, "P={p}");
+        assert!(
+            calls(&trace, "elementwise::mul") > 0,
+            "P={p}: the gate's product"
+        );
+    }
+}
+
+#[test]
+fn forward_activation_gives_forward_then_activation_bits_p1_2_3_4_8() {
+    let mut rng = Rng::fresh("forward_activation");
+    let (t, k, n) = (3, 13, 17);
+    let (x, dy) = (rng.vec(t * k), rng.vec(t * n));
+    for &p in WORLD_SIZES {
+        for (transport, m) in meshes(p) {
+            for (act, gather, sp) in [
+                (Activation::Gelu, false, false),
+                (Activation::Silu, true, false),
+                (Activation::Relu, false, true),
+            ] {
+                let what = format!("{transport} P={p} {act:?} gather {gather} sp {sp}");
+                let mut cfg = ColumnParallelConfig::new(k, n);
+                (cfg.gather_output, cfg.sequence_parallel) = (gather, sp);
+                let mut layer = ColumnParallelLinear::new(&m, cfg, &mut InitRng::new(9)).unwrap();
+                let xp = if sp {
+                    Placement::Shard(0)
+                } else {
+                    Placement::Replicate
+                };
+                let xd = DTensor::from_host(&m, &[t, k], &x, xp).unwrap();
+                // Unrecorded (the fused store where the product is small).
+                let fused = no_grad(|| layer.forward_activation(&xd, act)).unwrap();
+                let two = no_grad(|| layer.forward(&xd)?.activation(act)).unwrap();
+                assert_eq!(fused.placement(), two.placement(), "{what}");
+                assert!(fused.to_host().unwrap() == two.to_host().unwrap(), "{what}");
+                // Recorded: the same values and gradients.
+                let mut run = |fused: bool| {
+                    layer.zero_grad();
+                    let xg = xd.detach().requires_grad();
+                    let y = match fused {
+                        true => layer.forward_activation(&xg, act).unwrap(),
+                        false => layer.forward(&xg).unwrap().activation(act).unwrap(),
+                    };
+                    let dyd = DTensor::from_host(&m, &[t, n], &dy, Placement::Replicate)
+                        .unwrap()
+                        .redistribute(y.placement())
+                        .unwrap();
+                    y.backward_with(&dyd).unwrap();
+                    let grads: Vec<Vec<f32>> = (layer.named_parameters().iter())
+                        .map(|(_, p)| p.master_grad().unwrap().unwrap())
+                        .collect();
+                    (
+                        y.to_host().unwrap(),
+                        xg.grad().unwrap().to_host().unwrap(),
+                        grads,
+                    )
+                };
+                assert!(
+                    run(true) == run(false),
+                    "{what}: recorded values and gradients"
+                );
+            }
+        }
+    }
+}
