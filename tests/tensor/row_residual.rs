@@ -138,11 +138,11 @@ fn bad_operands_are_errors() {
         y(rep).add_row_add(&b, &short),
         Err(Error::ShapeMismatch { .. })
     ));
-    let half = y(rep).cast(DType::F16).unwrap();
-    assert!(
-        half.add_row_add(&b.cast(DType::F16).unwrap(), &half)
-            .is_err()
-    );
+    if m.ranks()[0].device().has_f16() {
+        let half = y(rep).cast(DType::F16).unwrap();
+        let e = half.add_row_add(&b.cast(DType::F16).unwrap(), &half);
+        assert!(matches!(e, Err(Error::DTypeMismatch { .. })), "{e:?}");
+    }
     let z = y(rep).add_row_add(&b, &y(rep)).unwrap().to_host().unwrap();
     assert_eq!(z, vec![2.5; t * n], "still usable");
 }
