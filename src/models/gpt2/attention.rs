@@ -164,13 +164,15 @@ impl ParallelSelfAttention {
         self.forward_with(x, seq, None)
     }
 
-    /// `residual + self.forward(x, seq)`, the bias and the residual added in
-    /// one kernel where `c_proj` can ([`RowParallelLinear::forward_residual`]).
-    pub fn forward_residual(&self, x: &DTensor, seq: usize, residual: &DTensor) -> Result<DTensor> {
-        self.forward_with(x, seq, Some(residual))
-    }
-
-    fn forward_with(&self, x: &DTensor, seq: usize, residual: Option<&DTensor>) -> Result<DTensor> {
+    /// [`Self::forward`], plus `residual` where given: `c_proj`'s bias and
+    /// the residual then land in one kernel
+    /// ([`RowParallelLinear::forward_residual`]).
+    pub(crate) fn forward_with(
+        &self,
+        x: &DTensor,
+        seq: usize,
+        residual: Option<&DTensor>,
+    ) -> Result<DTensor> {
         let (heads, d) = (self.config.heads, self.config.head_dim);
         let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let out = qkv.causal_attention(seq, heads, d, self.probs_dropout())?;
@@ -188,19 +190,8 @@ impl ParallelSelfAttention {
         self.decode_with(x, cache, None)
     }
 
-    /// `residual + self.decode(x, cache)`, the bias and the residual added
-    /// in one kernel where `c_proj` can
-    /// ([`RowParallelLinear::forward_residual`]).
-    pub fn decode_residual(
-        &self,
-        x: &DTensor,
-        cache: &mut KvCache,
-        residual: &DTensor,
-    ) -> Result<DTensor> {
-        self.decode_with(x, cache, Some(residual))
-    }
-
-    fn decode_with(
+    /// [`Self::decode`], plus `residual` where given.
+    pub(crate) fn decode_with(
         &self,
         x: &DTensor,
         cache: &mut KvCache,

@@ -133,20 +133,27 @@ impl TransformerBlock {
 
     /// `x` `[batch·seq, hidden]` → the same shape and placement.
     pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
-        let n1 = self.ln_1.forward(x)?;
-        let h = if identity(&self.drop_attn) {
-            self.attn.forward_residual(&n1, seq, x)?
-        } else {
-            x.add(&self.drop_attn.forward(&self.attn.forward(&n1, seq)?)?)?
-        };
-        self.mlp_residual(&h)
+        self.branches(x, |n, r| self.attn.forward_with(n, seq, r))
     }
 
-    /// `h + drop(mlp(ln_2(h)))`, the bias and residual fused when dropout is off.
-    fn mlp_residual(&self, h: &DTensor) -> Result<DTensor> {
-        let n2 = self.ln_2.forward(h)?;
+    /// `h = x + drop(attn(ln_1(x)))`, then `h + drop(mlp(ln_2(h)))`, the
+    /// row-parallel biases and the residuals added in one kernel each when
+    /// dropout is off. `attn(n, r)` is the attention of `n`, plus `r` when
+    /// given.
+    fn branches(
+        &self,
+        x: &DTensor,
+        attn: impl FnOnce(&DTensor, Option<&DTensor>) -> Result<DTensor>,
+    ) -> Result<DTensor> {
+        let n1 = self.ln_1.forward(x)?;
+        let h = if identity(&self.drop_attn) {
+            attn(&n1, Some(x))?
+        } else {
+            x.add(&self.drop_attn.forward(&attn(&n1, None)?)?)?
+        };
+        let n2 = self.ln_2.forward(&h)?;
         if identity(&self.drop_mlp) {
-            self.mlp.forward_residual(&n2, h)
+            self.mlp.forward_residual(&n2, &h)
         } else {
             h.add(&self.drop_mlp.forward(&self.mlp.forward(&n2)?)?)
         }
@@ -169,13 +176,7 @@ impl TransformerBlock {
     /// One step of cached decoding of one sequence: `x` `[new, hidden]`
     /// holds the new tokens (see [`ParallelSelfAttention::decode`]).
     pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
-        let n1 = self.ln_1.forward(x)?;
-        let h = if identity(&self.drop_attn) {
-            self.attn.decode_residual(&n1, cache, x)?
-        } else {
-            x.add(&self.drop_attn.forward(&self.attn.decode(&n1, cache)?)?)?
-        };
-        self.mlp_residual(&h)
+        self.branches(x, |n, r| self.attn.decode_with(n, cache, r))
     }
 }
 
