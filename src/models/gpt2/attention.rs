@@ -176,7 +176,7 @@ impl ParallelSelfAttention {
         let (heads, d) = (self.config.heads, self.config.head_dim);
         let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let out = qkv.causal_attention(seq, heads, d, self.probs_dropout())?;
-        project(&self.c_proj, &out.cast(x.dtype())?, residual)
+        self.c_proj.forward_with(&out.cast(x.dtype())?, residual)
     }
 
     /// One step of cached decoding of a single sequence: `x` `[new, hidden]`
@@ -207,17 +207,9 @@ impl ParallelSelfAttention {
         let (heads, d) = (self.config.heads, self.config.head_dim);
         let qkv = self.c_attn.forward(x)?.cast(DType::F32)?;
         let (out, grown) = qkv.attention_decode(cache.kv.as_ref(), heads, d)?;
-        let y = project(&self.c_proj, &out.cast(x.dtype())?, residual)?;
+        let y = self.c_proj.forward_with(&out.cast(x.dtype())?, residual)?;
         cache.len += x.shape()[0];
         cache.kv = Some(grown);
         Ok(y)
-    }
-}
-
-/// `c_proj(x)`, plus `residual` where given.
-fn project(c_proj: &RowParallelLinear, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
-    match residual {
-        Some(r) => c_proj.forward_residual(x, r),
-        None => c_proj.forward(x),
     }
 }

@@ -134,7 +134,8 @@ impl RowParallelLinear {
         self.forward_with(x, Some(residual))
     }
 
-    fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
+    /// [`Self::forward`], plus `residual` where given ([`Self::forward_residual`]).
+    pub(crate) fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
         const OP: &str = "RowParallelLinear::forward";
         check_input(OP, x, self.config.in_features, self.ring())?;
         // With one rank any placement is whole: the scatter only relabels it.
