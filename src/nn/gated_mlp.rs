@@ -103,7 +103,8 @@ impl GatedMlp {
             Mapping::CopyToParallel
         };
         let xg = f.forward(x)?;
-        let gate = (self.gate_proj).forward_mapped_activation(&xg, self.config.activation)?;
+        let act = self.config.activation;
+        let gate = self.gate_proj.forward_mapped_activation(&xg, act)?;
         let up = self.up_proj.forward_mapped(&xg)?;
         let h = gate.mul(&up)?;
         self.down_proj.forward(&h)
