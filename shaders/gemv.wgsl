@@ -1,4 +1,5 @@
-// Small-M GEMM ("GEMV"): c[M,N] = act(a·op(b) (+ bias[n]) (+ acc[m,n])) for
+// Small-M GEMM ("GEMV"): c[M,N] = act(a·op(b) (+ bias[n]) (+ acc[m,n])),
+// or act(a·op(b) (+ bias[n])) ⊙ acc[m,n] (SwiGLU's gate times up), for
 // M ≤ 8 rows, reading b (a weight) where it is stored: [N, K] (entry
 // gemv_nk, the layers' x·Wᵀ) or [K, N] (gemv_kn). No pack, no texture: one
 // token's GEMMs are bound by streaming the weight once, and a pack or a
@@ -22,7 +23,8 @@ struct Params {
     n: u32,
     k: u32,
     // bit 0: add bias; bit 1: add acc; bits 2-3: then the activation
-    // (0 none, 1 GELU, 2 SiLU, 3 ReLU), as elementwise.wgsl computes it.
+    // (0 none, 1 GELU, 2 SiLU, 3 ReLU), as elementwise.wgsl computes it;
+    // bit 4: then multiply by acc (bit 1 clear), as its `mul` does.
     flags: u32,
     groups: u32,
     _pad0: u32,
@@ -46,7 +48,7 @@ fn arow(m: u32) -> u32 {
     return min(m, p.m - 1u);
 }
 
-// c(m, n) = v (+ bias) (+ acc), for m < M and n < N.
+// c(m, n) = act(v (+ bias) (+ acc)) (⊙ acc), for m < M and n < N.
 fn store1(m: u32, n: u32, v: f32) {
     if (m >= p.m || n >= p.n) {
         return;
@@ -59,7 +61,11 @@ fn store1(m: u32, n: u32, v: f32) {
     if ((p.flags & 2u) != 0u) {
         r += acc_in[idx];
     }
-    c[idx] = COut(activate(r, (p.flags >> 2u) & 3u));
+    var o = activate(r, (p.flags >> 2u) & 3u);
+    if ((p.flags & 16u) != 0u) {
+        o = o * acc_in[idx];
+    }
+    c[idx] = COut(o);
 }
 
 // elementwise.wgsl's activations, one element at a time (the same

@@ -1,4 +1,5 @@
-//! Small-M GEMM (`shaders/gemv.wgsl`): `C = act(A·op(B) (+ bias) (+ accumulate))`
+//! Small-M GEMM (`shaders/gemv.wgsl`): `C = act(A·op(B) (+ bias) (+ accumulate))
+//! (⊙ multiply)`
 //! for A `[M, K]` with `M ≤ 8`, reading B (a weight, `[N, K]` or `[K, N]`)
 //! where it is stored. A decoding step multiplies one token by every weight:
 //! its time is streaming the weights once, and the general kernels' packs
@@ -202,7 +203,7 @@ pub fn gemv_with_candidate(
         a,
         b,
         trans_b,
-        (None, None, None),
+        (None, None, None, None),
         &out,
         (m, n, k),
         Some(Knob::Serial(c)),
@@ -210,26 +211,34 @@ pub fn gemv_with_candidate(
     Ok(out)
 }
 
-/// Record `out = act(a·op(b) (+ bias) (+ acc))`: `a` `[M, K]` (1 ≤ M ≤
+/// Record `out = act(a·op(b) (+ bias) (+ acc)) (⊙ mul)`: `a` `[M, K]` (1 ≤ M ≤
 /// [`GEMV_MAX_ROWS`], K ≥ 1), `b` `[N, K]` when `trans_b` else `[K, N]`,
 /// `out` `[M, N]` already allocated; operands checked by the caller (the
 /// GEMM) for shapes, dtypes (A and B alike, or A f32 and B a weight kept in
-/// bf16 or f16; bias and acc f32) and rank.
+/// bf16 or f16; bias, acc and mul f32) and rank; acc and mul share a
+/// binding, so at most one of them.
 /// `knob`: the variant to use (else measured or guessed, [`candidate`]).
 pub(crate) fn gemv_into(
     a: &LocalTensor,
     b: &LocalTensor,
     trans_b: bool,
-    (bias, acc, act): (
+    (bias, acc, act, mul): (
         Option<&LocalTensor>,
         Option<&LocalTensor>,
         Option<Activation>,
+        Option<&LocalTensor>,
     ),
     out: &LocalTensor,
     (m, n, k): (usize, usize, usize),
     knob: Option<Knob>,
 ) -> Result<()> {
     const OP: &str = "gemv";
+    if acc.is_some() && mul.is_some() {
+        return Err(Error::invalid(
+            OP,
+            "acc and mul share a binding: one of them",
+        ));
+    }
     if !(1..=GEMV_MAX_ROWS).contains(&m) || k == 0 || n == 0 {
         return Err(Error::invalid(
             OP,
@@ -257,7 +266,10 @@ pub(crate) fn gemv_into(
         Some(Activation::Silu) => 2,
         Some(Activation::Relu) => 3,
     };
-    let flags = bias.is_some() as u32 | (acc.is_some() as u32) << 1 | act << 2;
+    let flags = bias.is_some() as u32
+        | (acc.is_some() as u32) << 1
+        | act << 2
+        | (mul.is_some() as u32) << 4;
     let record = |knob: Knob| {
         let (entry, wg, groups) = match knob {
             Knob::Serial(c) => (entry, 16 * c, n.div_ceil(4).div_ceil(16 * c)),
@@ -277,7 +289,7 @@ pub(crate) fn gemv_into(
         Dispatch {
             spec: &spec,
             params: bytemuck::bytes_of(&params),
-            buffers: &[a, b, bias.unwrap_or(a), acc.unwrap_or(b), out],
+            buffers: &[a, b, bias.unwrap_or(a), acc.or(mul).unwrap_or(b), out],
             workgroups: groups as u64,
         }
         .record(a.device())

@@ -103,10 +103,12 @@ impl GatedMlp {
             Mapping::CopyToParallel
         };
         let xg = f.forward(x)?;
-        let act = self.config.activation;
-        let gate = self.gate_proj.forward_mapped_activation(&xg, act)?;
+        // Up first, so the gate's product can multiply by it as it stores.
         let up = self.up_proj.forward_mapped(&xg)?;
-        let h = gate.mul(&up)?;
+        let act = self.config.activation;
+        let h = self
+            .gate_proj
+            .forward_mapped_activation_mul(&xg, act, &up)?;
         self.down_proj.forward(&h)
     }
 }

@@ -175,7 +175,7 @@ impl DTensor {
     /// weights are.
     pub fn matmul_with(&self, w: &DTensor, opts: MatmulOptions) -> Result<DTensor> {
         record("DTensor::matmul", &[self, w], || {
-            let y = product(self, w, None, opts, None)?;
+            let y = product(self, w, None, opts, (None, None))?;
             let (x, w) = (self.detach(), w.detach());
             Ok((y, move |dy: &DTensor| {
                 let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
@@ -206,7 +206,7 @@ impl DTensor {
             return self.matmul_with(w, opts);
         };
         record("DTensor::linear", &[self, w, b], || {
-            let y = product(self, w, Some(b), opts, None)?;
+            let y = product(self, w, Some(b), opts, (None, None))?;
             let (x, w) = (self.detach(), w.detach());
             Ok((y, move |dy: &DTensor| {
                 let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
@@ -241,17 +241,46 @@ impl DTensor {
             transpose_w: true,
             ..opts
         };
-        product(self, w, bias, opts, Some(activation))
+        product(self, w, bias, opts, (Some(activation), None))
+    }
+
+    /// `act(self·wᵀ + bias) ⊙ up` (SwiGLU's gate times its up
+    /// projection): [`DTensor::linear_activation`] and then
+    /// [`DTensor::mul`], with the same bits. `up` is shaped and placed as
+    /// the product. Where nothing is recorded and y is f32, the small-M
+    /// kernel multiplies as it stores (one dispatch and one pass over y
+    /// fewer per token and layer); on the tape the operations are recorded
+    /// as usual.
+    pub fn linear_activation_mul(
+        &self,
+        w: &DTensor,
+        bias: Option<&DTensor>,
+        activation: Activation,
+        up: &DTensor,
+        opts: MatmulOptions,
+    ) -> Result<DTensor> {
+        let mut inputs = vec![self, w, up];
+        inputs.extend(bias);
+        let f32_out = opts.out_dtype.unwrap_or(self.dtype()) == DType::F32;
+        let blocked = w.shards().iter().any(|s| s.is_blocked());
+        if tracking(&inputs) || !f32_out || up.dtype() != DType::F32 || blocked {
+            return self.linear_activation(w, bias, activation, opts)?.mul(up);
+        }
+        let opts = MatmulOptions {
+            transpose_w: true,
+            ..opts
+        };
+        product(self, w, bias, opts, (Some(activation), Some(up)))
     }
 }
 
-/// `act(x·w (+ bias))` (or `x·wᵀ`), in the kernel, unrecorded.
+/// `act(x·w (+ bias)) (⊙ up)` (or `x·wᵀ`), in the kernel, unrecorded.
 fn product(
     x: &DTensor,
     w: &DTensor,
     bias: Option<&DTensor>,
     opts: MatmulOptions,
-    activation: Option<Activation>,
+    (activation, up): (Option<Activation>, Option<&DTensor>),
 ) -> Result<DTensor> {
     const OP: &str = "DTensor::matmul";
     expect_same_mesh(OP, x, w)?;
@@ -300,6 +329,21 @@ fn product(
         // y's placement meets the bias's as in add_row.
         check_bias(OP, placement, n, b, (w, n_dim, "w's rows"))?;
     }
+    if let Some(up) = up {
+        expect_same_mesh(OP, x, up)?;
+        if up.shape() != [t, n] || up.placement() != placement || up.shard_unit() != unit {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "up must be shaped and placed as the product ([{t}, {n}], {placement:?} in \
+                     units of {unit}), got {:?}, {:?} in units of {}",
+                    up.shape(),
+                    up.placement(),
+                    up.shard_unit()
+                ),
+            ));
+        }
+    }
     let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
     let shards = (0..x.shards().len())
         .map(|r| {
@@ -312,6 +356,7 @@ fn product(
                     out_dtype: Some(out_dtype),
                     bias: b32.as_ref().map(|b| &b.shards()[r]),
                     activation,
+                    multiply: up.map(|u| &u.shards()[r]),
                     ..Default::default()
                 },
             )

@@ -40,11 +40,11 @@ pub(super) fn product(x: &LocalTensor, w: &LocalTensor, opts: GemmOptions) -> Re
     if !opts.trans_b || !(w.is_blocked() || x.rank().row_blocks(&out, out_dtype)?.is_some()) {
         return kernels::gemm_weight(x, w, opts);
     }
-    if opts.bias.is_some() {
+    if opts.bias.is_some() || opts.multiply.is_some() {
         return Err(Error::invalid(
             "DTensor::linear",
-            "a bias with a weight or product past one storage binding is not supported: \
-             add the bias after the product (DTensor::add_row)",
+            "a bias or a multiply with a weight or product past one storage binding is not \
+             supported: apply it after the product (DTensor::add_row, DTensor::mul)",
         ));
     }
     logits(x, w, opts)

@@ -146,6 +146,7 @@ fn f16_gemm_accumulates_in_f32_every_layout_and_variant() {
                             accumulate: with_acc.then_some(&acc_t),
                             out_dtype: Some(out),
                             activation: None,
+                            multiply: None,
                         };
                         let c = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
                         assert_eq!((c.dtype(), c.shape()), (out, &[mm, n][..]));

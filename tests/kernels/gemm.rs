@@ -89,6 +89,7 @@ fn check_variant(
         accumulate: with_acc.then_some(&acc_t),
         out_dtype: None,
         activation: None,
+        multiply: None,
     };
     let out = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
     assert_eq!(out.shape(), &[m, n]);

@@ -61,6 +61,7 @@ fn check(
             accumulate: with_acc.then_some(&acc_t),
             out_dtype: None,
             activation: None,
+            multiply: None,
         };
         let got = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
         assert_eq!(got.shape(), &[m, n]);

@@ -1,7 +1,9 @@
 //! Decoding with the fused epilogues: a GPT token runs no separate bias,
 //! residual or activation kernel (c_fc's GELU is applied in the product's
 //! store, each row-parallel bias and residual in one `add_row_add`), a
-//! Llama token no separate SiLU, at P = 1, 2, 4; the column layer's
+//! Llama token no separate SiLU or gate-times-up product, at P = 1, 2, 4;
+//! the gated MLP gives the separate operations' bits and gradients; the
+//! column layer's
 //! `forward_activation` gives `forward` + `activation`'s bits, recorded or
 //! not, on every placement it takes. (Decoded tokens equal full
 //! recomputation: tests/nn/gpt.rs, tests/models/llama.rs.)
@@ -10,8 +12,10 @@ use std::path::Path;
 
 use crate::util::{Rng, WORLD_SIZES, count_lock, counting_mesh, meshes};
 use wgpu_tp::models::{Gpt, GptConfig, Llama};
-use wgpu_tp::nn::{ColumnParallelConfig, ColumnParallelLinear, InitRng, Params, Sampling};
-use wgpu_tp::{DTensor, Placement, Trace, kernels::Activation, no_grad};
+use wgpu_tp::nn::{
+    ColumnParallelConfig, ColumnParallelLinear, GatedMlp, GatedMlpConfig, InitRng, Params, Sampling,
+};
+use wgpu_tp::{DTensor, Mapping, MatmulOptions, Placement, Trace, kernels::Activation, no_grad};
 
 /// Dispatches of kernel `name` (`family::entry`) in `trace`.
 fn calls(trace: &Trace, name: &str) -> u64 {
@@ -46,7 +50,7 @@ fn a_decoded_gpt_token_runs_no_separate_bias_residual_or_gelu_p1_2_4() {
 }
 
 #[test]
-fn a_decoded_llama_token_runs_no_separate_silu_p1_2() {
+fn a_decoded_llama_token_runs_no_separate_silu_or_mul_p1_2() {
     let _counting = count_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama_gqa");
     for p in [1, 2] {
@@ -56,12 +60,104 @@ fn a_decoded_llama_token_runs_no_separate_silu_p1_2() {
         let ids = no_grad(|| model.generate(&[1, 2, 3], 3, Sampling::Greedy)).unwrap();
         let trace = m.stop_trace().unwrap();
         assert_eq!(ids.len(), 3, "P={p}: the new tokens");
-        assert_eq!(calls(&trace, "elementwise::silu"), 0, "P={p}");
-        assert!(
-            calls(&trace, "elementwise::mul") > 0,
-            "P={p}: the gate's product"
-        );
+        // SwiGLU's SiLU and its product with up are in the gate's store.
+        for separate in ["elementwise::silu", "elementwise::mul"] {
+            assert_eq!(calls(&trace, separate), 0, "P={p}: {separate}");
+        }
+        let products: u64 = (trace.top_kernels(usize::MAX).iter())
+            .filter(|k| k.name.starts_with("gemv_"))
+            .map(|k| k.calls)
+            .sum();
+        assert!(products > 0, "P={p}: the small-M products ran");
     }
+}
+
+#[test]
+fn the_gated_mlp_gives_the_separate_ops_bits_p1_2_3_4_8() {
+    let mut rng = Rng::fresh("gated mlp fused");
+    let (t, h, f) = (3, 13, 17);
+    let (x, dy) = (rng.vec(t * h), rng.vec(t * h));
+    for &p in WORLD_SIZES {
+        for (transport, m) in meshes(p) {
+            for sp in [false, true] {
+                if sp && t % p != 0 && p > t {
+                    continue;
+                }
+                let what = format!("{transport} P={p} sp {sp}");
+                let mut cfg = GatedMlpConfig::new(h, f);
+                (cfg.bias, cfg.sequence_parallel) = (sp, sp);
+                let mut mlp = GatedMlp::new(&m, cfg, &mut InitRng::new(5)).unwrap();
+                let xp = if sp {
+                    Placement::Shard(0)
+                } else {
+                    Placement::Replicate
+                };
+                let xd = DTensor::from_host(&m, &[t, h], &x, xp).unwrap();
+                let separate = |mlp: &GatedMlp, xd: &DTensor| {
+                    let f = match sp {
+                        true => Mapping::AllGatherToParallel(0),
+                        false => Mapping::CopyToParallel,
+                    };
+                    let xg = f.forward(xd)?;
+                    let gate = mlp
+                        .gate_proj
+                        .forward_mapped(&xg)?
+                        .activation(Activation::Silu)?;
+                    let up = mlp.up_proj.forward_mapped(&xg)?;
+                    mlp.down_proj.forward(&gate.mul(&up)?)
+                };
+                let fused = no_grad(|| mlp.forward(&xd)).unwrap();
+                let apart = no_grad(|| separate(&mlp, &xd)).unwrap();
+                assert!(
+                    fused.to_host().unwrap() == apart.to_host().unwrap(),
+                    "{what}"
+                );
+                // Recorded: the same values and gradients.
+                let mut run = |fused: bool| {
+                    mlp.zero_grad();
+                    let xg = xd.detach().requires_grad();
+                    let y = match fused {
+                        true => mlp.forward(&xg).unwrap(),
+                        false => separate(&mlp, &xg).unwrap(),
+                    };
+                    let dyd = DTensor::from_host(&m, &[t, h], &dy, Placement::Replicate)
+                        .unwrap()
+                        .redistribute(y.placement())
+                        .unwrap();
+                    y.backward_with(&dyd).unwrap();
+                    let grads: Vec<Vec<f32>> = (mlp.named_parameters().iter())
+                        .map(|(_, p)| p.master_grad().unwrap().unwrap())
+                        .collect();
+                    (
+                        y.to_host().unwrap(),
+                        xg.grad().unwrap().to_host().unwrap(),
+                        grads,
+                    )
+                };
+                assert!(run(true) == run(false), "{what}: recorded");
+            }
+        }
+    }
+}
+
+#[test]
+fn linear_activation_mul_refuses_an_up_placed_unlike_the_product() {
+    let m = crate::util::mesh(2);
+    let mut rng = Rng::fresh("linear_activation_mul placement");
+    let x = DTensor::from_host(&m, &[2, 8], &rng.vec(16), Placement::Replicate).unwrap();
+    let w = DTensor::from_host(&m, &[6, 8], &rng.vec(48), Placement::Shard(0)).unwrap();
+    let up = DTensor::from_host(&m, &[2, 6], &rng.vec(12), Placement::Replicate).unwrap();
+    let opts = MatmulOptions::default();
+    let e = no_grad(|| x.linear_activation_mul(&w, None, Activation::Silu, &up, opts)).unwrap_err();
+    assert!(e.to_string().contains("placed"), "{e}");
+    let up = up.redistribute(Placement::Shard(1)).unwrap();
+    let fused = no_grad(|| x.linear_activation_mul(&w, None, Activation::Silu, &up, opts)).unwrap();
+    let apart = no_grad(|| {
+        x.linear_activation(&w, None, Activation::Silu, opts)?
+            .mul(&up)
+    })
+    .unwrap();
+    assert!(fused.to_host().unwrap() == apart.to_host().unwrap());
 }
 
 #[test]

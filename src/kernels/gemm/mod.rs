@@ -90,6 +90,7 @@ pub use self::options::{GemmOptions, GemmVariant};
 pub(crate) use self::sources::{register_sources, tiled_sources};
 
 use self::kept::of_b;
+use self::options::apart;
 use self::params::{BINDINGS, Params};
 use self::precision::Precision;
 use self::texture::{texture_gemm, texture_reads};
@@ -122,6 +123,8 @@ fn fits_u32(op: &'static str, t: &LocalTensor) -> Result<()> {
 /// or both f16 (accumulated in f32), or A f32 and B a weight kept in bf16 or
 /// f16 (read as stored by the small-M kernel, widened for one call by the
 /// others); bias and accumulate f32, C of [`GemmOptions::out_dtype`].
+/// [`GemmOptions::activation`] and [`GemmOptions::multiply`] are applied
+/// last, in that order.
 pub fn gemm(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
     gemm_with(a, b, opts, GemmVariant::Auto)
 }
@@ -188,6 +191,7 @@ fn gemm_impl(
     let mut operands = vec![(a, input), (b, weight)];
     operands.extend(opts.bias.map(|t| (t, DType::F32)));
     operands.extend(opts.accumulate.map(|t| (t, DType::F32)));
+    operands.extend(opts.multiply.map(|t| (t, DType::F32)));
     for (t, dtype) in operands {
         t.expect_dtype(OP, dtype)?;
         a.same_rank(OP, t)?;
@@ -211,21 +215,23 @@ fn gemm_impl(
     {
         return Err(Error::shape(OP, [m, n], acc.shape()));
     }
-    if opts.activation.is_some() && output != DType::F32 {
-        return Err(Error::invalid(OP, "an activation needs an f32 C"));
+    if let Some(mul) = opts.multiply
+        && mul.shape() != [m, n]
+    {
+        return Err(Error::shape(OP, [m, n], mul.shape()));
+    }
+    if (opts.activation.is_some() || opts.multiply.is_some()) && output != DType::F32 {
+        return Err(Error::invalid(
+            OP,
+            "an activation or a multiply needs an f32 C",
+        ));
     }
     let variant = resolve(variant, a, m, k);
-    if let Some(act) = opts.activation
-        && (variant != GemmVariant::Gemv || k == 0)
-        && m * n > 0
+    let in_store = variant == GemmVariant::Gemv && k > 0;
+    if m * n > 0
+        && let Some(c) = apart(opts, in_store, |o| gemm_impl(a, b, o, variant, cache_b))?
     {
-        // Only the small-M kernel applies it in its store.
-        let opts = GemmOptions {
-            activation: None,
-            ..opts
-        };
-        let c = gemm_impl(a, b, opts, variant, cache_b)?;
-        return super::activation(&c, act);
+        return Ok(c);
     }
     let out = a.rank().alloc(OP, &[m, n], output)?;
     fits_u32(OP, &out)?;
@@ -244,7 +250,7 @@ fn gemm_impl(
             a,
             b,
             opts.trans_b,
-            (opts.bias, opts.accumulate, opts.activation),
+            (opts.bias, opts.accumulate, opts.activation, opts.multiply),
             &out,
             (m, n, k),
             None,

@@ -1,8 +1,10 @@
 //! What a caller asks of [`gemm`](super::gemm): the kernel
-//! ([`GemmVariant`]) and the operands beyond A and B ([`GemmOptions`]).
+//! ([`GemmVariant`]) and the operands beyond A and B ([`GemmOptions`]),
+//! with the last steps a kernel cannot take in its store ([`apart`]).
 
 use crate::device::LocalTensor;
 use crate::element::DType;
+use crate::error::Result;
 use crate::kernels::Activation;
 
 /// Which GEMM kernel to run (see the `gemm` module docs).
@@ -71,7 +73,8 @@ impl GemmVariant {
     }
 }
 
-/// Options for [`gemm`](super::gemm): `C = act(op(A)·op(B) (+ bias broadcast over rows) (+ accumulate))`.
+/// Options for [`gemm`](super::gemm): `C = act(op(A)·op(B) (+ bias broadcast
+/// over rows) (+ accumulate)) (⊙ multiply)`.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct GemmOptions<'a> {
     /// Use Aᵀ: A is stored `[K, M]`.
@@ -90,4 +93,42 @@ pub struct GemmOptions<'a> {
     /// [`activation`](crate::kernels::activation) after the others; the
     /// same bits either way.
     pub activation: Option<Activation>,
+    /// `[M, N]` f32, multiplying C element by element after the activation
+    /// (f32 C only; SwiGLU's `act(gate) ⊙ up`): in the small-M kernel's
+    /// store where there is no `accumulate` (one dispatch fewer per decoded
+    /// token and layer), by [`mul`](crate::kernels::mul) after the others;
+    /// the same bits either way.
+    pub multiply: Option<&'a LocalTensor>,
+}
+
+/// The last steps of `opts` that the kernel cannot take in its store, run
+/// after it by the element-wise kernels: the product of `run` without them,
+/// then the activation, then the multiply (`Some`), or `None` where the
+/// kernel takes them all. Only the small-M kernel (`in_store`) applies
+/// them, and the multiply only without an accumulate (they share a binding).
+pub(super) fn apart(
+    opts: GemmOptions<'_>,
+    in_store: bool,
+    run: impl FnOnce(GemmOptions<'_>) -> Result<LocalTensor>,
+) -> Result<Option<LocalTensor>> {
+    let act = opts.activation.filter(|_| !in_store);
+    let mul = opts
+        .multiply
+        .filter(|_| !in_store || opts.accumulate.is_some());
+    if act.is_none() && mul.is_none() {
+        return Ok(None);
+    }
+    let inner = GemmOptions {
+        activation: opts.activation.filter(|_| act.is_none()),
+        multiply: opts.multiply.filter(|_| mul.is_none()),
+        ..opts
+    };
+    let mut c = run(inner)?;
+    if let Some(act) = act {
+        c = crate::kernels::activation(&c, act)?;
+    }
+    if let Some(up) = mul {
+        c = crate::kernels::mul(&c, up)?;
+    }
+    Ok(Some(c))
 }

@@ -75,7 +75,7 @@ pub fn gemv_split_with_candidate(
         a,
         b,
         true,
-        (bias, acc, None),
+        (bias, acc, None, None),
         &out,
         (m, n, k),
         Some(Knob::Split(c)),

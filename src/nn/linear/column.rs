@@ -186,10 +186,27 @@ impl ColumnParallelLinear {
     /// the product's store where nothing is recorded, as
     /// [`Self::forward_activation`].
     pub fn forward_mapped_activation(&self, xg: &DTensor, act: Activation) -> Result<DTensor> {
-        self.forward_mapped_with(xg, Some(act))
+        self.forward_mapped_with(xg, Some((act, None)))
     }
 
-    fn forward_mapped_with(&self, xg: &DTensor, act: Option<Activation>) -> Result<DTensor> {
+    /// `act(self.forward_mapped(xg)) ⊙ up` (SwiGLU's gate times up, `up`
+    /// placed as this layer's output): the same bits, with the activation
+    /// and the product in the kernel's store where nothing is recorded
+    /// ([`DTensor::linear_activation_mul`]).
+    pub fn forward_mapped_activation_mul(
+        &self,
+        xg: &DTensor,
+        act: Activation,
+        up: &DTensor,
+    ) -> Result<DTensor> {
+        self.forward_mapped_with(xg, Some((act, Some(up))))
+    }
+
+    fn forward_mapped_with(
+        &self,
+        xg: &DTensor,
+        epilogue: Option<(Activation, Option<&DTensor>)>,
+    ) -> Result<DTensor> {
         const OP: &str = "ColumnParallelLinear::forward_mapped";
         check_input(OP, xg, self.config.in_features, false)?;
         let bias = match (&self.bias, self.config.skip_bias_add) {
@@ -197,9 +214,11 @@ impl ColumnParallelLinear {
             _ => None,
         };
         let w = &self.weight.operand_for(xg.dtype())?;
-        match act {
-            Some(act) => xg.linear_activation(w, bias, act, MatmulOptions::default()),
-            None => xg.linear(w, bias, MatmulOptions::default()),
+        let opts = MatmulOptions::default();
+        match epilogue {
+            Some((act, Some(up))) => xg.linear_activation_mul(w, bias, act, up, opts),
+            Some((act, None)) => xg.linear_activation(w, bias, act, opts),
+            None => xg.linear(w, bias, opts),
         }
     }
 }
