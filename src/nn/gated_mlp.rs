@@ -97,6 +97,17 @@ impl GatedMlp {
     /// `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)` with sequence
     /// parallelism) → the same shape and placement.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
+        self.forward_with(x, None)
+    }
+
+    /// `residual + self.forward(x)` (a block's residual branch), added by
+    /// `down_proj` ([`RowParallelLinear::forward_residual`]: in the
+    /// product's store on one rank when decoding; the same bits).
+    pub fn forward_residual(&self, x: &DTensor, residual: &DTensor) -> Result<DTensor> {
+        self.forward_with(x, Some(residual))
+    }
+
+    fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
         let f = if self.config.sequence_parallel {
             Mapping::AllGatherToParallel(0)
         } else {
@@ -109,6 +120,6 @@ impl GatedMlp {
         let h = self
             .gate_proj
             .forward_mapped_activation_mul(&xg, act, &up)?;
-        self.down_proj.forward(&h)
+        self.down_proj.forward_with(&h, residual)
     }
 }

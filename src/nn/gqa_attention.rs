@@ -214,10 +214,22 @@ impl GqaAttention {
     /// parallelism), positions `0..seq` per sequence → the same shape and
     /// placement, in x's dtype (attention itself in f32).
     pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
+        self.forward_with(x, seq, None)
+    }
+
+    /// [`Self::forward`], plus `residual` where given, added by `o_proj`
+    /// ([`RowParallelLinear::forward_residual`]: in the product's store on
+    /// one rank when decoding).
+    pub(crate) fn forward_with(
+        &self,
+        x: &DTensor,
+        seq: usize,
+        residual: Option<&DTensor>,
+    ) -> Result<DTensor> {
         let xg = self.input_mapping().forward(x)?;
         let (q, k, v) = self.qkv(&xg, 0..seq)?;
         let out = q.gqa_attention(&k, &v, &self.spec(seq))?;
-        self.o_proj.forward(&out.cast(x.dtype())?)
+        self.o_proj.forward_with(&out.cast(x.dtype())?, residual)
     }
 
     /// One step of cached decoding of a single sequence: `x` `[new, hidden]`
@@ -226,6 +238,16 @@ impl GqaAttention {
     /// [`Self::forward`] over the whole sequence) and grows the cache.
     /// Communicates only in `o_proj`. Not differentiable.
     pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
+        self.decode_with(x, cache, None)
+    }
+
+    /// [`Self::decode`], plus `residual` where given (as [`Self::forward_with`]).
+    pub(crate) fn decode_with(
+        &self,
+        x: &DTensor,
+        cache: &mut KvCache,
+        residual: Option<&DTensor>,
+    ) -> Result<DTensor> {
         const OP: &str = "GqaAttention::decode";
         if self.config.sequence_parallel {
             return Err(Error::invalid(
@@ -237,7 +259,7 @@ impl GqaAttention {
         let xg = Mapping::CopyToParallel.forward(x)?;
         let (q, k, v) = self.qkv(&xg, cache.len..cache.len + new)?;
         let (out, grown) = q.gqa_decode(&k, &v, cache.kv.as_ref(), &self.spec(new))?;
-        let y = self.o_proj.forward(&out.cast(x.dtype())?)?;
+        let y = self.o_proj.forward_with(&out.cast(x.dtype())?, residual)?;
         cache.len += new;
         cache.kv = Some(grown);
         Ok(y)

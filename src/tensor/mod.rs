@@ -21,6 +21,7 @@ mod embedding;
 mod gqa;
 mod holding;
 mod host;
+mod linear_residual;
 mod mappings;
 mod matmul;
 mod matmul_grad;

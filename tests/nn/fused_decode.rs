@@ -1,7 +1,9 @@
 //! Decoding with the fused epilogues: a GPT token runs no separate bias,
 //! residual or activation kernel (c_fc's GELU is applied in the product's
-//! store, each row-parallel bias and residual in one `add_row_add`), a
-//! Llama token no separate SiLU or gate-times-up product, at P = 1, 2, 4;
+//! store, each row-parallel bias and residual in one `add_row_add`, or on
+//! one rank in the product's store), a
+//! Llama token no separate SiLU or gate-times-up product (nor, on one
+//! rank, residual add), at P = 1, 2, 4;
 //! the gated MLP gives the separate operations' bits and gradients; the
 //! column layer's
 //! `forward_activation` gives `forward` + `activation`'s bits, recorded or
@@ -39,18 +41,18 @@ fn a_decoded_gpt_token_runs_no_separate_bias_residual_or_gelu_p1_2_4() {
         for separate in ["elementwise::gelu", "elementwise::add_row"] {
             assert_eq!(calls(&trace, separate), 0, "P={p}: {separate}");
         }
-        // Two per layer and forward pass (the prompt's and 3 tokens'), per rank.
+        // Two per layer and forward pass (the prompt's and 3 tokens'), per
+        // rank; on one rank none: the product's store adds both.
         let per_pass = (2 * cfg.layers * p) as u64;
-        assert_eq!(
-            calls(&trace, "elementwise::add_row_add"),
-            4 * per_pass,
-            "P={p}"
-        );
+        let fused = if p == 1 { 0 } else { 4 * per_pass };
+        assert_eq!(calls(&trace, "elementwise::add_row_add"), fused, "P={p}");
+        // The embedding's sum, one per pass and rank: no residual's.
+        assert_eq!(calls(&trace, "elementwise::axpby"), 4 * p as u64, "P={p}");
     }
 }
 
 #[test]
-fn a_decoded_llama_token_runs_no_separate_silu_or_mul_p1_2() {
+fn a_decoded_llama_token_runs_no_separate_silu_mul_or_residual_p1_2() {
     let _counting = count_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama_gqa");
     for p in [1, 2] {
@@ -64,6 +66,12 @@ fn a_decoded_llama_token_runs_no_separate_silu_or_mul_p1_2() {
         for separate in ["elementwise::silu", "elementwise::mul"] {
             assert_eq!(calls(&trace, separate), 0, "P={p}: {separate}");
         }
+        // Two residual adds per layer, pass (the prompt's and 2 tokens')
+        // and rank after the all-reduce; on one rank none: the products'
+        // stores add them.
+        let layers = model.config().num_hidden_layers;
+        let want = if p == 1 { 0 } else { 2 * layers * 3 * p };
+        assert_eq!(calls(&trace, "elementwise::axpby"), want as u64, "P={p}");
         let products: u64 = (trace.top_kernels(usize::MAX).iter())
             .filter(|k| k.name.starts_with("gemv_"))
             .map(|k| k.calls)
@@ -87,6 +95,16 @@ fn the_gated_mlp_gives_the_separate_ops_bits_p1_2_3_4_8() {
                 let mut cfg = GatedMlpConfig::new(h, f);
                 (cfg.bias, cfg.sequence_parallel) = (sp, sp);
                 let mut mlp = GatedMlp::new(&m, cfg, &mut InitRng::new(5)).unwrap();
+                // Biases start at zero: random ones show where they are added.
+                for (b, len) in [
+                    (mlp.gate_proj.bias.as_mut(), f),
+                    (mlp.up_proj.bias.as_mut(), f),
+                    (mlp.down_proj.bias.as_mut(), h),
+                ] {
+                    if let Some(b) = b {
+                        b.load_master(&rng.vec(len)).unwrap();
+                    }
+                }
                 let xp = if sp {
                     Placement::Shard(0)
                 } else {

@@ -4,10 +4,12 @@
 //! the two steps they replace (`add_row`, then `add`), forward and backward,
 //! at P = 1, 2, 3, 4, 8 on both transports with ragged sizes; the layer's
 //! fallbacks (no bias, sequence parallelism, f16 where the adapter has it) give the two steps' bits;
-//! bad operands are errors.
+//! bad operands are errors. Decoding on one rank (nothing recorded, up to 8
+//! rows) adds the bias and the residual in the product's store: the two
+//! steps' bits, f32 or bf16 weights, and no element-wise kernel after.
 
 use super::fd::{Input, add_row, check_vjp};
-use crate::util::{Rng, WORLD_SIZES, assert_close, mesh, meshes};
+use crate::util::{Rng, WORLD_SIZES, assert_close, count_lock, counting_meshes, mesh, meshes};
 use wgpu_tp::nn::{InitRng, Params, RowParallelConfig, RowParallelLinear};
 use wgpu_tp::{DTensor, DType, Error, Placement, ReduceOp, kernels};
 
@@ -154,6 +156,8 @@ fn forward_residual_gives_the_two_steps_bits_and_gradients_p1_2_3_4_8() {
     let mut rng = Rng::fresh("forward_residual");
     let (t, k, n) = (7, 13, 17);
     let (x, res, dy) = (rng.vec(t * k), rng.vec(t * n), rng.vec(t * n));
+    // Biases start at zero: a random one shows where it is added.
+    let bias_values = rng.vec(n);
     for &p in WORLD_SIZES {
         for (transport, m) in meshes(p) {
             let f16 = m.ranks()[0].device().has_f16();
@@ -171,6 +175,9 @@ fn forward_residual_gives_the_two_steps_bits_and_gradients_p1_2_3_4_8() {
                 let mut cfg = RowParallelConfig::new(k, n);
                 (cfg.bias, cfg.sequence_parallel, cfg.input_is_parallel) = (bias, sp, sp);
                 let mut layer = RowParallelLinear::new(&m, cfg, &mut InitRng::new(5)).unwrap();
+                if let Some(b) = layer.bias.as_mut() {
+                    b.load_master(&bias_values).unwrap();
+                }
                 let (xp, yp) = match sp {
                     true => (Placement::Shard(1), Placement::Shard(0)),
                     false => (Placement::Replicate, Placement::Replicate),
@@ -220,4 +227,75 @@ fn forward_residual_gives_the_two_steps_bits_and_gradients_p1_2_3_4_8() {
 
 fn to64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
+}
+
+#[test]
+fn decoding_on_one_rank_adds_in_the_products_store_with_the_two_steps_bits() {
+    // The trace counts this test's kernels only on meshes no other test uses.
+    let _counting = count_lock();
+    let mut rng = Rng::fresh("forward_residual one rank");
+    let (k, n) = (13, 17);
+    for &p in &[1, 2] {
+        for (transport, m) in counting_meshes(p) {
+            for (t, bias, bf16) in [
+                (1, true, false),
+                (3, false, true),
+                (8, true, true),
+                (13, true, false),
+            ] {
+                let what = format!("{transport} P={p} T={t} bias {bias} bf16 {bf16}");
+                let mut cfg = RowParallelConfig::new(k, n);
+                cfg.bias = bias;
+                let mut layer = RowParallelLinear::new(&m, cfg, &mut InitRng::new(7)).unwrap();
+                if let Some(b) = layer.bias.as_mut() {
+                    // Biases start at zero: a random one shows where it is added.
+                    b.load_master(&rng.vec(n)).unwrap();
+                }
+                if bf16 {
+                    layer.weight.store_as(DType::BF16).unwrap();
+                }
+                let (x, res) = (rng.vec(t * k), rng.vec(t * n));
+                let xd = DTensor::from_host(&m, &[t, k], &x, Placement::Shard(1)).unwrap();
+                let rd = DTensor::from_host(&m, &[t, n], &res, Placement::Replicate).unwrap();
+                m.start_trace().unwrap();
+                let fused = wgpu_tp::no_grad(|| layer.forward_residual(&xd, &rd)).unwrap();
+                let trace = m.stop_trace().unwrap();
+                let two = wgpu_tp::no_grad(|| rd.add(&layer.forward(&xd)?)).unwrap();
+                let got = fused.to_host().unwrap();
+                assert!(got == two.to_host().unwrap(), "{what}: the two steps' bits");
+                // On one rank, up to 8 rows: nothing after the product.
+                let after: u64 = (trace.top_kernels(usize::MAX).iter())
+                    .filter(|k| k.name.starts_with("elementwise::"))
+                    .map(|k| k.calls)
+                    .sum();
+                assert_eq!(
+                    after == 0,
+                    p == 1 && t <= 8,
+                    "{what}: {after} element-wise kernels"
+                );
+                // Against f64 on the weights as kept.
+                let w = layer
+                    .weight
+                    .value
+                    .cast(DType::F32)
+                    .unwrap()
+                    .to_host()
+                    .unwrap();
+                let b = match bias {
+                    true => layer.bias.as_ref().unwrap().value.to_host().unwrap(),
+                    false => vec![0.0; n],
+                };
+                let want: Vec<f64> = (0..t * n)
+                    .map(|e| {
+                        let (i, j) = (e / n, e % n);
+                        let dot: f64 = (0..k)
+                            .map(|c| x[i * k + c] as f64 * w[j * k + c] as f64)
+                            .sum();
+                        dot + b[j] as f64 + res[e] as f64
+                    })
+                    .collect();
+                assert_close(&what, &got, &want, TOL);
+            }
+        }
+    }
 }

@@ -58,29 +58,20 @@ pub struct LlamaDecoderLayer {
 }
 
 impl LlamaDecoderLayer {
+    // Each branch's residual is added by its row-parallel projection (in
+    // the product's store when decoding on one rank): `x + branch`'s bits.
     fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
-        let h = x.add(
-            &self
-                .self_attn
-                .forward(&self.input_layernorm.forward(x)?, seq)?,
-        )?;
-        h.add(
-            &self
-                .mlp
-                .forward(&self.post_attention_layernorm.forward(&h)?)?,
-        )
+        let n1 = self.input_layernorm.forward(x)?;
+        let h = self.self_attn.forward_with(&n1, seq, Some(x))?;
+        let n2 = self.post_attention_layernorm.forward(&h)?;
+        self.mlp.forward_residual(&n2, &h)
     }
 
     fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
-        let a = self
-            .self_attn
-            .decode(&self.input_layernorm.forward(x)?, cache)?;
-        let h = x.add(&a)?;
-        h.add(
-            &self
-                .mlp
-                .forward(&self.post_attention_layernorm.forward(&h)?)?,
-        )
+        let n1 = self.input_layernorm.forward(x)?;
+        let h = self.self_attn.decode_with(&n1, cache, Some(x))?;
+        let n2 = self.post_attention_layernorm.forward(&h)?;
+        self.mlp.forward_residual(&n2, &h)
     }
 }
 

@@ -129,7 +129,9 @@ impl RowParallelLinear {
     /// ([`DTensor::add_row_add`]: the two steps' bits, one pass over the
     /// output fewer) where the layer has a bias, reduces by all-reduce (no
     /// ring, no sequence parallelism) and x and `residual` are f32; the two
-    /// steps otherwise. `residual` is shaped and placed like the output.
+    /// steps otherwise. On one rank, decoding (nothing recorded, at most
+    /// 8 rows), the small-M product adds both as it stores, bias or not.
+    /// `residual` is shaped and placed like the output.
     pub fn forward_residual(&self, x: &DTensor, residual: &DTensor) -> Result<DTensor> {
         self.forward_with(x, Some(residual))
     }
@@ -154,6 +156,14 @@ impl RowParallelLinear {
         }
         let w = &self.weight.operand_for(x.dtype())?;
         let bias = self.bias.as_ref().map(|b| &b.value);
+        if let Some(r) = residual
+            && !self.ring()
+            && !self.config.sequence_parallel
+            && let Some(y) = x.linear_residual_one_rank(w, bias, r)?
+        {
+            // One rank: the bias and the residual in the product's store.
+            return Ok(y);
+        }
         let y = if self.ring() {
             // Each chunk's partial product is computed while the running sum travels.
             x.ring_linear_reduce_scatter(w, bias)?

@@ -1,0 +1,68 @@
+//! A row-parallel layer's branch on one rank, `x·wᵀ (+ bias) + residual`,
+//! with the bias and the residual added in the small-M product's store
+//! (`GemmOptions::{bias, accumulate}`): with one rank the layer's
+//! all-reduce is nothing, so the store can finish the branch, one dispatch
+//! and one pass over the output fewer per decoded token and layer than
+//! [`DTensor::add_row_add`] or `add` after the product. The store adds in
+//! their order (`(y + b) + residual`), so the bits are theirs.
+
+use super::autograd::tracking;
+use super::dtensor::{DTensor, Placement};
+use crate::element::DType;
+use crate::error::Result;
+use crate::kernels::{self, GemmOptions, gemv::GEMV_MAX_ROWS};
+
+impl DTensor {
+    /// `x·wᵀ (+ bias) + residual` in one small-M product on a one-rank
+    /// mesh, unrecorded, or `None` where that does not apply (more ranks,
+    /// anything tracked, not f32, more than [`GEMV_MAX_ROWS`] rows, a
+    /// weight in blocks, shapes or placements a layer would not pass): the
+    /// caller then takes its separate steps, which check and report.
+    pub(crate) fn linear_residual_one_rank(
+        &self,
+        w: &DTensor,
+        bias: Option<&DTensor>,
+        residual: &DTensor,
+    ) -> Result<Option<DTensor>> {
+        let mut inputs = vec![self, w, residual];
+        inputs.extend(bias);
+        let one_rank = inputs.iter().all(|t| t.mesh().size() == 1);
+        // The weight may be kept narrow (bf16, f16): the product reads it so.
+        let f32s = inputs
+            .iter()
+            .all(|t| t.dtype() == DType::F32 || std::ptr::eq(*t, w));
+        let (Some(&t), Some(&n)) = (self.shape().first(), w.shape().first()) else {
+            return Ok(None);
+        };
+        let shapes = self.shape().len() == 2
+            && w.shape().get(1) == self.shape().get(1)
+            && residual.shape() == [t, n]
+            && bias.is_none_or(|b| b.shape() == [n]);
+        if !one_rank
+            || !f32s
+            || !shapes
+            || tracking(&inputs)
+            || !(1..=GEMV_MAX_ROWS).contains(&t)
+            || residual.placement() != Placement::Replicate
+            || w.shards()[0].is_blocked()
+        {
+            return Ok(None);
+        }
+        let y = kernels::gemm_weight(
+            &self.shards()[0],
+            &w.shards()[0],
+            GemmOptions {
+                trans_b: true,
+                bias: bias.map(|b| &b.shards()[0]),
+                accumulate: Some(&residual.shards()[0]),
+                ..Default::default()
+            },
+        )?;
+        Ok(Some(residual.with_shards_in_units(
+            vec![y],
+            vec![t, n],
+            Placement::Replicate,
+            1,
+        )))
+    }
+}
