@@ -49,7 +49,7 @@ pub use norm::{
     NormKind, RowsReduce, norm_backward, norm_forward, norm_forward_with, norm_param_grads,
 };
 pub use reduce::sum_rows;
-pub use rope::rotary;
+pub use rope::{rotary, rotary_pair};
 pub use sampling::{penalized_row, row_exp_sum};
 pub use slicing::{concat, narrow};
 pub use topk::top_k;

@@ -199,7 +199,9 @@ impl GqaAttention {
         let mesh = xg.mesh();
         let cos = DTensor::from_host(mesh, &[n, d / 2], &cos, Placement::Replicate)?;
         let sin = DTensor::from_host(mesh, &[n, d / 2], &sin, Placement::Replicate)?;
-        Ok((q.rotary(&cos, &sin, d)?, k.rotary(&cos, &sin, d)?, v))
+        // One dispatch for both when decoding (nothing recorded).
+        let (q, k) = q.rotary_pair(&k, &cos, &sin, d)?;
+        Ok((q, k, v))
     }
 
     fn input_mapping(&self) -> Mapping {

@@ -10,7 +10,7 @@
 //! placed like the incoming gradient when that is a partial sum (each rank's
 //! share of a replicated key's gradient), else like the input.
 
-use super::autograd::{linear_dy, record};
+use super::autograd::{linear_dy, record, tracking};
 use super::dtensor::{DTensor, Placement};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -28,6 +28,49 @@ fn check_table(op: &'static str, what: &str, t: &DTensor, x: &DTensor, half: usi
         return Err(Error::invalid(op, format!("{what} must be Replicate")));
     }
     t.shards()[0].expect_dtype(op, DType::F32)
+}
+
+/// `x` is what [`DTensor::rotary`] takes with these tables.
+fn check_x(
+    op: &'static str,
+    x: &DTensor,
+    (cos, sin): (&DTensor, &DTensor),
+    head_dim: usize,
+) -> Result<()> {
+    if x.shape().len() != 2 {
+        return Err(Error::shape(op, "x as [tokens, heads·head_dim]", x.shape()));
+    }
+    if x.dtype() != DType::F32 {
+        return Err(Error::DTypeMismatch {
+            op,
+            expected: DType::F32,
+            got: x.dtype(),
+        });
+    }
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        return Err(Error::invalid(
+            op,
+            format!("head_dim {head_dim} must be even and ≥ 2"),
+        ));
+    }
+    let half = head_dim / 2;
+    check_table(op, "cos", cos, x, half)?;
+    check_table(op, "sin", sin, x, half)?;
+    let ok = matches!(
+        x.placement(),
+        Placement::Replicate | Placement::Shard(1) | Placement::Partial(ReduceOp::Sum)
+    );
+    if !ok && x.mesh().size() > 1 {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "x must be Replicate, Shard(1) in whole heads or Partial(Sum) (a token's \
+             position is its row), got {:?}",
+                x.placement()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `x` rotated (or rotated back) shard by shard, placed `placement`.
@@ -56,43 +99,7 @@ impl DTensor {
     /// placed like it. Communicates nothing.
     pub fn rotary(&self, cos: &DTensor, sin: &DTensor, head_dim: usize) -> Result<DTensor> {
         const OP: &str = "DTensor::rotary";
-        if self.shape().len() != 2 {
-            return Err(Error::shape(
-                OP,
-                "x as [tokens, heads·head_dim]",
-                self.shape(),
-            ));
-        }
-        if self.dtype() != DType::F32 {
-            return Err(Error::DTypeMismatch {
-                op: OP,
-                expected: DType::F32,
-                got: self.dtype(),
-            });
-        }
-        if head_dim == 0 || !head_dim.is_multiple_of(2) {
-            return Err(Error::invalid(
-                OP,
-                format!("head_dim {head_dim} must be even and ≥ 2"),
-            ));
-        }
-        let half = head_dim / 2;
-        check_table(OP, "cos", cos, self, half)?;
-        check_table(OP, "sin", sin, self, half)?;
-        let ok = matches!(
-            self.placement(),
-            Placement::Replicate | Placement::Shard(1) | Placement::Partial(ReduceOp::Sum)
-        );
-        if !ok && self.mesh().size() > 1 {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "x must be Replicate, Shard(1) in whole heads or Partial(Sum) (a token's \
-                     position is its row), got {:?}",
-                    self.placement()
-                ),
-            ));
-        }
+        check_x(OP, self, (cos, sin), head_dim)?;
         record(OP, &[self], || {
             let tables = (cos.detach(), sin.detach());
             let y = rotate(
@@ -115,5 +122,49 @@ impl DTensor {
                 )?)])
             }))
         })
+    }
+
+    /// `(self.rotary(cos, sin, head_dim), k.rotary(cos, sin, head_dim))`
+    /// (a decoding step's query and key, the same tokens): where nothing is
+    /// recorded, one dispatch per rank for both ([`kernels::rotary_pair`],
+    /// the same bits); recorded, the two operations.
+    pub fn rotary_pair(
+        &self,
+        k: &DTensor,
+        cos: &DTensor,
+        sin: &DTensor,
+        head_dim: usize,
+    ) -> Result<(DTensor, DTensor)> {
+        const OP: &str = "DTensor::rotary_pair";
+        if tracking(&[self, k]) || !self.mesh().same_as(k.mesh()) {
+            return Ok((
+                self.rotary(cos, sin, head_dim)?,
+                k.rotary(cos, sin, head_dim)?,
+            ));
+        }
+        check_x(OP, self, (cos, sin), head_dim)?;
+        check_x(OP, k, (cos, sin), head_dim)?;
+        if k.shape()[0] != self.shape()[0] {
+            return Err(Error::shape(
+                OP,
+                format!("k with q's {} tokens", self.shape()[0]),
+                k.shape(),
+            ));
+        }
+        let (mut qs, mut ks) = (Vec::new(), Vec::new());
+        for (r, (q, kr)) in self.shards().iter().zip(k.shards()).enumerate() {
+            let (a, b) = kernels::rotary_pair(q, kr, &cos.shards()[r], &sin.shards()[r], head_dim)?;
+            qs.push(a);
+            ks.push(b);
+        }
+        Ok((
+            self.with_shards_in_units(
+                qs,
+                self.shape().to_vec(),
+                self.placement(),
+                self.shard_unit(),
+            ),
+            k.with_shards_in_units(ks, k.shape().to_vec(), k.placement(), k.shard_unit()),
+        ))
     }
 }

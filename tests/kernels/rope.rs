@@ -3,7 +3,8 @@
 //! arbitrary ones, its inverse (the VJP) against the f64 inverse rotation
 //! and as the forward's inverse, decoding steps (tables of positions
 //! `past..past + n`) equal to the whole sequence's rows, and bad operands
-//! as errors.
+//! as errors. `rotary_pair` (query and key in one dispatch) gives two calls'
+//! bits.
 
 use crate::util::{Rng, assert_close, mesh, rel_err};
 use wgpu_tp::kernels;
@@ -225,4 +226,55 @@ fn rotary_bad_inputs_are_errors() {
         Err(Error::DTypeMismatch { .. })
     ));
     assert!(rot(&x, &tc, &ts, d).is_ok(), "usable after the errors");
+}
+
+#[test]
+fn rotary_pair_gives_two_calls_bits_and_f64() {
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let mut rng = Rng::fresh("rotary_pair kernel");
+    // (rows, seq, q heads, k heads, head_dim): decoding steps and prefills.
+    for (rows, seq, hq, hk, d) in [
+        (1, 1, 9, 3, 64),
+        (3, 3, 3, 1, 6),
+        (7, 7, 2, 2, 2),
+        (26, 13, 5, 1, 12),
+        (4, 2, 1, 0, 4),
+    ] {
+        let what = format!("rows={rows} seq={seq} hq={hq} hk={hk} d={d}");
+        let (cos, sin) = (rng.vec(seq * d / 2), rng.vec(seq * d / 2));
+        let (tc, ts) = (up(r, &[seq, d / 2], &cos), up(r, &[seq, d / 2], &sin));
+        let (q, k) = (rng.vec(rows * hq * d), rng.vec(rows * hk * d));
+        let (tq, tk) = (up(r, &[rows, hq * d], &q), up(r, &[rows, hk * d], &k));
+        let (gq, gk) = kernels::rotary_pair(&tq, &tk, &tc, &ts, d).unwrap();
+        let (gq, gk) = (gq.to_vec().unwrap(), gk.to_vec().unwrap());
+        let one = |x: &LocalTensor| {
+            kernels::rotary(x, &tc, &ts, d, false)
+                .unwrap()
+                .to_vec()
+                .unwrap()
+        };
+        assert!(gq == one(&tq) && gk == one(&tk), "{what}: two calls' bits");
+        assert_close(
+            &format!("{what}: q"),
+            &gq,
+            &rotate(&q, hq * d, (&cos, &sin), d, 1.0),
+            1e-5,
+        );
+        if hk > 0 {
+            assert_close(
+                &format!("{what}: k"),
+                &gk,
+                &rotate(&k, hk * d, (&cos, &sin), d, 1.0),
+                1e-5,
+            );
+        }
+    }
+    // Bad operands: other rows, an odd head width.
+    let t = up(r, &[2, 8], &[0.5; 16]);
+    let (c, s) = (up(r, &[1, 2], &[1.0; 2]), up(r, &[1, 2], &[0.0; 2]));
+    let e = kernels::rotary_pair(&t, &up(r, &[3, 4], &[0.5; 12]), &c, &s, 4).unwrap_err();
+    assert!(e.to_string().contains("rows"), "{e}");
+    let e = kernels::rotary_pair(&t, &t, &c, &s, 3).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
 }

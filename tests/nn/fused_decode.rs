@@ -3,7 +3,8 @@
 //! store, each row-parallel bias and residual in one `add_row_add`, or on
 //! one rank in the product's store), a
 //! Llama token no separate SiLU or gate-times-up product (nor, on one
-//! rank, residual add), at P = 1, 2, 4;
+//! rank, residual add), and rotates its query and key in one dispatch, at
+//! P = 1, 2, 4 (`rotary_pair` gives two rotaries' bits on every placement);
 //! the gated MLP gives the separate operations' bits and gradients; the
 //! column layer's
 //! `forward_activation` gives `forward` + `activation`'s bits, recorded or
@@ -52,7 +53,7 @@ fn a_decoded_gpt_token_runs_no_separate_bias_residual_or_gelu_p1_2_4() {
 }
 
 #[test]
-fn a_decoded_llama_token_runs_no_separate_silu_mul_or_residual_p1_2() {
+fn a_decoded_llama_token_runs_no_separate_silu_mul_residual_or_key_rotary_p1_2() {
     let _counting = count_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama_gqa");
     for p in [1, 2] {
@@ -72,6 +73,10 @@ fn a_decoded_llama_token_runs_no_separate_silu_mul_or_residual_p1_2() {
         let layers = model.config().num_hidden_layers;
         let want = if p == 1 { 0 } else { 2 * layers * 3 * p };
         assert_eq!(calls(&trace, "elementwise::axpby"), want as u64, "P={p}");
+        // q and k rotated in one dispatch per layer, pass and rank.
+        assert_eq!(calls(&trace, "rope::rotary"), 0, "P={p}");
+        let pairs = calls(&trace, "rope::rotary_pair");
+        assert_eq!(pairs, (layers * 3 * p) as u64, "P={p}");
         let products: u64 = (trace.top_kernels(usize::MAX).iter())
             .filter(|k| k.name.starts_with("gemv_"))
             .map(|k| k.calls)
@@ -230,6 +235,51 @@ fn forward_activation_gives_forward_then_activation_bits_p1_2_3_4_8() {
                 assert!(
                     run(true) == run(false),
                     "{what}: recorded values and gradients"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rotary_pair_gives_two_rotaries_bits_on_every_placement_p1_2_3_4_8() {
+    let mut rng = Rng::fresh("rotary_pair op");
+    // 8 query heads and 8 key heads split over any P ≤ 8, or the keys held
+    // whole (`Replicate`) beside split queries.
+    let (rows, d, heads) = (3, 6, 8);
+    let (q, k) = (rng.vec(rows * heads * d), rng.vec(rows * heads * d));
+    let (cos, sin) = (rng.vec(rows * d / 2), rng.vec(rows * d / 2));
+    for &p in WORLD_SIZES {
+        for (transport, m) in meshes(p) {
+            let table = |v: &[f32]| DTensor::from_host(&m, &[rows, d / 2], v, Placement::Replicate);
+            let (c, s) = (table(&cos).unwrap(), table(&sin).unwrap());
+            for kp in [Placement::Shard(1), Placement::Replicate] {
+                let what = format!("{transport} P={p} k {kp:?}");
+                // Whole heads per rank: shards in units of a head.
+                let on = |v: &[f32], pl| {
+                    DTensor::from_host_in_units(&m, &[rows, heads * d], v, pl, d).unwrap()
+                };
+                let (qd, kd) = (on(&q, Placement::Shard(1)), on(&k, kp));
+                let (gq, gk) = no_grad(|| qd.rotary_pair(&kd, &c, &s, d)).unwrap();
+                assert_eq!(
+                    (gq.placement(), gk.placement()),
+                    (Placement::Shard(1), kp),
+                    "{what}"
+                );
+                let wq = qd.rotary(&c, &s, d).unwrap();
+                let wk = kd.rotary(&c, &s, d).unwrap();
+                assert!(gq.to_host().unwrap() == wq.to_host().unwrap(), "{what}: q");
+                assert!(gk.to_host().unwrap() == wk.to_host().unwrap(), "{what}: k");
+                // Recorded: the two operations, so gradients flow to both.
+                let (ql, kl) = (qd.detach().requires_grad(), kd.detach().requires_grad());
+                let (yq, yk) = ql.rotary_pair(&kl, &c, &s, d).unwrap();
+                for y in [&yq, &yk] {
+                    y.backward_with(&on(&vec![1.0; rows * heads * d], y.placement()))
+                        .unwrap();
+                }
+                assert!(
+                    ql.grad().is_some() && kl.grad().is_some(),
+                    "{what}: gradients"
                 );
             }
         }
