@@ -39,6 +39,7 @@ async fn gemm_every_layout_matches_f64() {
                     accumulate: Some(&gacc),
                     out_dtype: None,
                     activation: None,
+                    multiply: None,
                 };
                 let c = kernels::gemm(&ga, &gb, opts).unwrap();
                 let got = c.to_vec_async().await.unwrap();
