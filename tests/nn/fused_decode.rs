@@ -20,6 +20,29 @@ use wgpu_tp::nn::{
 };
 use wgpu_tp::{DTensor, Mapping, MatmulOptions, Placement, Trace, kernels::Activation, no_grad};
 
+/// `f(module, x)` recorded: its value, x's gradient and every parameter's
+/// gradient after backward from `dy` (the whole value's, placed like it).
+fn recorded<M: Params>(
+    module: &mut M,
+    x: &DTensor,
+    dy: &[f32],
+    f: impl Fn(&M, &DTensor) -> wgpu_tp::Result<DTensor>,
+) -> (Vec<f32>, Vec<f32>, Vec<Vec<f32>>) {
+    module.zero_grad();
+    let xg = x.detach().requires_grad();
+    let y = f(module, &xg).unwrap();
+    let dyd = DTensor::from_host(x.mesh(), y.shape(), dy, Placement::Replicate)
+        .unwrap()
+        .redistribute(y.placement())
+        .unwrap();
+    y.backward_with(&dyd).unwrap();
+    let grads = (module.named_parameters().iter())
+        .map(|(_, p)| p.master_grad().unwrap().unwrap())
+        .collect();
+    let dx = xg.grad().unwrap().to_host().unwrap();
+    (y.to_host().unwrap(), dx, grads)
+}
+
 /// Dispatches of kernel `name` (`family::entry`) in `trace`.
 fn calls(trace: &Trace, name: &str) -> u64 {
     let all = trace.top_kernels(usize::MAX);
@@ -136,28 +159,9 @@ fn the_gated_mlp_gives_the_separate_ops_bits_p1_2_3_4_8() {
                     "{what}"
                 );
                 // Recorded: the same values and gradients.
-                let mut run = |fused: bool| {
-                    mlp.zero_grad();
-                    let xg = xd.detach().requires_grad();
-                    let y = match fused {
-                        true => mlp.forward(&xg).unwrap(),
-                        false => separate(&mlp, &xg).unwrap(),
-                    };
-                    let dyd = DTensor::from_host(&m, &[t, h], &dy, Placement::Replicate)
-                        .unwrap()
-                        .redistribute(y.placement())
-                        .unwrap();
-                    y.backward_with(&dyd).unwrap();
-                    let grads: Vec<Vec<f32>> = (mlp.named_parameters().iter())
-                        .map(|(_, p)| p.master_grad().unwrap().unwrap())
-                        .collect();
-                    (
-                        y.to_host().unwrap(),
-                        xg.grad().unwrap().to_host().unwrap(),
-                        grads,
-                    )
-                };
-                assert!(run(true) == run(false), "{what}: recorded");
+                let fused = recorded(&mut mlp, &xd, &dy, |mlp, x| mlp.forward(x));
+                let apart = recorded(&mut mlp, &xd, &dy, separate);
+                assert!(fused == apart, "{what}: recorded");
             }
         }
     }
@@ -211,31 +215,9 @@ fn forward_activation_gives_forward_then_activation_bits_p1_2_3_4_8() {
                 assert_eq!(fused.placement(), two.placement(), "{what}");
                 assert!(fused.to_host().unwrap() == two.to_host().unwrap(), "{what}");
                 // Recorded: the same values and gradients.
-                let mut run = |fused: bool| {
-                    layer.zero_grad();
-                    let xg = xd.detach().requires_grad();
-                    let y = match fused {
-                        true => layer.forward_activation(&xg, act).unwrap(),
-                        false => layer.forward(&xg).unwrap().activation(act).unwrap(),
-                    };
-                    let dyd = DTensor::from_host(&m, &[t, n], &dy, Placement::Replicate)
-                        .unwrap()
-                        .redistribute(y.placement())
-                        .unwrap();
-                    y.backward_with(&dyd).unwrap();
-                    let grads: Vec<Vec<f32>> = (layer.named_parameters().iter())
-                        .map(|(_, p)| p.master_grad().unwrap().unwrap())
-                        .collect();
-                    (
-                        y.to_host().unwrap(),
-                        xg.grad().unwrap().to_host().unwrap(),
-                        grads,
-                    )
-                };
-                assert!(
-                    run(true) == run(false),
-                    "{what}: recorded values and gradients"
-                );
+                let fused = recorded(&mut layer, &xd, &dy, |l, x| l.forward_activation(x, act));
+                let two = recorded(&mut layer, &xd, &dy, |l, x| l.forward(x)?.activation(act));
+                assert!(fused == two, "{what}: recorded values and gradients");
             }
         }
     }
