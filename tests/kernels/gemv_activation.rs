@@ -12,7 +12,7 @@
 
 use crate::util::{Rng, assert_close_cancelling, mesh, reference, round_bf16};
 use wgpu_tp::kernels::{self, Activation, GemmOptions};
-use wgpu_tp::{DType, Error};
+use wgpu_tp::{DType, Error, LocalTensor, Rank};
 
 fn act64(act: Activation, x: f64) -> f64 {
     match act {
@@ -20,6 +20,22 @@ fn act64(act: Activation, x: f64) -> f64 {
         Activation::Silu => x / (1.0 + (-x).exp()),
         Activation::Relu => x.max(0.0),
     }
+}
+
+/// B on `r`, kept in bf16 where `bf16` (its values already rounded so).
+fn weight(r: &Rank, shape: &[usize], b: &[f32], bf16: bool) -> LocalTensor {
+    let t = r.upload(shape, b).unwrap();
+    match bf16 {
+        true => kernels::cast(&t, DType::BF16).unwrap(),
+        false => t,
+    }
+}
+
+/// |A|·|B| in f64: the sums of magnitudes that bound the product's rounding
+/// where it cancels.
+fn magnitudes(a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize), trans_b: bool) -> Vec<f64> {
+    let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
+    reference::gemm(&abs(a), &abs(b), m, n, k, false, trans_b)
 }
 
 #[test]
@@ -41,10 +57,7 @@ fn the_activation_in_the_store_gives_the_two_kernels_bits() {
                 let bias = (m % 2 == 1).then(|| rng.vec(n));
                 let ta = r.upload(&[m, k], &a).unwrap();
                 let shape = if trans_b { [n, k] } else { [k, n] };
-                let tb = match bf16 {
-                    true => kernels::cast(&r.upload(&shape, &b).unwrap(), DType::BF16).unwrap(),
-                    false => r.upload(&shape, &b).unwrap(),
-                };
+                let tb = weight(r, &shape, &b, bf16);
                 let tbias = bias.as_ref().map(|v| r.upload(&[n], v).unwrap());
                 let opts = GemmOptions {
                     trans_b,
@@ -67,8 +80,7 @@ fn the_activation_in_the_store_gives_the_two_kernels_bits() {
                     .collect();
                 // The same sums of magnitudes bound the product's rounding where
                 // it cancels (the activations' slopes are at most 1.13).
-                let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
-                let mag = reference::gemm(&abs(&a), &abs(&b), m, n, k, false, trans_b);
+                let mag = magnitudes(&a, &b, (m, n, k), trans_b);
                 let scale: Vec<f64> = (0..m * n)
                     .map(|e| mag[e] + bias_at(&bias, e).abs() as f64)
                     .collect();
@@ -128,10 +140,7 @@ fn the_multiply_in_the_store_gives_the_separate_kernels_bits() {
                 let acc = (case == 2).then(|| rng.vec(m * n));
                 let ta = r.upload(&[m, k], &a).unwrap();
                 let shape = if trans_b { [n, k] } else { [k, n] };
-                let tb = match bf16 {
-                    true => kernels::cast(&r.upload(&shape, &b).unwrap(), DType::BF16).unwrap(),
-                    false => r.upload(&shape, &b).unwrap(),
-                };
+                let tb = weight(r, &shape, &b, bf16);
                 let tup = r.upload(&[m, n], &up).unwrap();
                 let tacc = acc.as_ref().map(|v| r.upload(&[m, n], v).unwrap());
                 let opts = GemmOptions {
@@ -164,8 +173,7 @@ fn the_multiply_in_the_store_gives_the_separate_kernels_bits() {
                         act.map_or(x, |act| act64(act, x)) * up[e] as f64
                     })
                     .collect();
-                let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
-                let mag = reference::gemm(&abs(&a), &abs(&b), m, n, k, false, trans_b);
+                let mag = magnitudes(&a, &b, (m, n, k), trans_b);
                 let scale: Vec<f64> = (0..m * n)
                     .map(|e| (mag[e] + at(&acc, e).abs() as f64) * (up[e].abs() as f64))
                     .collect();
