@@ -50,6 +50,20 @@ fn main() {
             info.subgroup_min_size,
             info.subgroup_max_size
         );
+        // Tensor cores: wgpu-tp's f16 GEMM uses 16×16×16 f16 × f16 + f32.
+        let coop: Vec<String> = a
+            .cooperative_matrix
+            .iter()
+            .map(|p| {
+                let (ab, cr) = (p.ab_type, p.cr_type);
+                format!("{}x{}x{} {ab:?}->{cr:?}", p.m_size, p.n_size, p.k_size)
+            })
+            .collect();
+        println!(
+            "    EXPERIMENTAL_COOPERATIVE_MATRIX {}: [{}]",
+            has(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+            coop.join(", ")
+        );
     }
     let env = |k: &str| std::env::var(k).unwrap_or_else(|_| "(unset)".into());
     println!(

@@ -2,7 +2,9 @@
 //! `WGPU_BACKEND`), and the first-call time of each layout (mostly pipeline
 //! compilation); best of several runs, plus GFLOP per CPU-second of the whole
 //! process (steadier than wall time on a shared machine). `WGPU_TP_GEMM_VARIANT`
-//! picks the kernel. `cargo run --release --example gemm_speed [sizes...]`.
+//! picks the kernel. `cargo run --release --example gemm_speed [f16] [sizes...]`;
+//! with `f16`, A and B are f16 (accumulated in f32, C f32): on adapters with
+//! cooperative matrices `Auto` runs the tensor-core kernel.
 
 use std::time::Instant;
 
@@ -40,6 +42,13 @@ fn main() -> Result<()> {
             r.device().pipelines_built() - built
         );
     }
+    let f16 = std::env::args().any(|a| a == "f16");
+    if f16 {
+        println!(
+            "f16 operands, cooperative matrices: {}",
+            r.device().has_coop_f16()
+        );
+    }
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|s| s.parse().ok())
@@ -52,11 +61,17 @@ fn main() -> Result<()> {
     for s in sizes {
         let data: Vec<f32> = (0..s * s).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
         let a = r.upload(&[s, s], &data)?;
-        let b = r.upload(&[s, s], &data)?;
+        let (a, b) = if f16 {
+            let h = kernels::cast(&a, wgpu_tp::DType::F16)?;
+            (h.clone(), h)
+        } else {
+            (a.clone(), a)
+        };
         for (ta, tb) in [(false, false), (false, true), (true, false)] {
             let opts = GemmOptions {
                 trans_a: ta,
                 trans_b: tb,
+                out_dtype: f16.then_some(wgpu_tp::DType::F32),
                 ..Default::default()
             };
             kernels::gemm(&a, &b, opts)?;

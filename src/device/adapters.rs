@@ -13,6 +13,9 @@ pub struct AdapterReport {
     pub limits: wgpu::Limits,
     /// The adapter's features.
     pub features: wgpu::Features,
+    /// The cooperative-matrix shapes it multiplies (empty without
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`).
+    pub cooperative_matrix: Vec<wgpu::CooperativeMatrixProperties>,
 }
 
 /// Every adapter wgpu can see on the given backends (all if `None`).
@@ -34,6 +37,7 @@ pub async fn adapters_async(backends: Option<wgpu::Backends>) -> Vec<AdapterRepo
             info: a.get_info(),
             limits: a.limits(),
             features: a.features(),
+            cooperative_matrix: a.cooperative_matrix_properties(),
         })
         .collect()
 }

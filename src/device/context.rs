@@ -13,7 +13,6 @@ use super::pipeline::{KernelSpec, Pipeline, PipelineCache};
 use super::pool::{BufferPool, MemoryStats};
 use super::recording::{Recorder, lock, poll};
 use super::trace::{Stopped, TraceClock, Tracer};
-use crate::element::DType;
 use crate::error::{Error, Result};
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
@@ -35,6 +34,8 @@ pub struct Device {
     poison: AtomicBool,
     /// The first rank placed on this device, for error messages.
     first_rank: usize,
+    /// Cooperative matrices on for the f16 GEMM (`capability.rs`).
+    pub(super) coop_f16: bool,
 }
 
 impl std::fmt::Debug for Device {
@@ -54,6 +55,7 @@ impl Device {
         queue: wgpu::Queue,
         info: wgpu::AdapterInfo,
         first_rank: usize,
+        coop_f16: bool,
     ) -> Arc<Self> {
         let error = Arc::new(Mutex::new(None::<String>));
         let lost = Arc::new(Mutex::new(None::<String>));
@@ -88,6 +90,7 @@ impl Device {
             lost,
             poison: AtomicBool::new(false),
             first_rank,
+            coop_f16,
         })
     }
 
@@ -106,20 +109,6 @@ impl Device {
     /// on this device: 256, or less where the device allows less.
     pub fn grid_workgroup(&self) -> u32 {
         super::pipeline::grid_workgroup(&self.limits)
-    }
-
-    /// Whether f16 tensors and kernels work here (`SHADER_F16` is on).
-    pub fn has_f16(&self) -> bool {
-        self.features().contains(wgpu::Features::SHADER_F16)
-    }
-
-    /// Whether tensors of `dtype` can live here: f16 needs `SHADER_F16`,
-    /// else [`Error::Unsupported`] naming it.
-    pub fn check_dtype(&self, op: &'static str, dtype: DType) -> Result<()> {
-        if dtype == DType::F16 && !self.has_f16() {
-            return Err(Error::no_f16(op, &self.adapter_info().name));
-        }
-        Ok(())
     }
 
     /// The features the device was opened with.

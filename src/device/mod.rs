@@ -48,6 +48,7 @@ mod axes;
 mod axis_groups;
 mod blocks;
 mod budget;
+mod capability;
 mod context;
 mod copy;
 mod derived;

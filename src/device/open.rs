@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, Weak};
 use super::context::Device;
 use crate::error::{Error, Result};
 
+const COOP: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+
 /// Open a device with `limits` (else the adapter's own) and the optional
 /// features the adapter has, less `without`.
 pub(super) async fn open(
@@ -14,14 +16,24 @@ pub(super) async fn open(
     (limits, without): (Option<&wgpu::Limits>, wgpu::Features),
 ) -> Result<Arc<Device>> {
     let info = adapter.get_info();
-    let wanted =
-        (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SUBGROUP)
-            - without;
+    let coop = super::capability::coop_f16(adapter) && !without.contains(COOP);
+    let wanted = (wgpu::Features::SHADER_F16
+        | wgpu::Features::TIMESTAMP_QUERY
+        | wgpu::Features::SUBGROUP
+        | if coop { COOP } else { wgpu::Features::empty() })
+        - without;
     let desc = wgpu::DeviceDescriptor {
         label: Some("wgpu-tp rank"),
         required_features: adapter.features() & wanted,
         required_limits: limits.cloned().unwrap_or_else(|| adapter.limits()),
-        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+        experimental_features: if coop {
+            // SAFETY: wgpu marks cooperative matrices experimental; the one
+            // kernel using them (`shaders/gemm_coop.wgsl`) is checked
+            // against f64 on the adapters that offer them.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        },
         memory_hints: wgpu::MemoryHints::Performance,
         trace: wgpu::Trace::Off,
     };
@@ -44,7 +56,7 @@ pub(super) async fn open(
             message: format!("{e}{hint}"),
         }
     })?;
-    let device = Device::new(device, queue, info, rank);
+    let device = Device::new(device, queue, info, rank, coop);
     let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
     opened.retain(|d| d.strong_count() > 0);
     opened.push(Arc::downgrade(&device));

@@ -93,3 +93,10 @@ pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     out.push(("cast_bf16", cast::SOURCE_BF16));
     out
 }
+
+/// The shaders that need `EXPERIMENTAL_COOPERATIVE_MATRIX` (the
+/// cooperative-matrix GEMM in its precisions), apart from [`all_shaders`]:
+/// naga translates them to SPIR-V only (Vulkan's `VK_KHR_cooperative_matrix`).
+pub fn coop_shaders() -> Vec<(&'static str, &'static str)> {
+    gemm::coop_sources()
+}

@@ -9,6 +9,7 @@
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
 //!   the single-rank loss and gradient;
+//! - `gemm_coop`: the cooperative-matrix (tensor-core) f16 GEMM, or its refusal;
 //! - `gemm_split`: products past the device's textures, run in parts;
 //! - `slicing`: `narrow` and `concat`;
 //! - `topk`: the on-device top-k of a logits row (greedy / top-k decoding);
@@ -33,6 +34,7 @@ mod elementwise;
 mod embedding;
 mod f16;
 mod gemm;
+mod gemm_coop;
 mod gemm_split;
 mod gemv;
 mod gemv_activation;

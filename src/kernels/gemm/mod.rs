@@ -87,18 +87,19 @@ mod texture;
 mod tile;
 
 pub use self::options::{GemmOptions, GemmVariant};
-pub(crate) use self::sources::{register_sources, tiled_sources};
+pub(crate) use self::sources::{coop_sources, register_sources, tiled_sources};
 
 use self::kept::of_b;
-use self::options::apart;
+use self::options::{apart, resolve};
 use self::params::{BINDINGS, Params};
 use self::precision::Precision;
 use self::texture::{texture_gemm, texture_reads};
 use self::tile::{Reads, Stored, Tile};
-use super::gemv::{GEMV_MAX_ROWS, gemv_into};
+use super::gemv::gemv_into;
 use super::transpose::pack;
 
 const TILED_TILE: usize = 64;
+const COOP_TILE: usize = 128;
 
 /// `[rows, cols]` of a 2-D operand, or a shape error naming it.
 fn dims2(op: &'static str, what: &str, t: &LocalTensor) -> Result<(usize, usize)> {
@@ -226,7 +227,7 @@ fn gemm_impl(
             "an activation or a multiply needs an f32 C",
         ));
     }
-    let variant = resolve(variant, a, m, k);
+    let variant = resolve(variant, a, m, k)?;
     let in_store = variant == GemmVariant::Gemv && k > 0;
     if m * n > 0
         && let Some(c) = apart(opts, in_store, |o| gemm_impl(a, b, o, variant, cache_b))?
@@ -294,7 +295,7 @@ fn gemm_impl(
         // Nothing is read, but a vec4 binding must hold at least one vec4.
         let empty = a.rank().zeros(&[4], input)?;
         (a_p, lda, b_p, ldb) = (empty.clone(), 4, empty, n4);
-    } else if variant == GemmVariant::Tiled {
+    } else if matches!(variant, GemmVariant::Tiled | GemmVariant::Coop) {
         a_p = if opts.trans_a {
             pack(OP, a, true, m, k)?
         } else {
@@ -334,6 +335,7 @@ fn gemm_impl(
             precision.tiled_source(),
             (TILED_TILE, TILED_TILE),
         ),
+        GemmVariant::Coop => ("gemm_coop", precision.coop_source(), (COOP_TILE, COOP_TILE)),
         _ => {
             // Everything is packed for the buffer kernel: nothing transposed.
             let tile = Tile::for_device(a.device(), Reads::Buffers, (m, n, k), false);
@@ -363,33 +365,4 @@ fn gemm_impl(
 /// `A·B` for A `[M,K]` and B `[K,N]`: [`gemm`] without transposes, bias or accumulate.
 pub fn matmul(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     gemm(a, b, GemmOptions::default())
-}
-
-/// The kernel `variant` means for an `[M, K]` A on `a`'s device.
-fn resolve(variant: GemmVariant, a: &LocalTensor, m: usize, k: usize) -> GemmVariant {
-    match variant {
-        // One token (or a few): stream B once, as stored.
-        // (It binds five storage buffers; downlevel devices allow four.)
-        GemmVariant::Auto
-            if m <= GEMV_MAX_ROWS
-                && k > 0
-                && GemmVariant::from_env() == GemmVariant::Auto
-                && a.device().limits().max_storage_buffers_per_shader_stage >= 5 =>
-        {
-            GemmVariant::Gemv
-        }
-        GemmVariant::Auto => match GemmVariant::from_env() {
-            GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
-            // The tiled kernel's 16×16 workgroup needs 256 invocations; the
-            // register kernel's 8 fit any device.
-            GemmVariant::Auto
-                if a.device().limits().max_compute_invocations_per_workgroup < 256 =>
-            {
-                GemmVariant::Buffer
-            }
-            GemmVariant::Auto => GemmVariant::Tiled,
-            v => v,
-        },
-        v => v,
-    }
 }

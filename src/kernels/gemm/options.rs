@@ -4,8 +4,9 @@
 
 use crate::device::LocalTensor;
 use crate::element::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::Activation;
+use crate::kernels::gemv::GEMV_MAX_ROWS;
 
 /// Which GEMM kernel to run (see the `gemm` module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -36,6 +37,12 @@ pub enum GemmVariant {
     /// Workgroup-memory tiled: for real GPUs; any shape (transposed operands
     /// are packed first).
     Tiled,
+    /// Cooperative matrices (tensor cores; `shaders/gemm_coop.wgsl`): f16 A
+    /// and B in 16×16×16 steps accumulated in f32, any shape (transposed
+    /// operands packed first). `Auto` takes it for f16 products where
+    /// [`Device::has_coop_f16`](crate::device::Device::has_coop_f16); asked
+    /// for elsewhere, or with f32 operands, it is an error.
+    Coop,
     /// The `Buffer` kernel with both operands always packed: the path ragged
     /// shapes take, forced (for tests and benchmarks).
     PackedBuffer,
@@ -48,7 +55,7 @@ pub enum GemmVariant {
 
 impl GemmVariant {
     /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
-    /// `sampled-texture`, `storage-texture`, `buffer`, `tiled`,
+    /// `sampled-texture`, `storage-texture`, `buffer`, `tiled`, `coop`,
     /// `packed-buffer`, `gemv`; `cpu` and `generic`, the old names of
     /// `buffer` and `packed-buffer`, still work; anything else means
     /// `Auto`), read once per process.
@@ -65,6 +72,7 @@ impl GemmVariant {
                 "storage-texture" => GemmVariant::StorageTexture,
                 "buffer" | "cpu" => GemmVariant::Buffer,
                 "tiled" => GemmVariant::Tiled,
+                "coop" => GemmVariant::Coop,
                 "packed-buffer" | "generic" => GemmVariant::PackedBuffer,
                 "gemv" => GemmVariant::Gemv,
                 _ => GemmVariant::Auto,
@@ -131,4 +139,51 @@ pub(super) fn apart(
         c = crate::kernels::mul(&c, up)?;
     }
     Ok(Some(c))
+}
+
+/// The kernel `variant` means for an `[M, K]` A on `a`'s device.
+pub(super) fn resolve(
+    variant: GemmVariant,
+    a: &LocalTensor,
+    m: usize,
+    k: usize,
+) -> Result<GemmVariant> {
+    let v = match variant {
+        // One token (or a few): stream B once, as stored.
+        // (It binds five storage buffers; downlevel devices allow four.)
+        GemmVariant::Auto
+            if m <= GEMV_MAX_ROWS
+                && k > 0
+                && GemmVariant::from_env() == GemmVariant::Auto
+                && a.device().limits().max_storage_buffers_per_shader_stage >= 5 =>
+        {
+            GemmVariant::Gemv
+        }
+        GemmVariant::Auto => match GemmVariant::from_env() {
+            GemmVariant::Auto if a.dtype() == DType::F16 && a.device().has_coop_f16() => {
+                GemmVariant::Coop
+            }
+            GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
+            // The tiled kernel's 16×16 workgroup needs 256 invocations; the
+            // register kernel's 8 fit any device.
+            GemmVariant::Auto
+                if a.device().limits().max_compute_invocations_per_workgroup < 256 =>
+            {
+                GemmVariant::Buffer
+            }
+            GemmVariant::Auto => GemmVariant::Tiled,
+            v => v,
+        },
+        v => v,
+    };
+    if v == GemmVariant::Coop && !(a.dtype() == DType::F16 && a.device().has_coop_f16()) {
+        return Err(Error::Unsupported {
+            op: "gemm",
+            what: "the cooperative-matrix GEMM (f16 operands, 16×16×16 f16 → f32 shapes, subgroups of 32)",
+            feature: "EXPERIMENTAL_COOPERATIVE_MATRIX",
+            adapter: a.device().adapter_info().name.clone(),
+            hint: "give it f16 operands on an adapter that has it (`cargo run --example devices` lists each adapter's shapes), or leave the variant to Auto",
+        });
+    }
+    Ok(v)
 }

@@ -63,6 +63,19 @@ impl Precision {
     }
 }
 
+impl Precision {
+    /// The cooperative-matrix kernel (f16 operands only; a 128×128 tile of
+    /// C per workgroup), composed once per process.
+    pub(crate) fn coop_source(self) -> &'static str {
+        interned(&format!("coop {self:?}"), || {
+            "enable wgpu_cooperative_matrix;\n".to_string()
+                + &self.prelude()
+                + include_str!("../../../shaders/gemm_header.wgsl")
+                + include_str!("../../../shaders/gemm_coop.wgsl")
+        })
+    }
+}
+
 /// A generated WGSL source (or entry name), built once per process under
 /// `key` and kept for the program's life: pipeline specs take `&'static str`.
 pub(super) fn interned(key: &str, build: impl FnOnce() -> String) -> &'static str {

@@ -17,6 +17,17 @@ pub(crate) fn tiled_sources() -> Vec<(&'static str, &'static str)> {
         .collect()
 }
 
+/// The cooperative-matrix kernel in its two precisions (f16 operands; C f32
+/// or f16), as (name, source): for validation tests. Apart from
+/// [`tiled_sources`]: it translates to SPIR-V only.
+pub(crate) fn coop_sources() -> Vec<(&'static str, &'static str)> {
+    Precision::ALL
+        .iter()
+        .filter(|p| p.input() == crate::element::DType::F16)
+        .map(|p| (p.family(), p.coop_source()))
+        .collect()
+}
+
 /// The register kernel's generated source for each shipped tile, operand
 /// kind and precision, as (entry point, source): for validation tests.
 pub(crate) fn register_sources() -> Vec<(&'static str, &'static str)> {
