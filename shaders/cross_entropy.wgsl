@@ -4,8 +4,10 @@
 // valid_cols = clamp(valid_vocab - start, 0, cols) and only columns j <
 // valid_cols take part. A target t is owned when start <= t < start +
 // valid_cols. Row pieces run one invocation per row looping over columns in
-// order (deterministic, and barrier-free, which CPU adapters need); the
-// gradient runs one invocation per element.
+// order (deterministic, and barrier-free, which CPU adapters need), or on
+// GPUs (the `_tree` entries) a workgroup per row: WG invocations stride
+// over the columns and meet in a tree; the gradient runs one invocation per
+// element.
 // Grid: workgroups folded into x/y (fold_workgroups in src/device/dispatch.rs).
 
 struct Params {
@@ -96,6 +98,76 @@ fn sum_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: 
         s += z[base + j];
     }
     out[r] = s;
+}
+
+// The `_tree` entries: a workgroup of WG (a power of two) per row r.
+var<workgroup> red: array<f32, WG>;
+
+// Row of a `_tree` workgroup (the grid folded into x/y).
+fn tree_row(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wg.y * nwg.x + wg.x;
+}
+
+// The workgroup's max (is_max) or sum of v, for invocation 0. Halving
+// strides keep neighbouring invocations on neighbouring words.
+fn tree(li: u32, v: f32, is_max: bool) -> f32 {
+    red[li] = v;
+    workgroupBarrier();
+    for (var h = WG / 2u; h > 0u; h /= 2u) {
+        if (li < h) {
+            let o = red[li + h];
+            red[li] = select(red[li] + o, max(red[li], o), is_max);
+        }
+        workgroupBarrier();
+    }
+    return red[0];
+}
+
+// max_rows on a workgroup per row: the same value (max is exact in any order).
+@compute @workgroup_size(WG)
+fn max_rows_tree(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) li: u32) {
+    let r = tree_row(wg, nwg);
+    if (r >= p.rows) { return; }
+    let base = r * p.cols;
+    var m = NEG_BIG;
+    for (var j = li; j < p.valid_cols; j += WG) {
+        m = max(m, z[base + j]);
+    }
+    let t = tree(li, m, true);
+    if (li == 0u) { out[r] = t; }
+}
+
+// sum_exp_rows on a workgroup per row: other bits than the serial sum
+// (another order), within f32 rounding.
+@compute @workgroup_size(WG)
+fn sum_exp_rows_tree(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) li: u32) {
+    let r = tree_row(wg, nwg);
+    if (r >= p.rows) { return; }
+    let base = r * p.cols;
+    let m = row_max[r];
+    var s = 0.0;
+    for (var j = li; j < p.valid_cols; j += WG) {
+        s += exp(z[base + j] - m);
+    }
+    let t = tree(li, s, false);
+    if (li == 0u) { out[r] = t; }
+}
+
+// sum_rows on a workgroup per row (as sum_exp_rows_tree).
+@compute @workgroup_size(WG)
+fn sum_rows_tree(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) li: u32) {
+    let r = tree_row(wg, nwg);
+    if (r >= p.rows) { return; }
+    let base = r * p.cols;
+    var s = 0.0;
+    for (var j = li; j < p.valid_cols; j += WG) {
+        s += z[base + j];
+    }
+    let t = tree(li, s, false);
+    if (li == 0u) { out[r] = t; }
 }
 
 // out[r] = z[r, t_r - start] if owned, else 0.

@@ -37,7 +37,8 @@ pub use attention::{
 pub use cast::cast;
 pub use cross_entropy::{
     CrossEntropy, CrossEntropyOptions, VocabShard, ce_grad, ce_loss, cross_entropy,
-    cross_entropy_backward, row_max, row_sum, row_sum_exp, target_logit,
+    cross_entropy_backward, row_max, row_max_with, row_sum, row_sum_exp, row_sum_exp_with,
+    row_sum_with, target_logit,
 };
 pub use dropout::{PhiloxKey, ShardWindow, dropout};
 pub use elementwise::{

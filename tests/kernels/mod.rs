@@ -8,7 +8,8 @@
 //! - `elementwise`: add/scale/axpby and activations with their backward;
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,
-//!   the single-rank loss and gradient;
+//!   the single-rank loss and gradient; `cross_entropy_tree`: its row
+//!   reductions as a workgroup per row (GPUs) and an invocation per row;
 //! - `gemm_coop`: the cooperative-matrix (tensor-core) f16 GEMM, or its refusal;
 //! - `gemm_split`: products past the device's textures, run in parts;
 //! - `slicing`: `narrow` and `concat`;
@@ -30,6 +31,7 @@ mod attention;
 mod attention_dropout;
 mod bf16;
 mod cross_entropy;
+mod cross_entropy_tree;
 mod elementwise;
 mod embedding;
 mod f16;

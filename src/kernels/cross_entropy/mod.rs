@@ -28,6 +28,7 @@ pub use self::options::{CrossEntropyOptions, VocabShard};
 
 use self::options::Params;
 use super::loops::check_walk;
+use super::norm::RowsReduce;
 use super::row_blocks::by_row_blocks;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
@@ -146,25 +147,79 @@ fn run(
     Ok(out)
 }
 
+/// How the row reductions sum on `z`'s device: a workgroup per row on
+/// GPUs, where an invocation per row leaves most of the GPU idle and reads
+/// uncoalesced (21 ms per reduction of a GPT-2 step's logits on an H100);
+/// an invocation per row on CPU adapters (no barriers there).
+fn reduce_for(z: &LocalTensor) -> RowsReduce {
+    if z.device().is_gpu() {
+        RowsReduce::Tree
+    } else {
+        RowsReduce::Serial
+    }
+}
+
+/// Record a row reduction (`entry` or its `_tree` form) into `[T]`.
+fn row_reduce(
+    entry: [&'static str; 2],
+    op: &'static str,
+    p: &Params,
+    ins: [Option<&LocalTensor>; 6],
+    t: usize,
+    reduce: RowsReduce,
+) -> Result<LocalTensor> {
+    match reduce {
+        RowsReduce::Serial => run(entry[0], op, p, ins, &[t], t as u64, ROW_WORKGROUP),
+        RowsReduce::Tree => {
+            let wg = u64::from(ins[0].map_or(64, |z| z.device().grid_workgroup()));
+            run(entry[1], op, p, ins, &[t], t as u64 * wg, wg)
+        }
+    }
+}
+
 /// `[T]`: the max of each row over this shard's valid columns; a row with no
 /// valid column gives −3.4e38 (finite, so `z − m` downstream stays finite).
 pub fn row_max(z: &LocalTensor, shard: VocabShard) -> Result<LocalTensor> {
+    row_max_with(z, shard, reduce_for(z))
+}
+
+/// [`row_max`] with the reduction forced (for tests; the max is exact, so
+/// both give the same bits).
+pub fn row_max_with(z: &LocalTensor, shard: VocabShard, reduce: RowsReduce) -> Result<LocalTensor> {
     const OP: &str = "row_max";
     let (t, v) = logits_shape(OP, z)?;
     let p = Params::new(OP, t, v, shard, &CrossEntropyOptions::default())?;
     let ins = [Some(z), None, None, None, None, None];
-    run("max_rows", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+    row_reduce(["max_rows", "max_rows_tree"], OP, &p, ins, t, reduce)
 }
 
 /// `[T]`: `Σ_j exp(z_j − max)` over this shard's valid columns, where `max`
 /// (`[T]`) is the global row max (after the all-reduce).
 pub fn row_sum_exp(z: &LocalTensor, max: &LocalTensor, shard: VocabShard) -> Result<LocalTensor> {
+    row_sum_exp_with(z, max, shard, reduce_for(z))
+}
+
+/// [`row_sum_exp`] with the reduction forced (for tests): the tree sums in
+/// another order than the serial loop, so other bits within f32 rounding.
+pub fn row_sum_exp_with(
+    z: &LocalTensor,
+    max: &LocalTensor,
+    shard: VocabShard,
+    reduce: RowsReduce,
+) -> Result<LocalTensor> {
     const OP: &str = "row_sum_exp";
     let (t, v) = logits_shape(OP, z)?;
     row_operand(OP, z, max, t, DType::F32)?;
     let p = Params::new(OP, t, v, shard, &CrossEntropyOptions::default())?;
     let ins = [Some(z), Some(max), None, None, None, None];
-    run("sum_exp_rows", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+    row_reduce(
+        ["sum_exp_rows", "sum_exp_rows_tree"],
+        OP,
+        &p,
+        ins,
+        t,
+        reduce,
+    )
 }
 
 /// `[T]`: `z[t − start]` where this shard owns target `t` (I32 `[T]`;
@@ -184,11 +239,16 @@ pub fn target_logit(
 
 /// `[T]`: `Σ_j z_j` over this shard's valid columns (for label smoothing).
 pub fn row_sum(z: &LocalTensor, shard: VocabShard) -> Result<LocalTensor> {
+    row_sum_with(z, shard, reduce_for(z))
+}
+
+/// [`row_sum`] with the reduction forced (for tests; as [`row_sum_exp_with`]).
+pub fn row_sum_with(z: &LocalTensor, shard: VocabShard, reduce: RowsReduce) -> Result<LocalTensor> {
     const OP: &str = "row_sum";
     let (t, v) = logits_shape(OP, z)?;
     let p = Params::new(OP, t, v, shard, &CrossEntropyOptions::default())?;
     let ins = [Some(z), None, None, None, None, None];
-    run("sum_rows", OP, &p, ins, &[t], t as u64, ROW_WORKGROUP)
+    row_reduce(["sum_rows", "sum_rows_tree"], OP, &p, ins, t, reduce)
 }
 
 /// `[T]` per-row loss from the globally reduced pieces (all `[T]` F32 on one
