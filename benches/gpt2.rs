@@ -26,7 +26,9 @@
 //!
 //! `cargo bench --bench gpt2`; `WGPU_TP_GPT2_RANKS=2,4` picks the
 //! configurations, `WGPU_TP_GPT2_LAYERS` the depth (quick runs),
-//! `WGPU_TP_BENCH_STEPS` N (default 3), `WGPU_TP_GPT2_LOAD=1` adds a
+//! `WGPU_TP_BENCH_STEPS` N (default 3), `WGPU_TP_GPT2_DTYPE=f16` trains in
+//! mixed precision (GPT-2 only), `WGPU_TP_GPT2_TOP=N` traces one more step
+//! and lists its top N kernels, `WGPU_TP_GPT2_LOAD=1` adds a
 //! checkpoint load per configuration (GPT-2 only). `WGPU_TP_LIMITS=webgpu` opens the
 //! devices with WebGPU's default limits. The JAX peer of the same step is
 //! `benches/peers/jax_gpt2_step.py`, the PyTorch one
@@ -49,7 +51,13 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn config() -> GptConfig {
-    GptConfig::new(50257, 1024, 768, 12, env_usize("WGPU_TP_GPT2_LAYERS", 12))
+    let mut c = GptConfig::new(50257, 1024, 768, 12, env_usize("WGPU_TP_GPT2_LAYERS", 12));
+    // Mixed precision (f16 activations, f32 masters): on GPUs with
+    // cooperative matrices its products run on the tensor cores.
+    if std::env::var("WGPU_TP_GPT2_DTYPE").is_ok_and(|d| d == "f16") {
+        c.dtype = wgpu_tp::DType::F16;
+    }
+    c
 }
 
 /// SmolLM2-135M's shape (`WGPU_TP_TRAIN_MODEL=smollm2`), else `None`.
@@ -191,6 +199,12 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     }
     let first = times.remove(0);
     times.sort();
+    if let Some(top) = std::env::var("WGPU_TP_GPT2_TOP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        traced_step(&mesh, gpt.as_mut(), &mut opt, (&ids, &targets), top)?;
+    }
     let device_max = mesh
         .devices()
         .iter()
@@ -210,6 +224,35 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
         peak_all,
         peak: peak_rss(),
     })
+}
+
+/// With `WGPU_TP_GPT2_TOP=N`: one more step, traced (after the timed ones):
+/// its span, the kernels' summed time and dispatches, and the top N kernels.
+fn traced_step(
+    mesh: &Mesh,
+    model: &mut dyn Trained,
+    opt: &mut AdamW,
+    (ids, targets): (&[i32], &[i32]),
+    top: usize,
+) -> wgpu_tp::Result<()> {
+    mesh.start_trace()?;
+    let l = model.loss_of(ids, targets, SEQ)?;
+    l.backward()?;
+    opt.step(model)?;
+    model.zero_grad();
+    mesh.synchronize()?;
+    let trace = mesh.stop_trace()?;
+    let kernels = trace.top_kernels(usize::MAX);
+    let dispatches: u64 = kernels.iter().map(|k| k.calls).sum();
+    eprintln!(
+        "  traced step: {:.1?}, kernels {:.1?} summed over ranks, {dispatches} dispatches",
+        trace.span(),
+        trace.kernel_time()
+    );
+    for k in kernels.iter().take(top) {
+        eprintln!("    {:<28} {:>5} calls {:>10.2?}", k.name, k.calls, k.total);
+    }
+    Ok(())
 }
 
 /// With `WGPU_TP_GPT2_LOAD=1`: `Gpt::from_pretrained` of this model saved

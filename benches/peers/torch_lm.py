@@ -10,7 +10,9 @@ wgpu-tp's sampler does. Prints the best and median ms between tokens.
 
 step: batch 2 x 256 tokens, mean cross-entropy, backward, AdamW step,
 zero-grad, then a synchronize. Prints the best and median of --steps steps
-after one untimed step.
+after one untimed step. --amp runs forward and loss under
+`torch.autocast(float16)` (f32 masters, as wgpu-tp's `GptConfig::dtype =
+F16`), with a GradScaler on CUDA.
 
     python3 benches/peers/torch_lm.py decode --model gpt2 --threads 2
     python3 benches/peers/torch_lm.py decode --model smollm2 --prompt 128
@@ -101,20 +103,24 @@ def step(args):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, s["vocab"], (args.batch, args.seq), generator=gen).to(args.device)
+    kind = "cuda" if args.device.startswith("cuda") else "cpu"
+    scaler = torch.amp.GradScaler(kind, enabled=args.amp and kind == "cuda")
     times = []
     for i in range(args.steps + 1):
         sync(args.device)
         t = time.perf_counter()
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        opt.step()
+        with torch.autocast(kind, dtype=torch.float16, enabled=args.amp):
+            loss = model(ids, labels=ids).loss
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=False)
         sync(args.device)
         if i > 0:
             times.append(time.perf_counter() - t)
     ms = [t * 1e3 for t in times]
     print(f"torch {torch.__version__} {args.device} threads {torch.get_num_threads()}: "
-          f"{args.model} step {args.batch}x{args.seq} AdamW: best {min(ms):.1f} ms, "
+          f"{args.model} step {args.batch}x{args.seq} AdamW{' amp f16' if args.amp else ''}: best {min(ms):.1f} ms, "
           f"median {statistics.median(ms):.1f} ms (loss {loss.item():.3f})")
 
 
@@ -129,6 +135,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--amp", action="store_true", help="step: autocast to float16 (mixed precision)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
