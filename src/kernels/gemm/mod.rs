@@ -43,6 +43,10 @@
 //!   past the device's textures). `PackedBuffer` is it with both operands
 //!   always packed (the path ragged shapes take, forced).
 //! - `Tiled` (`shaders/gemm_tiled.wgsl`): workgroup-memory tiling for real GPUs.
+//! - `Coop` (`shaders/gemm_coop.wgsl`): f16 operands on cooperative
+//!   matrices (tensor cores), where
+//!   [`Device::has_coop_f16`](crate::device::Device::has_coop_f16); `Auto`'s
+//!   choice for f16 products there.
 //! - `Gemv` (`super::gemv`): A of at most 8 rows (a decoding step's tokens),
 //!   B read as stored, on every adapter: one token's product streams each
 //!   weight once, where a pack or texture copy would stream it twice more.
@@ -53,7 +57,7 @@
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
 //! register tile, for tuning.
 //!
-//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|buffer|tiled|packed-buffer|gemv`
+//! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|buffer|tiled|coop|packed-buffer|gemv`
 //! forces one for [`gemm`] (read once per process; `cpu` and `generic` are
 //! accepted for `buffer` and `packed-buffer`); [`gemm_with`] picks one per
 //! call.
