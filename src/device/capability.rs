@@ -36,15 +36,23 @@ fn is_f16_16(p: &wgpu::CooperativeMatrixProperties) -> bool {
         && p.cr_type == wgpu::CooperativeScalarType::F32
 }
 
-/// Whether f16 GEMMs on `adapter` can run on cooperative matrices: wgpu
-/// offers the feature, the adapter lists 16×16×16 f16 × f16 + f32, has
-/// `SHADER_F16`, and runs subgroups of exactly 32 invocations (the kernel's
-/// four subgroups per workgroup of 128 assume it).
-pub(super) fn coop_f16(adapter: &wgpu::Adapter) -> bool {
+/// Workgroup memory the cooperative-matrix kernel stages through: 8 KiB of
+/// A, 8 KiB of B, 8 KiB of scratch for the epilogue.
+const COOP_WORKGROUP_BYTES: u32 = 24 << 10;
+
+/// Whether f16 GEMMs on `adapter`, opened with `limits`, can run on
+/// cooperative matrices: wgpu offers the feature, the adapter lists
+/// 16×16×16 f16 × f16 + f32, has `SHADER_F16`, runs subgroups of exactly 32
+/// invocations (the kernel's workgroup is 8 subgroups of 32), and `limits`
+/// allow its 256 invocations and 24 KiB of workgroup memory (WebGPU's
+/// default limits do not).
+pub(super) fn coop_f16(adapter: &wgpu::Adapter, limits: &wgpu::Limits) -> bool {
     let info = adapter.get_info();
     let features = adapter.features();
     features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
         && (info.subgroup_min_size, info.subgroup_max_size) == (32, 32)
+        && limits.max_compute_invocations_per_workgroup >= 256
+        && limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES
         && adapter
             .cooperative_matrix_properties()
             .iter()

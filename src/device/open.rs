@@ -16,7 +16,8 @@ pub(super) async fn open(
     (limits, without): (Option<&wgpu::Limits>, wgpu::Features),
 ) -> Result<Arc<Device>> {
     let info = adapter.get_info();
-    let coop = super::capability::coop_f16(adapter) && !without.contains(COOP);
+    let limits = limits.cloned().unwrap_or_else(|| adapter.limits());
+    let coop = super::capability::coop_f16(adapter, &limits) && !without.contains(COOP);
     let wanted = (wgpu::Features::SHADER_F16
         | wgpu::Features::TIMESTAMP_QUERY
         | wgpu::Features::SUBGROUP
@@ -25,7 +26,7 @@ pub(super) async fn open(
     let desc = wgpu::DeviceDescriptor {
         label: Some("wgpu-tp rank"),
         required_features: adapter.features() & wanted,
-        required_limits: limits.cloned().unwrap_or_else(|| adapter.limits()),
+        required_limits: limits,
         experimental_features: if coop {
             // SAFETY: wgpu marks cooperative matrices experimental; the one
             // kernel using them (`shaders/gemm_coop.wgsl`) is checked

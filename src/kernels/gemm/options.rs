@@ -55,7 +55,8 @@ pub enum GemmVariant {
 
 impl GemmVariant {
     /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
-    /// `sampled-texture`, `storage-texture`, `buffer`, `tiled`, `coop`,
+    /// `sampled-texture`, `storage-texture`, `buffer`, `tiled`, `coop` (for
+    /// the f16 products where it can run; others keep `Auto`'s choice),
     /// `packed-buffer`, `gemv`; `cpu` and `generic`, the old names of
     /// `buffer` and `packed-buffer`, still work; anything else means
     /// `Auto`), read once per process.
@@ -148,21 +149,26 @@ pub(super) fn resolve(
     m: usize,
     k: usize,
 ) -> Result<GemmVariant> {
+    let coop = a.dtype() == DType::F16 && a.device().has_coop_f16();
+    // `WGPU_TP_GEMM_VARIANT=coop` asks for it where it can run; the f32
+    // products beside it keep Auto's choice.
+    let env = match GemmVariant::from_env() {
+        GemmVariant::Coop if !coop => GemmVariant::Auto,
+        v => v,
+    };
     let v = match variant {
         // One token (or a few): stream B once, as stored.
         // (It binds five storage buffers; downlevel devices allow four.)
         GemmVariant::Auto
             if m <= GEMV_MAX_ROWS
                 && k > 0
-                && GemmVariant::from_env() == GemmVariant::Auto
+                && env == GemmVariant::Auto
                 && a.device().limits().max_storage_buffers_per_shader_stage >= 5 =>
         {
             GemmVariant::Gemv
         }
-        GemmVariant::Auto => match GemmVariant::from_env() {
-            GemmVariant::Auto if a.dtype() == DType::F16 && a.device().has_coop_f16() => {
-                GemmVariant::Coop
-            }
+        GemmVariant::Auto => match env {
+            GemmVariant::Auto if coop => GemmVariant::Coop,
             GemmVariant::Auto if a.device().is_cpu() => GemmVariant::Texture,
             // The tiled kernel's 16×16 workgroup needs 256 invocations; the
             // register kernel's 8 fit any device.
@@ -176,7 +182,7 @@ pub(super) fn resolve(
         },
         v => v,
     };
-    if v == GemmVariant::Coop && !(a.dtype() == DType::F16 && a.device().has_coop_f16()) {
+    if v == GemmVariant::Coop && !coop {
         return Err(Error::Unsupported {
             op: "gemm",
             what: "the cooperative-matrix GEMM (f16 operands, 16×16×16 f16 → f32 shapes, subgroups of 32)",
