@@ -183,7 +183,7 @@ fn emit(
             // constants (without them naga reads SV_GroupID instead).
             if source.contains("@builtin(num_workgroups)") {
                 assert!(
-                    hlsl_out.contains("ConstantBuffer<NagaConstants> _NagaConstants: register(b1"),
+                    hlsl_out.contains("ConstantBuffer<NagaConstants> _NagaConstants: register(b"),
                     "{name}: HLSL {shader_model:?} reads num_workgroups without wgpu's special constants"
                 );
             }

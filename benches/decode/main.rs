@@ -37,6 +37,9 @@
 //! f32 weights of this process's ranks (on a CPU adapter device memory is
 //! the host's, so about 1× P is the floor: no host copy of the weights).
 //!
+//! After each case, the resident set then (on CPU adapters the textures the
+//! small-M GEMM keeps of the weights are device memory outside the pools).
+//!
 //! Then, per P, the top kernels of one traced token (`WGPU_TP_DECODE_TOP`
 //! of them, default 8).
 //!
@@ -60,7 +63,7 @@ use std::time::{Duration, Instant};
 use wgpu_tp::models::CausalLm;
 use wgpu_tp::nn::{CausalDecoder, Params, Sampling, generate};
 
-use measure::{copy_bandwidth, device_mib, held_bytes, load, ms, peak_rss};
+use measure::{copy_bandwidth, device_mib, held_bytes, load, ms, peak_rss, rss_now};
 use shapes::config;
 use wgpu_tp::{DType, Mesh, MeshBuilder, Trace};
 
@@ -293,6 +296,15 @@ fn main() {
                         ms(t.median),
                         vs
                     );
+                    if let Some(rss) = rss_now() {
+                        // Kept texture copies of the weights (CPU adapters)
+                        // are device memory outside the pools.
+                        println!(
+                            "{label:<10} RSS after decoding {:.0} MiB = {:.2} × the f32 weights",
+                            rss as f64 / (1 << 20) as f64,
+                            rss as f64 / weights
+                        );
+                    }
                     traces.push((label, t.trace));
                 }
                 Err(e) => println!("{label:<10} skipped: {e}"),

@@ -41,8 +41,18 @@ pub fn load() -> String {
 
 /// The process's peak resident set (VmHWM), in bytes, where Linux reports it.
 pub fn peak_rss() -> Option<u64> {
+    status_bytes("VmHWM:")
+}
+
+/// The process's resident set now, in bytes (Linux only).
+pub fn rss_now() -> Option<u64> {
+    status_bytes("VmRSS:")
+}
+
+/// A `/proc/self/status` field given in kB, in bytes.
+fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace()
         .nth(1)?
         .parse::<u64>()

@@ -45,7 +45,7 @@ impl Mesh {
 }
 
 /// The host's available memory in bytes (`MemAvailable`), where it can be read.
-fn host_available() -> Option<u64> {
+pub(crate) fn host_available() -> Option<u64> {
     if !cfg!(target_os = "linux") {
         return None;
     }

@@ -92,6 +92,29 @@ impl DerivedCache {
         Ok(made)
     }
 
+    /// The operand under `key` if it is kept, or asked for before at this
+    /// version (then made and kept); `None`, noting the ask, the first time.
+    /// For a derived form that only pays on reuse: the caller reads the
+    /// original once and the derived copy from the second use.
+    pub(crate) fn get_if_reused<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Option<T>> {
+        let version = self.version();
+        let kept = self
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(k, v, _)| *k == key && *v == version);
+        if !kept && !self.asked_before(&key, version) {
+            return Ok(None);
+        }
+        // Asked before: get_or_make keeps what it makes.
+        self.get_or_make(key, make).map(Some)
+    }
+
     /// Operands kept (for tests).
     pub(crate) fn len(&self) -> usize {
         self.entries

@@ -151,10 +151,21 @@ impl Dispatch<'_> {
                 t.word_bytes().max(4)
             }
         };
-        for b in self.buffers {
+        let accesses = self.spec.bindings.iter().filter(|a| !a.is_texture());
+        for (b, access) in self.buffers.iter().zip(accesses) {
             // A blocked tensor has no one buffer: an error naming the kernel.
             b.buffer(self.spec.entry)?;
             device.check_binding(self.spec.entry, bound_bytes(b))?;
+            let limit = device.limits().max_uniform_buffer_binding_size;
+            if *access == Access::Uniform && bound_bytes(b) > limit {
+                return Err(Error::TooLarge {
+                    op: self.spec.entry,
+                    what: "a uniform operand",
+                    needed: bound_bytes(b),
+                    limit,
+                    limit_name: "max_uniform_buffer_binding_size",
+                });
+            }
         }
         let (x, y) = fold_workgroups(
             self.workgroups,

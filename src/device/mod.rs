@@ -88,6 +88,7 @@ pub use trace::{EventKind, TraceClock, TraceEvent};
 pub use tune::{Tuning, set_tuning, tuned_choices, tuning, tuning_file};
 
 pub(crate) use blocks::{common_blocks, for_each_block, map_blocks};
+pub(crate) use budget::host_available;
 pub(crate) use copy::copy_region;
 pub(crate) use dispatch::Dispatch;
 pub(crate) use pipeline::{Access, KernelSpec};

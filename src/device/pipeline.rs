@@ -19,6 +19,9 @@ pub(crate) enum Access {
     Read,
     /// `var<storage, read_write>`.
     ReadWrite,
+    /// `var<uniform>`: a small operand every invocation reads at the same
+    /// addresses (CPU adapters load uniforms without per-lane loops).
+    Uniform,
     /// `texture_2d<f32>` read with `textureLoad`: a matrix copied into an
     /// RGBA texture (`texture.rs`).
     Texture,
@@ -214,6 +217,7 @@ fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Pipeline> {
                 },
                 count: None,
             },
+            Access::Uniform => buffer_entry(binding, wgpu::BufferBindingType::Uniform),
             _ => buffer_entry(
                 binding,
                 wgpu::BufferBindingType::Storage {

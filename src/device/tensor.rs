@@ -349,6 +349,20 @@ impl LocalTensor {
         }
     }
 
+    /// [`Self::derived`] for a form that pays only on reuse: `None` (the
+    /// ask noted) the first time between writes, then made and kept.
+    /// Nothing is kept for a blocked view.
+    pub(crate) fn derived_if_reused<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<Option<T>> {
+        match &self.body {
+            Body::Buffer(s) => s.derived.get_if_reused(key, make),
+            Body::Blocks(_) => Ok(None),
+        }
+    }
+
     /// Derived operands kept with the buffer (0 after a write).
     pub fn derived_count(&self) -> usize {
         match &self.body {

@@ -120,3 +120,97 @@ impl LocalTensor {
         Ok(texture.create_view(&Default::default()))
     }
 }
+
+impl LocalTensor {
+    /// A fresh texture holding this tensor's bytes in order, 16 bytes a
+    /// texel, `2^shift` texels a row (the last row part-filled): texel `i`
+    /// is at `(i mod 2^shift, i >> shift)`. f32 tensors fill
+    /// `Rgba32Float` texels, bf16 ones `Rgba32Uint` (eight a texel).
+    /// For kernels that stream a whole weight: any row length that is a
+    /// whole number of texels, and matrices taller than the device's
+    /// texture side. The copy is recorded on the device's pending encoder;
+    /// the texture binds as a read-only storage texture.
+    pub(crate) fn to_flat_texture(
+        &self,
+        op: &'static str,
+        shift: u32,
+    ) -> Result<wgpu::TextureView> {
+        let format = match self.dtype() {
+            DType::F32 => wgpu::TextureFormat::Rgba32Float,
+            DType::BF16 => wgpu::TextureFormat::Rgba32Uint,
+            d => {
+                return Err(Error::invalid(
+                    op,
+                    format!("flat textures hold f32 or bf16 tensors, not {d}"),
+                ));
+            }
+        };
+        let bytes = self.byte_len();
+        let width = 1usize << shift;
+        let texels = (bytes / 16) as usize;
+        let rows = texels.div_ceil(width);
+        if !bytes.is_multiple_of(16) || !self.texture_fits(rows, width) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "cannot lay {bytes} bytes out as 16-byte texels {width} a row (max side {})",
+                    self.device().limits().max_texture_dimension_2d
+                ),
+            ));
+        }
+        let device = self.device();
+        device.check()?;
+        let texture = device.raw.create_texture(&wgpu::TextureDescriptor {
+            label: Some(op),
+            size: wgpu::Extent3d {
+                width: width as u32,
+                height: rows as u32,
+                depth_or_array_layers: 1,
+            },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format,
+            usage: wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::COPY_DST,
+            view_formats: &[],
+        });
+        let buffer = self.buffer(op)?;
+        device.hold_until_submit((rows * width * 16) as u64);
+        // Whole rows in one copy, the part-filled last row in another.
+        let (full, rest) = (texels / width, texels % width);
+        let parts = [(0, full, width), (full, usize::from(rest > 0), rest)];
+        device.record(|enc| {
+            for (row, height, texels) in parts {
+                if height == 0 {
+                    continue;
+                }
+                enc.copy_buffer_to_texture(
+                    wgpu::TexelCopyBufferInfo {
+                        buffer,
+                        layout: wgpu::TexelCopyBufferLayout {
+                            offset: (row * width * 16) as u64,
+                            bytes_per_row: Some((width * 16) as u32),
+                            rows_per_image: Some(height as u32),
+                        },
+                    },
+                    wgpu::TexelCopyTextureInfo {
+                        texture: &texture,
+                        mip_level: 0,
+                        origin: wgpu::Origin3d {
+                            x: 0,
+                            y: row as u32,
+                            z: 0,
+                        },
+                        aspect: wgpu::TextureAspect::All,
+                    },
+                    wgpu::Extent3d {
+                        width: texels as u32,
+                        height: height as u32,
+                        depth_or_array_layers: 1,
+                    },
+                )
+            }
+        });
+        Ok(texture.create_view(&Default::default()))
+    }
+}

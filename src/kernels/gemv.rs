@@ -15,14 +15,19 @@
 //! On GPUs an invocation per four columns is too few in flight and its
 //! loads are not coalesced: there the split-K entry (`split`,
 //! `shaders/gemv_split.wgsl`, `B [N, K]`) is measured beside it and guessed.
+//! On CPU adapters a weight read again (decoding) is kept as a texture and
+//! read by the texture entries (`texture`, the same bits), measured beside
+//! the buffer entry and guessed.
 
 mod loads;
+mod sources;
 pub mod split;
+mod texture;
 
-use self::loads::{
-    A_SCALAR, A_VEC4, B_SCALAR, B_SCALAR_BF16, B_VEC4, B_VEC4_BF16, B_VEC8_BF16, B8_FROM_4,
-};
+pub(crate) use self::sources::gemv_sources;
+use self::sources::program;
 pub use self::split::{SPLIT_CANDIDATES, gemv_split_with_candidate};
+pub use self::texture::{TEXTURE_CANDIDATES, gemv_texture_with};
 use super::Activation;
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
@@ -44,6 +49,9 @@ pub(crate) enum Knob {
     /// The split-K entry (`B [N, K]` only), `c` columns a workgroup
     /// ([`SPLIT_CANDIDATES`]): other bits than `Serial`, within tolerance.
     Split(usize),
+    /// The texture entries (CPU adapters, a kept weight): (columns an
+    /// invocation, workgroup size) ([`TEXTURE_CANDIDATES`]); `Serial`'s bits.
+    Texture((usize, usize)),
 }
 
 /// `c` where nothing was measured: 32 invocations a workgroup (small, so a
@@ -84,82 +92,8 @@ struct Params {
     k: u32,
     flags: u32,
     groups: u32,
-    _pad: [u32; 3],
-}
-
-/// The (family, source) of one (A, B, C dtypes, binding) combination,
-/// composed once per process: pipeline specs take `&'static str`.
-fn program(
-    (input, weight, output): (DType, DType, DType),
-    binding: Binding,
-) -> (&'static str, &'static str) {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    type Key = (DType, DType, DType, Binding);
-    static CACHE: OnceLock<Mutex<HashMap<Key, (&'static str, &'static str)>>> = OnceLock::new();
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    *cache
-        .entry((input, weight, output, binding))
-        .or_insert_with(|| {
-            let bf16 = weight == DType::BF16;
-            let (a, b, tag) = match binding {
-                Binding::BothVec4 => (A_VEC4, if bf16 { B_VEC4_BF16 } else { B_VEC4 }, "_ab4"),
-                Binding::BVec4 => (A_SCALAR, if bf16 { B_VEC4_BF16 } else { B_VEC4 }, "_b4"),
-                Binding::Scalar => (A_SCALAR, if bf16 { B_SCALAR_BF16 } else { B_SCALAR }, ""),
-                Binding::Bf16Vec8 => (A_VEC4, B_VEC8_BF16, "_ab8"),
-            };
-            let f16 = [input, weight, output].contains(&DType::F16);
-            // Bf16Vec8 loads the split entry's chunk itself.
-            let b8 = if binding == Binding::Bf16Vec8 {
-                ""
-            } else {
-                B8_FROM_4
-            };
-            let source = format!(
-                "{}alias AIn = {input};\nalias BIn = {};\nalias COut = {output};\n{a}{b}{b8}{}{}",
-                if f16 { "enable f16;\n" } else { "" },
-                if bf16 {
-                    "u32".to_string()
-                } else {
-                    weight.to_string()
-                },
-                include_str!("../../shaders/gemv.wgsl"),
-                include_str!("../../shaders/gemv_split.wgsl")
-            );
-            let w = if weight == input {
-                String::new()
-            } else {
-                format!("_w{weight}")
-            };
-            let family = format!("gemv_{input}{w}_to_{output}{tag}");
-            (
-                Box::leak(family.into_boxed_str()) as &'static str,
-                Box::leak(source.into_boxed_str()) as &'static str,
-            )
-        })
-}
-
-/// Every composed GEMV source, as (name, source): for validation tests.
-pub(crate) fn gemv_sources() -> Vec<(&'static str, &'static str)> {
-    use DType::{BF16, F16, F32};
-    let dtypes = [
-        (F32, F32, F32),
-        (F16, F16, F16),
-        (F16, F16, F32),
-        (F32, F32, F16),
-        (F32, BF16, F32),
-        (F32, F16, F32),
-    ];
-    let bindings = [Binding::BothVec4, Binding::BVec4, Binding::Scalar];
-    let mut out: Vec<_> = dtypes
-        .iter()
-        .flat_map(|&d| bindings.iter().map(move |&b| program(d, b)))
-        .collect();
-    out.push(program((F32, BF16, F32), Binding::Bf16Vec8));
-    out
+    shift: u32,
+    _pad: [u32; 2],
 }
 
 /// `a·bᵀ` (`b` `[N, K]`; `[K, N]` without `trans_b`) for `a` `[M, K]`,
@@ -270,10 +204,18 @@ pub(crate) fn gemv_into(
         | (acc.is_some() as u32) << 1
         | act << 2
         | (mul.is_some() as u32) << 4;
+    // A weight read again is kept as a texture on CPU adapters.
+    let forced = matches!(knob, Some(Knob::Texture(_)));
+    let tex = if knob.is_none() || forced {
+        texture::weight_texture(a, b, trans_b, out.dtype(), (m, n, k), forced)?
+    } else {
+        None
+    };
     let record = |knob: Knob| {
         let (entry, wg, groups) = match knob {
             Knob::Serial(c) => (entry, 16 * c, n.div_ceil(4).div_ceil(16 * c)),
             Knob::Split(c) => (split::ENTRY, split::TEAM * c, n.div_ceil(c)),
+            Knob::Texture(cw) => (entry, cw.1, 0),
         };
         let constants = vec![("ROWS", rows as f64), ("WG", wg as f64)];
         let params = Params {
@@ -282,14 +224,20 @@ pub(crate) fn gemv_into(
             k: k as u32,
             flags,
             groups: groups as u32,
-            _pad: [0; 3],
+            shift: 0,
+            _pad: [0; 2],
         };
+        let (bias, acc) = (bias.unwrap_or(a), acc.or(mul));
+        if let (Knob::Texture(cw), Some(tex)) = (knob, &tex) {
+            let buffers = [bias, acc.unwrap_or(a), out];
+            return texture::record(a, (tex, b.dtype()), buffers, params, rows, cw);
+        }
         let spec = KernelSpec::new(family, source, BINDINGS, entry).with_constants(constants);
         // Absent bias / acc bind `a` and `b` in their place; the flags keep them unread.
         Dispatch {
             spec: &spec,
             params: bytemuck::bytes_of(&params),
-            buffers: &[a, b, bias.unwrap_or(a), acc.or(mul).unwrap_or(b), out],
+            buffers: &[a, b, bias, acc.unwrap_or(b), out],
             workgroups: groups as u64,
         }
         .record(a.device())
@@ -299,7 +247,14 @@ pub(crate) fn gemv_into(
             Err(Error::invalid(OP, "the split kernel reads B [N, K] only"))
         }
         Some(knob) => record(knob),
-        None => record(candidate(a.device(), family, entry, (rows, n, k), &record)?),
+        None => record(candidate(
+            a.device(),
+            family,
+            entry,
+            (rows, n, k),
+            tex.is_some(),
+            &record,
+        )?),
     }
 }
 
@@ -314,10 +269,13 @@ fn candidate(
     family: &str,
     entry: &str,
     (rows, n, k): (usize, usize, usize),
+    textured: bool,
     record: &dyn Fn(Knob) -> Result<()>,
 ) -> Result<Knob> {
     let split = entry != "gemv_kn" && device.is_gpu();
-    let guess = if split {
+    let guess = if textured {
+        Knob::Texture(texture::GUESS)
+    } else if split {
         Knob::Split(split::GUESS)
     } else {
         Knob::Serial(GUESS)
@@ -329,7 +287,15 @@ fn candidate(
     // On a GPU only split-K knobs are measured: they all give one set of
     // bits, so processes measuring apart (MPI) still compute alike; the
     // family itself follows the adapter type, which every rank sees alike.
-    let knobs: Vec<Knob> = if split {
+    // A kept texture: its knobs and the buffer's guess, all one set of bits.
+    let knobs: Vec<Knob> = if textured {
+        TEXTURE_CANDIDATES
+            .into_iter()
+            .filter(|&(_, wg)| wg <= most)
+            .map(Knob::Texture)
+            .chain([Knob::Serial(GUESS)])
+            .collect()
+    } else if split {
         SPLIT_CANDIDATES
             .into_iter()
             .filter(|&c| split::TEAM * c <= most)
@@ -347,13 +313,20 @@ fn candidate(
         .map(|k| match k {
             Knob::Serial(c) => format!("wg {}", 16 * c),
             Knob::Split(c) => format!("split wg {}", split::TEAM * c),
+            Knob::Texture((c, wg)) => format!("texture cols {c} wg {wg}"),
         })
         .collect();
     let class = format!(
         "{family} {entry} rows {rows} n {} k {}{}",
         n.next_power_of_two(),
         k.next_power_of_two(),
-        if split { " split" } else { "" }
+        if textured {
+            " texture"
+        } else if split {
+            " split"
+        } else {
+            ""
+        }
     );
     let chosen = tune::choose(device, &class, &names, |i| record(knobs[i]))?;
     Ok(chosen.map_or(guess, |i| knobs[i]))

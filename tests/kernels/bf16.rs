@@ -96,7 +96,12 @@ fn want(
 }
 
 /// B uploaded as `dtype` (bf16 or f16) from values already representable.
-fn upload_weight(r: &Rank, shape: &[usize], b: &[f32], dtype: DType) -> wgpu_tp::LocalTensor {
+pub(super) fn upload_weight(
+    r: &Rank,
+    shape: &[usize],
+    b: &[f32],
+    dtype: DType,
+) -> wgpu_tp::LocalTensor {
     match dtype {
         DType::BF16 => r.upload_bf16(shape, &to_bf16(b)).unwrap(),
         _ => {

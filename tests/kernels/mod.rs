@@ -3,7 +3,8 @@
 //! - `gemm`: gemm (transposes, bias, accumulate, every variant) and `sum_rows`;
 //! - `gemv_activation`: an activation applied in the product's store;
 //! - `gemv`: the small-M GEMM reading B as stored; `gemv_split`: its
-//!   split-K entry for GPUs, forced;
+//!   split-K entry for GPUs, forced; `gemv_texture`: its texture entries
+//!   (CPU adapters, a weight read again);
 //! - `pack_cache`: the packs `gemm_weight` keeps, dropped by in-place writes;
 //! - `elementwise`: add/scale/axpby and activations with their backward;
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
@@ -41,6 +42,7 @@ mod gemm_split;
 mod gemv;
 mod gemv_activation;
 mod gemv_split;
+mod gemv_texture;
 mod gqa;
 mod loop_limit;
 mod norm_rows;
