@@ -267,3 +267,16 @@ pub(crate) fn choose(
     save(&t.dir, &key, &snapshot);
     Ok(Some(best.1))
 }
+
+/// The choice already made for `class` on `device` (in this process or on
+/// disk), without measuring: `None` where tuning is off or nothing is known.
+pub(crate) fn known_choice(device: &Device, class: &str) -> Option<String> {
+    let t = tuning();
+    if !t.enabled {
+        return None;
+    }
+    let key = device_key(device);
+    let mut k = lock(known());
+    load(&mut k, &t.dir, &key);
+    k.choices.get(&key)?.get(class).cloned()
+}

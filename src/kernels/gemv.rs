@@ -188,7 +188,6 @@ pub(crate) fn gemv_into(
         _ => Binding::Scalar,
     };
     let (family, source) = program((a.dtype(), b.dtype(), out.dtype()), binding);
-    let rows = m.next_power_of_two();
     let entry = match (trans_b, binding) {
         (true, Binding::Bf16Vec8) => "gemv_nk8",
         (true, _) => "gemv_nk",
@@ -206,7 +205,14 @@ pub(crate) fn gemv_into(
         | (mul.is_some() as u32) << 4;
     // A weight read again is kept as a texture on CPU adapters.
     let forced = matches!(knob, Some(Knob::Texture(_)));
-    let tex = if knob.is_none() || forced {
+    let rows = m.next_power_of_two();
+    // Not where measurement already chose the buffer for this class: its
+    // texture would be memory for nothing.
+    let lost = || {
+        let class = class_name(family, entry, (rows, n, k), " texture");
+        tune::known_choice(a.device(), &class).is_some_and(|c| !c.starts_with("texture"))
+    };
+    let tex = if forced || (knob.is_none() && !lost()) {
         texture::weight_texture(a, b, trans_b, out.dtype(), (m, n, k), forced)?
     } else {
         None
@@ -316,18 +322,29 @@ fn candidate(
             Knob::Texture((c, wg)) => format!("texture cols {c} wg {wg}"),
         })
         .collect();
-    let class = format!(
-        "{family} {entry} rows {rows} n {} k {}{}",
-        n.next_power_of_two(),
-        k.next_power_of_two(),
-        if textured {
-            " texture"
-        } else if split {
-            " split"
-        } else {
-            ""
-        }
-    );
+    let suffix = if textured {
+        " texture"
+    } else if split {
+        " split"
+    } else {
+        ""
+    };
+    let class = class_name(family, entry, (rows, n, k), suffix);
     let chosen = tune::choose(device, &class, &names, |i| record(knobs[i]))?;
     Ok(chosen.map_or(guess, |i| knobs[i]))
+}
+
+/// The shape class measured for a product: layout, rows, and N and K
+/// rounded up to powers of two; `suffix` names the candidates' set.
+fn class_name(
+    family: &str,
+    entry: &str,
+    (rows, n, k): (usize, usize, usize),
+    suffix: &str,
+) -> String {
+    format!(
+        "{family} {entry} rows {rows} n {} k {}{suffix}",
+        n.next_power_of_two(),
+        k.next_power_of_two(),
+    )
 }

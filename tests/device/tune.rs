@@ -3,7 +3,9 @@
 //! one of the candidates, listed by `tuned_choices`, written to the cache
 //! directory as JSON, and the product's result equals f64 whatever was
 //! chosen (the candidates measured against each other compute the same
-//! bits: tests/kernels/gemv.rs and gemv_split.rs).
+//! bits: tests/kernels/gemv.rs, gemv_split.rs and gemv_texture.rs); on CPU
+//! adapters a weight read again measures the texture entries beside the
+//! buffer kernel.
 
 use crate::util::{Rng, assert_close_cancelling, mesh, mesh_env, reference};
 use std::time::Duration;
@@ -39,7 +41,36 @@ fn a_large_one_row_product_is_measured_once_and_its_choice_kept_on_disk() {
     let want = reference::gemm(&a, &b, m, n, k, false, true);
     let scale = reference::gemm(&abs(&a), &abs(&b), m, n, k, false, true);
     assert_close_cancelling("tuned gemv", &got, &want, &scale, 1e-5);
-    let class = |c: &str| c.contains("gemv_nk") && c.contains("n 2048 k 512");
+    // A weight's second product on a CPU adapter: its texture class, the
+    // texture knobs measured beside the buffer kernel's guess (K 512: whole
+    // texels).
+    let (n2, k2) = (3001, 512);
+    let (a2, b2) = (rng.vec(k2), rng.vec(n2 * k2));
+    let a2_t = r.upload(&[1, k2], &a2).unwrap();
+    let b2_t = r.upload(&[n2, k2], &b2).unwrap();
+    let want2 = reference::gemm(&a2, &b2, 1, n2, k2, false, true);
+    let scale2 = reference::gemm(&abs(&a2), &abs(&b2), 1, n2, k2, false, true);
+    for pass in 0..3 {
+        let got = kernels::gemm_weight(&a2_t, &b2_t, opts).unwrap();
+        let what = format!("tuned gemv, a weight read again, pass {pass}");
+        assert_close_cancelling(&what, &got.to_vec().unwrap(), &want2, &scale2, 1e-5);
+    }
+    let textured: Vec<_> = wgpu_tp::tuned_choices()
+        .into_iter()
+        .filter(|(_, c, _)| c.contains("n 4096 k 512 texture"))
+        .collect();
+    if r.device().is_cpu() {
+        assert_eq!(textured.len(), 1, "one texture class: {textured:?}");
+        let mut knobs: Vec<String> = (kernels::gemv::TEXTURE_CANDIDATES.iter())
+            .map(|(c, wg)| format!("texture cols {c} wg {wg}"))
+            .collect();
+        knobs.push("wg 32".into());
+        assert!(knobs.contains(&textured[0].2), "a candidate: {textured:?}");
+    } else {
+        assert!(textured.is_empty(), "textures on a GPU: {textured:?}");
+    }
+    let class =
+        |c: &str| c.contains("gemv_nk") && c.contains("n 2048 k 512") && !c.contains("texture");
     let ours: Vec<_> = wgpu_tp::tuned_choices()
         .into_iter()
         .filter(|(_, c, _)| class(c))
