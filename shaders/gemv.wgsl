@@ -8,7 +8,7 @@
 //
 // Each invocation owns four adjacent columns of c and every row (ROWS ≥ M,
 // an override: 1, 2, 4 or 8), so each weight element is loaded once for all
-// rows. src/kernels/gemv.rs composes in front: `enable f16;` where needed,
+// rows. src/kernels/gemv/sources.rs composes in front: `enable f16;` where needed,
 // the aliases AIn / COut (element types of a, b and of c), AV / BV (how a
 // and b are bound: AIn or vec4<AIn>) and the loads
 //   lda4(m, q) -> vec4<f32>: a[m, 4q..4q+4]     (4q + 3 < K)

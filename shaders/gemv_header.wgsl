@@ -1,6 +1,7 @@
 // The small-M GEMM's parameters, epilogue and overrides, shared by its
 // buffer entries (gemv.wgsl, gemv_split.wgsl) and its texture entries
-// (gemv_texture.wgsl); each declares a (binding 1) and b (binding 2).
+// (gemv_texture.wgsl); gemv.wgsl and gemv_texture.wgsl declare a (binding
+// 1) and b (binding 2).
 
 struct Params {
     m: u32,

@@ -1,23 +1,26 @@
 // Small-M GEMM entries reading the weight b [N, K] from a texture that
 // holds its bytes in order (LocalTensor::to_flat_texture: 16 bytes a texel,
-// 2^p.shift texels a row) and a from a uniform buffer, for CPU adapters:
-// Mesa's gallivm loads storage buffers lane by lane, a texel per lane in
-// one fetch, and a uniform read at the same address by every lane once.
-// a's rows are whole vec4s (K a multiple of 4, M·K/4 ≤ 4096).
+// rgba32uint, 2^p.shift texels a row) and a from a uniform buffer, for CPU
+// adapters: Mesa's gallivm loads storage buffers lane by lane, a texel per
+// lane in one fetch, and a uniform read at the same address by every lane
+// once. a's rows are whole vec4s (K a multiple of 4, M·K/4 ≤ 4096).
 //
 // Each invocation owns COLS adjacent columns and every row (ROWS ≥ M), and
 // adds each column's four-element dot products in gemv.wgsl's order, so
-// the bits are the buffer entries' (gemv_nk, gemv_nk8). Composed after
-// gemv_header.wgsl; src/kernels/gemv/texture.rs puts `alias COut` first.
+// the bits are the buffer entries' (gemv_nk, gemv_nk8). Texels are read as
+// words and bitcast (f32) or widened (bf16): bits in, bits out. Composed
+// after `alias COut = f32;` and gemv_header.wgsl
+// (src/kernels/gemv/texture.rs).
 
 @group(0) @binding(1) var<uniform> a: array<vec4<f32>, 4096>;
+@group(0) @binding(2) var bt: texture_storage_2d<rgba32uint, read>;
 
-// Columns an invocation owns: 1, 2 or 4.
+// Columns an invocation owns: 1, 2 or 4 (the measured knobs use 2 and 4).
 override COLS: u32 = 2u;
 
-// Where 16-byte unit i of b is in the texture.
-fn at(i: u32) -> vec2<i32> {
-    return vec2<i32>(i32(i & ((1u << p.shift) - 1u)), i32(i >> p.shift));
+// The texel holding 16-byte unit i of b.
+fn texel(i: u32) -> vec4<u32> {
+    return textureLoad(bt, vec2<i32>(i32(i & ((1u << p.shift) - 1u)), i32(i >> p.shift)));
 }
 
 // bf16 pairs (little-endian words) widened by shifts, as loads.rs does.

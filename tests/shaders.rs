@@ -181,9 +181,14 @@ fn emit(
                 .unwrap_or_else(|e| panic!("{name}: HLSL {shader_model:?}: {e}"));
             // num_workgroups must come from wgpu's special-constants root
             // constants (without them naga reads SV_GroupID instead).
+            // They take the register after the module's uniforms (b0, b1, ...).
             if source.contains("@builtin(num_workgroups)") {
+                let register = format!(
+                    "ConstantBuffer<NagaConstants> _NagaConstants: register(b{}",
+                    source.matches("var<uniform>").count()
+                );
                 assert!(
-                    hlsl_out.contains("ConstantBuffer<NagaConstants> _NagaConstants: register(b"),
+                    hlsl_out.contains(&register),
                     "{name}: HLSL {shader_model:?} reads num_workgroups without wgpu's special constants"
                 );
             }

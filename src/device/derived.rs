@@ -115,6 +115,12 @@ impl DerivedCache {
         self.get_or_make(key, make).map(Some)
     }
 
+    /// Drop the operand kept under `key`, if any (the asks stay noted).
+    pub(crate) fn forget(&self, key: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.retain(|(k, _, _)| k != key);
+    }
+
     /// Operands kept (for tests).
     pub(crate) fn len(&self) -> usize {
         self.entries

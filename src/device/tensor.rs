@@ -363,6 +363,13 @@ impl LocalTensor {
         }
     }
 
+    /// Drop the derived operand kept under `key`, if any.
+    pub(crate) fn forget_derived(&self, key: &str) {
+        if let Body::Buffer(s) = &self.body {
+            s.derived.forget(key);
+        }
+    }
+
     /// Derived operands kept with the buffer (0 after a write).
     pub fn derived_count(&self) -> usize {
         match &self.body {

@@ -122,38 +122,38 @@ impl LocalTensor {
 }
 
 impl LocalTensor {
-    /// A fresh texture holding this tensor's bytes in order, 16 bytes a
-    /// texel, `2^shift` texels a row (the last row part-filled): texel `i`
-    /// is at `(i mod 2^shift, i >> shift)`. f32 tensors fill
-    /// `Rgba32Float` texels, bf16 ones `Rgba32Uint` (eight a texel).
-    /// For kernels that stream a whole weight: any row length that is a
-    /// whole number of texels, and matrices taller than the device's
-    /// texture side. The copy is recorded on the device's pending encoder;
-    /// the texture binds as a read-only storage texture.
+    /// A fresh `Rgba32Uint` texture holding this tensor's bytes in order
+    /// (f32 or bf16: four words a texel, read as bits), `2^shift` texels a
+    /// row (the last row part-filled): texel `i` is at `(i mod 2^shift,
+    /// i >> shift)`. For kernels that stream a whole weight: any row length
+    /// that is a whole number of texels, and matrices taller than the
+    /// device's texture side. The copy is recorded on the device's pending
+    /// encoder; the texture binds as a read-only storage texture.
     pub(crate) fn to_flat_texture(
         &self,
         op: &'static str,
         shift: u32,
     ) -> Result<wgpu::TextureView> {
-        let format = match self.dtype() {
-            DType::F32 => wgpu::TextureFormat::Rgba32Float,
-            DType::BF16 => wgpu::TextureFormat::Rgba32Uint,
-            d => {
-                return Err(Error::invalid(
-                    op,
-                    format!("flat textures hold f32 or bf16 tensors, not {d}"),
-                ));
-            }
-        };
+        if !matches!(self.dtype(), DType::F32 | DType::BF16) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "flat textures hold f32 or bf16 tensors, not {}",
+                    self.dtype()
+                ),
+            ));
+        }
+        let format = wgpu::TextureFormat::Rgba32Uint;
         let bytes = self.byte_len();
         let width = 1usize << shift;
         let texels = (bytes / 16) as usize;
         let rows = texels.div_ceil(width);
-        if !bytes.is_multiple_of(16) || !self.texture_fits(rows, width) {
+        if !bytes.is_multiple_of(16) || shift < 4 || !self.texture_fits(rows, width) {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "cannot lay {bytes} bytes out as 16-byte texels {width} a row (max side {})",
+                    "cannot lay {bytes} bytes out as 16-byte texels {width} a row (16 or more, and \
+                     a multiple of 16 bytes; max side {})",
                     self.device().limits().max_texture_dimension_2d
                 ),
             ));

@@ -280,3 +280,13 @@ pub(crate) fn known_choice(device: &Device, class: &str) -> Option<String> {
     load(&mut k, &t.dir, &key);
     k.choices.get(&key)?.get(class).cloned()
 }
+
+/// Record `choice` for `class` on `device` in this process, as a
+/// measurement would (for tests of what a choice implies).
+#[cfg(test)]
+pub(crate) fn remember(device: &Device, class: &str, choice: &str) {
+    let key = device_key(device);
+    let mut k = lock(known());
+    let map = k.choices.entry(key).or_default();
+    map.insert(class.to_string(), choice.to_string());
+}

@@ -3,7 +3,7 @@
 //! for A `[M, K]` with `M ≤ 8`, reading B (a weight, `[N, K]` or `[K, N]`)
 //! where it is stored. A decoding step multiplies one token by every weight:
 //! its time is streaming the weights once, and the general kernels' packs
-//! and texture copies stream each weight twice more. The
+//! stream each weight twice more per product. The
 //! GEMM ([`super::gemm()`]) picks this kernel for `M ≤` [`GEMV_MAX_ROWS`].
 //!
 //! Each invocation owns four columns of C and every row, so a weight element
@@ -140,7 +140,7 @@ pub fn gemv_with_candidate(
         (None, None, None, None),
         &out,
         (m, n, k),
-        Some(Knob::Serial(c)),
+        (Some(Knob::Serial(c)), false),
     )?;
     Ok(out)
 }
@@ -164,7 +164,7 @@ pub(crate) fn gemv_into(
     ),
     out: &LocalTensor,
     (m, n, k): (usize, usize, usize),
-    knob: Option<Knob>,
+    (knob, cache_b): (Option<Knob>, bool),
 ) -> Result<()> {
     const OP: &str = "gemv";
     if acc.is_some() && mul.is_some() {
@@ -212,19 +212,15 @@ pub(crate) fn gemv_into(
         let class = class_name(family, entry, (rows, n, k), " texture");
         tune::known_choice(a.device(), &class).is_some_and(|c| !c.starts_with("texture"))
     };
-    let tex = if forced || (knob.is_none() && !lost()) {
+    let auto = knob.is_none() && cache_b && a.device().is_cpu();
+    let tex = if forced || (auto && !lost()) {
         texture::weight_texture(a, b, trans_b, out.dtype(), (m, n, k), forced)?
     } else {
         None
     };
     let record = |knob: Knob| {
-        let (entry, wg, groups) = match knob {
-            Knob::Serial(c) => (entry, 16 * c, n.div_ceil(4).div_ceil(16 * c)),
-            Knob::Split(c) => (split::ENTRY, split::TEAM * c, n.div_ceil(c)),
-            Knob::Texture(cw) => (entry, cw.1, 0),
-        };
-        let constants = vec![("ROWS", rows as f64), ("WG", wg as f64)];
-        let params = Params {
+        let (bias, acc) = (bias.unwrap_or(a), acc.or(mul));
+        let params = |groups: usize| Params {
             m: m as u32,
             n: n as u32,
             k: k as u32,
@@ -233,16 +229,26 @@ pub(crate) fn gemv_into(
             shift: 0,
             _pad: [0; 2],
         };
-        let (bias, acc) = (bias.unwrap_or(a), acc.or(mul));
-        if let (Knob::Texture(cw), Some(tex)) = (knob, &tex) {
-            let buffers = [bias, acc.unwrap_or(a), out];
-            return texture::record(a, (tex, b.dtype()), buffers, params, rows, cw);
-        }
+        let (entry, wg, groups) = match (knob, &tex) {
+            (Knob::Serial(c), _) => (entry, 16 * c, n.div_ceil(4).div_ceil(16 * c)),
+            (Knob::Split(c), _) => (split::ENTRY, split::TEAM * c, n.div_ceil(c)),
+            (Knob::Texture(cw), Some(tex)) => {
+                let buffers = [bias, acc.unwrap_or(a), out];
+                return texture::record(a, (tex, b.dtype()), buffers, params(0), rows, cw);
+            }
+            (Knob::Texture(_), None) => {
+                return Err(Error::invalid(
+                    OP,
+                    "internal: a texture knob without a texture (please report this)",
+                ));
+            }
+        };
+        let constants = vec![("ROWS", rows as f64), ("WG", wg as f64)];
         let spec = KernelSpec::new(family, source, BINDINGS, entry).with_constants(constants);
         // Absent bias / acc bind `a` and `b` in their place; the flags keep them unread.
         Dispatch {
             spec: &spec,
-            params: bytemuck::bytes_of(&params),
+            params: bytemuck::bytes_of(&params(groups)),
             buffers: &[a, b, bias, acc.unwrap_or(b), out],
             workgroups: groups as u64,
         }
@@ -253,14 +259,15 @@ pub(crate) fn gemv_into(
             Err(Error::invalid(OP, "the split kernel reads B [N, K] only"))
         }
         Some(knob) => record(knob),
-        None => record(candidate(
-            a.device(),
-            family,
-            entry,
-            (rows, n, k),
-            tex.is_some(),
-            &record,
-        )?),
+        None => {
+            let textured = tex.is_some();
+            let chosen = candidate(a.device(), family, entry, (rows, n, k), textured, &record)?;
+            // Measured slower than the buffer: its texture is memory for nothing.
+            if textured && matches!(chosen, Knob::Serial(_)) {
+                texture::drop_texture(b, a.device());
+            }
+            record(chosen)
+        }
     }
 }
 
@@ -268,8 +275,10 @@ pub(crate) fn gemv_into(
 /// and N and K rounded up to powers of two) where the product is large
 /// enough to matter, else guessed. On GPUs `B [N, K]` products also measure
 /// the split entry (their classes end in `split`, so choices cached before
-/// it existed are not reused) and guess it; CPU adapters measure and guess
-/// as before.
+/// it existed are not reused) and guess it; on CPU adapters a weight with a
+/// kept texture (`textured`) measures the texture knobs beside the buffer
+/// kernel's guess (classes ending in `texture`) and guesses a texture knob,
+/// others the buffer kernel's workgroup sizes.
 fn candidate(
     device: &Device,
     family: &str,

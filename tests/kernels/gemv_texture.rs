@@ -38,11 +38,21 @@ fn texture_entries_give_the_buffer_entries_bits() {
         (2, 517, 1024),
         (5, 13, 40),
         (7, 3, 2048),
+        // K ≡ 4 mod 8 (f32 only), and A filling the uniform exactly.
+        (2, 11, 12),
+        (1, 300, 44),
+        (8, 5, 2048),
+        (1, 9, 16384),
     ];
     for (m, n, k) in shapes {
         let a = rng.vec(m * k);
         let a_t = r.upload(&[m, k], &a).unwrap();
-        for dtype in [DType::F32, DType::BF16] {
+        let dtypes: &[DType] = if k % 8 == 0 {
+            &[DType::F32, DType::BF16]
+        } else {
+            &[DType::F32]
+        };
+        for &dtype in dtypes {
             let b = if dtype == DType::BF16 {
                 round_bf16(&rng.vec(n * k))
             } else {
@@ -122,7 +132,7 @@ fn a_weight_read_again_is_kept_as_a_texture_with_the_same_bits() {
             let trace = m1.stop_trace().unwrap();
             assert_eq!(bits(&again), bits(&first), "{what}");
             // A texture from the second product on, kept from then on.
-            let textured = calls(&trace, "gemv_tex_");
+            let textured = calls(&trace, "gemv_tex::");
             let want_tex = if !cpu {
                 0
             } else if i == 0 {
@@ -163,8 +173,8 @@ fn a_weight_read_again_is_kept_as_a_texture_with_the_same_bits() {
 }
 
 /// Products the texture entries cannot take are errors naming why, and the
-/// rank keeps working: K not whole texels, A past 64 KiB, an f16 A, a knob
-/// not measured.
+/// rank keeps working: K not whole texels (f32 and bf16), A past 64 KiB, a
+/// knob not measured, operands of different K.
 #[test]
 fn the_texture_entries_refuse_what_they_cannot_take() {
     let m1 = mesh(1);
@@ -175,15 +185,16 @@ fn the_texture_entries_refuse_what_they_cannot_take() {
     };
     let a13 = r.upload(&[1, 13], &[0.5; 13]).unwrap();
     let b13 = r.upload(&[4, 13], &[0.5; 52]).unwrap();
-    refuse(&a13, &b13, (2, 64), "multiple of 4");
+    refuse(&a13, &b13, (2, 64), "a multiple of 4");
     let a12 = r.upload(&[1, 12], &[0.5; 12]).unwrap();
     let b12 = upload_weight(r, &[4, 12], &[0.5; 48], DType::BF16);
-    refuse(&a12, &b12, (2, 64), "of 8");
+    refuse(&a12, &b12, (2, 64), "a multiple of 8");
     let big = r.upload(&[8, 2056], &vec![0.5; 8 * 2056]).unwrap();
     let bbig = r.upload(&[4, 2056], &vec![0.5; 4 * 2056]).unwrap();
     refuse(&big, &bbig, (2, 64), "64 KiB");
     let b4 = r.upload(&[4, 12], &[0.5; 48]).unwrap();
     refuse(&a12, &b4, (3, 64), "knob");
+    refuse(&a13, &b4, (2, 64), "same K");
     let ok = kernels::gemv::gemv_texture_with(&a12, &b4, (2, 64)).unwrap();
     assert_eq!(ok.to_vec().unwrap(), vec![3.0; 4]);
 }

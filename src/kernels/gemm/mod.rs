@@ -258,7 +258,7 @@ fn gemm_impl(
             (opts.bias, opts.accumulate, opts.activation, opts.multiply),
             &out,
             (m, n, k),
-            None,
+            (None, cache_b),
         )?;
         return Ok(out);
     }

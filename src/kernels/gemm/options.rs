@@ -48,8 +48,9 @@ pub enum GemmVariant {
     PackedBuffer,
     /// The small-M kernel (`shaders/gemv.wgsl`): A of at most
     /// [`GEMV_MAX_ROWS`](crate::kernels::gemv::GEMV_MAX_ROWS) rows, B read
-    /// where it is stored (no pack, no texture). `Auto` takes it for such
-    /// products on every adapter.
+    /// where it is stored (no pack; on CPU adapters a weight read again
+    /// through a kept texture copy, the same bits). `Auto` takes it for
+    /// such products on every adapter.
     Gemv,
 }
 

@@ -78,7 +78,7 @@ pub fn gemv_split_with_candidate(
         (bias, acc, None, None),
         &out,
         (m, n, k),
-        Some(Knob::Split(c)),
+        (Some(Knob::Split(c)), false),
     )?;
     Ok(out)
 }

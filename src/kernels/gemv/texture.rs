@@ -2,15 +2,22 @@
 //! on CPU adapters. Mesa's gallivm (lavapipe, llvmpipe) loads a storage
 //! buffer lane by lane, with a bounds check per lane, but fetches a texel
 //! per lane at once and reads a uniform at one address once: the weight as
-//! a texture and A as a uniform stream the weight about twice as fast
-//! (BENCHMARKS round 27). The texture is a copy of the weight, so it is
-//! made from a weight's second product between writes (decoding) and kept
-//! with it: one more copy of each weight in device memory (the host's),
-//! as the GEMM's kept packs are, made only while the host keeps 1 GiB
-//! available beyond it. `WGPU_TP_GEMV_TEXTURE=0` turns it off.
+//! a texture and A as a uniform take 0.3–0.7× the buffer kernel's time on
+//! GL llvmpipe 22.3 and 0.6–1.0× on lavapipe 25 (BENCHMARKS round 27). The
+//! texture is a copy of the weight, so it is made from a weight's second
+//! product between writes (decoding), where the pack cache keeps the
+//! GEMM's copies (`gemm_weight`), and kept with it: one more copy of each
+//! weight in host memory, made only while the host keeps 1 GiB available
+//! beyond the textures kept. `WGPU_TP_GEMV_TEXTURE=0` (or
+//! `WGPU_TP_PACK_CACHE=0`) turns it off.
 //!
-//! The entries add each column's dot products in the buffer entries'
-//! order: the same bits as `gemv_nk` (f32) and `gemv_nk8` (bf16).
+//! The texels are `rgba32uint` for f32 and bf16 weights alike (bits, not
+//! values: nothing on the way can flush or canonicalise a float), and the
+//! entries add each column's dot products in the buffer entries' order:
+//! the same bits as `gemv_nk` (f32) and `gemv_nk8` (bf16).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Knob, gemv_into};
 use crate::device::{
@@ -25,8 +32,9 @@ pub(super) const A_VEC4S: usize = 4096;
 /// The texture knob: columns an invocation owns, with its workgroup size.
 pub const TEXTURE_CANDIDATES: [(usize, usize); 3] = [(2, 64), (4, 32), (4, 64)];
 
-/// The knob where nothing was measured: the fastest at GPT-2's layer
-/// shapes on lavapipe, one row and eight (BENCHMARKS round 27).
+/// The knob where nothing was measured: four columns were the fastest or
+/// near it at most of GPT-2's layer shapes, one row and eight, on both
+/// CPU drivers (BENCHMARKS round 27).
 pub(super) const GUESS: (usize, usize) = (4, 32);
 
 /// Texels a texture row: 2^11, or the device's side if smaller.
@@ -46,11 +54,12 @@ fn unfit(
     (m, n, k): (usize, usize, usize),
 ) -> Option<String> {
     let device = a.device();
-    let format = match b.dtype() {
-        DType::F32 if k % 4 == 0 => wgpu::TextureFormat::Rgba32Float,
-        DType::BF16 if k % 8 == 0 => wgpu::TextureFormat::Rgba32Uint,
-        _ => return Some("B must be f32 with K a multiple of 4 or bf16 with K of 8".into()),
-    };
+    match b.dtype() {
+        DType::F32 if k % 4 != 0 => return Some("f32 B needs K a multiple of 4".into()),
+        DType::BF16 if k % 8 != 0 => return Some("bf16 B needs K a multiple of 8".into()),
+        DType::F32 | DType::BF16 => {}
+        d => return Some(format!("B must be f32 or bf16, not {d}")),
+    }
     let texels = (n * k * b.dtype().size_bytes()).div_ceil(16);
     let side = device.limits().max_texture_dimension_2d as usize;
     let reasons = [
@@ -66,13 +75,14 @@ fn unfit(
             "the device's uniform and storage bindings must hold 64 KiB",
         ),
         (
-            !storage_textures_work(device, format),
-            "the device must read storage textures",
+            !storage_textures_work(device, wgpu::TextureFormat::Rgba32Uint),
+            "the device must read rgba32uint storage textures",
         ),
         (b.is_blocked(), "B must be one buffer"),
+        // Rows of 16 texels or more: a copy's rows are 256-byte multiples.
         (
-            texels.div_ceil(1 << shift(device)) > side,
-            "B must fit one texture",
+            shift(device) < 4 || texels.div_ceil(1 << shift(device)) > side,
+            "B must fit one texture of the device's sides",
         ),
     ];
     reasons
@@ -81,10 +91,53 @@ fn unfit(
         .map(|(_, why)| why.to_string())
 }
 
-/// Whether the automatic choice may use textures (on by default).
+/// Whether the automatic choice may keep textures: on unless
+/// `WGPU_TP_GEMV_TEXTURE=0` or `WGPU_TP_PACK_CACHE=0`.
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("WGPU_TP_GEMV_TEXTURE").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| {
+        let off = |var| std::env::var(var).is_ok_and(|v| v == "0");
+        !off("WGPU_TP_GEMV_TEXTURE") && !off("WGPU_TP_PACK_CACHE")
+    })
+}
+
+/// Bytes of weight textures kept by this process: the memory check counts
+/// them as taken (the copies of one token's weights are made before any
+/// is resident).
+static KEPT_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// A weight's texture, its bytes counted in [`KEPT_BYTES`] while it lives.
+pub(super) struct WeightTexture {
+    pub(super) view: wgpu::TextureView,
+    bytes: u64,
+}
+
+impl WeightTexture {
+    fn make(b: &LocalTensor, shift: u32) -> Result<Arc<WeightTexture>> {
+        let view = b.to_flat_texture("gemv", shift)?;
+        let bytes = b.byte_len();
+        #[cfg(test)]
+        tests::MADE.fetch_add(1, Ordering::AcqRel);
+        KEPT_BYTES.fetch_add(bytes, Ordering::AcqRel);
+        Ok(Arc::new(WeightTexture { view, bytes }))
+    }
+}
+
+impl Drop for WeightTexture {
+    fn drop(&mut self) {
+        KEPT_BYTES.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// The key `b`'s texture is kept under: its bytes, not its view's shape
+/// (every view of the buffer has the same texture).
+fn key(b: &LocalTensor, shift: u32) -> String {
+    format!("gemv texture {shift} {} {}", b.dtype(), b.byte_len())
+}
+
+/// Forget `b`'s kept texture (measurement chose the buffer kernel).
+pub(super) fn drop_texture(b: &LocalTensor, device: &Device) {
+    b.forget_derived(&key(b, shift(device)));
 }
 
 /// `b`'s texture for this product: kept with `b` from its second product
@@ -98,7 +151,7 @@ pub(super) fn weight_texture(
     out: DType,
     mnk: (usize, usize, usize),
     force: bool,
-) -> Result<Option<wgpu::TextureView>> {
+) -> Result<Option<Arc<WeightTexture>>> {
     const OP: &str = "gemv";
     if let Some(why) = unfit(a, b, trans_b, out, mnk) {
         return if force {
@@ -111,20 +164,27 @@ pub(super) fn weight_texture(
         };
     }
     let shift = shift(a.device());
-    let key = format!("gemv texture {shift} {:?} {:?}", b.shape(), b.dtype());
+    let key = key(b, shift);
     if force {
-        return b.derived(key, || b.to_flat_texture(OP, shift)).map(Some);
+        // The kept one if there is one (the automatic path's), else one for
+        // this call, kept from the second as any derived operand.
+        let kept = b.derived(key, || WeightTexture::make(b, shift).map(Some))?;
+        return kept
+            .map_or_else(|| WeightTexture::make(b, shift), Ok)
+            .map(Some);
     }
     if !a.device().is_cpu() || !enabled() {
         return Ok(None);
     }
     // A CPU adapter's textures are host memory: made only while the host
-    // keeps RESERVE available beyond it, else this weight keeps reading its
-    // buffer (decided once, until it is written).
+    // keeps RESERVE available beyond the textures kept, else this weight
+    // keeps reading its buffer (decided once, until it is written).
     let make = || {
-        let bytes = b.byte_len();
-        let room = host_available().is_none_or(|free| free >= bytes.saturating_add(RESERVE));
-        room.then(|| b.to_flat_texture(OP, shift)).transpose()
+        let needed = (b.byte_len())
+            .saturating_add(KEPT_BYTES.load(Ordering::Acquire))
+            .saturating_add(RESERVE);
+        let room = host_available().is_none_or(|free| free >= needed);
+        room.then(|| WeightTexture::make(b, shift)).transpose()
     };
     Ok(b.derived_if_reused(key, make)?.flatten())
 }
@@ -132,74 +192,52 @@ pub(super) fn weight_texture(
 /// Host memory a kept texture leaves available (1 GiB).
 const RESERVE: u64 = 1 << 30;
 
-/// The program of the texture entries for `weight` (f32 or bf16).
-fn program(weight: DType) -> (&'static str, &'static str) {
-    const F32: &str = "alias COut = f32;
-@group(0) @binding(2) var bt: texture_storage_2d<rgba32float, read>;
-fn texel(i: u32) -> vec4<u32> { return bitcast<vec4<u32>>(textureLoad(bt, at(i))); }
-";
-    const BF16: &str = "alias COut = f32;
-@group(0) @binding(2) var bt: texture_storage_2d<rgba32uint, read>;
-fn texel(i: u32) -> vec4<u32> { return textureLoad(bt, at(i)); }
-";
-    static SOURCES: std::sync::OnceLock<[&'static str; 2]> = std::sync::OnceLock::new();
-    let sources = SOURCES.get_or_init(|| {
-        [F32, BF16].map(|head| {
-            let s = format!(
-                "{head}{}{}",
-                include_str!("../../../shaders/gemv_header.wgsl"),
-                include_str!("../../../shaders/gemv_texture.wgsl")
-            );
-            &*Box::leak(s.into_boxed_str())
-        })
-    });
-    match weight {
-        DType::BF16 => ("gemv_tex_bf16", sources[1]),
-        _ => ("gemv_tex_f32", sources[0]),
-    }
+/// The texture entries' program (f32 and bf16 weights alike).
+fn program() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        format!(
+            "alias COut = f32;\n{}{}",
+            include_str!("../../../shaders/gemv_header.wgsl"),
+            include_str!("../../../shaders/gemv_texture.wgsl")
+        )
+    })
 }
 
-/// Both texture programs, as (name, source): for validation tests.
+/// The texture program, as (name, source): for validation tests.
 pub(super) fn texture_sources() -> Vec<(&'static str, &'static str)> {
-    vec![program(DType::F32), program(DType::BF16)]
+    vec![(FAMILY, program())]
 }
 
-/// A as a uniform, B as a texture of `format`, then bias, acc and C.
-const fn bindings(format: wgpu::TextureFormat) -> [Access; 5] {
-    [
-        Access::Uniform,
-        Access::StorageTexture(format),
-        Access::Read,
-        Access::Read,
-        Access::ReadWrite,
-    ]
-}
+/// The texture entries' pipeline family.
+const FAMILY: &str = "gemv_tex";
+
+/// A as a uniform, B as an `rgba32uint` texture, then bias, acc and C.
+const BINDINGS: &[Access] = &[
+    Access::Uniform,
+    Access::StorageTexture(wgpu::TextureFormat::Rgba32Uint),
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
 
 /// Record the texture entry with knob `(cols, wg)`: A copied into a
-/// uniform, B from `tex`; `buffers` are bias, acc (or mul) and C, as
-/// `gemv_into` binds them; `params` its parameters, with `groups` and
-/// `shift` set here.
+/// uniform, B from `tex` (f32 or bf16, as `weight`); `buffers` are bias,
+/// acc (or mul) and C, as `gemv_into` binds them; `params` its parameters,
+/// with `groups` and `shift` set here.
 pub(super) fn record(
     a: &LocalTensor,
-    (tex, weight): (&wgpu::TextureView, DType),
+    (tex, weight): (&WeightTexture, DType),
     [bias, acc, out]: [&LocalTensor; 3],
     params: super::Params,
     rows: usize,
     (cols, wg): (usize, usize),
 ) -> Result<()> {
     const OP: &str = "gemv";
-    let (family, source) = program(weight);
     let entry = if weight == DType::BF16 {
         "gemv_tex8"
     } else {
         "gemv_tex"
-    };
-    const F32_BINDINGS: [Access; 5] = bindings(wgpu::TextureFormat::Rgba32Float);
-    const BF16_BINDINGS: [Access; 5] = bindings(wgpu::TextureFormat::Rgba32Uint);
-    let bindings: &'static [Access] = if weight == DType::BF16 {
-        &BF16_BINDINGS
-    } else {
-        &F32_BINDINGS
     };
     let x = a.rank().alloc(OP, &[4 * A_VEC4S], DType::F32)?;
     copy_region(a, 0, &x, 0, a.len())?;
@@ -214,14 +252,14 @@ pub(super) fn record(
         ("WG", wg as f64),
         ("COLS", cols as f64),
     ];
-    let spec = KernelSpec::new(family, source, bindings, entry).with_constants(constants);
+    let spec = KernelSpec::new(FAMILY, program(), BINDINGS, entry).with_constants(constants);
     crate::device::Dispatch {
         spec: &spec,
         params: bytemuck::bytes_of(&params),
         buffers: &[&x, bias, acc, out],
         workgroups: groups as u64,
     }
-    .record_with_textures(a.device(), &[tex])
+    .record_with_textures(a.device(), &[&tex.view])
 }
 
 /// `a·bᵀ` (`b` `[N, K]`, f32 or bf16) for f32 `a` `[M, K]` by the texture
@@ -230,9 +268,11 @@ pub(super) fn record(
 /// if none is kept: the entries the automatic choice takes for a weight
 /// read again on CPU adapters. The bits equal
 /// [`gemv_with_candidate`](super::gemv_with_candidate)'s.
-/// An error where they cannot take the product (K not a multiple of 4, or
-/// 8 for bf16; more of A than 64 KiB; a device without read-only storage
-/// textures).
+/// An error where they cannot take the product (B not f32 or bf16, or in
+/// row blocks; K not a multiple of 4, or 8 for bf16; more of A than 64
+/// KiB; a weight past one texture; a device without read-only storage
+/// textures or 64 KiB bindings). The result starts as NaN (anything the
+/// kernel did not write shows).
 pub fn gemv_texture_with(
     a: &LocalTensor,
     b: &LocalTensor,
@@ -240,20 +280,99 @@ pub fn gemv_texture_with(
 ) -> Result<LocalTensor> {
     const OP: &str = "gemv_texture_with";
     let ([m, k], [n, kb]) = (a.shape(), b.shape()) else {
-        return Err(Error::shape(OP, "a [M, K], b [N, K]", b.shape()));
-    };
-    if kb != k || !TEXTURE_CANDIDATES.contains(&knob) || a.dtype() != DType::F32 {
         return Err(Error::invalid(
             OP,
             format!(
-                "a f32 [M, K] and b [N, K = {k}], got b {:?}; knob one of {TEXTURE_CANDIDATES:?}",
+                "a must be [M, K] and b [N, K], got a {:?} and b {:?}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
+    };
+    let most = a.device().limits().max_compute_invocations_per_workgroup as usize;
+    if kb != k || a.dtype() != DType::F32 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "a must be f32 [M, K] and b [N, K] with the same K, got a {} {:?} and b {:?}",
+                a.dtype(),
+                a.shape(),
                 b.shape()
             ),
         ));
     }
+    if !TEXTURE_CANDIDATES.contains(&knob) || knob.1 > most {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "the knob must be one of {TEXTURE_CANDIDATES:?} with at most {most} invocations, got {knob:?}"
+            ),
+        ));
+    }
     a.same_rank(OP, b)?;
-    let out = a.rank().zeros(&[*m, *n], DType::F32)?;
+    // Poisoned: an element the kernel did not write reads NaN.
+    let out = a.rank().filled(&[*m, *n], DType::F32, f32::NAN.to_bits())?;
     let (none, mnk) = ((None, None, None, None), (*m, *n, *k));
-    gemv_into(a, b, true, none, &out, mnk, Some(Knob::Texture(knob)))?;
+    gemv_into(
+        a,
+        b,
+        true,
+        none,
+        &out,
+        mnk,
+        (Some(Knob::Texture(knob)), false),
+    )?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::device::tune;
+    use crate::kernels::{GemmOptions, gemm_weight};
+    use crate::{DType, Mesh, Tuning};
+
+    /// Weight textures made by this test binary.
+    pub(super) static MADE: AtomicUsize = AtomicUsize::new(0);
+
+    /// A texture class whose measurement chose the buffer kernel makes no
+    /// texture of a weight read again; one that chose a texture knob makes
+    /// one and keeps it (so the first check can fail).
+    #[test]
+    fn a_class_measured_for_the_buffer_keeps_no_texture() {
+        let mesh = Mesh::simulated(1).unwrap();
+        let r = &mesh.ranks()[0];
+        if !r.device().is_cpu() {
+            return;
+        }
+        crate::set_tuning(Tuning {
+            enabled: true,
+            dir: None,
+            budget: std::time::Duration::ZERO,
+        });
+        let opts = GemmOptions {
+            trans_b: true,
+            ..Default::default()
+        };
+        let k = 512;
+        let a = r.upload(&[1, k], &vec![0.5; k]).unwrap();
+        for (n, choice, kept) in [(3001usize, "wg 32", 0), (5001, "texture cols 4 wg 32", 1)] {
+            let class = format!(
+                "gemv_{0}_to_{0}_ab4 gemv_nk rows 1 n {1} k {k} texture",
+                DType::F32,
+                n.next_power_of_two()
+            );
+            tune::remember(r.device(), &class, choice);
+            let b = r.upload(&[n, k], &vec![0.25; n * k]).unwrap();
+            let made = MADE.load(Ordering::Acquire);
+            for _ in 0..3 {
+                let c = gemm_weight(&a, &b, opts).unwrap();
+                assert_eq!(c.to_vec().unwrap(), vec![64.0; n], "{class}");
+            }
+            assert_eq!(b.derived_count(), kept, "{class} chose {choice}");
+            let made = MADE.load(Ordering::Acquire) - made;
+            assert_eq!(made, kept, "{class} chose {choice}: textures made");
+        }
+    }
 }
