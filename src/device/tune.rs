@@ -212,11 +212,13 @@ pub fn tuned_choices() -> Vec<(String, String, String)> {
 /// shape class `class`: remembered, read from disk, or measured now by
 /// `run(i)` recording candidate `i` (every candidate must compute the same
 /// result). `None` when tuning is off, or the budget is spent: the caller
-/// takes its guess.
+/// takes its guess. `cost(i)` scales candidate `i`'s measured time (1 for
+/// most; more for one that must win by a margin to pay for what it holds).
 pub(crate) fn choose(
     device: &Device,
     class: &str,
     candidates: &[String],
+    cost: impl Fn(usize) -> f64,
     mut run: impl FnMut(usize) -> Result<()>,
 ) -> Result<Option<usize>> {
     let t = tuning();
@@ -255,7 +257,7 @@ pub(crate) fn choose(
             let t = Instant::now();
             run(i)?;
             device.synchronize()?;
-            best = best.min((t.elapsed(), i));
+            best = best.min((t.elapsed().mul_f64(cost(i)), i));
         }
     }
     let mut k = lock(known());
@@ -279,6 +281,13 @@ pub(crate) fn known_choice(device: &Device, class: &str) -> Option<String> {
     let mut k = lock(known());
     load(&mut k, &t.dir, &key);
     k.choices.get(&key)?.get(class).cloned()
+}
+
+/// Whether a class not yet known would be measured now: tuning on and its
+/// budget not spent.
+pub(crate) fn can_measure() -> bool {
+    let t = tuning();
+    t.enabled && lock(known()).spent < t.budget
 }
 
 /// Record `choice` for `class` on `device` in this process, as a

@@ -27,7 +27,7 @@ mod texture;
 pub(crate) use self::sources::gemv_sources;
 use self::sources::program;
 pub use self::split::{SPLIT_CANDIDATES, gemv_split_with_candidate};
-pub use self::texture::{TEXTURE_CANDIDATES, gemv_texture_with};
+pub use self::texture::{TEXTURE_CANDIDATES, gemv_texture_with, texture_by_default};
 use super::Activation;
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
@@ -208,12 +208,20 @@ pub(crate) fn gemv_into(
     let rows = m.next_power_of_two();
     // Not where measurement already chose the buffer for this class: its
     // texture would be memory for nothing.
-    let lost = || {
+    // A texture (one more copy of the weight) where measurement chose one,
+    // or will measure one now, else where the driver's guess takes one.
+    let wanted = || {
         let class = class_name(family, entry, (rows, n, k), " texture");
-        tune::known_choice(a.device(), &class).is_some_and(|c| !c.starts_with("texture"))
+        match tune::known_choice(a.device(), &class) {
+            Some(choice) => choice.starts_with("texture"),
+            None => {
+                (n.saturating_mul(k) >= TUNE_MIN_WEIGHTS && tune::can_measure())
+                    || texture::texture_by_default(a.device())
+            }
+        }
     };
     let auto = knob.is_none() && cache_b && a.device().is_cpu();
-    let tex = if forced || (auto && !lost()) {
+    let tex = if forced || (auto && wanted()) {
         texture::weight_texture(a, b, trans_b, out.dtype(), (m, n, k), forced)?
     } else {
         None
@@ -339,7 +347,13 @@ fn candidate(
         ""
     };
     let class = class_name(family, entry, (rows, n, k), suffix);
-    let chosen = tune::choose(device, &class, &names, |i| record(knobs[i]))?;
+    // A texture is one more copy of the weight in memory: it must save
+    // TEXTURE_MARGIN of the buffer kernel's time to be kept.
+    let cost = |i: usize| match knobs[i] {
+        Knob::Texture(_) => 1.0 / (1.0 - texture::TEXTURE_MARGIN),
+        _ => 1.0,
+    };
+    let chosen = tune::choose(device, &class, &names, cost, |i| record(knobs[i]))?;
     Ok(chosen.map_or(guess, |i| knobs[i]))
 }
 

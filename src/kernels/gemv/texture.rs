@@ -3,12 +3,14 @@
 //! buffer lane by lane, with a bounds check per lane, but fetches a texel
 //! per lane at once and reads a uniform at one address once: the weight as
 //! a texture and A as a uniform take 0.3–0.7× the buffer kernel's time on
-//! GL llvmpipe 22.3 and 0.6–1.0× on lavapipe 25 (BENCHMARKS round 27). The
+//! GL llvmpipe 22.3 and 0.6–1.2× on lavapipe 25 (BENCHMARKS round 27). The
 //! texture is a copy of the weight, so it is made from a weight's second
 //! product between writes (decoding), where the pack cache keeps the
 //! GEMM's copies (`gemm_weight`), and kept with it: one more copy of each
 //! weight in host memory, made only while the host keeps 1 GiB available
-//! beyond the textures kept. `WGPU_TP_GEMV_TEXTURE=0` (or
+//! beyond the textures kept. Measurement keeps it where it saves 10 % of
+//! the buffer kernel's time; unmeasured, GL llvmpipe takes it and other
+//! adapters do not ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=0` (or
 //! `WGPU_TP_PACK_CACHE=0`) turns it off.
 //!
 //! The texels are `rgba32uint` for f32 and bf16 weights alike (bits, not
@@ -36,6 +38,26 @@ pub const TEXTURE_CANDIDATES: [(usize, usize); 3] = [(2, 64), (4, 32), (4, 64)];
 /// near it at most of GPT-2's layer shapes, one row and eight, on both
 /// CPU drivers (BENCHMARKS round 27).
 pub(super) const GUESS: (usize, usize) = (4, 32);
+
+/// Whether the small-M GEMM keeps a texture of a weight read again on
+/// `device` where measurement has not chosen (tuning off, its budget
+/// spent, or a product too small to measure): on GL llvmpipe, whose buffer
+/// loads the texture beats 1.5–3× at every measured shape; not on other
+/// CPU adapters (lavapipe gains 0–20 %, short of what a copy of every
+/// weight costs: BENCHMARKS round 27) nor on GPUs. `WGPU_TP_GEMV_TEXTURE=1`
+/// takes it on every CPU adapter, `=0` nowhere (nor measures it).
+pub fn texture_by_default(device: &Device) -> bool {
+    device.is_cpu()
+        && match std::env::var("WGPU_TP_GEMV_TEXTURE").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => device.adapter_info().backend == wgpu::Backend::Gl,
+        }
+}
+
+/// The share of the buffer kernel's time a texture knob must save to be
+/// chosen by measurement: what a copy of the weight in memory must buy.
+pub(super) const TEXTURE_MARGIN: f64 = 0.1;
 
 /// Texels a texture row: 2^11, or the device's side if smaller.
 fn shift(device: &Device) -> u32 {
