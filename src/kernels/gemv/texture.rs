@@ -231,7 +231,7 @@ pub(super) fn texture_sources() -> Vec<(&'static str, &'static str)> {
     vec![(FAMILY, program())]
 }
 
-/// The texture entries' pipeline family.
+/// The texture entries' pipeline family, also the f32 entry's name.
 const FAMILY: &str = "gemv_tex";
 
 /// A as a uniform, B as an `rgba32uint` texture, then bias, acc and C.
@@ -256,11 +256,7 @@ pub(super) fn record(
     (cols, wg): (usize, usize),
 ) -> Result<()> {
     const OP: &str = "gemv";
-    let entry = if weight == DType::BF16 {
-        "gemv_tex8"
-    } else {
-        "gemv_tex"
-    };
+    let entry = [FAMILY, "gemv_tex8"][usize::from(weight == DType::BF16)];
     let x = a.rank().alloc(OP, &[4 * A_VEC4S], DType::F32)?;
     copy_region(a, 0, &x, 0, a.len())?;
     let groups = (params.n as usize).div_ceil(cols).div_ceil(wg);
