@@ -97,6 +97,8 @@ pub(crate) use probe::{intel_cpu, loop_limit, old_mesa};
 pub(crate) use process::Process;
 pub(crate) use staging::{Exchange, InFlight, Mapped, OutView};
 pub(crate) use tensor::blocked_error;
-pub(crate) use texture::{storage_textures_work, texel_format, texture_row_align};
+pub(crate) use texture::{
+    flat_texture_shift, storage_textures_work, texel_format, texture_row_align,
+};
 pub(crate) use timeline::HostSpan;
 pub(crate) use wait::block_on;

@@ -27,6 +27,13 @@ pub(crate) fn texel_format(op: &'static str, dtype: DType) -> Result<wgpu::Textu
     }
 }
 
+/// Texels a row of [`LocalTensor::to_flat_texture`]'s textures, as a power
+/// of 2: 2^11, or the device's side if smaller.
+pub(crate) fn flat_texture_shift(device: &super::Device) -> u32 {
+    let side = device.limits().max_texture_dimension_2d.max(1);
+    (31 - side.leading_zeros()).min(11)
+}
+
 /// Whether `device` can bind two `format` textures as read-only storage
 /// textures in one compute kernel.
 pub(crate) fn storage_textures_work(device: &super::Device, format: wgpu::TextureFormat) -> bool {

@@ -225,6 +225,8 @@ fn gqa_forward_and_backward_match_f64_for_every_group_and_window() {
         (1, 7, 6, 3, 4, 100), // group 2, window > seq
         (2, 1, 2, 1, 6, 1),   // one token
         (1, 13, 2, 2, 1, 3),  // head_dim 1
+        (1, 8, 4, 2, 8, 3),   // the vec4 entries, group 2, window 3
+        (2, 20, 6, 2, 4, 0),  // the vec4 entries (textures on CPU adapters)
     ];
     for (b, t, h, kv, d, w) in cases {
         let p = Problem {

@@ -129,7 +129,7 @@ pub(super) fn decode_into(
     let params = pr.params(1.0, false, k.1, v.1, at);
     if n > 0 {
         pr.run(
-            "write_kv",
+            ("write_kv", super::entries::Entries::Scalar),
             params,
             n,
             [Some(k.0), None, Some(v.0)],

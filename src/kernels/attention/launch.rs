@@ -2,21 +2,15 @@
 //! tensor ([`View`]), the uniform parameters, and the dispatches of the five
 //! entry points for one rank's [`Problem`].
 
+use super::entries::Entries;
 use super::shape::{AttentionShape, HeadGroups, elements};
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::device::LocalTensor;
 use crate::error::Result;
 
-const SOURCE: &str = include_str!("../../../shaders/attention.wgsl");
-/// a source, b source, score-shaped matrix, out: one layout for every entry.
-const BINDINGS: &[Access] = &[Access::Read, Access::Read, Access::Read, Access::ReadWrite];
-/// Invocations per workgroup of every entry (see the shader).
+/// Invocations per workgroup of the scalar entries (see the shader).
 const WORKGROUP: u64 = 64;
 /// Side of the square output tile of `masked_dots` and `mix`.
 const TILE: usize = 4;
-
-fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec::new("attention", SOURCE, BINDINGS, entry)
-}
 
 /// Where element `e` of head `h` at position `t` of sequence `b` lives:
 /// `base + b·sb + h·sh + t·st + e`.
@@ -81,6 +75,13 @@ impl View {
         }
     }
 
+    /// Whether every index of the view is a multiple of 4 where `e` is.
+    fn whole_vec4s(&self) -> bool {
+        [self.base, self.sb, self.sh, self.st]
+            .iter()
+            .all(|x| x % 4 == 0)
+    }
+
     pub(super) fn words(&self) -> [u32; 4] {
         [self.base, self.sb, self.sh, self.st].map(|x| x as u32)
     }
@@ -108,7 +109,8 @@ pub(super) struct Params {
     kv0: u32,
     window: u32,
     kv_heads: u32,
-    _pad: [u32; 2],
+    pub(super) shift: u32,
+    _pad: u32,
 }
 
 /// One rank's problem: `s.seq` queries per sequence after `past` cached
@@ -151,7 +153,8 @@ impl Problem {
                 self.g.window as u32
             },
             kv_heads: self.g.kv_heads as u32,
-            _pad: [0; 2],
+            shift: 0,
+            _pad: 0,
         }
     }
 
@@ -160,12 +163,23 @@ impl Problem {
         1.0 / (self.s.head_dim.max(1) as f32).sqrt()
     }
 
-    /// Record `entry` with `params` over `n` invocations: `inputs` fill
+    /// The entries for a product over `views` reading `inputs`: the vec4
+    /// ones where every row of a head, of the score matrix and of the views
+    /// starts at a multiple of 4 elements.
+    fn entries(&self, views: &[View], inputs: &[&LocalTensor]) -> Entries {
+        let aligned = self.s.head_dim.is_multiple_of(4)
+            && self.keys().is_multiple_of(4)
+            && views.iter().all(View::whole_vec4s);
+        Entries::choose(inputs[0].device(), (aligned, self.s.seq), inputs)
+    }
+
+    /// Record `entry` with `params` over `n` invocations (with `vec4`, the
+    /// vec4 entry over `n` workgroups): `inputs` fill
     /// bindings 1..=3 (None → `any`, unused; never `out`, which wgpu would
     /// refuse as both read and written), `out` binding 4.
     pub(super) fn run(
         &self,
-        entry: &'static str,
+        (entry, entries): (&'static str, Entries),
         mut params: Params,
         n: u64,
         inputs: [Option<&LocalTensor>; 3],
@@ -173,14 +187,12 @@ impl Problem {
         out: &LocalTensor,
     ) -> Result<()> {
         params.n = n as u32;
-        let [a, b, m] = inputs.map(|x| x.unwrap_or(any));
-        Dispatch {
-            spec: &spec(entry),
-            params: bytemuck::bytes_of(&params),
-            buffers: &[a, b, m, out],
-            workgroups: n.div_ceil(WORKGROUP),
-        }
-        .record(any.device())
+        let workgroups = if entries.vec4() {
+            n
+        } else {
+            n.div_ceil(WORKGROUP)
+        };
+        entries.record(entry, &mut params, workgroups, (inputs, any), out)
     }
 
     /// Score-shaped `out` `[B, H, Tq, Tk]` = `scale · a bᵀ`, masked to 0.
@@ -192,15 +204,18 @@ impl Problem {
         out: &LocalTensor,
     ) -> Result<()> {
         let s = &self.s;
-        let tiles = elements(&[
-            s.batch,
-            s.heads,
-            s.seq.div_ceil(TILE),
-            self.keys().div_ceil(TILE),
-        ]);
+        let entries = self.entries(&[a, b], &[a_src, b_src]);
+        // The vec4 entries' workgroups each take 64 tiles of keys.
+        let key_tiles = self.keys().div_ceil(TILE);
+        let key_groups = if entries.vec4() {
+            key_tiles.div_ceil(64)
+        } else {
+            key_tiles
+        };
+        let tiles = elements(&[s.batch, s.heads, s.seq.div_ceil(TILE), key_groups]);
         let params = self.params(scale, false, a, b, a);
         self.run(
-            "masked_dots",
+            ("masked_dots", entries),
             params,
             tiles,
             [Some(a_src), Some(b_src), None],
@@ -224,14 +239,24 @@ impl Problem {
         } else {
             (s.seq, s.heads)
         };
-        let tiles = elements(&[
-            s.batch,
-            heads,
-            rows.div_ceil(TILE),
-            s.head_dim.div_ceil(TILE),
-        ]);
+        let entries = self.entries(&[x, o], &[x_src, m]);
+        // The vec4 entries' workgroups each take 16 tiles of elements.
+        let e_tiles = s.head_dim.div_ceil(TILE);
+        let e_groups = if entries.vec4() {
+            e_tiles.div_ceil(16)
+        } else {
+            e_tiles
+        };
+        let tiles = elements(&[s.batch, heads, rows.div_ceil(TILE), e_groups]);
         let params = self.params(scale, trans, x, x, o);
-        self.run("mix", params, tiles, [Some(x_src), None, Some(m)], m, out)
+        self.run(
+            ("mix", entries),
+            params,
+            tiles,
+            [Some(x_src), None, Some(m)],
+            m,
+            out,
+        )
     }
 
     /// A row kernel (`softmax_rows`, `grad_softmax_rows`) in place on `out`
@@ -247,6 +272,13 @@ impl Problem {
         let v = View::heads(s);
         let params = self.params(1.0, false, v, v, v);
         let rows = elements(&[s.batch, s.heads, s.seq]);
-        self.run(entry, params, rows, [None, None, mat], any, out)
+        self.run(
+            (entry, Entries::Scalar),
+            params,
+            rows,
+            [None, None, mat],
+            any,
+            out,
+        )
     }
 }

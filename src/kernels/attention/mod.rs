@@ -29,8 +29,9 @@
 //! `softmax_rows` and `grad_softmax_rows` (in place, one invocation per row),
 //! `mix` (`P v`, `dS k`, `dSᵀ q`, `Pᵀ dO` into any view) and `write_kv` (the
 //! new positions of the cache). The products give each invocation a 4 × 4 tile, because CPU
-//! adapters pay far more for a load than for an FMA. Every sum runs in a
-//! fixed order, so equal inputs give bit-equal results.
+//! adapters pay far more for a load than for an FMA; where the sizes allow,
+//! they load vec4s, from textures on CPU adapters (`entries.rs`). Every sum
+//! runs in a fixed order, so equal inputs give bit-equal results.
 //!
 //! Dropout on the probabilities ([`ProbsDropout`], GPT-2's `attn_pdrop`)
 //! multiplies `P` by a mask drawn from the logical `[B, heads, T, T]` index
@@ -47,14 +48,19 @@
 //!
 //! This file holds the fused API, `gqa.rs` the grouped one and the passes
 //! both run, `checks.rs` the argument checks, `shape.rs` the problem's
-//! sizes, `launch.rs` the shader's views, parameters and dispatches.
+//! sizes, `launch.rs` the shader's views, parameters and dispatches,
+//! `entries.rs` which entries a product takes.
 
 mod checks;
+mod entries;
 mod gqa;
 mod launch;
 mod shape;
+#[cfg(test)]
+mod vec4_check;
 
 use checks::{check_operand, check_qkv, check_size};
+pub(crate) use entries::{SOURCE, SOURCE_TEXTURES, SOURCE_VEC4};
 use gqa::{Src, backward_into, forward_into};
 pub use gqa::{attention_backward_gqa, attention_decode_gqa, attention_forward_gqa};
 use launch::{Problem, View};

@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Knob, gemv_into};
 use crate::device::{
-    Access, Device, KernelSpec, LocalTensor, copy_region, host_available, storage_textures_work,
+    Access, Device, KernelSpec, LocalTensor, copy_region, flat_texture_shift, host_available,
+    storage_textures_work,
 };
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -59,10 +60,9 @@ pub fn texture_by_default(device: &Device) -> bool {
 /// chosen by measurement: what a copy of the weight in memory must buy.
 pub(super) const TEXTURE_MARGIN: f64 = 0.1;
 
-/// Texels a texture row: 2^11, or the device's side if smaller.
+/// Texels a texture row.
 fn shift(device: &Device) -> u32 {
-    let side = device.limits().max_texture_dimension_2d.max(1);
-    (31 - side.leading_zeros()).min(11)
+    flat_texture_shift(device)
 }
 
 /// Why the texture entries cannot take `a·bᵀ`, or `None` when they can:
