@@ -224,10 +224,12 @@ fn grad(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     out[idx] = row_aux[r] * g;
 }
 
-// `grad` for rows of whole vec4s (p.cols % 4 == 0): four columns of one row
-// per invocation, so the row's statistics and target are loaded once per
-// four elements and z and out move as vec4s (lavapipe loads storage lane by
-// lane). The same bindings viewed as vec4s.
+// `grad` on four consecutive elements per invocation (cols >= 4, so the four
+// lie in at most two rows): the rows' statistics and targets are loaded once
+// per four elements and z and out move as vec4s (lavapipe loads storage lane
+// by lane). The same bindings viewed as vec4s, bound in whole vec4s
+// (KernelSpec::in_vec4s): the last four may run into the pad, written 0.
+// The same operations per element as `grad`, so the same bits.
 @group(0) @binding(1) var<storage, read> z4: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> out4: array<vec4<f32>>;
 
@@ -235,18 +237,23 @@ fn grad(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 fn grad4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) li: u32) {
     let idx = linear_id(wg, nwg, li);
-    let quads = p.cols / 4u;
-    if (idx >= p.rows * quads) { return; }
-    let r = idx / quads;
-    let j = vec4<u32>(4u * (idx - r * quads)) + vec4<u32>(0u, 1u, 2u, 3u);
-    let t = targets[r];
-    if (ignored(t)) {
-        out4[idx] = vec4<f32>();
-        return;
-    }
-    var g = exp(z4[idx] - row_max[r]) / row_sexp[r] - p.alpha * p.inv_k;
-    // -1 (no column) when t is not owned.
-    let owned = owned_col(t);
-    g -= select(vec4<f32>(), vec4<f32>(1.0 - p.alpha), vec4<i32>(j) == vec4<i32>(owned));
-    out4[idx] = select(vec4<f32>(), row_aux[r] * g, j < vec4<u32>(p.valid_cols));
+    if (idx >= (p.rows * p.cols + 3u) / 4u) { return; }
+    let e = vec4<u32>(4u * idx) + vec4<u32>(0u, 1u, 2u, 3u);
+    let r0 = (4u * idx) / p.cols;
+    let r1 = min(r0 + 1u, p.rows - 1u);
+    // Elements past row r0's end are row r1's (or the pad's, past the last).
+    let second = e >= vec4<u32>((r0 + 1u) * p.cols);
+    let j = e - select(vec4<u32>(r0), vec4<u32>(r1), second) * p.cols;
+    let t0 = targets[r0];
+    let t1 = targets[r1];
+    let live = !select(vec4<bool>(ignored(t0)), vec4<bool>(ignored(t1)), second)
+        & (j < vec4<u32>(p.valid_cols));
+    let m = select(vec4<f32>(row_max[r0]), vec4<f32>(row_max[r1]), second);
+    let s = select(vec4<f32>(row_sexp[r0]), vec4<f32>(row_sexp[r1]), second);
+    let a = select(vec4<f32>(row_aux[r0]), vec4<f32>(row_aux[r1]), second);
+    // -1 (no column) where the target is not owned.
+    let owned = select(vec4<i32>(owned_col(t0)), vec4<i32>(owned_col(t1)), second);
+    var g = exp(z4[idx] - m) / s - p.alpha * p.inv_k;
+    g -= select(vec4<f32>(), vec4<f32>(1.0 - p.alpha), vec4<i32>(j) == owned);
+    out4[idx] = select(vec4<f32>(), a * g, live);
 }

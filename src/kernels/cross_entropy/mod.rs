@@ -54,7 +54,13 @@ const BINDINGS: &[Access] = &[
 const ROW_WORKGROUP: u64 = 64;
 
 fn spec(entry: &'static str) -> KernelSpec {
-    KernelSpec::new("cross_entropy", SOURCE, BINDINGS, entry)
+    let spec = KernelSpec::new("cross_entropy", SOURCE, BINDINGS, entry);
+    // grad4 may write the last vec4's pad.
+    if entry == "grad4" {
+        spec.in_vec4s()
+    } else {
+        spec
+    }
 }
 
 /// `[T, Vr]` of an F32 logits shard.
@@ -325,9 +331,10 @@ pub fn ce_grad(
         None,
         Some(targets),
     ];
-    // Rows of whole vec4s take four columns per invocation.
-    let (entry, invocations) = if v.is_multiple_of(4) {
-        ("grad4", t * v / 4)
+    // Four elements per invocation, from rows of 4 columns or more (blocked
+    // logits: whole vec4s a row, as a block's invocations are per row).
+    let (entry, invocations) = if v >= 4 && (v.is_multiple_of(4) || !z.is_blocked()) {
+        ("grad4", (t * v).div_ceil(4))
     } else {
         ("grad", t * v)
     };
