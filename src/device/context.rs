@@ -28,7 +28,7 @@ pub struct Device {
     pipelines: PipelineCache,
     pub(crate) pool: BufferPool,
     pub(crate) tracer: Tracer,
-    recording: Recorder,
+    pub(super) recording: Recorder,
     error: Arc<Mutex<Option<String>>>,
     lost: Arc<Mutex<Option<String>>>,
     poison: AtomicBool,
@@ -304,7 +304,14 @@ impl Device {
 
     /// Submit everything recorded so far (no wait). Retired buffers become reusable.
     pub fn flush(&self) -> Option<wgpu::SubmissionIndex> {
-        self.recording.submit(&self.queue, &self.pool, &self.tracer)
+        let index = self.recording.submit(&self.queue, &self.pool, &self.tracer);
+        // Bound what submits not yet done hold (a browser cannot block; an
+        // error here is the device's, reported by its next check).
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(oldest) = self.recording.over_in_flight() {
+            let _ = self.wait_for(oldest);
+        }
+        index
     }
 
     /// [`Device::flush`], or an empty submit when nothing was recorded: an

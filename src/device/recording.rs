@@ -25,6 +25,10 @@ const MAX_RECORDED: usize = 512;
 /// only after it, and a GPT-2 step held a gigabyte of them. 16 MiB rather
 /// than 64 lowers a training step's peak RSS at the same speed.
 const MAX_HELD_BYTES: u64 = 16 << 20;
+/// Bytes held by submits the device may not have finished, past which the
+/// host waits for the oldest: it records far faster than a CPU adapter
+/// runs, and each submit's textures stay resident until it is done.
+const MAX_IN_FLIGHT_BYTES: u64 = 16 << 20;
 
 /// Lock, surviving a poisoned mutex: a panic while holding one of our locks
 /// cannot leave state half-written in a way that matters more than losing
@@ -41,6 +45,10 @@ struct Recording {
     recorded: usize,
     /// Bytes freed only after the pending encoder's submit.
     held: u64,
+    /// Submits that held bytes, oldest first, perhaps not yet done.
+    in_flight: std::collections::VecDeque<(wgpu::SubmissionIndex, u64)>,
+    /// Their bytes.
+    in_flight_bytes: u64,
 }
 
 /// A device's pending encoder and the count of what it holds.
@@ -104,14 +112,40 @@ impl Recorder {
         let mut st = lock(&self.state);
         let enc = st.encoder.take();
         st.recorded = 0;
-        st.held = 0;
         if enc.is_some() && tracer.is_on() {
             tracer.submitting(Instant::now());
         }
         let index = enc.map(|e| queue.submit([e.finish()]));
+        if let Some(i) = index.clone().filter(|_| st.held > 0) {
+            let held = std::mem::take(&mut st.held);
+            st.in_flight.push_back((i, held));
+            st.in_flight_bytes += held;
+        }
         pool.release_retired();
         drop(st);
         index
+    }
+}
+
+impl Recorder {
+    /// The submit to wait for so that at most [`MAX_IN_FLIGHT_BYTES`] stay
+    /// held by submits not waited for (`None`: no need to wait).
+    pub(super) fn over_in_flight(&self) -> Option<wgpu::SubmissionIndex> {
+        let mut st = lock(&self.state);
+        let mut wait = None;
+        while st.in_flight_bytes > MAX_IN_FLIGHT_BYTES {
+            let Some((i, bytes)) = st.in_flight.pop_front() else {
+                break;
+            };
+            st.in_flight_bytes -= bytes;
+            wait = Some(i);
+        }
+        wait
+    }
+
+    #[cfg(test)]
+    fn in_flight_bytes(&self) -> u64 {
+        lock(&self.state).in_flight_bytes
     }
 }
 
@@ -121,4 +155,34 @@ pub(super) fn poll(raw: &wgpu::Device, rank: usize, how: wgpu::PollType) -> Resu
         rank,
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MAX_IN_FLIGHT_BYTES;
+    use crate::Mesh;
+
+    /// Submits holding bytes stay counted until they pass the bound; the
+    /// flush that passes it waits, which leaves at most the bound counted.
+    #[test]
+    fn flushes_wait_once_submits_hold_too_much() {
+        let mesh = Mesh::simulated(1).unwrap();
+        let d = mesh.ranks()[0].device();
+        d.synchronize().unwrap();
+        let step = MAX_IN_FLIGHT_BYTES / 3;
+        let mut most = 0;
+        for n in 1..=7 {
+            d.hold_until_submit(step);
+            d.record(|_| ());
+            d.flush();
+            let now = d.recording.in_flight_bytes();
+            assert!(
+                now <= MAX_IN_FLIGHT_BYTES,
+                "flush {n}: {now} bytes in flight"
+            );
+            most = most.max(now);
+        }
+        // Submits of a third each are counted until they pass the bound.
+        assert!(most >= 2 * step, "in flight at most {most}");
+    }
 }
