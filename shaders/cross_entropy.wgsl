@@ -242,18 +242,22 @@ fn grad4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r0 = (4u * idx) / p.cols;
     let r1 = min(r0 + 1u, p.rows - 1u);
     // Elements past row r0's end are row r1's (or the pad's, past the last).
+    // Per-element choices are f32 selects and products: GLSL's integer and
+    // boolean mix needs an extension.
     let second = e >= vec4<u32>((r0 + 1u) * p.cols);
-    let j = e - select(vec4<u32>(r0), vec4<u32>(r1), second) * p.cols;
+    let j = e - (vec4<u32>(r0) + vec4<u32>(second) * (r1 - r0)) * p.cols;
     let t0 = targets[r0];
     let t1 = targets[r1];
-    let live = !select(vec4<bool>(ignored(t0)), vec4<bool>(ignored(t1)), second)
-        & (j < vec4<u32>(p.valid_cols));
+    let ig = select(vec4<f32>(f32(ignored(t0))), vec4<f32>(f32(ignored(t1))), second);
+    let keep = select(vec4<f32>(), vec4<f32>(1.0) - ig, j < vec4<u32>(p.valid_cols));
     let m = select(vec4<f32>(row_max[r0]), vec4<f32>(row_max[r1]), second);
     let s = select(vec4<f32>(row_sexp[r0]), vec4<f32>(row_sexp[r1]), second);
     let a = select(vec4<f32>(row_aux[r0]), vec4<f32>(row_aux[r1]), second);
-    // -1 (no column) where the target is not owned.
-    let owned = select(vec4<i32>(owned_col(t0)), vec4<i32>(owned_col(t1)), second);
+    // 1 at the target's column (owned_col is -1 where it is not owned).
+    let hit0 = vec4<f32>(vec4<i32>(j) == vec4<i32>(owned_col(t0)));
+    let hit1 = vec4<f32>(vec4<i32>(j) == vec4<i32>(owned_col(t1)));
     var g = exp(z4[idx] - m) / s - p.alpha * p.inv_k;
-    g -= select(vec4<f32>(), vec4<f32>(1.0 - p.alpha), vec4<i32>(j) == owned);
-    out4[idx] = select(vec4<f32>(), a * g, live);
+    // g - 0 is g: the bits of `grad`, which subtracts only at the target.
+    g -= select(hit0, hit1, second) * (1.0 - p.alpha);
+    out4[idx] = select(vec4<f32>(), a * g, keep > vec4<f32>(0.5));
 }
