@@ -76,6 +76,7 @@ impl Device {
             });
         }
         let limits = raw.limits();
+        let recording = Recorder::new(info.device_type == wgpu::DeviceType::Cpu);
         Arc::new(Device {
             pool: BufferPool::new(raw.clone()),
             raw,
@@ -85,7 +86,7 @@ impl Device {
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             pipelines: PipelineCache::default(),
             tracer: Tracer::default(),
-            recording: Recorder::default(),
+            recording,
             error,
             lost,
             poison: AtomicBool::new(false),
