@@ -33,6 +33,16 @@ fn axpby(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec
     out[i] = p.alpha * a[i] + p.beta * b[i];
 }
 
+// out = alpha * out + beta * b: axpby with `out` as `a`, in place (a
+// gradient summed into; `a` is bound but not read).
+@compute @workgroup_size(WG)
+fn axpby_in_place(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (past_end(i)) { return; }
+    out[i] = p.alpha * out[i] + p.beta * b[i];
+}
+
 // out = alpha * a * b (the gated MLP's product, and its backward).
 @compute @workgroup_size(WG)
 fn mul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

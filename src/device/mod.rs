@@ -56,6 +56,7 @@ mod dispatch;
 mod mesh;
 mod multi_process;
 mod open;
+mod ownership;
 mod pipeline;
 mod pool;
 mod probe;

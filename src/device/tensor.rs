@@ -48,7 +48,7 @@ impl Drop for Storage {
 
 /// Where a tensor's bytes live.
 #[derive(Clone)]
-enum Body {
+pub(super) enum Body {
     /// One buffer.
     Buffer(Arc<Storage>),
     /// Row blocks along dim 0 (at least two), each a one-buffer tensor.
@@ -60,7 +60,7 @@ enum Body {
 /// ([`LocalTensor::blocks`]).
 #[derive(Clone)]
 pub struct LocalTensor {
-    body: Body,
+    pub(super) body: Body,
     shape: Vec<usize>,
     dtype: DType,
     rank: usize,

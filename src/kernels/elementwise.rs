@@ -96,6 +96,38 @@ pub fn add(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     run("axpby", "add", a, b, 1.0, 1.0)
 }
 
+/// `a += b` in place, with [`add`]'s bits (same shape, f32, same rank,
+/// blocked alike). The caller makes sure nothing else holds `a`'s buffers
+/// ([`LocalTensor::is_sole_owner`]): every holder would see the sum.
+pub(crate) fn add_assign(a: &LocalTensor, b: &LocalTensor) -> Result<()> {
+    const OP: &str = "add_assign";
+    a.expect_dtype(OP, DType::F32)?;
+    b.expect_dtype(OP, DType::F32)?;
+    a.same_rank(OP, b)?;
+    let blocks = |t: &LocalTensor| t.blocks().iter().map(|b| b.len()).collect::<Vec<_>>();
+    if a.shape() != b.shape() || blocks(a) != blocks(b) {
+        return Err(Error::shape(OP, a.shape(), b.shape()));
+    }
+    for (a, b) in a.blocks().iter().zip(b.blocks()) {
+        let n =
+            u32::try_from(a.len()).map_err(|_| Error::invalid(OP, "more than 2^32 elements"))?;
+        let params = Params {
+            n,
+            cols: 0,
+            alpha: 1.0,
+            beta: 1.0,
+        };
+        Dispatch {
+            spec: &spec("axpby_in_place"),
+            params: bytemuck::bytes_of(&params),
+            buffers: &[b, b, a],
+            workgroups: grid_groups(a.device(), n.div_ceil(4) as usize),
+        }
+        .record(a.device())?;
+    }
+    Ok(())
+}
+
 /// `a ⊙ b`, element by element (same shape, same rank).
 pub fn mul(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     run("mul", "mul", a, b, 1.0, 0.0)

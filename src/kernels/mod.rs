@@ -41,6 +41,7 @@ pub use cross_entropy::{
     row_sum_with, target_logit,
 };
 pub use dropout::{PhiloxKey, ShardWindow, dropout};
+pub(crate) use elementwise::add_assign;
 pub use elementwise::{
     Activation, activation, activation_backward, add, add_row, add_row_add, axpby, mul, scale,
 };

@@ -2,8 +2,30 @@
 //! parameter used twice): shard by shard in f32, in the order they arrive,
 //! with no communication.
 
+use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::kernels;
 use crate::tensor::DTensor;
+
+/// `a += b` in place where that gives [`sum`]'s value and bits: both f32,
+/// placed and shaped alike, and `a` the sole owner of its buffers (the
+/// caller holds the only handle). `false`, changing nothing, otherwise.
+/// A tied embedding's two [vocab, width] gradients are summed so without a
+/// third (BENCHMARKS round 29).
+pub(crate) fn add_in_place(a: &DTensor, b: &DTensor) -> Result<bool> {
+    let alike = a.shape() == b.shape()
+        && a.placement() == b.placement()
+        && a.dtype() == DType::F32
+        && b.dtype() == DType::F32
+        && a.shards().iter().all(|s| s.is_sole_owner());
+    if !alike {
+        return Ok(false);
+    }
+    for (x, y) in a.shards().iter().zip(b.shards()) {
+        kernels::add_assign(x, y)?;
+    }
+    Ok(true)
+}
 
 /// `a + b` for two gradients of one value. `b` is cast to `a`'s dtype; their
 /// placements must agree (any agree on one rank).

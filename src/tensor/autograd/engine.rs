@@ -63,6 +63,7 @@ fn add_to(pending: &mut HashMap<u64, DTensor>, node: &Node, g: DTensor) -> Resul
     let g = as_node_keeps(node, g)?;
     let sum = match pending.remove(&node.seq) {
         None => g,
+        Some(old) if accumulate::add_in_place(&old, &g)? => old,
         Some(old) => accumulate::sum(&old, &g)?,
     };
     pending.insert(node.seq, sum);

@@ -50,6 +50,7 @@ impl GradSlot {
         let mut slot = self.lock();
         let sum = match slot.as_ref() {
             None => g,
+            Some(old) if super::accumulate::add_in_place(old, &g)? => return Ok(()),
             Some(old) => super::accumulate::sum(old, &g)?,
         };
         *slot = Some(sum);
