@@ -10,10 +10,12 @@
 //! token blocks (so it has `E`'s blocks), `dh` per token block over the
 //! vocab blocks; both sums by GEMM accumulation.
 
-use crate::device::LocalTensor;
+use crate::device::{LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{self, GemmOptions};
+
+const OP: &str = "DTensor::linear (tied head)";
 
 /// `parts` joined along `dim`, without a copy for one part.
 fn join(mut parts: Vec<LocalTensor>, dim: usize) -> Result<LocalTensor> {
@@ -97,43 +99,73 @@ fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Result<LocalTe
     LocalTensor::from_blocks(token_blocks)
 }
 
+/// Vocab rows per chunk of [`backward`]: what one texture holds (CPU
+/// adapters' GEMMs read their operands from textures and split a longer
+/// side again, with copies) and one of `e`'s blocks holds, in whole 64s.
+fn vocab_chunk(e: &LocalTensor) -> usize {
+    let texture = e.device().limits().max_texture_dimension_2d as usize;
+    (texture.min(e.blocks()[0].shape()[0]) / 64 * 64).max(64)
+}
+
+/// Rows `v0..v0 + len` of `e`, which may span its blocks (a copy).
+fn vocab_rows(e: &LocalTensor, v0: usize, len: usize) -> Result<LocalTensor> {
+    let width = e.shape()[1];
+    let out = e.rank().alloc(OP, &[len, width], e.dtype())?;
+    copy_region(e, v0 * width, &out, 0, len * width)?;
+    Ok(out)
+}
+
 /// `(dlᵀ · h, dl · e)` with the GEMM options `grad` (`trans_a`) and
-/// `partial`, block by block where `dl` or `e` is blocked.
+/// `partial`, where `dl` or `e` is blocked: over chunks of [`vocab_chunk`]
+/// vocab rows, each chunk's `dE` rows summed over the token blocks and
+/// copied into place, so no part of `dE` is held twice (BENCHMARKS round
+/// 29: this is the training step's peak of memory).
 fn backward(
     dl: &LocalTensor,
     h: &LocalTensor,
     e: &LocalTensor,
     (grad, partial): (GemmOptions, GemmOptions),
 ) -> Result<(LocalTensor, LocalTensor)> {
-    let (tb, vb) = (dl.blocks(), e.blocks());
-    if tb.len() == 1 && vb.len() == 1 {
+    let tb = dl.blocks();
+    if tb.len() == 1 && !e.is_blocked() {
         return Ok((
             kernels::gemm(dl, h, grad)?,
             kernels::gemm_weight(dl, e, partial)?,
         ));
     }
-    let mut de: Vec<Option<LocalTensor>> = vec![None; vb.len()];
-    let mut dh = Vec::with_capacity(tb.len());
-    for (d, t0) in tb.iter().zip(dl.block_row_starts()) {
-        let h_t = rows(h, 0, t0, d.shape()[0])?;
-        let mut acc: Option<LocalTensor> = None;
-        for ((w, v0), slot) in vb.iter().zip(e.block_row_starts()).zip(de.iter_mut()) {
-            let d_tv = rows(d, 1, v0, w.shape()[0])?;
-            let accumulate = slot.as_ref();
-            let next = kernels::gemm(&d_tv, &h_t, GemmOptions { accumulate, ..grad })?;
-            *slot = Some(next);
+    let (v, width, chunk) = (e.shape()[0], e.shape()[1], vocab_chunk(e));
+    let mut de: Option<LocalTensor> = None;
+    let mut dh: Vec<Option<LocalTensor>> = vec![None; tb.len()];
+    for v0 in (0..v).step_by(chunk) {
+        let len = chunk.min(v - v0);
+        let e_c = vocab_rows(e, v0, len)?;
+        let mut de_c: Option<LocalTensor> = None;
+        for ((d, t0), acc) in tb.iter().zip(dl.block_row_starts()).zip(dh.iter_mut()) {
+            let h_t = rows(h, 0, t0, d.shape()[0])?;
+            let d_c = rows(d, 1, v0, len)?;
+            let accumulate = de_c.as_ref();
+            de_c = Some(kernels::gemm(
+                &d_c,
+                &h_t,
+                GemmOptions { accumulate, ..grad },
+            )?);
             let accumulate = acc.as_ref();
-            acc = Some(kernels::gemm_weight(
-                &d_tv,
-                w,
+            *acc = Some(kernels::gemm(
+                &d_c,
+                &e_c,
                 GemmOptions {
                     accumulate,
                     ..partial
                 },
             )?);
         }
-        dh.extend(acc);
+        let de_c = de_c.expect("dl has a token block");
+        let de = match &mut de {
+            Some(de) => de,
+            None => de.insert(e.rank().alloc(OP, e.shape(), de_c.dtype())?),
+        };
+        copy_region(&de_c, 0, de, v0 * width, len * width)?;
     }
-    let de = LocalTensor::from_blocks(de.into_iter().flatten().collect())?;
-    Ok((de, join(dh, 0)?))
+    let de = de.ok_or_else(|| Error::invalid(OP, "a vocab shard of no rows"))?;
+    Ok((de, join(dh.into_iter().flatten().collect(), 0)?))
 }
