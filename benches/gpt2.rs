@@ -29,7 +29,8 @@
 //! `WGPU_TP_BENCH_STEPS` N (default 3), `WGPU_TP_GPT2_DTYPE=f16` trains in
 //! mixed precision (GPT-2 only), `WGPU_TP_GPT2_TOP=N` traces one more step
 //! and lists its top N kernels, `WGPU_TP_GPT2_LOAD=1` adds a
-//! checkpoint load per configuration (GPT-2 only). `WGPU_TP_LIMITS=webgpu` opens the
+//! checkpoint load per configuration (GPT-2 only), `WGPU_TP_GPT2_SHARED=1`
+//! puts every rank on one shared device. `WGPU_TP_LIMITS=webgpu` opens the
 //! devices with WebGPU's default limits. The JAX peer of the same step is
 //! `benches/peers/jax_gpt2_step.py`, the PyTorch one
 //! `benches/peers/torch_lm.py step --model gpt2|smollm2`.
@@ -155,10 +156,19 @@ struct Figures {
     peak: Option<u64>,
 }
 
+/// `p` ranks, each on its own device unless `WGPU_TP_GPT2_SHARED=1`.
+fn builder(p: usize) -> MeshBuilder {
+    let b = MeshBuilder::new().ranks(p);
+    match std::env::var("WGPU_TP_GPT2_SHARED").is_ok_and(|v| v == "1") {
+        true => b.shared_device(),
+        false => b,
+    }
+}
+
 fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     reset_peak_rss();
     let t0 = Instant::now();
-    let mesh = MeshBuilder::new().ranks(p).build()?;
+    let mesh = builder(p).build()?;
     let (mut gpt, vocab) = build(&mesh)?;
     mesh.synchronize()?;
     let build = t0.elapsed();
@@ -293,6 +303,9 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let steps = env_usize("WGPU_TP_BENCH_STEPS", 3).max(1);
+    if std::env::var("WGPU_TP_GPT2_SHARED").is_ok_and(|v| v == "1") {
+        println!("every rank on one shared device (WGPU_TP_GPT2_SHARED=1)");
+    }
     match smollm2() {
         Some(c) => println!(
             "SmolLM2-135M's shape: vocab {}, width {}, {} layers, {} / {} heads, ffn {}, tied; batch {BATCH} x {SEQ}; AdamW; {steps} timed steps",
