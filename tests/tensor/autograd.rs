@@ -85,6 +85,34 @@ fn gradients_accumulate_over_backward_passes_until_zero_grad() {
     assert_close("two passes", &twice, &want, TOL);
 }
 
+/// Gradients are summed in place only into buffers nobody else holds: a
+/// gradient the caller kept a handle to keeps its value, and once the
+/// handle is gone the next pass sums in place and is still right.
+#[test]
+fn a_gradient_the_caller_holds_keeps_its_value_when_more_is_summed_in() {
+    let mut rng = Rng::fresh("tape_held_grad");
+    let (x, w) = operands(2, &mut rng, (5, 4, 7));
+    let ones = DTensor::from_host(x.mesh(), &[5, 7], &[1.0; 35], Placement::Shard(1)).unwrap();
+    let pass = || {
+        x.matmul(&w.value, true)
+            .unwrap()
+            .backward_with(&ones)
+            .unwrap()
+    };
+    pass();
+    let once = w.master_grad().unwrap().unwrap();
+    let held = w.grad().unwrap();
+    let held_before = held.to_host().unwrap();
+    pass();
+    // Bit for bit: the handle's buffers were not written.
+    assert_eq!(held.to_host().unwrap(), held_before);
+    let times = |k: f64| once.iter().map(|&g| k * g as f64).collect::<Vec<f64>>();
+    assert_close("two passes", &w.master_grad().unwrap().unwrap(), &times(2.0), TOL);
+    drop(held);
+    pass();
+    assert_close("three passes", &w.master_grad().unwrap().unwrap(), &times(3.0), TOL);
+}
+
 #[test]
 fn no_grad_records_nothing_and_backward_then_says_so() {
     let mut rng = Rng::fresh("tape_no_grad");
