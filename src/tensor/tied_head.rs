@@ -99,27 +99,19 @@ fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Result<LocalTe
     LocalTensor::from_blocks(token_blocks)
 }
 
-/// Vocab rows per chunk of [`backward`]: what one texture holds (CPU
-/// adapters' GEMMs read their operands from textures and split a longer
-/// side again, with copies) and one of `e`'s blocks holds, in whole 64s.
+/// Vocab rows per chunk of [`backward`] (chunks lie within `e`'s blocks):
+/// what one texture holds (CPU adapters' GEMMs read their operands from
+/// textures and split a longer side again, with copies), in whole 64s.
 fn vocab_chunk(e: &LocalTensor) -> usize {
     let texture = e.device().limits().max_texture_dimension_2d as usize;
     (texture.min(e.blocks()[0].shape()[0]) / 64 * 64).max(64)
 }
 
-/// Rows `v0..v0 + len` of `e`, which may span its blocks (a copy).
-fn vocab_rows(e: &LocalTensor, v0: usize, len: usize) -> Result<LocalTensor> {
-    let width = e.shape()[1];
-    let out = e.rank().alloc(OP, &[len, width], e.dtype())?;
-    copy_region(e, v0 * width, &out, 0, len * width)?;
-    Ok(out)
-}
-
 /// `(dlᵀ · h, dl · e)` with the GEMM options `grad` (`trans_a`) and
 /// `partial`, where `dl` or `e` is blocked: over chunks of [`vocab_chunk`]
-/// vocab rows, each chunk's `dE` rows summed over the token blocks and
-/// copied into place, so no part of `dE` is held twice (BENCHMARKS round
-/// 29: this is the training step's peak of memory).
+/// vocab rows, each chunk's `dE` rows (f32) summed over the token blocks
+/// and copied into place, so no part of `dE` is held twice (BENCHMARKS
+/// round 29: this was the training step's peak of device memory).
 fn backward(
     dl: &LocalTensor,
     h: &LocalTensor,
@@ -133,12 +125,21 @@ fn backward(
             kernels::gemm_weight(dl, e, partial)?,
         ));
     }
-    let (v, width, chunk) = (e.shape()[0], e.shape()[1], vocab_chunk(e));
+    let (width, chunk) = (e.shape()[1], vocab_chunk(e));
     let mut de: Option<LocalTensor> = None;
     let mut dh: Vec<Option<LocalTensor>> = vec![None; tb.len()];
-    for v0 in (0..v).step_by(chunk) {
-        let len = chunk.min(v - v0);
-        let e_c = vocab_rows(e, v0, len)?;
+    let chunks = e
+        .blocks()
+        .iter()
+        .zip(e.block_row_starts())
+        .flat_map(|(block, b0)| {
+            let n = block.shape()[0];
+            (0..n)
+                .step_by(chunk)
+                .map(move |c0| (block, b0 + c0, c0, chunk.min(n - c0)))
+        });
+    for (block, v0, c0, len) in chunks {
+        let e_c = rows(block, 0, c0, len)?;
         let mut de_c: Option<LocalTensor> = None;
         for ((d, t0), acc) in tb.iter().zip(dl.block_row_starts()).zip(dh.iter_mut()) {
             let h_t = rows(h, 0, t0, d.shape()[0])?;

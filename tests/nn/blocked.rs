@@ -315,18 +315,32 @@ fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
 /// Logits past one binding ([16, 773] at P = 1, [32, 387] at P = 2) are
 /// stored in token-row blocks: the head, the cross-entropy and the head's
 /// backward run per (token block, vocab block); loss and gradients equal
-/// unlimited devices.
+/// unlimited devices. Last, on a device whose textures hold 128 texels a
+/// side, so the head's backward takes each 192-row block of `wte` in two
+/// chunks.
 #[test]
 fn logits_past_one_binding_run_in_token_blocks_p1_2() {
     let mut rng = Rng::fresh("gpt-blocked-logits");
     let seed = rng.next_u64();
     let seq = 8;
-    for (p, batch) in [(1, 2), (2, 4)] {
+    let small_textures = || {
+        let limits = wgpu::Limits {
+            max_storage_buffer_binding_size: LIMIT,
+            max_texture_dimension_2d: 128,
+            ..wgpu::Limits::default()
+        };
+        wgpu_tp::MeshBuilder::new().limits(limits).build().unwrap()
+    };
+    for (p, batch, textures) in [(1, 2, false), (2, 4, false), (1, 4, true)] {
         let n = seq * batch;
         let ids: Vec<i32> = (0..n).map(|_| rng.below(VOCAB) as i32).collect();
         let targets: Vec<i32> = (0..n).map(|_| rng.below(VOCAB) as i32).collect();
-        let what = format!("P={p} {n} tokens");
-        let mut blocked = Gpt::new(&limited_mesh(p, LIMIT, p > 1), config(), seed).unwrap();
+        let what = format!("P={p} {n} tokens, small textures {textures}");
+        let small = match textures {
+            true => small_textures(),
+            false => limited_mesh(p, LIMIT, p > 1),
+        };
+        let mut blocked = Gpt::new(&small, config(), seed).unwrap();
         let mut plain = Gpt::new(&mesh(p), config(), seed).unwrap();
         let logits = blocked.logits(&ids, seq).unwrap();
         assert!(

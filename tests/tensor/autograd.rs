@@ -107,10 +107,20 @@ fn a_gradient_the_caller_holds_keeps_its_value_when_more_is_summed_in() {
     // Bit for bit: the handle's buffers were not written.
     assert_eq!(held.to_host().unwrap(), held_before);
     let times = |k: f64| once.iter().map(|&g| k * g as f64).collect::<Vec<f64>>();
-    assert_close("two passes", &w.master_grad().unwrap().unwrap(), &times(2.0), TOL);
+    assert_close(
+        "two passes",
+        &w.master_grad().unwrap().unwrap(),
+        &times(2.0),
+        TOL,
+    );
     drop(held);
     pass();
-    assert_close("three passes", &w.master_grad().unwrap().unwrap(), &times(3.0), TOL);
+    assert_close(
+        "three passes",
+        &w.master_grad().unwrap().unwrap(),
+        &times(3.0),
+        TOL,
+    );
 }
 
 #[test]

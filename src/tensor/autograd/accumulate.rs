@@ -2,6 +2,7 @@
 //! parameter used twice): shard by shard in f32, in the order they arrive,
 //! with no communication.
 
+use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -13,11 +14,15 @@ use crate::tensor::DTensor;
 /// A tied embedding's two [vocab, width] gradients are summed so without a
 /// third (BENCHMARKS round 29).
 pub(crate) fn add_in_place(a: &DTensor, b: &DTensor) -> Result<bool> {
+    let blocks = |t: &LocalTensor| t.blocks().iter().map(LocalTensor::len).collect::<Vec<_>>();
     let alike = a.shape() == b.shape()
         && a.placement() == b.placement()
         && a.dtype() == DType::F32
         && b.dtype() == DType::F32
-        && a.shards().iter().all(|s| s.is_sole_owner());
+        && a.shards()
+            .iter()
+            .zip(b.shards())
+            .all(|(x, y)| x.is_sole_owner() && x.shape() == y.shape() && blocks(x) == blocks(y));
     if !alike {
         return Ok(false);
     }
