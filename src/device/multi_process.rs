@@ -33,7 +33,7 @@ impl MeshBuilder {
         &self,
         instance: wgpu::Instance,
         list: &[wgpu::Adapter],
-        limits: (Option<&wgpu::Limits>, wgpu::Features),
+        limits: super::open::OpenWith<'_>,
     ) -> Result<Mesh> {
         let process = super::process::Process::get()?;
         if let Some(t) = self.mpi_timeout {
@@ -69,7 +69,7 @@ impl MeshBuilder {
         &self,
         _instance: wgpu::Instance,
         _list: &[wgpu::Adapter],
-        _limits: (Option<&wgpu::Limits>, wgpu::Features),
+        _limits: super::open::OpenWith<'_>,
     ) -> Result<Mesh> {
         Err(crate::error::Error::Mpi(
             "this build has no MPI support: rebuild with `--features mpi` (Debian: apt-get install libopenmpi-dev openmpi-bin libclang-dev pkgconf)".into(),

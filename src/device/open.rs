@@ -8,12 +8,33 @@ use crate::error::{Error, Result};
 
 const COOP: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
 
-/// Open a device with `limits` (else the adapter's own) and the optional
-/// features the adapter has, less `without`.
+/// How [`open`] opens each device: limits (else the adapter's own), optional
+/// features not to turn on, and how its memory is suballocated.
+pub(super) type OpenWith<'a> = (
+    Option<&'a wgpu::Limits>,
+    wgpu::Features,
+    &'a wgpu::MemoryHints,
+);
+
+impl super::MeshBuilder {
+    /// How wgpu suballocates each device's memory (default
+    /// `wgpu::MemoryHints::Performance`: blocks of 128–256 MiB). On a CPU
+    /// adapter device memory is the process's own; smaller blocks
+    /// (`MemoryUsage`, or `Manual` with a few MiB) give freed memory back
+    /// sooner, so the process peaks lower, and run slower (BENCHMARKS.md
+    /// measures both on GPT-2's training step).
+    pub fn memory_hints(mut self, hints: wgpu::MemoryHints) -> Self {
+        self.memory_hints = hints;
+        self
+    }
+}
+
+/// Open a device as `with` says, with the optional features the adapter
+/// has.
 pub(super) async fn open(
     adapter: &wgpu::Adapter,
     rank: usize,
-    (limits, without): (Option<&wgpu::Limits>, wgpu::Features),
+    (limits, without, hints): OpenWith<'_>,
 ) -> Result<Arc<Device>> {
     let info = adapter.get_info();
     let limits = limits.cloned().unwrap_or_else(|| adapter.limits());
@@ -35,7 +56,7 @@ pub(super) async fn open(
         } else {
             wgpu::ExperimentalFeatures::disabled()
         },
-        memory_hints: wgpu::MemoryHints::Performance,
+        memory_hints: hints.clone(),
         trace: wgpu::Trace::Off,
     };
     let (device, queue) = adapter.request_device(&desc).await.map_err(|e| {

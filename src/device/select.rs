@@ -31,6 +31,7 @@ pub struct MeshBuilder {
     trace_path: Option<PathBuf>,
     limits: Option<wgpu::Limits>,
     without_features: wgpu::Features,
+    pub(super) memory_hints: wgpu::MemoryHints,
     pub(super) mpi_timeout: Option<std::time::Duration>,
     /// Named axes (`axes.rs`); empty for none.
     pub(super) axes: Vec<(String, usize)>,
@@ -80,6 +81,7 @@ impl MeshBuilder {
             trace_path: None,
             limits: None,
             without_features: wgpu::Features::empty(),
+            memory_hints: wgpu::MemoryHints::Performance,
             mpi_timeout: None,
             axes: Vec::new(),
         }
@@ -317,7 +319,7 @@ impl MeshBuilder {
         }
         let backends = self.resolved_backends()?;
         let limits = self.resolved_limits()?;
-        let limits = (limits.as_ref(), self.without_features);
+        let limits = (limits.as_ref(), self.without_features, &self.memory_hints);
         let instance = instance_for(backends);
         let list = self.candidates(&instance, backends).await;
         if list.is_empty() {

@@ -3,7 +3,8 @@
 //! element grid at 128 and gives the same results; WebGPU's default limits
 //! run the layers; GLES-class `downlevel_defaults()` (4 storage buffers per
 //! stage) runs what fits and refuses the rest with an error naming the limit
-//! and the kernel, leaving the mesh usable.
+//! and the kernel, leaving the mesh usable. Small memory blocks
+//! ([`MeshBuilder::memory_hints`]) give the same results.
 
 use crate::util::{Rng, assert_close, mesh_env};
 use wgpu_tp::kernels::{self, GemmOptions, GemmVariant};
@@ -46,6 +47,35 @@ fn a_128_invocation_device_runs_the_element_grid_at_128() {
         &want,
         1e-5,
     );
+}
+
+/// Devices suballocating memory in 4 MiB blocks ([`MeshBuilder::memory_hints`])
+/// compute the same: tensors past a block (dedicated allocations) and within
+/// one, on two ranks.
+#[test]
+fn small_memory_blocks_give_the_same_results() {
+    mesh_env();
+    let hints = wgpu::MemoryHints::Manual {
+        suballocated_device_memory_block_size: (4 << 20)..(4 << 20),
+    };
+    let m = MeshBuilder::new()
+        .ranks(2)
+        .memory_hints(hints)
+        .build()
+        .unwrap();
+    let mut rng = Rng::fresh("memory_hints");
+    for r in m.ranks() {
+        // A: 1103 × 1009 f32 is 4.5 MB, past one block.
+        let (mm, k, n) = (1103, 1009, 17);
+        let (av, bv) = (rng.vec(mm * k), rng.vec(k * n));
+        let a = r.upload(&[mm, k], &av).unwrap();
+        let b = r.upload(&[k, n], &bv).unwrap();
+        let c = kernels::gemm(&a, &b, GemmOptions::default()).unwrap();
+        let want = crate::util::reference::gemm(&av, &bv, mm, n, k, false, false);
+        assert_close("gemm with 4 MiB blocks", &c.to_vec().unwrap(), &want, 1e-5);
+        let sum = kernels::add(&a, &a).unwrap().to_vec().unwrap();
+        assert!(sum.iter().zip(&av).all(|(s, x)| *s == x + x), "add");
+    }
 }
 
 #[test]
