@@ -30,7 +30,9 @@
 //! mixed precision (GPT-2 only), `WGPU_TP_GPT2_TOP=N` traces one more step
 //! and lists its top N kernels, `WGPU_TP_GPT2_LOAD=1` adds a
 //! checkpoint load per configuration (GPT-2 only), `WGPU_TP_GPT2_SHARED=1`
-//! puts every rank on one shared device. `WGPU_TP_LIMITS=webgpu` opens the
+//! puts every rank on one shared device, `WGPU_TP_GPT2_BLOCK_MIB=8`
+//! suballocates device memory in 8 MiB blocks (`MeshBuilder::memory_hints`).
+//! `WGPU_TP_LIMITS=webgpu` opens the
 //! devices with WebGPU's default limits. The JAX peer of the same step is
 //! `benches/peers/jax_gpt2_step.py`, the PyTorch one
 //! `benches/peers/torch_lm.py step --model gpt2|smollm2`.
@@ -156,9 +158,19 @@ struct Figures {
     peak: Option<u64>,
 }
 
-/// `p` ranks, each on its own device unless `WGPU_TP_GPT2_SHARED=1`.
+/// `p` ranks, each on its own device unless `WGPU_TP_GPT2_SHARED=1`, with
+/// memory blocks of `WGPU_TP_GPT2_BLOCK_MIB` if set.
 fn builder(p: usize) -> MeshBuilder {
-    let b = MeshBuilder::new().ranks(p);
+    let mut b = MeshBuilder::new().ranks(p);
+    if let Some(mib) = std::env::var("WGPU_TP_GPT2_BLOCK_MIB")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let size = mib << 20;
+        b = b.memory_hints(wgpu::MemoryHints::Manual {
+            suballocated_device_memory_block_size: size..size,
+        });
+    }
     match std::env::var("WGPU_TP_GPT2_SHARED").is_ok_and(|v| v == "1") {
         true => b.shared_device(),
         false => b,
@@ -305,6 +317,9 @@ fn main() {
     let steps = env_usize("WGPU_TP_BENCH_STEPS", 3).max(1);
     if std::env::var("WGPU_TP_GPT2_SHARED").is_ok_and(|v| v == "1") {
         println!("every rank on one shared device (WGPU_TP_GPT2_SHARED=1)");
+    }
+    if let Ok(mib) = std::env::var("WGPU_TP_GPT2_BLOCK_MIB") {
+        println!("device memory in blocks of {mib} MiB (WGPU_TP_GPT2_BLOCK_MIB)");
     }
     match smollm2() {
         Some(c) => println!(
