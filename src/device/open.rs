@@ -29,8 +29,8 @@ impl super::MeshBuilder {
     }
 }
 
-/// Open a device as `with` says, with the optional features the adapter
-/// has.
+/// Open a device as its [`OpenWith`] says, with the optional features the
+/// adapter has.
 pub(super) async fn open(
     adapter: &wgpu::Adapter,
     rank: usize,
