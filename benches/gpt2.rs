@@ -30,7 +30,8 @@
 //! mixed precision (GPT-2 only), `WGPU_TP_GPT2_TOP=N` traces one more step
 //! and lists its top N kernels, `WGPU_TP_GPT2_LOAD=1` adds a
 //! checkpoint load per configuration (GPT-2 only), `WGPU_TP_GPT2_SHARED=1`
-//! puts every rank on one shared device, `WGPU_TP_GPT2_BLOCK_MIB=8`
+//! puts every rank on one shared device and `=0` each on its own (unset:
+//! `DeviceLayout::default_for` the adapter), `WGPU_TP_GPT2_BLOCK_MIB=8`
 //! suballocates device memory in 8 MiB blocks (`MeshBuilder::memory_hints`).
 //! `WGPU_TP_LIMITS=webgpu` opens the
 //! devices with WebGPU's default limits. The JAX peer of the same step is
@@ -41,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
 use wgpu_tp::nn::{AdamW, Params};
-use wgpu_tp::{DTensor, Mesh, MeshBuilder};
+use wgpu_tp::{DTensor, DeviceLayout, Mesh, MeshBuilder};
 
 const BATCH: usize = 2;
 const SEQ: usize = 256;
@@ -158,8 +159,9 @@ struct Figures {
     peak: Option<u64>,
 }
 
-/// `p` ranks, each on its own device unless `WGPU_TP_GPT2_SHARED=1`, with
-/// memory blocks of `WGPU_TP_GPT2_BLOCK_MIB` if set.
+/// `p` ranks laid out as `WGPU_TP_GPT2_SHARED` says (1: one shared device,
+/// 0: a device each, unset: the builder's default), with memory blocks of
+/// `WGPU_TP_GPT2_BLOCK_MIB` if set.
 fn builder(p: usize) -> MeshBuilder {
     let mut b = MeshBuilder::new().ranks(p);
     if let Some(mib) = std::env::var("WGPU_TP_GPT2_BLOCK_MIB")
@@ -171,9 +173,10 @@ fn builder(p: usize) -> MeshBuilder {
             suballocated_device_memory_block_size: size..size,
         });
     }
-    match std::env::var("WGPU_TP_GPT2_SHARED").is_ok_and(|v| v == "1") {
-        true => b.shared_device(),
-        false => b,
+    match std::env::var("WGPU_TP_GPT2_SHARED").as_deref() {
+        Ok("1") => b.shared_device(),
+        Ok("0") => b.layout(DeviceLayout::Simulated),
+        _ => b,
     }
 }
 
@@ -181,6 +184,11 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     reset_peak_rss();
     let t0 = Instant::now();
     let mesh = builder(p).build()?;
+    eprintln!(
+        "  P = {p}: {:?}, {} device(s)",
+        mesh.layout(),
+        mesh.devices().len()
+    );
     let (mut gpt, vocab) = build(&mesh)?;
     mesh.synchronize()?;
     let build = t0.elapsed();
@@ -315,8 +323,8 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let steps = env_usize("WGPU_TP_BENCH_STEPS", 3).max(1);
-    if std::env::var("WGPU_TP_GPT2_SHARED").is_ok_and(|v| v == "1") {
-        println!("every rank on one shared device (WGPU_TP_GPT2_SHARED=1)");
+    if let Ok(v) = std::env::var("WGPU_TP_GPT2_SHARED") {
+        println!("WGPU_TP_GPT2_SHARED={v}: 1 puts every rank on one device, 0 each on its own");
     }
     if let Ok(mib) = std::env::var("WGPU_TP_GPT2_BLOCK_MIB") {
         println!("device memory in blocks of {mib} MiB (WGPU_TP_GPT2_BLOCK_MIB)");

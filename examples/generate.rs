@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use wgpu_tp::models::{CausalLm, LoadOptions};
 use wgpu_tp::nn::{ChatMessage, Sampling, Tokenizer};
-use wgpu_tp::{CommStats, DType, Mesh, MeshBuilder};
+use wgpu_tp::{CommStats, DType, Mesh};
 
 /// Generate text with a Hugging Face checkpoint on simulated ranks.
 #[derive(Parser, Debug)]
@@ -68,9 +68,14 @@ struct Args {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Put all ranks on one wgpu device (collectives become on-device copies).
+    /// Put all ranks on one wgpu device (collectives become on-device
+    /// copies; the default on CPU adapters).
     #[arg(long)]
     shared_device: bool,
+    /// Give each rank its own wgpu device (collectives through the host, as
+    /// between GPUs; the default on GPUs).
+    #[arg(long, conflicts_with = "shared_device")]
+    device_per_rank: bool,
     /// Keep the weight matrices in this dtype: f32, bf16 (half the memory
     /// and the bytes a token reads, any adapter) or f16 (SHADER_F16).
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16", "f16"])]
@@ -176,13 +181,11 @@ fn chat(args: &Args, model: &mut CausalLm, tok: &Tokenizer) -> wgpu_tp::Result<(
 }
 
 fn run(args: &Args) -> wgpu_tp::Result<()> {
-    let b = MeshBuilder::new().ranks(args.ranks);
-    let mesh: Mesh = if args.shared_device {
-        b.shared_device()
-    } else {
-        b
-    }
-    .build()?;
+    let mesh: Mesh = common::build_mesh(
+        args.ranks,
+        common::layout(args.shared_device, args.device_per_rank),
+        false,
+    )?;
     let dir = args.model.clone().unwrap_or_else(|| {
         if args.chat {
             common::shipped_model_dir().with_file_name("tiny-llama")

@@ -72,9 +72,14 @@ struct Args {
     /// Seed for the weights and the token stream.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Put all ranks on one wgpu device (collectives become on-device copies).
+    /// Put all ranks on one wgpu device (collectives become on-device
+    /// copies; the default on CPU adapters).
     #[arg(long)]
     shared_device: bool,
+    /// Give each rank its own wgpu device (collectives through the host, as
+    /// between GPUs; the default on GPUs).
+    #[arg(long, conflicts_with = "shared_device")]
+    device_per_rank: bool,
     /// One rank per MPI process (`mpirun -np P`; --ranks is ignored; needs
     /// `--features mpi`); only process 0 prints.
     #[arg(long)]
@@ -176,10 +181,14 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         hidden: args.hidden,
         ffn: args.ffn,
     };
-    let mesh = common::build_mesh(args.ranks, args.shared_device, args.mpi)?;
+    let mesh = common::build_mesh(
+        args.ranks,
+        common::layout(args.shared_device, args.device_per_rank),
+        args.mpi,
+    )?;
     // With --mpi every process runs this; only process 0 reports.
     common::set_quiet(mesh.process_index() != 0);
-    let serial_mesh = common::build_mesh(1, false, false)?;
+    let serial_mesh = common::build_mesh(1, None, false)?;
     say!("wgpu-tp quickstart");
     say!("  adapter   {}", mesh.adapter_summary());
     say!(

@@ -51,7 +51,8 @@
 //! `cargo bench --bench decode`; `WGPU_TP_DECODE_TOKENS` sets N (default
 //! 16), `WGPU_TP_DECODE_RANKS` the world sizes (default `1,2,4`),
 //! `WGPU_TP_DECODE_PROMPT` the prompt's length, `WGPU_TP_DECODE_SHARED=1`
-//! puts every rank on one shared device; `WGPU_TP_LIMITS=webgpu`
+//! puts every rank on one shared device and `=0` each on its own (unset:
+//! `DeviceLayout::default_for` the adapter); `WGPU_TP_LIMITS=webgpu`
 //! opens the devices with WebGPU's default limits.
 //! A world size whose model cannot be built prints `skipped: <error>`.
 
@@ -65,7 +66,7 @@ use wgpu_tp::nn::{CausalDecoder, Params, Sampling, generate};
 
 use measure::{copy_bandwidth, device_mib, held_bytes, load, ms, peak_rss, rss_now};
 use shapes::config;
-use wgpu_tp::{DType, Mesh, MeshBuilder, Trace};
+use wgpu_tp::{DType, DeviceLayout, Mesh, MeshBuilder, Trace};
 
 /// The model as `nn::generate` takes it.
 fn decoder(m: &CausalLm) -> &dyn CausalDecoder {
@@ -156,7 +157,7 @@ fn main() {
     let prompt = env::<usize>("WGPU_TP_DECODE_PROMPT")
         .unwrap_or(prompt)
         .max(1);
-    let shared = std::env::var("WGPU_TP_DECODE_SHARED").is_ok_and(|v| v == "1");
+    let shared = std::env::var("WGPU_TP_DECODE_SHARED").ok();
     let dtypes: Vec<DType> = std::env::var("WGPU_TP_DECODE_WEIGHTS")
         .unwrap_or_else(|_| "f32,bf16".into())
         .split(',')
@@ -171,10 +172,10 @@ fn main() {
         "decode: {name} ({}, random weights kept in {dtypes:?}), greedy with the KV cache, \
          prompt {prompt}, {tokens} tokens, {}",
         shape.describe(),
-        if shared {
-            "every rank on one shared device"
-        } else {
-            "a device per rank"
+        match shared.as_deref() {
+            Some("1") => "every rank on one shared device",
+            Some("0") => "a device per rank",
+            _ => "ranks laid out as the adapter's default",
         }
     );
     println!("load at start: {}", load());
@@ -192,10 +193,10 @@ fn main() {
         let _ = std::fs::write("/proc/self/clear_refs", "5");
         let t = Instant::now();
         let builder = MeshBuilder::new().ranks(p);
-        let builder = if shared {
-            builder.shared_device()
-        } else {
-            builder
+        let builder = match shared.as_deref() {
+            Some("1") => builder.shared_device(),
+            Some("0") => builder.layout(DeviceLayout::Simulated),
+            _ => builder,
         };
         let built = builder.build().and_then(|mesh| {
             let model = shape.build(&mesh)?;
@@ -213,7 +214,8 @@ fn main() {
         let weights = shape.weight_bytes() as f64;
         if let Some(rss) = peak_rss() {
             println!(
-                "{label:<6} built in {:.1} s; peak RSS {:.0} MiB = {:.2} × the f32 weights",
+                "{label:<6} {:?} built in {:.1} s; peak RSS {:.0} MiB = {:.2} × the f32 weights",
+                mesh.layout(),
                 build_time.as_secs_f64(),
                 rss as f64 / (1 << 20) as f64,
                 rss as f64 / weights

@@ -78,14 +78,29 @@ pub fn quiet_vulkan_loader() {
     }
 }
 
-/// The mesh an example runs on: `ranks` simulated ranks (all on one device
-/// with `shared`), or one rank per MPI process with `mpi`.
-pub fn build_mesh(ranks: usize, shared: bool, mpi: bool) -> wgpu_tp::Result<wgpu_tp::Mesh> {
+/// The layout the flags `--shared-device` and `--device-per-rank` ask for
+/// (neither: the adapter's default, `DeviceLayout::default_for`).
+pub fn layout(shared: bool, per_rank: bool) -> Option<wgpu_tp::DeviceLayout> {
+    match (shared, per_rank) {
+        (true, _) => Some(wgpu_tp::DeviceLayout::SharedDevice),
+        (false, true) => Some(wgpu_tp::DeviceLayout::Simulated),
+        (false, false) => None,
+    }
+}
+
+/// The mesh an example runs on: `ranks` simulated ranks laid out as
+/// `layout` says (else the adapter's default), or one rank per MPI process
+/// with `mpi`.
+pub fn build_mesh(
+    ranks: usize,
+    layout: Option<wgpu_tp::DeviceLayout>,
+    mpi: bool,
+) -> wgpu_tp::Result<wgpu_tp::Mesh> {
     let b = wgpu_tp::MeshBuilder::new().ranks(ranks);
-    match (mpi, shared) {
+    match (mpi, layout) {
         (true, _) => b.mpi().build(),
-        (false, true) => b.shared_device().build(),
-        (false, false) => b.build(),
+        (false, Some(l)) => b.layout(l).build(),
+        (false, None) => b.build(),
     }
 }
 

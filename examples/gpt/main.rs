@@ -86,9 +86,14 @@ struct Args {
     /// Text the sample continues.
     #[arg(long, default_value = "And God said")]
     prompt: String,
-    /// Put all ranks on one wgpu device (collectives become on-device copies).
+    /// Put all ranks on one wgpu device (collectives become on-device
+    /// copies; the default on CPU adapters).
     #[arg(long)]
     shared_device: bool,
+    /// Give each rank its own wgpu device (collectives through the host, as
+    /// between GPUs; the default on GPUs).
+    #[arg(long, conflicts_with = "shared_device")]
+    device_per_rank: bool,
     /// One rank per MPI process (launch with `mpirun -np P`; --ranks is
     /// ignored). Step 0 is then checked bit for bit against a single-process
     /// mesh of the same P. Needs `--features mpi`.
@@ -199,7 +204,11 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         cfg.dtype = DType::F16;
     }
     let world: usize = axes(args).iter().map(|a| a.1).product();
-    let mesh = common::build_mesh(world, args.shared_device, args.mpi)?;
+    let mesh = common::build_mesh(
+        world,
+        common::layout(args.shared_device, args.device_per_rank),
+        args.mpi,
+    )?;
     let mesh = mesh.with_axes(&axes(args))?;
     // With --mpi every process runs this; only process 0 reports.
     common::set_quiet(mesh.process_index() != 0);
@@ -251,10 +260,10 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
     let serial = if mesh.process_index() == 0 {
         let serial_mesh = match args.mpi {
-            true => common::build_mesh(mesh.size(), false, false)?.with_axes(&axes(args))?,
+            true => common::build_mesh(mesh.size(), None, false)?.with_axes(&axes(args))?,
             false => {
                 let one = [("pp", 1), ("dp", 1), ("tp", 1)];
-                common::build_mesh(1, false, false)?.with_axes(&one)?
+                common::build_mesh(1, None, false)?.with_axes(&one)?
             }
         };
         let serial_pipe = pipeline(&serial_mesh)?;

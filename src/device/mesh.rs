@@ -18,10 +18,14 @@ use super::context::{Device, distinct_devices};
 use super::rank::Rank;
 use crate::error::{Error, Result};
 
-/// How ranks are laid onto adapters.
+/// How ranks are laid onto adapters. Unless the builder names one, several
+/// ranks on a CPU adapter (lavapipe, llvmpipe, WARP) and in a browser share
+/// a device ([`DeviceLayout::SharedDevice`]) and ranks elsewhere get a
+/// device each ([`DeviceLayout::Simulated`]): [`DeviceLayout::default_for`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceLayout {
-    /// `n` logical ranks on one adapter, each its own wgpu device.
+    /// `n` logical ranks on one adapter, each its own wgpu device;
+    /// collectives copy through the host, as between adapters or processes.
     Simulated,
     /// `n` logical ranks sharing one wgpu device; collectives are on-device copies.
     SharedDevice,
@@ -30,6 +34,23 @@ pub enum DeviceLayout {
     /// One rank per process, the processes joined by MPI
     /// ([`MeshBuilder::mpi`](super::MeshBuilder::mpi)).
     Process,
+}
+
+impl DeviceLayout {
+    /// The layout a builder that names none gives `ranks` ranks on an
+    /// adapter of `kind`. On a CPU adapter the ranks share one device: each
+    /// further device held its own copy of every pipeline and of the
+    /// driver's memory blocks (about 250 MiB each for GPT-2's training
+    /// step) and ran its own worker threads on the same cores, for no gain
+    /// in speed (BENCHMARKS.md, round 30). A browser gives a page one device.
+    pub fn default_for(kind: wgpu::DeviceType, ranks: usize) -> DeviceLayout {
+        let cpu = kind == wgpu::DeviceType::Cpu;
+        if cfg!(target_arch = "wasm32") || (cpu && ranks > 1) {
+            DeviceLayout::SharedDevice
+        } else {
+            DeviceLayout::Simulated
+        }
+    }
 }
 
 pub(super) type Extension = Arc<dyn Any + Send + Sync>;
@@ -240,5 +261,32 @@ impl Mesh {
         let made = Arc::new(T::default());
         slots.push(made.clone());
         made
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceLayout;
+    use wgpu::DeviceType;
+
+    #[test]
+    fn ranks_share_a_device_by_default_only_on_cpu_adapters() {
+        let shared = if cfg!(target_arch = "wasm32") {
+            DeviceLayout::SharedDevice
+        } else {
+            DeviceLayout::Simulated
+        };
+        assert_eq!(
+            DeviceLayout::default_for(DeviceType::Cpu, 2),
+            DeviceLayout::SharedDevice
+        );
+        assert_eq!(DeviceLayout::default_for(DeviceType::Cpu, 1), shared);
+        for gpu in [
+            DeviceType::DiscreteGpu,
+            DeviceType::IntegratedGpu,
+            DeviceType::Other,
+        ] {
+            assert_eq!(DeviceLayout::default_for(gpu, 4), shared);
+        }
     }
 }

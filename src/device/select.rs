@@ -1,4 +1,4 @@
-//! Choosing adapters and opening one wgpu device per rank.
+//! Choosing adapters and opening the ranks' wgpu devices.
 //!
 //! Default: a hardware adapter if there is one, else a software one in the
 //! order Vulkan (lavapipe), GL (llvmpipe through EGL), DX12 (WARP). The
@@ -27,7 +27,8 @@ pub struct MeshBuilder {
     allow_software: bool,
     force_software: bool,
     use_env: bool,
-    layout: DeviceLayout,
+    /// `None`: [`DeviceLayout::default_for`] the adapter chosen.
+    layout: Option<DeviceLayout>,
     trace_path: Option<PathBuf>,
     limits: Option<wgpu::Limits>,
     without_features: wgpu::Features,
@@ -54,8 +55,9 @@ fn backend_rank(b: wgpu::Backend) -> u32 {
 }
 
 impl Mesh {
-    /// `n` simulated ranks on the default adapter, each its own wgpu device.
-    /// See [`MeshBuilder`] for other choices.
+    /// `n` simulated ranks on the default adapter: each its own wgpu
+    /// device, or on a CPU adapter one device they share
+    /// ([`DeviceLayout::default_for`]). See [`MeshBuilder`] for other choices.
     pub fn simulated(n: usize) -> Result<Mesh> {
         MeshBuilder::new().ranks(n).build()
     }
@@ -72,12 +74,7 @@ impl MeshBuilder {
             allow_software: true,
             force_software: false,
             use_env: true,
-            // A browser hands a page one device: its ranks share it.
-            layout: if cfg!(target_arch = "wasm32") {
-                DeviceLayout::SharedDevice
-            } else {
-                DeviceLayout::Simulated
-            },
+            layout: None,
             trace_path: None,
             limits: None,
             without_features: wgpu::Features::empty(),
@@ -167,9 +164,10 @@ impl MeshBuilder {
         self
     }
 
-    /// How ranks are laid onto adapters.
+    /// How ranks are laid onto adapters (default:
+    /// [`DeviceLayout::default_for`] the adapter chosen).
     pub fn layout(mut self, p: DeviceLayout) -> Self {
-        self.layout = p;
+        self.layout = Some(p);
         self
     }
 
@@ -297,7 +295,7 @@ impl MeshBuilder {
     async fn open_mesh(&self) -> Result<Mesh> {
         let any_count = matches!(
             self.layout,
-            DeviceLayout::PerAdapter | DeviceLayout::Process
+            Some(DeviceLayout::PerAdapter | DeviceLayout::Process)
         );
         if self.ranks == 0 && !any_count {
             return Err(Error::invalid(
@@ -306,9 +304,9 @@ impl MeshBuilder {
             ));
         }
         let one_device_each = match self.layout {
-            DeviceLayout::Simulated => self.ranks > 1,
-            DeviceLayout::Process => true,
-            DeviceLayout::SharedDevice | DeviceLayout::PerAdapter => false,
+            Some(DeviceLayout::Simulated) => self.ranks > 1,
+            Some(DeviceLayout::Process) => true,
+            _ => false,
         };
         if cfg!(target_arch = "wasm32") && one_device_each {
             return Err(Error::invalid(
@@ -342,7 +340,10 @@ impl MeshBuilder {
             }
             return Err(Error::NoAdapter { detail });
         }
-        match self.layout {
+        let layout = self.layout.unwrap_or_else(|| {
+            DeviceLayout::default_for(list[0].get_info().device_type, self.ranks)
+        });
+        match layout {
             DeviceLayout::Simulated => {
                 let adapter = &list[0];
                 let mut ranks = Vec::with_capacity(self.ranks);
@@ -352,7 +353,7 @@ impl MeshBuilder {
                         device: open(adapter, r, limits).await?,
                     });
                 }
-                Ok(Mesh::from_parts(instance, ranks, self.layout))
+                Ok(Mesh::from_parts(instance, ranks, layout))
             }
             DeviceLayout::SharedDevice => {
                 let device = open(&list[0], 0, limits).await?;
@@ -362,7 +363,7 @@ impl MeshBuilder {
                         device: device.clone(),
                     })
                     .collect();
-                Ok(Mesh::from_parts(instance, ranks, self.layout))
+                Ok(Mesh::from_parts(instance, ranks, layout))
             }
             DeviceLayout::PerAdapter => {
                 // The same chip shows up under several backends (llvmpipe on
@@ -382,7 +383,7 @@ impl MeshBuilder {
                         device: open(a, r, limits).await?,
                     });
                 }
-                Ok(Mesh::from_parts(instance, ranks, self.layout))
+                Ok(Mesh::from_parts(instance, ranks, layout))
             }
             DeviceLayout::Process => self.open_process_mesh(instance, &list, limits).await,
         }

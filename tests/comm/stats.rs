@@ -4,13 +4,17 @@
 
 use crate::util::mesh_env;
 use wgpu_tp::comm::{self, ReduceOp};
-use wgpu_tp::{Collective, CommCount, LocalTensor, Mesh, MeshBuilder, Transport};
+use wgpu_tp::{Collective, CommCount, DeviceLayout, LocalTensor, MeshBuilder, Transport};
 
 #[test]
 fn counters_count_calls_and_bytes_exactly() {
     mesh_env();
     // Private meshes: the shared ones are used by tests running in parallel.
-    let host = Mesh::simulated(3).unwrap();
+    let host = MeshBuilder::new()
+        .ranks(3)
+        .layout(DeviceLayout::Simulated)
+        .build()
+        .unwrap();
     let shared = MeshBuilder::new().ranks(3).shared_device().build().unwrap();
     assert_eq!(shared.transport(), Transport::SharedDevice);
     assert_eq!(host.transport(), Transport::HostStaged);

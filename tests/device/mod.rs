@@ -83,6 +83,20 @@ fn software_adapters_are_listed_and_usable() {
         assert!(r.device().is_cpu(), "{:?}", r.device().adapter_info());
     }
     eprintln!("[device] force_software picked {}", m.adapter_summary());
+    // Unless told otherwise, ranks on a CPU adapter share one device; one
+    // rank, or a layout named, keeps a device per rank.
+    assert_eq!(m.layout(), wgpu_tp::DeviceLayout::SharedDevice);
+    assert_eq!(m.devices().len(), 1);
+    let one = MeshBuilder::new().force_software(true).build().unwrap();
+    assert_eq!(one.layout(), wgpu_tp::DeviceLayout::Simulated);
+    let each = MeshBuilder::new()
+        .ranks(2)
+        .force_software(true)
+        .layout(wgpu_tp::DeviceLayout::Simulated)
+        .build()
+        .unwrap();
+    assert_eq!(each.devices().len(), 2);
+    assert_eq!(each.transport(), wgpu_tp::Transport::HostStaged);
     let t = m.ranks()[1].upload(&[3], &[1.0, 2.0, 3.0]).unwrap();
     let y = wgpu_tp::kernels::scale(&t, 2.0).unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![2.0, 4.0, 6.0]);

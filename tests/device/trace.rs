@@ -12,7 +12,9 @@
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use wgpu_tp::comm::{self, ReduceOp};
-use wgpu_tp::{EventKind, LocalTensor, Mesh, MeshBuilder, Trace, TraceClock, kernels};
+use wgpu_tp::{
+    DeviceLayout, EventKind, LocalTensor, Mesh, MeshBuilder, Trace, TraceClock, kernels,
+};
 
 use crate::util::mesh_env;
 
@@ -26,7 +28,11 @@ fn meshes() -> MutexGuard<'static, (Mesh, Mesh)> {
     MESHES
         .get_or_init(|| {
             mesh_env();
-            let simulated = MeshBuilder::new().ranks(2).build().expect("an adapter");
+            let simulated = MeshBuilder::new()
+                .ranks(2)
+                .layout(DeviceLayout::Simulated)
+                .build()
+                .expect("an adapter");
             let shared = MeshBuilder::new()
                 .ranks(2)
                 .shared_device()

@@ -4,7 +4,7 @@
 use std::sync::{Mutex, OnceLock};
 
 use wgpu_tp::shard::split_range;
-use wgpu_tp::{LocalTensor, Mesh};
+use wgpu_tp::{DeviceLayout, LocalTensor, Mesh};
 
 use super::reference::{slice, with_dim};
 
@@ -25,8 +25,18 @@ fn cached(kind: Kind, n: usize) -> Mesh {
     let shared = matches!(kind, Kind::SharedDevice | Kind::CountingSharedDevice);
     kept((Some(kind), n, 0, shared), || {
         let b = wgpu_tp::MeshBuilder::new().ranks(n);
-        if shared { b.shared_device() } else { b }
+        b.layout(layout(shared))
     })
+}
+
+/// One device for every rank, or (named, since CPU adapters share one by
+/// default) a device each: the host-staged collectives' path.
+fn layout(shared: bool) -> DeviceLayout {
+    if shared {
+        DeviceLayout::SharedDevice
+    } else {
+        DeviceLayout::Simulated
+    }
 }
 
 /// The meshes kept for the whole binary: (kind, ranks, 0, shared) of
@@ -205,6 +215,6 @@ pub fn limited_mesh(n: usize, binding: u64, shared: bool) -> Mesh {
             ..wgpu::Limits::default()
         };
         let b = wgpu_tp::MeshBuilder::new().ranks(n).limits(limits);
-        if shared { b.shared_device() } else { b }
+        b.layout(layout(shared))
     })
 }
