@@ -179,7 +179,7 @@ fn chat(args: &Args, model: &mut CausalLm, tok: &Tokenizer) -> wgpu_tp::Result<(
 
 fn run(args: &Args) -> wgpu_tp::Result<()> {
     // A device per rank unless asked: decoding at P = 4 on a CPU adapter
-    // was 10-25 % faster so than on one shared device (BENCHMARKS round 30).
+    // was 10-25 % faster that way than on one shared device (BENCHMARKS round 30).
     let layout = common::layout(args.shared_device, !args.shared_device);
     let mesh: Mesh = common::build_mesh(args.ranks, layout, false)?;
     let dir = args.model.clone().unwrap_or_else(|| {

@@ -39,10 +39,11 @@ pub enum DeviceLayout {
 impl DeviceLayout {
     /// The layout a builder that names none gives `ranks` ranks on an
     /// adapter of `kind`. On a CPU adapter the ranks share one device: each
-    /// further device held its own copy of every pipeline and of the
-    /// driver's memory blocks (about 250 MiB each for GPT-2's training
-    /// step) and ran its own worker threads on the same cores, for no gain
-    /// in speed (BENCHMARKS.md, round 30). A browser gives a page one device.
+    /// further device holds its own pipelines and driver memory blocks
+    /// (about 250 MiB each in GPT-2's training step, whose speed is the
+    /// same either way). Dispatch-bound work (small models, decoding) runs
+    /// 10–25 % faster with a device each, which `layout` can ask for
+    /// (BENCHMARKS.md, round 30). A browser gives a page one device.
     pub fn default_for(kind: wgpu::DeviceType, ranks: usize) -> DeviceLayout {
         let cpu = kind == wgpu::DeviceType::Cpu;
         if cfg!(target_arch = "wasm32") || (cpu && ranks > 1) {
@@ -271,7 +272,7 @@ mod tests {
 
     #[test]
     fn ranks_share_a_device_by_default_only_on_cpu_adapters() {
-        let shared = if cfg!(target_arch = "wasm32") {
+        let elsewhere = if cfg!(target_arch = "wasm32") {
             DeviceLayout::SharedDevice
         } else {
             DeviceLayout::Simulated
@@ -280,13 +281,13 @@ mod tests {
             DeviceLayout::default_for(DeviceType::Cpu, 2),
             DeviceLayout::SharedDevice
         );
-        assert_eq!(DeviceLayout::default_for(DeviceType::Cpu, 1), shared);
+        assert_eq!(DeviceLayout::default_for(DeviceType::Cpu, 1), elsewhere);
         for gpu in [
             DeviceType::DiscreteGpu,
             DeviceType::IntegratedGpu,
             DeviceType::Other,
         ] {
-            assert_eq!(DeviceLayout::default_for(gpu, 4), shared);
+            assert_eq!(DeviceLayout::default_for(gpu, 4), elsewhere);
         }
     }
 }
