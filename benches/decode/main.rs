@@ -41,7 +41,8 @@
 //! small-M GEMM keeps of the weights are device memory outside the pools).
 //!
 //! Then, per P, the top kernels of one traced token (`WGPU_TP_DECODE_TOP`
-//! of them, default 8).
+//! of them, default 8), after the host time rank 0 spent in collectives
+//! (with a device per rank, where it waits for every rank's kernels).
 //!
 //! Weights: each P runs with f32 weights, then kept in bf16
 //! (`Params::store_weights_as`; rows `P=n bf16`), printing the bytes a token
@@ -322,6 +323,19 @@ fn main() {
             ms(trace.kernel_time()),
             trace.tracks().len()
         );
+        // Host spans of the collectives on rank 0's track: at P > 1 a
+        // token waits in them for every rank's kernels and the copies.
+        let comm: Vec<_> = trace
+            .host_spans()
+            .filter(|e| e.category == "comm" && e.rank == 0)
+            .collect();
+        if !comm.is_empty() {
+            println!(
+                "  collectives: {} on rank 0, {:.2} ms of host time",
+                comm.len(),
+                comm.iter().map(|e| e.duration_us).sum::<f64>() / 1e3
+            );
+        }
         for k in trace.top_kernels(env::<usize>("WGPU_TP_DECODE_TOP").unwrap_or(TOP_KERNELS)) {
             println!(
                 "  {:<32} {:>5} calls {:>9.2} ms {:>6.1} %",
