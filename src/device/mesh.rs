@@ -41,9 +41,10 @@ impl DeviceLayout {
     /// adapter of `kind`. On a CPU adapter the ranks share one device: each
     /// further device holds its own pipelines and driver memory blocks
     /// (about 250 MiB each in GPT-2's training step, whose speed is the
-    /// same either way). Dispatch-bound work (small models, decoding) runs
-    /// 10–25 % faster with a device each, which `layout` can ask for
-    /// (BENCHMARKS.md, round 30). A browser gives a page one device.
+    /// same either way, as is decoding's). Training small models, whose
+    /// steps are dispatches more than arithmetic, is 15–20 % faster with a
+    /// device each, which `layout` can ask for (BENCHMARKS.md, round 30).
+    /// A browser gives a page one device.
     pub fn default_for(kind: wgpu::DeviceType, ranks: usize) -> DeviceLayout {
         let cpu = kind == wgpu::DeviceType::Cpu;
         if cfg!(target_arch = "wasm32") || (cpu && ranks > 1) {

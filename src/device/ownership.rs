@@ -21,6 +21,24 @@ impl LocalTensor {
     }
 }
 
+impl LocalTensor {
+    /// Whether `other` is this tensor over the same buffers (an alias, e.g.
+    /// another rank's shard of a replicated value on a shared device): the
+    /// same bytes, shape and dtype, not merely equal values.
+    pub(crate) fn same_buffer(&self, other: &LocalTensor) -> bool {
+        if self.shape() != other.shape() || self.dtype() != other.dtype() {
+            return false;
+        }
+        match (&self.body, &other.body) {
+            (Body::Buffer(a), Body::Buffer(b)) => Arc::ptr_eq(a, b),
+            (Body::Blocks(a), Body::Blocks(b)) => {
+                a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.same_buffer(y))
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{DType, Mesh};

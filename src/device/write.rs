@@ -26,6 +26,31 @@ impl LocalTensor {
     /// Overwrite the values from element `offset` on with `data` in place,
     /// as [`LocalTensor::write_f32`] does for the whole tensor.
     pub(crate) fn write_f32_at(&self, op: &'static str, offset: usize, data: &[f32]) -> Result<()> {
+        self.write_at(op, offset, data, false)
+    }
+
+    /// [`LocalTensor::write_f32`] into a buffer that every rank's shard of
+    /// one replicated value aliases (the caller checked): every rank is to
+    /// get `data`, so the one write is each rank's.
+    pub(crate) fn write_f32_every_rank(&self, op: &'static str, data: &[f32]) -> Result<()> {
+        if data.len() != self.len() {
+            return Err(Error::DataLength {
+                op,
+                shape: self.shape().into(),
+                expected: self.len(),
+                got: data.len(),
+            });
+        }
+        self.write_at(op, 0, data, true)
+    }
+
+    fn write_at(
+        &self,
+        op: &'static str,
+        offset: usize,
+        data: &[f32],
+        every_rank: bool,
+    ) -> Result<()> {
         self.expect_dtype(op, DType::F32)?;
         if offset
             .checked_add(data.len())
@@ -40,7 +65,7 @@ impl LocalTensor {
                 ),
             ));
         }
-        if self.is_shared_across_ranks() {
+        if self.is_shared_across_ranks() && !every_rank {
             return Err(Error::invalid(
                 op,
                 "the tensor's buffer is shared with another rank; write a deep_copy instead",

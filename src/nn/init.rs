@@ -17,7 +17,7 @@ use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::random::{Draw, Sections, draw_host, random};
 use crate::shard::{split_range_in_units, with_dim};
-use crate::tensor::{DTensor, Placement};
+use crate::tensor::{DTensor, Placement, made_once};
 
 /// A seeded, deterministic random generator (SplitMix64): the keys of a
 /// model's tensors, one per tensor, in the order the model draws them.
@@ -205,6 +205,19 @@ impl Init {
             _ => (0, shape.first().copied().unwrap_or(1)),
         };
         let sharded = matches!(placement, Placement::Shard(_));
+        let whole = matches!(
+            placement,
+            Placement::Replicate | Placement::Partial(ReduceOp::Max)
+        );
+        // Ranks on one device read one buffer of a replicated parameter.
+        if whole
+            && let Some(shards) = made_once(mesh, |r| {
+                random(r, shape, draw, key, Sections::whole(shape))
+            })?
+        {
+            let value = DTensor::from_shards_in_units(mesh, shards, shape, placement, 1)?;
+            return Ok(Parameter::from_value(value, stride, unit));
+        }
         if sharded && !n.is_multiple_of(stride * unit) {
             return Err(Error::invalid(
                 OP,

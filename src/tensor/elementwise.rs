@@ -16,6 +16,7 @@
 //! f16 operands (both of one dtype) are widened, computed in f32 and the
 //! result rounded back to f16 once.
 
+use super::aliased::per_shard1;
 use super::autograd::{placed, record};
 use super::dtensor::{DTensor, Placement};
 use crate::device::LocalTensor;
@@ -90,11 +91,17 @@ fn expect_not_partial(op: &'static str, x: &DTensor) -> Result<()> {
 }
 
 impl DTensor {
-    /// Apply `f` to every rank's shard (same shape and placement).
-    fn map_shards(&self, f: impl Fn(usize) -> Result<LocalTensor>) -> Result<DTensor> {
-        let shards = (0..self.shards().len())
-            .map(f)
-            .collect::<Result<Vec<_>>>()?;
+    /// Apply `f` to every rank's shard (same shape and placement), reading
+    /// `self` and `others`: once, aliased to every rank, where each of them
+    /// is one buffer all ranks share (`aliased.rs`).
+    fn map_shards(
+        &self,
+        others: &[&DTensor],
+        f: impl Fn(usize) -> Result<LocalTensor>,
+    ) -> Result<DTensor> {
+        let mut operands = vec![self];
+        operands.extend_from_slice(others);
+        let shards = per_shard1(&operands, f)?;
         Ok(self.with_shards(shards, self.shape().to_vec(), self.placement()))
     }
 
@@ -126,7 +133,7 @@ impl DTensor {
         // Backward: the gradient goes back to the input's dtype (the tape
         // casts what reaches a node to the node's dtype).
         record("DTensor::cast", &[self], || {
-            let y = self.map_shards(|r| kernels::cast(&self.shards()[r], dtype))?;
+            let y = self.map_shards(&[], |r| kernels::cast(&self.shards()[r], dtype))?;
             Ok((y, |dy: &DTensor| Ok(vec![Some(dy.clone())])))
         })
     }
@@ -147,7 +154,9 @@ impl DTensor {
         }
         record("DTensor::add", &[self, other], || {
             let y = in_f32(&[self, other], |w| {
-                w[0].map_shards(|r| kernels::add(&w[0].shards()[r], &w[1].shards()[r]))
+                w[0].map_shards(&[&w[1]], |r| {
+                    kernels::add(&w[0].shards()[r], &w[1].shards()[r])
+                })
             })?;
             Ok((y, |dy: &DTensor| {
                 Ok(vec![Some(dy.clone()), Some(dy.clone())])
@@ -164,14 +173,18 @@ impl DTensor {
         expect_not_partial(OP, self)?;
         record(OP, &[self, other], || {
             let y = in_f32(&[self, other], |w| {
-                w[0].map_shards(|r| kernels::mul(&w[0].shards()[r], &w[1].shards()[r]))
+                w[0].map_shards(&[&w[1]], |r| {
+                    kernels::mul(&w[0].shards()[r], &w[1].shards()[r])
+                })
             })?;
             let (a, b) = (self.detach(), other.detach());
             Ok((y, move |dy: &DTensor| {
                 let dy = placed(dy, a.placement())?.cast(a.dtype())?;
                 let times = |x: &DTensor| {
                     in_f32(&[&dy, x], |w| {
-                        w[0].map_shards(|r| kernels::mul(&w[0].shards()[r], &w[1].shards()[r]))
+                        w[0].map_shards(&[&w[1]], |r| {
+                            kernels::mul(&w[0].shards()[r], &w[1].shards()[r])
+                        })
                     })
                 };
                 Ok(vec![Some(times(&b)?), Some(times(&a)?)])
@@ -197,7 +210,7 @@ impl DTensor {
         }
         record("DTensor::scale", &[self], || {
             let y = in_f32(&[self], |w| {
-                w[0].map_shards(|r| kernels::scale(&w[0].shards()[r], alpha))
+                w[0].map_shards(&[], |r| kernels::scale(&w[0].shards()[r], alpha))
             })?;
             Ok((y, move |dy: &DTensor| Ok(vec![Some(dy.scale(alpha)?)])))
         })
@@ -211,7 +224,7 @@ impl DTensor {
         expect_not_partial(OP, self)?;
         record("DTensor::activation", &[self], || {
             let y = in_f32(&[self], |w| {
-                w[0].map_shards(|r| kernels::activation(&w[0].shards()[r], act))
+                w[0].map_shards(&[], |r| kernels::activation(&w[0].shards()[r], act))
             })?;
             let x = self.detach();
             Ok((y, move |dy: &DTensor| {
@@ -229,7 +242,7 @@ impl DTensor {
         expect_alike(OP, self, dy)?;
         expect_not_partial(OP, self)?;
         in_f32(&[self, dy], |w| {
-            w[0].map_shards(|r| {
+            w[0].map_shards(&[&w[1]], |r| {
                 kernels::activation_backward(&w[0].shards()[r], &w[1].shards()[r], act)
             })
         })

@@ -13,6 +13,7 @@
 //! communication: a `Partial(Sum)` output's gradient is `Replicate`, and
 //! each rank keeps the rows it owns. The ids get no gradient.
 
+use super::aliased::{made_once, one_buffer, per_shard1};
 use super::autograd::{placed, record, tracking};
 use super::dtensor::{DTensor, Placement};
 use crate::device::{LocalTensor, Mesh};
@@ -24,6 +25,9 @@ use crate::shard::split_range_in_units;
 const OP: &str = "DTensor::embedding";
 
 fn upload_ids(mesh: &Mesh, ids: &[i32]) -> Result<Vec<LocalTensor>> {
+    if let Some(shards) = made_once(mesh, |r| r.upload_i32(&[ids.len()], ids))? {
+        return Ok(shards);
+    }
     mesh.ranks()
         .iter()
         .map(|r| r.upload_i32(&[ids.len()], ids))
@@ -109,12 +113,16 @@ impl DTensor {
             let mesh = table.mesh();
             let ids_dev = upload_ids(mesh, ids)?;
             // Position i in the shards; the row offset is the global rank's.
-            let parts = table
-                .shards()
-                .iter()
-                .zip(&ids_dev)
-                .map(|(t, ids)| kernels::embedding_lookup(t, ids, rows(t.rank_index()).1))
-                .collect::<Result<Vec<_>>>()?;
+            let lookup = |r: usize| {
+                let t = &table.shards()[r];
+                kernels::embedding_lookup(t, &ids_dev[r], rows(t.rank_index()).1)
+            };
+            // A replicated table and ids on one device: looked up once.
+            let parts = if placement == Placement::Replicate && one_buffer(&ids_dev) {
+                per_shard1(&[table], lookup)?
+            } else {
+                (0..ids_dev.len()).map(lookup).collect::<Result<Vec<_>>>()?
+            };
             let y = table.with_shards(parts, vec![ids.len(), dim], placement);
             // The padding row gets no gradient: its ids become −1 (owned by no rank).
             let ids_dev = if track && padding_idx.is_some() {

@@ -4,6 +4,7 @@
 //! mesh every process uploads its own slices of the (same) host data, and
 //! `to_host` gives every process the whole value.
 
+use super::aliased::made_once;
 use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use crate::device::{LocalTensor, Mesh, Rank, block_on, download_many_async};
 use crate::element::{DType, ReduceOp};
@@ -82,6 +83,14 @@ impl DTensor {
                 }
             }
         };
+        // Ranks on one device read one buffer of a whole value (`aliased.rs`).
+        if matches!(
+            placement,
+            Placement::Replicate | Placement::Partial(ReduceOp::Max)
+        ) && let Some(shards) = made_once(mesh, |r| upload(r, shape, data))?
+        {
+            return Ok(DTensor::new(mesh, shards, shape.to_vec(), placement, unit));
+        }
         let shards = mesh
             .ranks()
             .iter()

@@ -7,9 +7,12 @@
 //! for the plain reduce-scatter with a bias); element-wise operations that
 //! keep the placement (`elementwise.rs`: `add`, `scale`, activations); and
 //! the per-shard products layers are written on (`matmul.rs`: `matmul`;
-//! `rows.rs`: `add_row`, `sum_rows`), which communicate nothing. Layers
-//! above talk to communication only through these.
+//! `rows.rs`: `add_row`, `sum_rows`), which communicate nothing; where a
+//! shared device holds a replicated value once (`aliased.rs`), the ops on
+//! it run once for every rank outside training. Layers above talk to
+//! communication only through these.
 
+mod aliased;
 mod attention;
 mod autograd;
 mod cross_entropy;
@@ -40,6 +43,7 @@ mod tied_head;
 mod topk;
 mod update;
 
+pub(crate) use aliased::made_once;
 pub use attention::AttentionDropout;
 #[allow(unused_imports)]
 pub(crate) use autograd::{

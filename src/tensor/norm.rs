@@ -23,6 +23,7 @@
 //! rank's sum over its own heads, `Partial(Sum)` when the heads are split
 //! or the incoming gradient is a partial sum, reduced once at the parameter.
 
+use super::aliased::per_shard;
 use super::autograd::{linear_dy, placed, record};
 use super::dtensor::{DTensor, Placement};
 use super::mappings::Mapping;
@@ -162,11 +163,15 @@ fn norm(
         let wide = x.cast(DType::F32)?;
         let gamma = weight.cast(DType::F32)?;
         let beta = bias.map(|b| b.cast(DType::F32)).transpose()?;
-        let mut ys = Vec::with_capacity(wide.shards().len());
-        let mut stats = Vec::with_capacity(wide.shards().len());
-        for (r, xr) in wide.shards().iter().enumerate() {
+        let mut operands = vec![&wide, &gamma];
+        operands.extend(beta.as_ref());
+        let (mut ys, mut stats) = (Vec::new(), Vec::new());
+        for [y, s] in per_shard(&operands, |r| {
             let b = beta.as_ref().map(|b| &b.shards()[r]);
-            let (y, s) = kernels::norm_forward(xr, &gamma.shards()[r], b, kind, eps)?;
+            let (y, s) =
+                kernels::norm_forward(&wide.shards()[r], &gamma.shards()[r], b, kind, eps)?;
+            Ok([y, s])
+        })? {
             ys.push(y);
             stats.push(s);
         }

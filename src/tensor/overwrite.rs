@@ -2,6 +2,7 @@
 //! (checkpoint loading without a second copy of the model on the devices),
 //! and giving each rank a buffer of its own before an in-place update.
 
+use super::aliased::one_buffer_each;
 use super::dtensor::{DTensor, Placement};
 use crate::element::DType;
 use crate::error::Result;
@@ -23,11 +24,22 @@ impl DTensor {
         unit: usize,
     ) -> Result<bool> {
         let shards = self.shards();
+        // A replicated value whose ranks alias one buffer (a shared
+        // device): one write gives every rank the same values.
+        let one = self.placement() == Placement::Replicate && one_buffer_each(&[self]);
         if shards
             .iter()
-            .any(|s| s.dtype() != DType::F32 || s.is_shared_across_ranks())
+            .any(|s| s.dtype() != DType::F32 || (s.is_shared_across_ranks() && !one))
         {
             return Ok(false);
+        }
+        if one {
+            if shards[0].len() != data.len() {
+                return Ok(false);
+            }
+            shards[0].device().check()?;
+            shards[0].write_f32_every_rank(op, data)?;
+            return Ok(true);
         }
         let (shape, p) = (self.shape(), self.mesh().size());
         // One part per addressable shard, cut at its global rank's range.

@@ -18,6 +18,7 @@
 //! A `Partial` y in `add_row` is refused (the bias would be added once per
 //! rank: reduce first), as are other pairings (redistribute first).
 
+use super::aliased::per_shard1;
 use super::autograd::{placed, record};
 use super::dtensor::{DTensor, Placement};
 use super::elementwise::expect_alike;
@@ -71,12 +72,9 @@ impl DTensor {
         check_bias(OP, y.placement(), n, bias, (y, 1, "y's columns"))?;
         record("DTensor::add_row", &[y, bias], || {
             let (wide, b) = (y.cast(DType::F32)?, bias.cast(DType::F32)?);
-            let shards = wide
-                .shards()
-                .iter()
-                .zip(b.shards())
-                .map(|(y, b)| kernels::add_row(y, b))
-                .collect::<Result<Vec<_>>>()?;
+            let shards = per_shard1(&[&wide, &b], |r| {
+                kernels::add_row(&wide.shards()[r], &b.shards()[r])
+            })?;
             let out = y
                 .with_shards(shards, y.shape().to_vec(), y.placement())
                 .cast(y.dtype())?;
@@ -112,10 +110,9 @@ impl DTensor {
         }
         check_bias(OP, y.placement(), n, bias, (y, 1, "y's columns"))?;
         record(OP, &[y, bias, residual], || {
-            let shards = (y.shards().iter().zip(bias.shards()))
-                .zip(residual.shards())
-                .map(|((y, b), r)| kernels::add_row_add(y, b, r))
-                .collect::<Result<Vec<_>>>()?;
+            let shards = per_shard1(&[y, bias, residual], |r| {
+                kernels::add_row_add(&y.shards()[r], &bias.shards()[r], &residual.shards()[r])
+            })?;
             let out = y.with_shards(shards, y.shape().to_vec(), y.placement());
             Ok((out, |dy: &DTensor| {
                 Ok(vec![

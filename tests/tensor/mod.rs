@@ -22,8 +22,10 @@
 //!   decoding on held heads, `share_replicas`' summed gradients;
 //! - `llama_ops`: `rotary`, `rms_norm_heads` and `mul` against f64 and
 //!   finite differences, partial incoming gradients;
-//! - `tied_head`: the matmul of a tied head past one storage binding.
+//! - `tied_head`: the matmul of a tied head past one storage binding;
+//! - `aliased`: replicated ops on a shared device run once for every rank.
 
+mod aliased;
 mod attention;
 mod autograd;
 mod cross_entropy;

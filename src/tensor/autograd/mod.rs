@@ -40,7 +40,8 @@ use std::sync::Arc;
 
 pub use mode::{NoGradGuard, is_grad_enabled, no_grad};
 pub(crate) use node::{
-    GradSlot, Node, grad_placement, linear_dy, placed, record, record_source, tracking,
+    GradSlot, Node, grad_placement, in_taped_forward, linear_dy, placed, record, record_source,
+    tracking,
 };
 
 use crate::error::{Error, Result};

@@ -105,6 +105,35 @@ impl Node {
     }
 }
 
+thread_local! {
+    static TAPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the forward of a recorded operation (and what it calls) while it
+/// runs, restoring the previous mark on drop.
+struct TapedForward(bool);
+
+impl TapedForward {
+    fn enter(track: bool) -> TapedForward {
+        TapedForward(TAPED.with(|t| t.replace(t.get() || track)))
+    }
+}
+
+impl Drop for TapedForward {
+    fn drop(&mut self) {
+        TAPED.with(|t| t.set(self.0));
+    }
+}
+
+/// Whether the forward of a recorded operation is running on this thread
+/// (inside one, directly or in what it calls). Replicated operations run
+/// once for every rank only outside such forwards (`tensor/aliased.rs`):
+/// training keeps one computation per rank, so its first step does what
+/// every later one does.
+pub(crate) fn in_taped_forward() -> bool {
+    TAPED.with(|t| t.get())
+}
+
 /// Whether an operation on `inputs` records itself: grad mode is on and at
 /// least one input is tracked. Operations that compute something only
 /// backward needs skip it when this is false.
@@ -126,6 +155,7 @@ where
     let track = tracking(inputs);
     let (y, vjp) = {
         let _off = NoGradGuard::new();
+        let _taped = TapedForward::enter(track);
         forward()?
     };
     if !track {
