@@ -69,10 +69,13 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Put all ranks on one wgpu device (collectives become on-device
-    /// copies). By default each rank has its own, even on a CPU adapter:
-    /// a token's one-row kernels then run side by side.
+    /// copies; the default on CPU adapters).
     #[arg(long)]
     shared_device: bool,
+    /// Give each rank its own wgpu device (collectives through the host, as
+    /// between GPUs; the default on GPUs).
+    #[arg(long, conflicts_with = "shared_device")]
+    device_per_rank: bool,
     /// Keep the weight matrices in this dtype: f32, bf16 (half the memory
     /// and the bytes a token reads, any adapter) or f16 (SHADER_F16).
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16", "f16"])]
@@ -178,9 +181,7 @@ fn chat(args: &Args, model: &mut CausalLm, tok: &Tokenizer) -> wgpu_tp::Result<(
 }
 
 fn run(args: &Args) -> wgpu_tp::Result<()> {
-    // A device per rank unless asked: decoding at P = 4 on a CPU adapter
-    // was 10-25 % faster that way than on one shared device (BENCHMARKS round 30).
-    let layout = common::layout(args.shared_device, !args.shared_device);
+    let layout = common::layout(args.shared_device, args.device_per_rank);
     let mesh: Mesh = common::build_mesh(args.ranks, layout, false)?;
     let dir = args.model.clone().unwrap_or_else(|| {
         if args.chat {
