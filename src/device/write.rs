@@ -29,19 +29,16 @@ impl LocalTensor {
         self.write_at(op, offset, data, false)
     }
 
-    /// [`LocalTensor::write_f32`] into a buffer that every rank's shard of
-    /// one replicated value aliases (the caller checked): every rank is to
-    /// get `data`, so the one write is each rank's.
-    pub(crate) fn write_f32_every_rank(&self, op: &'static str, data: &[f32]) -> Result<()> {
-        if data.len() != self.len() {
-            return Err(Error::DataLength {
-                op,
-                shape: self.shape().into(),
-                expected: self.len(),
-                got: data.len(),
-            });
-        }
-        self.write_at(op, 0, data, true)
+    /// [`LocalTensor::write_f32_at`] into a buffer that every rank's shard
+    /// of one replicated value aliases (the caller checked): every rank is
+    /// to get `data` there, so the one write is each rank's.
+    pub(crate) fn write_f32_at_every_rank(
+        &self,
+        op: &'static str,
+        offset: usize,
+        data: &[f32],
+    ) -> Result<()> {
+        self.write_at(op, offset, data, true)
     }
 
     fn write_at(

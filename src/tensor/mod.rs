@@ -43,7 +43,7 @@ mod tied_head;
 mod topk;
 mod update;
 
-pub(crate) use aliased::made_once;
+pub(crate) use aliased::{made_once, one_buffer};
 pub use attention::AttentionDropout;
 #[allow(unused_imports)]
 pub(crate) use autograd::{

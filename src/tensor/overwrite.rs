@@ -38,7 +38,7 @@ impl DTensor {
                 return Ok(false);
             }
             shards[0].device().check()?;
-            shards[0].write_f32_every_rank(op, data)?;
+            shards[0].write_f32_at_every_rank(op, 0, data)?;
             return Ok(true);
         }
         let (shape, p) = (self.shape(), self.mesh().size());

@@ -4,7 +4,7 @@
 //! P = 1, 3 and 4), and every distribution's sample mean and std match its
 //! formula.
 
-use crate::util::{Rng, WORLD_SIZES, mesh};
+use crate::util::{Rng, WORLD_SIZES, mesh, meshes};
 use wgpu_tp::nn::{
     ColumnParallelConfig, ColumnParallelLinear, Embedding, EmbeddingConfig, Init, InitRng,
     ParallelEmbedding, RowParallelConfig, RowParallelLinear, VocabParallelEmbedding,
@@ -204,17 +204,25 @@ fn new_tables_zero_the_padding_row_on_every_split_p1_2_3_4_8() {
     // The host's draws with the padding row zeroed.
     let mut want = cfg.init.sample(&mut InitRng::new(seed), vocab, dim);
     want[pad * dim..(pad + 1) * dim].fill(0.0);
-    for &p in WORLD_SIZES {
-        let m = mesh(p);
+    // Both layouts: on a shared device a replicated table is one buffer.
+    for (kind, m) in WORLD_SIZES.iter().flat_map(|&p| meshes(p)) {
+        let p = m.size();
         let vocab_split = VocabParallelEmbedding::new(&m, cfg.clone(), &mut InitRng::new(seed));
         let dim_split = ParallelEmbedding::new(&m, cfg.clone(), &mut InitRng::new(seed));
-        let replicated = Embedding::new(&m, cfg.clone(), &mut InitRng::new(seed));
+        let replicated = Embedding::new(&m, cfg.clone(), &mut InitRng::new(seed)).unwrap();
+        for s in replicated.weight().value.shards() {
+            let row = s.to_vec().unwrap()[pad * dim..(pad + 1) * dim].to_vec();
+            assert!(
+                row.iter().all(|&v| v == 0.0),
+                "{kind} P={p}: a rank's padding row"
+            );
+        }
         for (what, got) in [
             ("vocab split", vocab_split.unwrap().master_weight().unwrap()),
             ("dim split", dim_split.unwrap().master_weight().unwrap()),
-            ("replicated", replicated.unwrap().master_weight().unwrap()),
+            ("replicated", replicated.master_weight().unwrap()),
         ] {
-            let what = format!("{what} P={p}");
+            let what = format!("{what} {kind} P={p}");
             assert!(
                 got[pad * dim..(pad + 1) * dim].iter().all(|&v| v == 0.0),
                 "{what}: padding row"
