@@ -18,16 +18,6 @@ use crate::error::Result;
 use crate::kernels::copy_fold::{Block, FOLD_INPUTS, copy_block, fold_block};
 use crate::shard::{outer_dim_inner, with_dim};
 
-/// `first` on its own rank followed by the same bytes on the remaining ranks.
-fn replicate(first: LocalTensor, rest: &[Rank]) -> Result<Vec<LocalTensor>> {
-    let mut out = Vec::with_capacity(rest.len() + 1);
-    for r in rest {
-        out.push(first.alias_on(r)?);
-    }
-    out.insert(0, first);
-    Ok(out)
-}
-
 /// A block of `range` along `dim` of a tensor of `shape`, written to the whole
 /// of a tensor holding just that slice.
 fn slice_block(shape: &[usize], dim: usize, range: std::ops::Range<usize>) -> Block {
@@ -75,7 +65,7 @@ pub(super) fn all_reduce(
 ) -> Result<Vec<LocalTensor>> {
     let acc = ranks[0].alloc("all_reduce", shards[0].shape(), shards[0].dtype())?;
     fold_all(shards, &acc, Block::whole(acc.len()), op)?;
-    replicate(acc, &ranks[1..])
+    acc.with_aliases_on(&ranks[1..])
 }
 
 pub(super) fn all_gather(
@@ -91,7 +81,7 @@ pub(super) fn all_gather(
         copy_block(s, &first, place_block(s.shape(), dim, total, at))?;
         at += s.shape()[dim];
     }
-    replicate(first, &ranks[1..])
+    first.with_aliases_on(&ranks[1..])
 }
 
 pub(super) fn reduce_scatter(

@@ -257,6 +257,17 @@ impl LocalTensor {
         ))
     }
 
+    /// This tensor followed by its aliases on each of `rest` (ranks of its
+    /// device): one value every rank reads from one buffer.
+    pub(crate) fn with_aliases_on(self, rest: &[Rank]) -> Result<Vec<LocalTensor>> {
+        let mut all = Vec::with_capacity(rest.len() + 1);
+        for r in rest {
+            all.push(self.alias_on(r)?);
+        }
+        all.insert(0, self);
+        Ok(all)
+    }
+
     /// A copy in a fresh buffer on the same rank.
     pub fn deep_copy(&self) -> Result<LocalTensor> {
         let out = self.rank().alloc("copy", self.shape(), self.dtype())?;

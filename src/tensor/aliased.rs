@@ -4,9 +4,11 @@
 //! replicated upload, is a single buffer that every rank's shard aliases
 //! ([`LocalTensor::alias_on`]). An operation whose operands are all so
 //! would compute the same bits once per rank, one after another on the one
-//! device; it computes them once and hands every rank the result over the
-//! same buffer, as the collectives do. Tensors are immutable and in-place
-//! updates copy a shared buffer first, so no rank can see another's change.
+//! device; outside a recorded forward (inference) it computes them once and
+//! hands every rank the result over the same buffer, as the collectives do.
+//! Tensors are immutable, and an in-place update copies a shared buffer
+//! first (loading one value into every rank writes it once), so no rank
+//! can see another's change.
 
 use super::autograd::in_taped_forward;
 use super::dtensor::DTensor;
@@ -44,12 +46,7 @@ pub(crate) fn made_once(
     if rest.is_empty() || rest.iter().any(|r| r.device().id() != first.device().id()) {
         return Ok(None);
     }
-    let t = make(first)?;
-    let mut shards = vec![t.clone()];
-    for r in rest {
-        shards.push(t.alias_on(r)?);
-    }
-    Ok(Some(shards))
+    Ok(Some(make(first)?.with_aliases_on(rest)?))
 }
 
 /// `f(i)` for every shard position `i` of `operands[0]` (each call's `N`
