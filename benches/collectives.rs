@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use wgpu_tp::comm::{self, ReduceOp};
-use wgpu_tp::{LocalTensor, Mesh, MeshBuilder};
+use wgpu_tp::{DeviceLayout, LocalTensor, Mesh, MeshBuilder};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -234,8 +234,15 @@ fn main() {
     let sizes: Vec<usize> = SIZES.iter().copied().filter(|&s| s <= max).collect();
     let wanted = |case: &str| filter.as_ref().is_none_or(|f| case.contains(f.as_str()));
 
-    let host8 = MeshBuilder::new().ranks(8).build().expect("an adapter");
-    let host4 = MeshBuilder::new().ranks(4).build().expect("an adapter");
+    // A device per rank, named: CPU adapters share one by default.
+    let host = |p: usize| {
+        MeshBuilder::new()
+            .ranks(p)
+            .layout(DeviceLayout::Simulated)
+            .build()
+            .expect("an adapter")
+    };
+    let (host8, host4) = (host(8), host(4));
     let shared8 = MeshBuilder::new()
         .ranks(8)
         .shared_device()

@@ -18,7 +18,7 @@ use wgpu_tp::nn::{
     ColumnParallelConfig, ColumnParallelLinear, InitRng, Overlap, Params, RowParallelConfig,
     RowParallelLinear,
 };
-use wgpu_tp::{DTensor, Mesh, MeshBuilder, Placement};
+use wgpu_tp::{DTensor, DeviceLayout, Mesh, MeshBuilder, Placement};
 
 struct Sizes {
     tokens: usize,
@@ -118,10 +118,12 @@ fn main() {
     let mut adapter = String::new();
     let mut cpu = false;
     for (transport, shared) in [("host-staged", false), ("shared-device", true)] {
-        let mut b = MeshBuilder::new().ranks(s.ranks);
-        if shared {
-            b = b.shared_device();
-        }
+        // Named either way: CPU adapters share one device by default.
+        let b = MeshBuilder::new().ranks(s.ranks).layout(if shared {
+            DeviceLayout::SharedDevice
+        } else {
+            DeviceLayout::Simulated
+        });
         let mesh = b.build().expect("a wgpu adapter");
         adapter = mesh.adapter_summary();
         cpu = mesh.devices().iter().all(|g| g.is_cpu());

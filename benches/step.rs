@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use wgpu_tp::nn::{MlpLanguageModel, MlpLmConfig, Params, Sgd};
-use wgpu_tp::{Mesh, MeshBuilder, Trace};
+use wgpu_tp::{DeviceLayout, Mesh, MeshBuilder, Trace};
 
 const TOKENS: usize = 512;
 const CFG: MlpLmConfig = MlpLmConfig {
@@ -193,7 +193,12 @@ fn main() {
         .max(1);
     let build = |p: usize, shared: bool| {
         let b = MeshBuilder::new().ranks(p);
-        let b = if shared { b.shared_device() } else { b };
+        // Named either way: CPU adapters share one device by default.
+        let b = if shared {
+            b.shared_device()
+        } else {
+            b.layout(DeviceLayout::Simulated)
+        };
         b.build().expect("an adapter")
     };
     let cases = [
