@@ -8,7 +8,7 @@
 
 use crate::util::{Rng, assert_close, mesh_env};
 use wgpu_tp::kernels::{self, GemmOptions, GemmVariant};
-use wgpu_tp::{Error, MeshBuilder};
+use wgpu_tp::{DeviceLayout, Error, MeshBuilder};
 
 #[test]
 fn a_128_invocation_device_runs_the_element_grid_at_128() {
@@ -51,7 +51,7 @@ fn a_128_invocation_device_runs_the_element_grid_at_128() {
 
 /// Devices suballocating memory in 4 MiB blocks ([`MeshBuilder::memory_hints`])
 /// compute the same: tensors past a block (dedicated allocations) and within
-/// one, on two ranks.
+/// one, on two ranks, each its own device (every device opened takes them).
 #[test]
 fn small_memory_blocks_give_the_same_results() {
     mesh_env();
@@ -60,6 +60,7 @@ fn small_memory_blocks_give_the_same_results() {
     };
     let m = MeshBuilder::new()
         .ranks(2)
+        .layout(DeviceLayout::Simulated)
         .memory_hints(hints)
         .build()
         .unwrap();
