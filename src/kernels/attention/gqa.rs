@@ -124,6 +124,11 @@ pub(super) fn decode_into(
         }
     };
     let out = rank.alloc(op, &s.out_shape(), DType::F32)?;
+    if super::decode_one::fits(pr, [q.1, k.1, v.1], q.0) {
+        let scores = rank.alloc(op, &probs_shape, DType::F32)?;
+        super::decode_one::record(pr, [q, k, v], &new_cache, &scores, &out)?;
+        return Ok((out, new_cache));
+    }
     let n = (s.seq * 2 * s.batch * pr.g.kv_heads * s.head_dim) as u64;
     let at = View::cache_from(s, pr.g.kv_heads, pr.past);
     let params = pr.params(1.0, false, k.1, v.1, at);

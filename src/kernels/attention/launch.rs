@@ -76,7 +76,7 @@ impl View {
     }
 
     /// Whether every index of the view is a multiple of 4 where `e` is.
-    fn whole_vec4s(&self) -> bool {
+    pub(super) fn whole_vec4s(&self) -> bool {
         [self.base, self.sb, self.sh, self.st]
             .iter()
             .all(|x| x % 4 == 0)
@@ -103,7 +103,7 @@ pub(super) struct Params {
     a: [u32; 4],
     b: [u32; 4],
     o: [u32; 4],
-    n: u32,
+    pub(super) n: u32,
     group: u32,
     q0: u32,
     kv0: u32,

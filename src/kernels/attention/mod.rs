@@ -52,6 +52,9 @@
 //! `entries.rs` which entries a product takes.
 
 mod checks;
+#[cfg(test)]
+mod decode_check;
+mod decode_one;
 mod entries;
 mod gqa;
 mod launch;

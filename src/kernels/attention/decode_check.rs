@@ -1,0 +1,97 @@
+//! The fused decoding step (`decode_one.rs`) gives the four kernels' bits:
+//! the output and the grown cache of token after token, past a prefill of
+//! ragged length, for multi-head, grouped and windowed problems. The
+//! integration tests in `tests/kernels/{attention,gqa}.rs` check decoding
+//! against f64 and the forward pass.
+
+use super::decode_one::{RUNS, UNFUSED};
+use super::{AttentionShape, HeadGroups, attention_decode_gqa};
+use crate::Mesh;
+use crate::device::{LocalTensor, Rank};
+
+/// A fixed pseudo-random fill in [-2, 2) (no crate RNG at this layer).
+fn fill(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+fn bits(t: &LocalTensor) -> Vec<u32> {
+    t.to_vec().unwrap().iter().map(|x| x.to_bits()).collect()
+}
+
+/// (batch, prefill, heads, kv_heads, head_dim, window, q_start)
+type Case = (usize, usize, usize, usize, usize, usize, usize);
+
+/// The outputs and caches, as bits, of a prefill and `steps` one-token
+/// steps, fused or not; and how many steps ran fused.
+fn run(r: &Rank, c: Case, steps: usize, unfused: bool) -> (Vec<Vec<u32>>, usize) {
+    let (b, t, h, kv, d, w, q0) = c;
+    UNFUSED.with(|u| u.set(unfused));
+    RUNS.with(|n| n.set(0));
+    let g = HeadGroups {
+        group: h / kv,
+        q_start: q0,
+        kv_start: q0 / (h / kv),
+        kv_heads: kv,
+        window: w,
+    };
+    let up =
+        |rows: usize, cols: usize, seed| r.upload(&[rows, cols], &fill(rows * cols, seed)).unwrap();
+    let pre = AttentionShape::new(b, t, h, d);
+    let (q, k, v) = (
+        up(b * t, h * d, 1),
+        up(b * t, kv * d, 2),
+        up(b * t, kv * d, 3),
+    );
+    let mut dec = attention_decode_gqa(&q, &k, &v, None, pre, g).unwrap();
+    let mut out = vec![bits(&dec.out)];
+    let one = AttentionShape::new(b, 1, h, d);
+    for s in 0..steps as u64 {
+        let (q, k, v) = (
+            up(b, h * d, 10 + 3 * s),
+            up(b, kv * d, 11 + 3 * s),
+            up(b, kv * d, 12 + 3 * s),
+        );
+        dec = attention_decode_gqa(&q, &k, &v, Some(&dec.cache), one, g).unwrap();
+        out.extend([bits(&dec.out), bits(&dec.cache)]);
+    }
+    UNFUSED.with(|u| u.set(false));
+    (out, RUNS.with(|n| n.get()))
+}
+
+#[test]
+fn fused_decoding_gives_the_four_kernels_bits() {
+    let mesh = Mesh::simulated(1).unwrap();
+    let r = &mesh.ranks()[0];
+    mesh.set_poison(true);
+    let cases = [
+        (1, 7, 3, 3, 8, 0, 0),   // multi-head, ragged prefill
+        (3, 13, 4, 2, 12, 0, 0), // batch 3, group 2
+        (2, 5, 6, 2, 4, 3, 0),   // group 3, window 3
+        (1, 17, 2, 1, 16, 0, 2), // multi-query, a later rank's heads
+        (1, 70, 1, 1, 72, 0, 0), // more keys than lanes
+        (2, 3, 1, 1, 264, 5, 0), // more vec4s of a head than lanes, window 5
+    ];
+    let steps = 6;
+    for case in cases {
+        let (unfused, runs) = run(r, case, steps, true);
+        assert_eq!(runs, 0, "{case:?}: the unfused run took the fused kernel");
+        let (fused, runs) = run(r, case, steps, false);
+        assert_eq!(runs, steps, "{case:?}: steps taken fused");
+        for (n, (a, b)) in unfused.iter().zip(&fused).enumerate() {
+            assert!(
+                a.iter().all(|&x| f32::from_bits(x).is_finite()),
+                "{case:?}: output {n} not finite"
+            );
+            assert_eq!(a, b, "{case:?}: output {n} differs, unfused and fused");
+        }
+    }
+    mesh.set_poison(false);
+}

@@ -1,0 +1,73 @@
+//! Cached decoding of one new token per sequence in one dispatch
+//! (`shaders/attention_decode.wgsl`): the cache append, the scores, the
+//! softmax and the mix that [`decode_into`](super::gqa) otherwise records as
+//! four kernels, with the same sums in the same order (the same bits). A
+//! CPU adapter pays a fixed cost per dispatch that exceeded those kernels'
+//! work when decoding. Taken where head_dim and the views are whole vec4s
+//! and the device binds six storage buffers; the four kernels otherwise.
+
+use super::launch::{Problem, View};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::error::Result;
+
+const SOURCE: &str = concat!(
+    include_str!("../../../shaders/attention_header.wgsl"),
+    include_str!("../../../shaders/attention_decode.wgsl")
+);
+/// q, k, v; the cache, the scores and the output.
+const BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+    Access::ReadWrite,
+    Access::ReadWrite,
+];
+
+#[cfg(test)]
+thread_local! {
+    /// Whether this thread's decoding takes the four kernels (a test
+    /// compares them).
+    pub(super) static UNFUSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Fused steps this thread recorded.
+    pub(super) static RUNS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether the fused kernel takes `pr` with these views of q, k and v.
+pub(super) fn fits(pr: &Problem, views: [View; 3], any: &LocalTensor) -> bool {
+    #[cfg(test)]
+    if UNFUSED.with(|c| c.get()) {
+        return false;
+    }
+    pr.s.seq == 1
+        && pr.s.heads > 0
+        && pr.s.batch > 0
+        && pr.s.head_dim.is_multiple_of(4)
+        && views.iter().all(View::whole_vec4s)
+        && any.device().limits().max_storage_buffers_per_shader_stage >= BINDINGS.len() as u32
+}
+
+/// Record the fused step: `[q, k, v]` (tensors and views) at position
+/// `pr.past` appended to `cache` (which has room for it), the scores into
+/// `scores` (`[B, H, 1, past + 1]`, scratch) and the output into `out`.
+pub(super) fn record(
+    pr: &Problem,
+    [q, k, v]: [(&LocalTensor, View); 3],
+    cache: &LocalTensor,
+    scores: &LocalTensor,
+    out: &LocalTensor,
+) -> Result<()> {
+    #[cfg(test)]
+    RUNS.with(|c| c.set(c.get() + 1));
+    let mut params = pr.params(pr.inv_sqrt_d(), false, q.1, k.1, v.1);
+    let workgroups = (pr.s.batch * pr.s.heads) as u64;
+    params.n = workgroups as u32;
+    let spec = KernelSpec::new("attention_decode", SOURCE, BINDINGS, "attend_one").in_vec4s();
+    Dispatch {
+        spec: &spec,
+        params: bytemuck::bytes_of(&params),
+        buffers: &[q.0, k.0, v.0, cache, scores, out],
+        workgroups,
+    }
+    .record(q.0.device())
+}
