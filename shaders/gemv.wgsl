@@ -19,11 +19,10 @@
 // each reading vec4s where the row length allows (bindings AV / BV).
 // Grid: p.groups workgroups folded into x/y; linear id = wg.y * nwg.x + wg.x.
 
-// The header (gemv_header.wgsl) comes first: Params, bias, acc_in, c,
-// ROWS, WG, arow, store1, store4.
-
-@group(0) @binding(1) var<storage, read> a: array<AV>;
-@group(0) @binding(2) var<storage, read> b: array<BV>;
+// Composed in front (src/kernels/gemv/sources.rs): gemv_ab.wgsl or
+// gemv_group.wgsl's bindings (a_ld, b_ld), the loads, gemv_params.wgsl
+// (one product's p, bias_at, acc_at, put) or the grouped ones, and
+// gemv_header.wgsl (ROWS, WG, arow, store1, store4).
 
 // b [N, K]: columns 4g..4g+4 of c are rows of b, each walked along K.
 @compute @workgroup_size(WG)
@@ -32,7 +31,12 @@ fn gemv_nk(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
 ) {
-    let g = (wg.y * nwg.x + wg.x) * WG + li;
+    nk(wg.y * nwg.x + wg.x, li);
+}
+
+// gemv_nk's work for linear workgroup w (also the grouped entry's).
+fn nk(w: u32, li: u32) {
+    let g = w * WG + li;
     let n0 = 4u * g;
     if (n0 >= p.n) {
         return;

@@ -1,27 +1,8 @@
-// The small-M GEMM's parameters, epilogue and overrides, shared by its
-// buffer entries (gemv.wgsl, gemv_split.wgsl) and its texture entries
-// (gemv_texture.wgsl); gemv.wgsl and gemv_texture.wgsl declare a (binding
-// 1) and b (binding 2).
-
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    // bit 0: add bias; bit 1: add acc; bits 2-3: then the activation
-    // (0 none, 1 GELU, 2 SiLU, 3 ReLU), as elementwise.wgsl computes it;
-    // bit 4: then multiply by acc (bit 1 clear), as its `mul` does.
-    flags: u32,
-    groups: u32,
-    // The texture entries' texels a row, as a shift (2^shift).
-    shift: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> acc_in: array<f32>;
-@group(0) @binding(5) var<storage, read_write> c: array<COut>;
+// The small-M GEMM's epilogue and overrides, shared by its buffer entries
+// (gemv.wgsl, gemv_split.wgsl), its texture entries (gemv_texture.wgsl)
+// and its grouped entries (gemv_group.wgsl). It reads the parameters p and
+// the epilogue's operands through bias_at, acc_at and put, which
+// gemv_params.wgsl (one product) or gemv_group.wgsl (several) define.
 
 // Rows computed (a's rows past M are read clamped, and not stored).
 override ROWS: u32 = 1u;
@@ -39,17 +20,17 @@ fn store1(m: u32, n: u32, v: f32) {
     }
     var r = v;
     if ((p.flags & 1u) != 0u) {
-        r += bias[n];
+        r += bias_at(n);
     }
     let idx = m * p.n + n;
     if ((p.flags & 2u) != 0u) {
-        r += acc_in[idx];
+        r += acc_at(idx);
     }
     var o = activate(r, (p.flags >> 2u) & 3u);
     if ((p.flags & 16u) != 0u) {
-        o = o * acc_in[idx];
+        o = o * acc_at(idx);
     }
-    c[idx] = COut(o);
+    put(idx, COut(o));
 }
 
 // elementwise.wgsl's activations, one element at a time (the same

@@ -9,7 +9,7 @@
 // adds each column's four-element dot products in gemv.wgsl's order, so
 // the bits are the buffer entries' (gemv_nk, gemv_nk8). Texels are read as
 // words and bitcast (f32) or widened (bf16): bits in, bits out. Composed
-// after `alias COut = f32;` and gemv_header.wgsl
+// after `alias COut = f32;`, gemv_params.wgsl and gemv_header.wgsl
 // (src/kernels/gemv/texture.rs).
 
 @group(0) @binding(1) var<uniform> a: array<vec4<f32>, 4096>;

@@ -19,6 +19,8 @@
 //! read by the texture entries (`texture`, the same bits), measured beside
 //! the buffer entry and guessed.
 
+pub(crate) mod group;
+mod group_source;
 mod loads;
 mod sources;
 pub mod split;
@@ -32,6 +34,9 @@ use super::Activation;
 use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
+
+/// Products one grouped dispatch takes (`group.rs`).
+const GROUP_OF: usize = 4;
 
 /// The most rows of A the GEMV kernel takes.
 pub const GEMV_MAX_ROWS: usize = 8;

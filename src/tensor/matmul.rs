@@ -29,6 +29,7 @@
 
 use super::autograd::{record, tracking};
 use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use super::grouped;
 use super::matmul_grad::product_vjp;
 use super::rows::check_bias;
 use super::tied_head;
@@ -345,6 +346,15 @@ fn product(
         }
     }
     let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
+    // Ranks on one device: a dispatch for every four of them.
+    let grouped = if up.is_none() && opts.transpose_w && out_dtype == DType::F32 {
+        grouped::shards(x, w, b32.as_ref(), activation)?
+    } else {
+        None
+    };
+    if let Some(shards) = grouped {
+        return Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit));
+    }
     let shards = (0..x.shards().len())
         .map(|r| {
             // Block by block where w or y is past one binding (a tied head).

@@ -22,6 +22,7 @@ mod dtensor;
 mod elementwise;
 mod embedding;
 mod gqa;
+mod grouped;
 mod holding;
 mod host;
 mod linear_residual;

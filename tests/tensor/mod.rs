@@ -39,6 +39,7 @@ mod gqa_held;
 mod grad_elementwise;
 mod grad_ops;
 mod grad_ring;
+mod grouped;
 mod llama_ops;
 mod mappings;
 mod matmul;

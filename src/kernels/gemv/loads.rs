@@ -6,39 +6,39 @@
 
 /// A read as vec4s (rows of whole vec4s).
 pub(super) const A_VEC4: &str = "alias AV = vec4<AIn>;
-fn lda4(m: u32, q: u32) -> vec4<f32> { return vec4<f32>(a[arow(m) * (p.k / 4u) + q]); }
-fn lda(m: u32, k: u32) -> f32 { let i = arow(m) * p.k + k; return f32(a[i / 4u][i % 4u]); }
+fn lda4(m: u32, q: u32) -> vec4<f32> { return vec4<f32>(a_ld(arow(m) * (p.k / 4u) + q)); }
+fn lda(m: u32, k: u32) -> f32 { let i = arow(m) * p.k + k; return f32(a_ld(i / 4u)[i % 4u]); }
 ";
 
 /// A read element by element.
 pub(super) const A_SCALAR: &str = "alias AV = AIn;
 fn lda4(m: u32, q: u32) -> vec4<f32> {
     let i = arow(m) * p.k + 4u * q;
-    return vec4<f32>(f32(a[i]), f32(a[i + 1u]), f32(a[i + 2u]), f32(a[i + 3u]));
+    return vec4<f32>(f32(a_ld(i)), f32(a_ld(i + 1u)), f32(a_ld(i + 2u)), f32(a_ld(i + 3u)));
 }
-fn lda(m: u32, k: u32) -> f32 { return f32(a[arow(m) * p.k + k]); }
+fn lda(m: u32, k: u32) -> f32 { return f32(a_ld(arow(m) * p.k + k)); }
 ";
 
 /// B read as vec4s: `[N, K]` with K a multiple of 4, or `[K, N]` with N one.
 pub(super) const B_VEC4: &str = "alias BV = vec4<BIn>;
-fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return vec4<f32>(b[n * (p.k / 4u) + q]); }
-fn ldb_nk(n: u32, k: u32) -> f32 { let i = n * p.k + k; return f32(b[i / 4u][i % 4u]); }
-fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return vec4<f32>(b[k * (p.n / 4u) + j]); }
+fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return vec4<f32>(b_ld(n * (p.k / 4u) + q)); }
+fn ldb_nk(n: u32, k: u32) -> f32 { let i = n * p.k + k; return f32(b_ld(i / 4u)[i % 4u]); }
+fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return vec4<f32>(b_ld(k * (p.n / 4u) + j)); }
 ";
 
 /// B read element by element (columns past N read the last one).
 pub(super) const B_SCALAR: &str = "alias BV = BIn;
 fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
     let i = n * p.k + 4u * q;
-    return vec4<f32>(f32(b[i]), f32(b[i + 1u]), f32(b[i + 2u]), f32(b[i + 3u]));
+    return vec4<f32>(f32(b_ld(i)), f32(b_ld(i + 1u)), f32(b_ld(i + 2u)), f32(b_ld(i + 3u)));
 }
-fn ldb_nk(n: u32, k: u32) -> f32 { return f32(b[n * p.k + k]); }
+fn ldb_nk(n: u32, k: u32) -> f32 { return f32(b_ld(n * p.k + k)); }
 fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
     let i = k * p.n;
     let c = 4u * j;
     let last = p.n - 1u;
-    return vec4<f32>(f32(b[i + c]), f32(b[i + min(c + 1u, last)]),
-        f32(b[i + min(c + 2u, last)]), f32(b[i + min(c + 3u, last)]));
+    return vec4<f32>(f32(b_ld(i + c)), f32(b_ld(i + min(c + 1u, last))),
+        f32(b_ld(i + min(c + 2u, last))), f32(b_ld(i + min(c + 3u, last))));
 }
 ";
 
@@ -50,19 +50,19 @@ fn wide4(v: vec2<u32>) -> vec4<f32> {
     return vec4<f32>(bitcast<f32>(v.x << 16u), bitcast<f32>(v.x & 0xffff0000u),
         bitcast<f32>(v.y << 16u), bitcast<f32>(v.y & 0xffff0000u));
 }
-fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return wide4(b[n * (p.k / 4u) + q]); }
+fn ldb4_nk(n: u32, q: u32) -> vec4<f32> { return wide4(b_ld(n * (p.k / 4u) + q)); }
 fn ldb_nk(n: u32, k: u32) -> f32 {
     let i = n * p.k + k;
-    let w = b[i / 4u][(i / 2u) % 2u];
+    let w = b_ld(i / 4u)[(i / 2u) % 2u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
-fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return wide4(b[k * (p.n / 4u) + j]); }
+fn ldb4_kn(k: u32, j: u32) -> vec4<f32> { return wide4(b_ld(k * (p.n / 4u) + j)); }
 ";
 
 /// bf16 B element by element (columns past N read the last one).
 pub(super) const B_SCALAR_BF16: &str = "alias BV = u32;
 fn bf(i: u32) -> f32 {
-    let w = b[i / 2u];
+    let w = b_ld(i / 2u);
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
 fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
@@ -91,21 +91,21 @@ fn wide4(v: vec2<u32>) -> vec4<f32> {
 fn half8(v: vec4<u32>, hi: bool) -> vec4<f32> { return wide4(select(v.xy, v.zw, hi)); }
 // The split entry's chunk: one 16-byte load per eight elements.
 fn ldb8_nk(n: u32, c: u32) -> mat2x4<f32> {
-    let v = b[n * (p.k / 8u) + c];
+    let v = b_ld(n * (p.k / 8u) + c);
     return mat2x4<f32>(wide4(v.xy), wide4(v.zw));
 }
 // K is a multiple of 8, so n·K/4 is even: q's parity picks the half.
 fn ldb4_nk(n: u32, q: u32) -> vec4<f32> {
-    return half8(b[(n * (p.k / 4u) + q) / 2u], (q & 1u) == 1u);
+    return half8(b_ld((n * (p.k / 4u) + q) / 2u), (q & 1u) == 1u);
 }
 fn ldb_nk(n: u32, k: u32) -> f32 {
     let i = n * p.k + k;
-    let w = b[i / 8u][(i / 2u) % 4u];
+    let w = b_ld(i / 8u)[(i / 2u) % 4u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
 fn ldb4_kn(k: u32, j: u32) -> vec4<f32> {
     let i = k * (p.n / 4u) + j;
-    return half8(b[i / 2u], (i & 1u) == 1u);
+    return half8(b_ld(i / 2u), (i & 1u) == 1u);
 }
 
 @compute @workgroup_size(WG)
@@ -114,7 +114,12 @@ fn gemv_nk8(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) li: u32,
 ) {
-    let g = (wg.y * nwg.x + wg.x) * WG + li;
+    nk8(wg.y * nwg.x + wg.x, li);
+}
+
+// gemv_nk8's work for linear workgroup w (also the grouped entry's).
+fn nk8(w: u32, li: u32) {
+    let g = w * WG + li;
     let n0 = 4u * g;
     if (n0 >= p.n) {
         return;
@@ -127,10 +132,10 @@ fn gemv_nk8(
     let r3 = min(n0 + 3u, last) * k8;
     var s: array<vec4<f32>, 8>;
     for (var q = 0u; q < k8; q++) {
-        let b0 = b[r0 + q];
-        let b1 = b[r1 + q];
-        let b2 = b[r2 + q];
-        let b3 = b[r3 + q];
+        let b0 = b_ld(r0 + q);
+        let b1 = b_ld(r1 + q);
+        let b2 = b_ld(r2 + q);
+        let b3 = b_ld(r3 + q);
         let lo = mat4x4<f32>(wide4(b0.xy), wide4(b1.xy), wide4(b2.xy), wide4(b3.xy));
         let hi = mat4x4<f32>(wide4(b0.zw), wide4(b1.zw), wide4(b2.zw), wide4(b3.zw));
         for (var m = 0u; m < ROWS; m++) {

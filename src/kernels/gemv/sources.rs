@@ -40,13 +40,15 @@ pub(super) fn program(
                 B8_FROM_4
             };
             let source = format!(
-                "{}alias AIn = {input};\nalias BIn = {};\nalias COut = {output};\n{a}{b}{b8}{}{}{}",
+                "{}alias AIn = {input};\nalias BIn = {};\nalias COut = {output};\n{}{a}{b}{b8}{}{}{}{}",
                 if f16 { "enable f16;\n" } else { "" },
                 if bf16 {
                     "u32".to_string()
                 } else {
                     weight.to_string()
                 },
+                include_str!("../../../shaders/gemv_ab.wgsl"),
+                include_str!("../../../shaders/gemv_params.wgsl"),
                 include_str!("../../../shaders/gemv_header.wgsl"),
                 include_str!("../../../shaders/gemv.wgsl"),
                 include_str!("../../../shaders/gemv_split.wgsl")
@@ -81,6 +83,7 @@ pub(crate) fn gemv_sources() -> Vec<(&'static str, &'static str)> {
         .flat_map(|&d| bindings.iter().map(move |&b| program(d, b)))
         .collect();
     out.push(program((F32, BF16, F32), Binding::Bf16Vec8));
+    out.extend([super::group::program(false), super::group::program(true)]);
     out.extend(super::texture::texture_sources());
     out
 }

@@ -219,7 +219,8 @@ fn program() -> &'static str {
     static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SOURCE.get_or_init(|| {
         format!(
-            "alias COut = f32;\n{}{}",
+            "alias COut = f32;\n{}{}{}",
+            include_str!("../../../shaders/gemv_params.wgsl"),
             include_str!("../../../shaders/gemv_header.wgsl"),
             include_str!("../../../shaders/gemv_texture.wgsl")
         )
