@@ -1,6 +1,7 @@
 // Up to four small-M products in one dispatch (src/kernels/gemv/group.rs):
 // member g < p.count is gemv.wgsl's gemv_nk (or loads.rs's gemv_nk8 for
-// bf16 weights) on a_g, b_g, bias_g and c_g with its own N and K, over
+// bf16 weights) on a_g, b_g, bias_g (its bias or its multiplier, which
+// no member has both of) and c_g with its own N and K, over
 // workgroups p.starts[g]..p.starts[g + 1]; M, flags, ROWS and WG are
 // common. Composed in place of gemv_ab.wgsl and gemv_params.wgsl: after
 // these come the loads, gemv_header.wgsl and gemv.wgsl's functions, one

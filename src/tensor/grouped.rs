@@ -10,23 +10,25 @@ use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::Result;
 use crate::kernels::Activation;
-use crate::kernels::gemv::group::{Member, fits, gemv_group};
+use crate::kernels::gemv::group::{Operands, fits, gemv_group};
 
-/// The shards of `act(x·wᵀ (+ bias))` (f32 x, bias and output) when every
-/// rank's shards live on one device and the grouped kernel takes them;
-/// `None` otherwise.
+/// The shards of `act(x·wᵀ (+ bias)) (⊙ up)` (f32 x, bias, up and output)
+/// when every rank's shards live on one device and the grouped kernel
+/// takes them; `None` otherwise.
 pub(super) fn shards(
     x: &DTensor,
     w: &DTensor,
-    bias: Option<&DTensor>,
+    (bias, up): (Option<&DTensor>, Option<&DTensor>),
     act: Option<Activation>,
 ) -> Result<Option<Vec<LocalTensor>>> {
     const OP: &str = "DTensor::matmul";
     let ranks = x.shards().len();
-    let operands: Vec<_> = (0..ranks)
-        .map(|r| {
-            let b = bias.map(|b| &b.shards()[r]);
-            (&x.shards()[r], &w.shards()[r], b)
+    let operands: Vec<Operands> = (0..ranks)
+        .map(|r| Operands {
+            a: &x.shards()[r],
+            b: &w.shards()[r],
+            bias: bias.map(|b| &b.shards()[r]),
+            mul: up.map(|u| &u.shards()[r]),
         })
         .collect();
     if x.dtype() != DType::F32 || !fits(&operands) {
@@ -34,16 +36,12 @@ pub(super) fn shards(
     }
     let outs = operands
         .iter()
-        .map(|(a, b, _)| {
-            a.rank()
-                .alloc(OP, &[a.shape()[0], b.shape()[0]], DType::F32)
+        .map(|o| {
+            o.a.rank()
+                .alloc(OP, &[o.a.shape()[0], o.b.shape()[0]], DType::F32)
         })
         .collect::<Result<Vec<_>>>()?;
-    let members: Vec<Member> = operands
-        .iter()
-        .zip(&outs)
-        .map(|(&(a, b, bias), out)| Member { a, b, bias, out })
-        .collect();
-    gemv_group(&members, act)?;
+    let out_refs: Vec<&LocalTensor> = outs.iter().collect();
+    gemv_group(&operands, &out_refs, act)?;
     Ok(Some(outs))
 }

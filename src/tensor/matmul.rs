@@ -347,8 +347,8 @@ fn product(
     }
     let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
     // Ranks on one device: a dispatch for every four of them.
-    let grouped = if up.is_none() && opts.transpose_w && out_dtype == DType::F32 {
-        grouped::shards(x, w, b32.as_ref(), activation)?
+    let grouped = if opts.transpose_w && out_dtype == DType::F32 {
+        grouped::shards(x, w, (b32.as_ref(), up), activation)?
     } else {
         None
     };

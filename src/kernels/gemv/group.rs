@@ -36,17 +36,18 @@ const BINDINGS: &[Access] = &[
     Access::ReadWrite,
 ];
 
-/// One product of a group: `out = act(a·bᵀ (+ bias))`.
+/// The operands of one product of a group: `act(a·bᵀ (+ bias)) (⊙ mul)`.
 #[derive(Clone, Copy)]
-pub(crate) struct Member<'a> {
+pub(crate) struct Operands<'a> {
     /// `[M, K]`, f32.
     pub a: &'a LocalTensor,
     /// `[N, K]`, f32 or bf16.
     pub b: &'a LocalTensor,
     /// `[N]`, f32.
     pub bias: Option<&'a LocalTensor>,
-    /// `[M, N]`, f32, allocated.
-    pub out: &'a LocalTensor,
+    /// `[M, N]`, f32 (SwiGLU's up projection); never with a bias (they
+    /// share a binding).
+    pub mul: Option<&'a LocalTensor>,
 }
 
 #[repr(C)]
@@ -61,28 +62,31 @@ struct Params {
     starts: [u32; 4],
 }
 
-/// Whether one group takes products of these operands `(a, b, bias)`:
-/// two or more, on one device that binds [`BINDINGS`] storage buffers, the
-/// same M (1..=8) and weight dtype, f32 activations, `[N, K]` weights of
-/// whole vec4s (f32) or vec8s (bf16), each tensor in one buffer, and a bias
-/// for all or none. Their outputs are then `[M, N]` f32.
-pub(crate) fn fits(operands: &[(&LocalTensor, &LocalTensor, Option<&LocalTensor>)]) -> bool {
-    let Some(&(a0, b0, bias0)) = operands.first() else {
+/// Whether one group takes products of these operands: two or more, on
+/// one device that binds [`BINDINGS`] storage buffers, the same M (1..=8)
+/// and weight dtype, f32 activations, `[N, K]` weights of whole vec4s
+/// (f32) or vec8s (bf16), each tensor in one buffer, and a bias (or a
+/// multiplier) for all or none, never both. Their outputs are `[M, N]` f32.
+pub(crate) fn fits(operands: &[Operands]) -> bool {
+    let Some(first) = operands.first() else {
         return false;
     };
-    let dev = a0.device();
-    let m = a0.shape().first().copied().unwrap_or(0);
-    let wd = b0.dtype();
+    let dev = first.a.device();
+    let m = first.a.shape().first().copied().unwrap_or(0);
+    let wd = first.b.dtype();
     let whole = if wd == DType::BF16 { 8 } else { 4 };
     operands.len() >= 2
         && (1..=GEMV_MAX_ROWS).contains(&m)
         && matches!(wd, DType::F32 | DType::BF16)
         && dev.limits().max_storage_buffers_per_shader_stage >= BINDINGS.len() as u32
-        && operands.iter().all(|&(a, b, bias)| {
-            let (sa, sb) = (a.shape(), b.shape());
-            [a, b]
+        && operands.iter().all(|x| {
+            let (sa, sb) = (x.a.shape(), x.b.shape());
+            let f32_shaped =
+                |t: &LocalTensor, shape: &[usize]| t.shape() == shape && t.dtype() == DType::F32;
+            [x.a, x.b]
                 .into_iter()
-                .chain(bias)
+                .chain(x.bias)
+                .chain(x.mul)
                 .all(|t| std::sync::Arc::ptr_eq(t.device(), dev) && !t.is_blocked())
                 && sa.len() == 2
                 && sb.len() == 2
@@ -91,31 +95,41 @@ pub(crate) fn fits(operands: &[(&LocalTensor, &LocalTensor, Option<&LocalTensor>
                 && sa[1] > 0
                 && sa[1] % whole == 0
                 && sb[0] > 0
-                && a.dtype() == DType::F32
-                && b.dtype() == wd
-                && bias.is_some() == bias0.is_some()
-                && bias.is_none_or(|t| t.shape() == [sb[0]] && t.dtype() == DType::F32)
+                && x.a.dtype() == DType::F32
+                && x.b.dtype() == wd
+                && x.bias.is_some() == first.bias.is_some()
+                && x.mul.is_some() == first.mul.is_some()
+                && !(x.bias.is_some() && x.mul.is_some())
+                && x.bias.is_none_or(|t| f32_shaped(t, &[sb[0]]))
+                && x.mul.is_none_or(|t| f32_shaped(t, &[m, sb[0]]))
         })
 }
 
-/// Record `members` ([`fits`] must hold), [`GROUP`] a dispatch, with the
-/// activation applied as each stores.
-pub(crate) fn gemv_group(members: &[Member], act: Option<Activation>) -> Result<()> {
+/// Record the products of `operands` ([`fits`] must hold) into `outs`
+/// (`[M, N]` f32 each), [`GROUP`] a dispatch, the activation (and the
+/// multiplier) applied as each stores.
+pub(crate) fn gemv_group(
+    operands: &[Operands],
+    outs: &[&LocalTensor],
+    act: Option<Activation>,
+) -> Result<()> {
     const OP: &str = "gemv_group";
-    let operands: Vec<_> = members.iter().map(|x| (x.a, x.b, x.bias)).collect();
     // After fits: the shapes are then 2-D.
-    let outs = || {
-        members.iter().all(|x| {
-            x.out.dtype() == DType::F32 && x.out.shape() == [x.a.shape()[0], x.b.shape()[0]]
-        })
+    let shaped = || {
+        operands.len() == outs.len()
+            && operands.iter().zip(outs).all(|(x, out)| {
+                out.dtype() == DType::F32 && out.shape() == [x.a.shape()[0], x.b.shape()[0]]
+            })
     };
-    if !fits(&operands) || !outs() {
+    if !fits(operands) || !shaped() {
         return Err(Error::invalid(
             OP,
-            "internal: members the grouped kernel cannot take (please report this)",
+            "internal: products the grouped kernel cannot take (please report this)",
         ));
     }
-    let first = members[0];
+    let members: Vec<(Operands, &LocalTensor)> =
+        operands.iter().copied().zip(outs.iter().copied()).collect();
+    let first = operands[0];
     let bf16 = first.b.dtype() == DType::BF16;
     let (family, source) = program(bf16);
     let entry = if bf16 {
@@ -131,8 +145,8 @@ pub(crate) fn gemv_group(members: &[Member], act: Option<Activation>) -> Result<
         Some(Activation::Silu) => 2,
         Some(Activation::Relu) => 3,
     };
-    let flags = first.bias.is_some() as u32 | act << 2;
-    let record = |chunk: &[Member], c: usize| {
+    let flags = first.bias.is_some() as u32 | act << 2 | (first.mul.is_some() as u32) << 4;
+    let record = |chunk: &[(Operands, &LocalTensor)], c: usize| {
         let wg = 16 * c;
         let mut p = Params {
             m: m as u32,
@@ -144,19 +158,20 @@ pub(crate) fn gemv_group(members: &[Member], act: Option<Activation>) -> Result<
             starts: [0; 4],
         };
         let mut total = 0;
-        for (g, x) in chunk.iter().enumerate() {
+        for (g, (x, _)) in chunk.iter().enumerate() {
             let (n, k) = (x.b.shape()[0], x.b.shape()[1]);
             (p.ns[g], p.ks[g], p.starts[g]) = (n as u32, k as u32, total as u32);
             total += n.div_ceil(4).div_ceil(wg);
         }
         // Unused slots bind the first member's tensors; no workgroup reads them.
         let at = |g: usize| chunk.get(g).unwrap_or(&chunk[0]);
-        let bias = |g: usize| at(g).bias.unwrap_or(at(g).a);
+        // A bias or a multiplier (never both) in the third slot.
+        let third = |g: usize| at(g).0.bias.or(at(g).0.mul).unwrap_or(at(g).0.a);
         let buffers: Vec<&LocalTensor> = (0..GROUP)
-            .map(|g| at(g).a)
-            .chain((0..GROUP).map(|g| at(g).b))
-            .chain((0..GROUP).map(bias))
-            .chain((0..GROUP).map(|g| at(g).out))
+            .map(|g| at(g).0.a)
+            .chain((0..GROUP).map(|g| at(g).0.b))
+            .chain((0..GROUP).map(third))
+            .chain((0..GROUP).map(|g| at(g).1))
             .collect();
         let constants = vec![("ROWS", rows as f64), ("WG", wg as f64)];
         let spec = KernelSpec::new(family, source, BINDINGS, entry).with_constants(constants);
@@ -179,18 +194,18 @@ pub(crate) fn gemv_group(members: &[Member], act: Option<Activation>) -> Result<
 /// gives the same bits): measured per shape class of the group where its
 /// weights are large enough to matter, else guessed.
 fn knob(
-    chunk: &[Member],
+    chunk: &[(Operands, &LocalTensor)],
     family: &str,
     rows: usize,
     record: &dyn Fn(usize) -> Result<()>,
 ) -> Result<usize> {
-    let (n, k) = chunk.iter().fold((0, 0), |(n, k), x| {
+    let (n, k) = chunk.iter().fold((0, 0), |(n, k), (x, _)| {
         (n + x.b.shape()[0], k.max(x.b.shape()[1]))
     });
     if n.saturating_mul(k) < TUNE_MIN_WEIGHTS {
         return Ok(GUESS);
     }
-    let dev = chunk[0].a.device();
+    let dev = chunk[0].0.a.device();
     let most = dev.limits().max_compute_invocations_per_workgroup as usize;
     let knobs: Vec<usize> = CANDIDATES.into_iter().filter(|&c| 16 * c <= most).collect();
     let names: Vec<String> = knobs.iter().map(|c| format!("wg {}", 16 * c)).collect();

@@ -1,7 +1,8 @@
 //! The grouped program's WGSL (`group.rs`): the one-product program's
 //! functions copied once per member, each copy reading its member's
 //! bindings and sizes, and an entry that enters its workgroup's member
-//! once. The copies are the one-product code, so the same bits. A switch
+//! once. The copies are the one-product code, so the same bits. A member's
+//! bias and its multiplier (`acc_at`) share its third binding. A switch
 //! on the member at every load instead made lavapipe's loads a third
 //! slower than the product alone (BENCHMARKS.md, round 31).
 
@@ -124,7 +125,7 @@ pub(super) fn source(bf16: bool) -> String {
             "fn a_ld_{g}(i: u32) -> AV {{ return a{g}[i]; }}
 fn b_ld_{g}(i: u32) -> BV {{ return b{g}[i]; }}
 fn bias_at_{g}(n: u32) -> f32 {{ return bias{g}[n]; }}
-fn acc_at_{g}(i: u32) -> f32 {{ return 0.0; }}
+fn acc_at_{g}(i: u32) -> f32 {{ return bias{g}[i]; }}
 fn put_{g}(i: u32, v: COut) {{ c{g}[i] = v; }}
 "
         ));
