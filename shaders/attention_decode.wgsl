@@ -5,7 +5,10 @@
 // new queries, b = the new keys, o = the new values (each at t = 0); the
 // output is [B, H·D] (heads contiguous), the cache [tk, 2, B, KV, D] and
 // `scores` [B, H, 1, tk] (scratch). head_dim and every view's base and
-// strides are multiples of 4 (src/kernels/attention/decode_one.rs).
+// strides are multiples of 4, head_dim at most 256
+// (src/kernels/attention/decode_one.rs). With p.rotate the new queries and
+// keys are first rotated as rope.wgsl's rotary_pair does it (cos, sin [1,
+// D/2]; head_dim a multiple of 8), so the cache holds rotated keys.
 //
 // Why: decoding ran those four as four dispatches of a workgroup or two per
 // rank and layer, and a CPU adapter's fixed cost per dispatch (waking its
@@ -21,11 +24,42 @@
 @group(0) @binding(4) var<storage, read_write> cache4: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> scores: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out4: array<vec4<f32>>;
+// The rotation's tables (any read-only input without p.rotate).
+@group(0) @binding(7) var<storage, read> cos4: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read> sin4: array<vec4<f32>>;
 
 // Each lane's largest score, then the row's max and 1 / sum.
 var<workgroup> part: array<f32, 64>;
 var<workgroup> row_max: f32;
 var<workgroup> row_inv: f32;
+// The workgroup's query, rotated where p.rotate says.
+var<workgroup> qr: array<vec4<f32>, 64>;
+
+// Vec4 e of a head (half = h4 vec4s) rotated from it and its partner in
+// the other half, with rope.wgsl's operations (sign 1): x1 cos - x2 sin in
+// the first half, x2 cos + x1 sin in the second.
+fn rope4(x: vec4<f32>, partner: vec4<f32>, e: u32, h4: u32) -> vec4<f32> {
+    if (e < h4) {
+        return x * cos4[e] - partner * sin4[e];
+    }
+    return x * cos4[e - h4] + partner * sin4[e - h4];
+}
+
+// The vec4 a head's vec4 e rotates with.
+fn partner(e: u32, h4: u32) -> u32 {
+    return select(e - h4, e + h4, e < h4);
+}
+
+// Vec4 e of the new key of key/value head c of sequence b, rotated where
+// p.rotate says.
+fn new_key(b: u32, c: u32, e: u32) -> vec4<f32> {
+    let kb = b_at(b, c, 0u) / 4u;
+    if (p.rotate == 0u) {
+        return k4[kb + e];
+    }
+    let h4 = p.d / 8u;
+    return rope4(k4[kb + e], k4[kb + partner(e, h4)], e, h4);
+}
 
 // Vec4 0 of position j's key (s = 0) or value (s = 1) of key/value head c
 // of sequence b in the cache.
@@ -55,28 +89,36 @@ fn attend_one(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg
     // Append this workgroup's key/value heads at position past.
     for (var c = h; c < p.kv_heads; c += p.heads) {
         for (var e = li; e < d4; e += 64u) {
-            cache4[cache_at(0u, b, c, past) + e] = k4[b_at(b, c, 0u) / 4u + e];
+            cache4[cache_at(0u, b, c, past) + e] = new_key(b, c, e);
             cache4[cache_at(1u, b, c, past) + e] = v4[o_at(b, c, 0u) / 4u + e];
         }
     }
+    // The query, rotated where p.rotate says.
+    let qa = a_at(b, h, 0u) / 4u;
+    for (var e = li; e < d4; e += 64u) {
+        var x = q4[qa + e];
+        if (p.rotate != 0u) {
+            x = rope4(x, q4[qa + partner(e, d4 / 2u)], e, d4 / 2u);
+        }
+        qr[e] = x;
+    }
+    workgroupBarrier();
     // Scores of the visible keys, a lane's every 64th: cached keys from the
     // cache, the new one from its view.
     let c = kvh(h);
     let first = first_key(0u);
     let row = w * p.tk;
-    let qa = a_at(b, h, 0u) / 4u;
     var m = NEG_BIG;
     for (var j = first + li; j <= past; j += 64u) {
         var acc = 0.0;
         if (j < past) {
             let kb = cache_at(0u, b, c, j);
             for (var e = 0u; e < d4; e++) {
-                acc = dot_step(acc, q4[qa + e], cache4[kb + e]);
+                acc = dot_step(acc, qr[e], cache4[kb + e]);
             }
         } else {
-            let kb = b_at(b, c, 0u) / 4u;
             for (var e = 0u; e < d4; e++) {
-                acc = dot_step(acc, q4[qa + e], k4[kb + e]);
+                acc = dot_step(acc, qr[e], new_key(b, c, e));
             }
         }
         let s = p.scale * acc;

@@ -67,7 +67,8 @@ struct Params {
     kv_heads: u32,
     // attention_textures.wgsl: texels a texture row, as a power of 2.
     shift: u32,
-    _pad1: u32,
+    // attention_decode.wgsl: 1 rotates the new queries and keys first.
+    rotate: u32,
 }
 
 // One layout for every entry of every module: the uniform here, the

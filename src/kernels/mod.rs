@@ -32,7 +32,7 @@ pub use slicing as layout;
 pub use attention::{
     Attention, AttentionShape, Decoded, HeadGroups, HeadWindow, ProbsDropout, attention_backward,
     attention_backward_gqa, attention_backward_with, attention_decode, attention_decode_gqa,
-    attention_forward, attention_forward_gqa, attention_forward_with,
+    attention_decode_gqa_rotary, attention_forward, attention_forward_gqa, attention_forward_with,
 };
 pub use cast::cast;
 pub use cross_entropy::{

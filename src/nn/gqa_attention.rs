@@ -179,12 +179,14 @@ impl GqaAttention {
         }
     }
 
-    /// q, k, v of the mapped input, normed and rotated for `positions`.
-    fn qkv(
+    /// q, k, v of the mapped input, normed, and the rotary tables (cos,
+    /// sin) for `positions`: q and k still to rotate.
+    #[allow(clippy::type_complexity)]
+    fn qkv_tables(
         &self,
         xg: &DTensor,
         positions: std::ops::Range<usize>,
-    ) -> Result<(DTensor, DTensor, DTensor)> {
+    ) -> Result<([DTensor; 3], (DTensor, DTensor))> {
         let d = self.config.head_dim;
         let f32 = |t: DTensor| t.cast(DType::F32);
         let mut q = f32(self.q_proj.forward_mapped(xg)?)?;
@@ -199,8 +201,17 @@ impl GqaAttention {
         let mesh = xg.mesh();
         let cos = DTensor::from_host(mesh, &[n, d / 2], &cos, Placement::Replicate)?;
         let sin = DTensor::from_host(mesh, &[n, d / 2], &sin, Placement::Replicate)?;
-        // One dispatch for both when decoding (nothing recorded).
-        let (q, k) = q.rotary_pair(&k, &cos, &sin, d)?;
+        Ok(([q, k, v], (cos, sin)))
+    }
+
+    /// q, k, v of the mapped input, normed and rotated for `positions`.
+    fn qkv(
+        &self,
+        xg: &DTensor,
+        positions: std::ops::Range<usize>,
+    ) -> Result<(DTensor, DTensor, DTensor)> {
+        let ([q, k, v], (cos, sin)) = self.qkv_tables(xg, positions)?;
+        let (q, k) = q.rotary_pair(&k, &cos, &sin, self.config.head_dim)?;
         Ok((q, k, v))
     }
 
@@ -259,8 +270,11 @@ impl GqaAttention {
         }
         let new = x.shape()[0];
         let xg = Mapping::CopyToParallel.forward(x)?;
-        let (q, k, v) = self.qkv(&xg, cache.len..cache.len + new)?;
-        let (out, grown) = q.gqa_decode(&k, &v, cache.kv.as_ref(), &self.spec(new))?;
+        // q and k rotated in attention's own dispatch where it can.
+        let ([q, k, v], tables) = self.qkv_tables(&xg, cache.len..cache.len + new)?;
+        let tables = (&tables.0, &tables.1);
+        let (out, grown) =
+            q.gqa_decode_rotary([&k, &v], cache.kv.as_ref(), &self.spec(new), tables)?;
         let y = self.o_proj.forward_with(&out.cast(x.dtype())?, residual)?;
         cache.len += new;
         cache.kv = Some(grown);

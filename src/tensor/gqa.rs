@@ -28,7 +28,7 @@ use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::{
     AttentionShape, HeadGroups, HeadWindow, ProbsDropout, attention_backward_gqa,
-    attention_decode_gqa, attention_forward_gqa,
+    attention_decode_gqa, attention_decode_gqa_rotary, attention_forward_gqa,
 };
 
 /// The sizes of a grouped-query attention.
@@ -287,9 +287,52 @@ impl DTensor {
         cache: Option<&DTensor>,
         spec: &GqaSpec,
     ) -> Result<(DTensor, DTensor)> {
-        const OP: &str = "DTensor::gqa_decode";
-        let split = query_split(OP, self, spec)?;
-        let (new, kv) = check_operands(OP, [self, k, v], spec)?;
+        self.decode_step("DTensor::gqa_decode", [k, v], cache, spec, None)
+    }
+
+    /// [`DTensor::gqa_decode`] of a query and key before their rotary
+    /// position embedding: both are rotated by `cos`, `sin` (`[new, D/2]`,
+    /// `Replicate`, as [`DTensor::rotary_pair`] takes them; the same bits)
+    /// first, in the attention's own dispatch where the one-token step
+    /// takes it ([`kernels::attention_decode_gqa_rotary`](crate::kernels::attention_decode_gqa_rotary)).
+    pub fn gqa_decode_rotary(
+        &self,
+        [k, v]: [&DTensor; 2],
+        cache: Option<&DTensor>,
+        spec: &GqaSpec,
+        (cos, sin): (&DTensor, &DTensor),
+    ) -> Result<(DTensor, DTensor)> {
+        const OP: &str = "DTensor::gqa_decode_rotary";
+        let want = [
+            self.shape().first().copied().unwrap_or(0),
+            spec.head_dim / 2,
+        ];
+        for t in [cos, sin] {
+            if t.shape() != want
+                || t.placement() != Placement::Replicate
+                || !t.mesh().same_as(self.mesh())
+            {
+                return Err(Error::shape(
+                    OP,
+                    format!("cos and sin {want:?} Replicate on q's mesh"),
+                    t.shape(),
+                ));
+            }
+        }
+        self.decode_step(OP, [k, v], cache, spec, Some((cos, sin)))
+    }
+
+    /// The step of both decoding entries (`rope`: the rotary tables).
+    fn decode_step(
+        &self,
+        op: &'static str,
+        [k, v]: [&DTensor; 2],
+        cache: Option<&DTensor>,
+        spec: &GqaSpec,
+        rope: Option<(&DTensor, &DTensor)>,
+    ) -> Result<(DTensor, DTensor)> {
+        let split = query_split(op, self, spec)?;
+        let (new, kv) = check_operands(op, [self, k, v], spec)?;
         let d = spec.head_dim;
         let (heads, placement) = match kv.held {
             true => (self.mesh().size() * kv.per, Placement::Shard(3)),
@@ -308,7 +351,7 @@ impl DTensor {
                 }
                 _ => {
                     return Err(Error::shape(
-                        OP,
+                        op,
                         format!("cache [past, 2, 1, {heads}, {d}] {placement:?} on q's mesh"),
                         c.shape(),
                     ));
@@ -318,14 +361,17 @@ impl DTensor {
         let mut outs = Vec::with_capacity(split.len());
         let mut grown = Vec::with_capacity(split.len());
         for (r, &(start, h)) in split.iter().enumerate() {
-            let step = attention_decode_gqa(
-                &self.shards()[r],
-                &k.shards()[r],
-                &v.shards()[r],
-                cache.map(|c| &c.shards()[r]),
-                AttentionShape::new(1, new, h, d),
-                groups(spec, start, &kv, self.shards()[r].rank_index()),
-            )?;
+            let qkv = [&self.shards()[r], &k.shards()[r], &v.shards()[r]];
+            let c = cache.map(|c| &c.shards()[r]);
+            let shape = AttentionShape::new(1, new, h, d);
+            let g = groups(spec, start, &kv, self.shards()[r].rank_index());
+            let step = match rope {
+                None => attention_decode_gqa(qkv[0], qkv[1], qkv[2], c, shape, g)?,
+                Some((cos, sin)) => {
+                    let tables = (&cos.shards()[r], &sin.shards()[r]);
+                    attention_decode_gqa_rotary(qkv, c, shape, g, tables)?
+                }
+            };
             outs.push(step.out);
             grown.push(step.cache);
         }

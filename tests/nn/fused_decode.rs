@@ -76,7 +76,7 @@ fn a_decoded_gpt_token_runs_no_separate_bias_residual_or_gelu_p1_2_4() {
 }
 
 #[test]
-fn a_decoded_llama_token_runs_no_separate_silu_mul_residual_or_key_rotary_p1_2() {
+fn a_decoded_llama_token_runs_no_separate_silu_mul_residual_or_rotary_p1_2() {
     let _counting = count_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama_gqa");
     for p in [1, 2] {
@@ -96,10 +96,16 @@ fn a_decoded_llama_token_runs_no_separate_silu_mul_residual_or_key_rotary_p1_2()
         let layers = model.config().num_hidden_layers;
         let want = if p == 1 { 0 } else { 2 * layers * 3 * p };
         assert_eq!(calls(&trace, "elementwise::axpby"), want as u64, "P={p}");
-        // q and k rotated in one dispatch per layer, pass and rank.
+        // q and k rotated in one dispatch per layer, pass and rank; a
+        // decoded token's inside its attention step on CPU adapters (head_dim
+        // 8, whole vec8s), which is then one dispatch per layer and rank.
         assert_eq!(calls(&trace, "rope::rotary"), 0, "P={p}");
+        let in_step = !m.ranks()[0].device().is_gpu();
+        let (passes, steps) = if in_step { (1, 2) } else { (3, 0) };
         let pairs = calls(&trace, "rope::rotary_pair");
-        assert_eq!(pairs, (layers * 3 * p) as u64, "P={p}");
+        assert_eq!(pairs, (layers * passes * p) as u64, "P={p}");
+        let attend = calls(&trace, "attention_decode::attend_one");
+        assert_eq!(attend, (layers * steps * p) as u64, "P={p}");
         let products: u64 = (trace.top_kernels(usize::MAX).iter())
             .filter(|k| k.name.starts_with("gemv_"))
             .map(|k| k.calls)

@@ -8,12 +8,14 @@
 //! of this rank's query heads reads gets zeros.
 
 use super::checks::{check_operand, check_size};
+use super::decode_one::{self, Rope};
 use super::launch::{Problem, View};
 use super::shape::{AttentionShape, HeadGroups};
 use super::{Attention, Decoded, ProbsDropout};
 use crate::device::{LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::kernels::rotary_pair;
 
 /// A tensor and where a head's rows live in it.
 pub(super) type Src<'a> = (&'a LocalTensor, View);
@@ -80,6 +82,7 @@ pub(super) fn decode_into(
     op: &'static str,
     pr: &Problem,
     [q, k, v]: [Src; 3],
+    rope: Rope,
     cache: Option<&LocalTensor>,
 ) -> Result<(LocalTensor, LocalTensor)> {
     let s = &pr.s;
@@ -124,11 +127,20 @@ pub(super) fn decode_into(
         }
     };
     let out = rank.alloc(op, &s.out_shape(), DType::F32)?;
-    if super::decode_one::fits(pr, [q.1, k.1, v.1], q.0) {
+    if decode_one::fits(pr, [q.1, k.1, v.1], q.0, rope.is_some()) {
         let scores = rank.alloc(op, &probs_shape, DType::F32)?;
-        super::decode_one::record(pr, [q, k, v], &new_cache, &scores, &out)?;
+        decode_one::record(pr, [q, k, v], rope, &new_cache, &scores, &out)?;
         return Ok((out, new_cache));
     }
+    // Rotated apart where the one-token step cannot (the same bits).
+    let rotated = match rope {
+        Some((cos, sin)) => Some(rotary_pair(q.0, k.0, cos, sin, s.head_dim)?),
+        None => None,
+    };
+    let (q, k) = match &rotated {
+        Some((qr, kr)) => ((qr, q.1), (kr, k.1)),
+        None => (q, k),
+    };
     let n = (s.seq * 2 * s.batch * pr.g.kv_heads * s.head_dim) as u64;
     let at = View::cache_from(s, pr.g.kv_heads, pr.past);
     let params = pr.params(1.0, false, k.1, v.1, at);
@@ -317,19 +329,58 @@ pub fn attention_decode_gqa(
     shape: AttentionShape,
     groups: HeadGroups,
 ) -> Result<Decoded> {
-    const OP: &str = "attention_decode_gqa";
+    decode_gqa(
+        "attention_decode_gqa",
+        [q, k, v],
+        cache,
+        (shape, groups),
+        None,
+    )
+}
+
+/// [`attention_decode_gqa`] of `q` and `k` before their rotary position
+/// embedding: both are first rotated by `cos`, `sin` (`[T_new, D/2]` f32,
+/// as [`rotary_pair`](crate::kernels::rotary_pair) rotates them, the same
+/// bits; the cache keeps rotated keys), in the attention's own dispatch
+/// where the one-token step takes it.
+pub fn attention_decode_gqa_rotary(
+    [q, k, v]: [&LocalTensor; 3],
+    cache: Option<&LocalTensor>,
+    shape: AttentionShape,
+    groups: HeadGroups,
+    (cos, sin): (&LocalTensor, &LocalTensor),
+) -> Result<Decoded> {
+    const OP: &str = "attention_decode_gqa_rotary";
+    let table = [shape.seq, shape.head_dim / 2];
+    for (what, t) in [("cos [T_new, D/2]", cos), ("sin [T_new, D/2]", sin)] {
+        check_operand(OP, what, q, t, &table)?;
+    }
+    if !shape.head_dim.is_multiple_of(2) {
+        return Err(Error::invalid(OP, "rotate heads of an even head_dim"));
+    }
+    decode_gqa(OP, [q, k, v], cache, (shape, groups), Some((cos, sin)))
+}
+
+/// The checks and the step of both public decoding entries.
+fn decode_gqa(
+    op: &'static str,
+    [q, k, v]: [&LocalTensor; 3],
+    cache: Option<&LocalTensor>,
+    (shape, groups): (AttentionShape, HeadGroups),
+    rope: Rope,
+) -> Result<Decoded> {
     let rows = shape.batch.saturating_mul(shape.seq);
-    let mut pr = check(OP, [q, k, v], &shape, &groups, rows)?;
+    let mut pr = check(op, [q, k, v], &shape, &groups, rows)?;
     if let Some(c) = cache {
         let past = match *c.shape() {
             [len, _, _, _, _] => len,
             _ => 0,
         };
         let want = [past, 2, shape.batch, groups.kv_heads, shape.head_dim];
-        check_operand(OP, "key/value cache [past, 2, B, KV, D]", q, c, &want)?;
+        check_operand(op, "key/value cache [past, 2, B, KV, D]", q, c, &want)?;
         pr.past = past;
     }
     let srcs = views(&shape, &groups, [q, k, v]);
-    let (out, cache) = decode_into(OP, &pr, srcs, cache)?;
+    let (out, cache) = decode_into(op, &pr, srcs, rope, cache)?;
     Ok(Decoded { out, cache })
 }

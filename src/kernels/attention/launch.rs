@@ -110,7 +110,7 @@ pub(super) struct Params {
     window: u32,
     kv_heads: u32,
     pub(super) shift: u32,
-    _pad: u32,
+    pub(super) rotate: u32,
 }
 
 /// One rank's problem: `s.seq` queries per sequence after `past` cached
@@ -154,7 +154,7 @@ impl Problem {
             },
             kv_heads: self.g.kv_heads as u32,
             shift: 0,
-            _pad: 0,
+            rotate: 0,
         }
     }
 

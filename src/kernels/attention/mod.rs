@@ -65,7 +65,10 @@ mod vec4_check;
 use checks::{check_operand, check_qkv, check_size};
 pub(crate) use entries::{SOURCE, SOURCE_TEXTURES, SOURCE_VEC4};
 use gqa::{Src, backward_into, forward_into};
-pub use gqa::{attention_backward_gqa, attention_decode_gqa, attention_forward_gqa};
+pub use gqa::{
+    attention_backward_gqa, attention_decode_gqa, attention_decode_gqa_rotary,
+    attention_forward_gqa,
+};
 use launch::{Problem, View};
 pub use shape::{AttentionShape, HeadGroups};
 
@@ -273,7 +276,7 @@ pub fn attention_decode(
         g: HeadGroups::mha(shape.heads),
     };
     let [q, k, v] = [0, 1, 2].map(|blk| (qkv, View::fused(&shape, shape.seq, blk)));
-    let (out, new_cache) = gqa::decode_into(OP, &pr, [q, k, v], cache)?;
+    let (out, new_cache) = gqa::decode_into(OP, &pr, [q, k, v], None, cache)?;
     Ok(Decoded {
         out,
         cache: new_cache,

@@ -63,7 +63,7 @@ struct Params {
 }
 
 /// Whether one group takes products of these operands: two or more, on
-/// one device that binds [`BINDINGS`] storage buffers, the same M (1..=8)
+/// one device (not a GPU) that binds [`BINDINGS`] storage buffers, the same M (1..=8)
 /// and weight dtype, f32 activations, `[N, K]` weights of whole vec4s
 /// (f32) or vec8s (bf16), each tensor in one buffer, and a bias (or a
 /// multiplier) for all or none, never both. Their outputs are `[M, N]` f32.
@@ -75,7 +75,10 @@ pub(crate) fn fits(operands: &[Operands]) -> bool {
     let m = first.a.shape().first().copied().unwrap_or(0);
     let wd = first.b.dtype();
     let whole = if wd == DType::BF16 { 8 } else { 4 };
+    // Not on GPUs: there a product alone takes the split-K entry (other
+    // bits), and a dispatch's fixed cost is small.
     operands.len() >= 2
+        && !dev.is_gpu()
         && (1..=GEMV_MAX_ROWS).contains(&m)
         && matches!(wd, DType::F32 | DType::BF16)
         && dev.limits().max_storage_buffers_per_shader_stage >= BINDINGS.len() as u32

@@ -13,18 +13,20 @@ use super::loads::{A_VEC4, B_VEC4, B_VEC8_BF16};
 /// function). Entry points (`@compute` ...) are dropped too; the rest
 /// (aliases, overrides) are kept once.
 fn items(src: &str) -> Vec<(String, bool)> {
+    // Without comments, braces and semicolons are the code's own.
+    let code: String = src
+        .lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut out = Vec::new();
-    let mut rest = src;
+    let mut rest = code.as_str();
     loop {
         rest = rest.trim_start();
         if rest.is_empty() {
             return out;
         }
-        if rest.starts_with("//") {
-            rest = rest.find('\n').map_or("", |i| &rest[i + 1..]);
-            continue;
-        }
-        let entry = rest.starts_with('@');
+        let entry = rest.starts_with("@compute");
         let braced = entry || rest.starts_with("fn ") || rest.starts_with("struct ");
         let end = if braced {
             let open = rest.find('{').unwrap_or(rest.len());
@@ -171,7 +173,7 @@ mod tests {
 
     #[test]
     fn functions_are_copied_per_member_and_entries_dropped() {
-        let src = "alias AV = f32;\n// note\nfn f(x: u32) -> u32 { return g(p.n) + p.k; }\n\
+        let src = "alias AV = f32;\n// note {\nfn f(x: u32) -> u32 { return g(p.n) + p.k; } // }\n\
                    @compute @workgroup_size(1)\nfn e() { f(1u); }\nfn g(y: u32) -> u32 { return y; }\n";
         let it = items(src);
         assert_eq!(it.len(), 3, "{it:?}");
