@@ -61,7 +61,7 @@ impl GemmVariant {
     /// `packed-buffer`, `gemv`; `cpu` and `generic`, the old names of
     /// `buffer` and `packed-buffer`, still work; anything else means
     /// `Auto`), read once per process.
-    pub(super) fn from_env() -> GemmVariant {
+    pub(crate) fn from_env() -> GemmVariant {
         static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
         *VARIANT.get_or_init(|| {
             match std::env::var("WGPU_TP_GEMM_VARIANT")

@@ -12,6 +12,7 @@ use super::{Activation, CANDIDATES, GEMV_MAX_ROWS, GUESS, TUNE_MIN_WEIGHTS};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::kernels::GemmVariant;
 
 /// Members one dispatch takes.
 pub(crate) const GROUP: usize = super::GROUP_OF;
@@ -63,10 +64,11 @@ struct Params {
 }
 
 /// Whether one group takes products of these operands: two or more, on
-/// one device (not a GPU) that binds [`BINDINGS`] storage buffers, the same M (1..=8)
-/// and weight dtype, f32 activations, `[N, K]` weights of whole vec4s
-/// (f32) or vec8s (bf16), each tensor in one buffer, and a bias (or a
-/// multiplier) for all or none, never both. Their outputs are `[M, N]` f32.
+/// one device (not a GPU; no `WGPU_TP_GEMM_VARIANT` but `gemv`) that binds
+/// [`BINDINGS`] storage buffers, the same M (1..=8) and weight dtype, f32
+/// activations, `[N, K]` weights of whole vec4s (f32) or vec8s (bf16),
+/// each tensor in one buffer, and a bias (or a multiplier) for all or
+/// none, never both. Their outputs are `[M, N]` f32.
 pub(crate) fn fits(operands: &[Operands]) -> bool {
     let Some(first) = operands.first() else {
         return false;
@@ -77,8 +79,11 @@ pub(crate) fn fits(operands: &[Operands]) -> bool {
     let whole = if wd == DType::BF16 { 8 } else { 4 };
     // Not on GPUs: there a product alone takes the split-K entry (other
     // bits), and a dispatch's fixed cost is small.
+    // Nor where WGPU_TP_GEMM_VARIANT names a kernel for every product.
+    let env = GemmVariant::from_env();
     operands.len() >= 2
         && !dev.is_gpu()
+        && matches!(env, GemmVariant::Auto | GemmVariant::Gemv)
         && (1..=GEMV_MAX_ROWS).contains(&m)
         && matches!(wd, DType::F32 | DType::BF16)
         && dev.limits().max_storage_buffers_per_shader_stage >= BINDINGS.len() as u32
