@@ -6,26 +6,10 @@
 //! against f64 and the forward pass.
 
 use super::decode_one::{RUNS, UNFUSED};
+use super::vec4_check::{bits, fill};
 use super::{AttentionShape, HeadGroups, attention_decode_gqa, attention_decode_gqa_rotary};
 use crate::Mesh;
 use crate::device::{LocalTensor, Rank};
-
-/// A fixed pseudo-random fill in [-2, 2) (no crate RNG at this layer).
-fn fill(n: usize, seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
-}
-
-fn bits(t: &LocalTensor) -> Vec<u32> {
-    t.to_vec().unwrap().iter().map(|x| x.to_bits()).collect()
-}
 
 /// (batch, prefill, heads, kv_heads, head_dim, window, q_start)
 type Case = (usize, usize, usize, usize, usize, usize, usize);

@@ -12,7 +12,7 @@ use crate::Mesh;
 use crate::device::{LocalTensor, Rank};
 
 /// A fixed pseudo-random fill in [-2, 2) (no crate RNG at this layer).
-fn fill(n: usize, seed: u64) -> Vec<f32> {
+pub(super) fn fill(n: usize, seed: u64) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
@@ -24,7 +24,8 @@ fn fill(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn bits(t: &LocalTensor) -> Vec<u32> {
+/// A tensor's values as bits.
+pub(super) fn bits(t: &LocalTensor) -> Vec<u32> {
     t.to_vec().unwrap().iter().map(|x| x.to_bits()).collect()
 }
 

@@ -17,25 +17,16 @@ use crate::kernels::GemmVariant;
 /// Members one dispatch takes.
 pub(crate) const GROUP: usize = super::GROUP_OF;
 
-/// a, b, bias and c of each of the [`GROUP`] members.
-const BINDINGS: &[Access] = &[
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::ReadWrite,
-    Access::ReadWrite,
-    Access::ReadWrite,
-    Access::ReadWrite,
-];
+/// a, b, bias and c of each of the [`GROUP`] members, in that order.
+const BINDINGS: &[Access] = &{
+    let mut b = [Access::Read; 4 * GROUP];
+    let mut i = 3 * GROUP;
+    while i < 4 * GROUP {
+        b[i] = Access::ReadWrite;
+        i += 1;
+    }
+    b
+};
 
 /// The operands of one product of a group: `act(a·bᵀ (+ bias)) (⊙ mul)`.
 #[derive(Clone, Copy)]
