@@ -108,17 +108,34 @@ fn op4(x: vec4<u32>, y: vec4<u32>) -> vec4<u32> {
     }
 }
 
-@compute @workgroup_size(WG)
-fn fold_flat4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_index) li: u32) {
-    let t = linear_id(wg, nwg, li);
-    if (t >= p.total) { return; }
-    let s = p.src_start + t;
-    let d = p.dst_start + t;
+// The folded vec4 of the inputs' word s (out4[d]'s old value first with ACCUMULATE).
+fn fold4(s: u32, d: u32) -> vec4<u32> {
     var acc = in0_4[s];
     if (ACCUMULATE) { acc = op4(out4[d], acc); }
     if (COUNT > 1u) { acc = op4(acc, in1_4[s]); }
     if (COUNT > 2u) { acc = op4(acc, in2_4[s]); }
     if (COUNT > 3u) { acc = op4(acc, in3_4[s]); }
-    out4[d] = acc;
+    return acc;
+}
+
+@compute @workgroup_size(WG)
+fn fold_flat4(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) li: u32) {
+    let t = linear_id(wg, nwg, li);
+    if (t >= p.total) { return; }
+    out4[p.dst_start + t] = fold4(p.src_start + t, p.dst_start + t);
+}
+
+// An f32 sum over whole tensors with a residual added last: a row-parallel
+// layer's all-reduce and its residual branch's add in one pass, with the two
+// steps' bits (`res + sum`, as `axpby(1, res, 1, sum)` rounds it).
+@group(0) @binding(6) var<storage, read> res4: array<vec4<u32>>;
+
+@compute @workgroup_size(WG)
+fn fold_flat4_add(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) li: u32) {
+    let t = linear_id(wg, nwg, li);
+    if (t >= p.total) { return; }
+    let sum = bitcast<vec4<f32>>(fold4(t, t));
+    out4[t] = bitcast<vec4<u32>>(bitcast<vec4<f32>>(res4[t]) + sum);
 }

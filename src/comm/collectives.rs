@@ -311,7 +311,7 @@ fn check_unblocked(op: &'static str, shards: &[LocalTensor]) -> Result<()> {
 }
 
 /// (rank, bytes) of each participant of a many-to-many collective.
-fn contributions(shards: &[LocalTensor]) -> impl Iterator<Item = (usize, u64)> + '_ {
+pub(super) fn contributions(shards: &[LocalTensor]) -> impl Iterator<Item = (usize, u64)> + '_ {
     shards.iter().map(|s| (s.rank_index(), s.byte_len()))
 }
 

@@ -35,7 +35,8 @@
 //!
 //! Files: `collectives.rs` (the public functions), `group.rs` (participant
 //! checks), `plan.rs` (the all-to-all plan), `host.rs` and `same_device.rs`
-//! (the two transports), `ring.rs` (point-to-point ring steps), `p2p.rs` (single messages), `stats.rs`
+//! (the two transports), `reduce_add.rs` (a shared device's all-reduce with a residual
+//! added in the same pass), `ring.rs` (point-to-point ring steps), `p2p.rs` (single messages), `stats.rs`
 //! and `transport.rs` (what a mesh counts and how it moves bytes),
 //! `trace.rs` (each collective as a span on a traced mesh's timeline).
 
@@ -49,6 +50,7 @@ mod mpi;
 mod mpi;
 mod p2p;
 mod plan;
+mod reduce_add;
 mod ring;
 mod same_device;
 mod stats;
@@ -62,6 +64,7 @@ pub use collectives::{
 };
 pub(crate) use mpi::gather_words;
 pub use p2p::{Channel, discard_queued, recv, send, wait_sends};
+pub(crate) use reduce_add::all_reduce_sum_add;
 pub use ring::{RingShift, ring_shift};
 pub use stats::{Collective, CommCount, CommStats};
 pub use transport::Transport;

@@ -24,6 +24,15 @@ const FOLD_BINDINGS: &[Access] = &[
     Access::Read,
     Access::ReadWrite,
 ];
+/// [`FOLD_BINDINGS`] and the residual (`fold_flat4_add`'s `res4`).
+const FOLD_ADD_BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+    Access::Read,
+];
 /// Inputs one fold pass reads (the shader's `in0..in3`); five storage
 /// bindings in all, as many as the gemm kernel already needs.
 pub(crate) const FOLD_INPUTS: usize = 4;
@@ -218,13 +227,7 @@ pub(crate) fn fold_block(
         .map(|i| *srcs.get(i).unwrap_or(&srcs[0]))
         .collect();
     buffers.push(dst);
-    let spec = |entry| {
-        KernelSpec::new("copy_fold", SOURCE, FOLD_BINDINGS, entry).with_constants(vec![
-            ("OP", code),
-            ("COUNT", srcs.len() as f64),
-            ("ACCUMULATE", f64::from(u8::from(accumulate))),
-        ])
-    };
+    let spec = |entry| fold_spec(entry, FOLD_BINDINGS, code, srcs.len(), accumulate);
     // One contiguous run, four-word aligned: the vec4 entry (no index
     // arithmetic, a quarter of the invocations).
     if let Some((s, d)) = b.contiguous()
@@ -244,4 +247,69 @@ pub(crate) fn fold_block(
         return dispatch(OP, spec("fold_flat4"), &buffers, flat);
     }
     dispatch(OP, spec("fold"), &buffers, b)
+}
+
+fn fold_spec(
+    entry: &'static str,
+    bindings: &'static [Access],
+    code: f64,
+    count: usize,
+    accumulate: bool,
+) -> KernelSpec {
+    KernelSpec::new("copy_fold", SOURCE, bindings, entry).with_constants(vec![
+        ("OP", code),
+        ("COUNT", count as f64),
+        ("ACCUMULATE", f64::from(u8::from(accumulate))),
+    ])
+}
+
+/// Record `dst = residual + (srcs[0] + srcs[1] + ...)` over whole f32
+/// tensors of one length, a multiple of 4 (`dst`'s old value first in the
+/// sum when `accumulate`): [`fold_block`]'s sum, then the residual added as
+/// `kernels::add(residual, sum)` rounds it, in one pass. At most
+/// [`FOLD_INPUTS`] inputs, at least one; all on `dst`'s device.
+pub(crate) fn fold_add(
+    srcs: &[&LocalTensor],
+    residual: &LocalTensor,
+    dst: &LocalTensor,
+    accumulate: bool,
+) -> Result<()> {
+    const OP: &str = "fold_add";
+    if srcs.is_empty() || srcs.len() > FOLD_INPUTS {
+        return Err(Error::invalid(
+            OP,
+            format!("{} inputs (1 to {FOLD_INPUTS})", srcs.len()),
+        ));
+    }
+    let n = dst.len();
+    for t in srcs.iter().chain([&residual, &dst]) {
+        t.expect_dtype(OP, DType::F32)?;
+        if t.len() != n || t.is_blocked() {
+            return Err(Error::invalid(
+                OP,
+                "inputs, residual and output must be whole tensors of one length",
+            ));
+        }
+    }
+    if !n.is_multiple_of(4) {
+        return Err(Error::invalid(
+            OP,
+            format!("{n} elements: a multiple of 4 is folded as vec4s"),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let mut buffers: Vec<&LocalTensor> = (0..FOLD_INPUTS)
+        .map(|i| *srcs.get(i).unwrap_or(&srcs[0]))
+        .collect();
+    buffers.extend([dst, residual]);
+    let spec = fold_spec(
+        "fold_flat4_add",
+        FOLD_ADD_BINDINGS,
+        0.0,
+        srcs.len(),
+        accumulate,
+    );
+    dispatch(OP, spec, &buffers, Block::whole(n / 4))
 }

@@ -5,10 +5,15 @@
 //! and one pass over the output fewer per decoded token and layer than
 //! [`DTensor::add_row_add`] or `add` after the product. The store adds in
 //! their order (`(y + b) + residual`), so the bits are theirs.
+//!
+//! With more ranks on one shared device, the layer's all-reduce adds the
+//! residual in its fold ([`DTensor::reduce_add_residual`]): again the two
+//! steps' bits, one dispatch fewer per branch.
 
 use super::autograd::tracking;
 use super::dtensor::{DTensor, Placement};
-use crate::element::DType;
+use crate::comm;
+use crate::element::{DType, ReduceOp};
 use crate::error::Result;
 use crate::kernels::{self, GemmOptions, gemv::GEMV_MAX_ROWS};
 
@@ -63,6 +68,34 @@ impl DTensor {
             vec![t, n],
             Placement::Replicate,
             1,
+        )))
+    }
+
+    /// `residual + self` with `self` all-reduced first (a `Partial(Sum)`
+    /// row-parallel output): the sum and the add in one pass where the
+    /// ranks share one device, unrecorded, both f32, `residual`
+    /// `Replicate` and shaped like `self` (`comm::all_reduce_sum_add`);
+    /// `None` otherwise, for the caller's separate steps.
+    pub(crate) fn reduce_add_residual(&self, residual: &DTensor) -> Result<Option<DTensor>> {
+        let fits = self.placement() == Placement::Partial(ReduceOp::Sum)
+            && residual.placement() == Placement::Replicate
+            && self.dtype() == DType::F32
+            && residual.dtype() == DType::F32
+            && self.shape() == residual.shape()
+            && self.mesh().same_as(residual.mesh())
+            && !tracking(&[self, residual]);
+        if !fits {
+            return Ok(None);
+        }
+        let Some(shards) =
+            comm::all_reduce_sum_add(self.mesh(), self.shards(), &residual.shards()[0])?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.with_shards(
+            shards,
+            self.shape().to_vec(),
+            Placement::Replicate,
         )))
     }
 }

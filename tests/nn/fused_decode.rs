@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use crate::util::{Rng, WORLD_SIZES, count_lock, counting_mesh, meshes};
+use crate::util::{Rng, WORLD_SIZES, count_lock, counting_mesh, kernel_calls as calls, meshes};
 use wgpu_tp::models::{Gpt, GptConfig, Llama};
 use wgpu_tp::nn::{
     ColumnParallelConfig, ColumnParallelLinear, GatedMlp, GatedMlpConfig, InitRng, Params, Sampling,
@@ -41,12 +41,6 @@ fn recorded<M: Params>(
         .collect();
     let dx = xg.grad().unwrap().to_host().unwrap();
     (y.to_host().unwrap(), dx, grads)
-}
-
-/// Dispatches of kernel `name` (`family::entry`) in `trace`.
-fn calls(trace: &Trace, name: &str) -> u64 {
-    let all = trace.top_kernels(usize::MAX);
-    all.iter().find(|k| k.name == name).map_or(0, |k| k.calls)
 }
 
 #[test]

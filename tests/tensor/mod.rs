@@ -6,6 +6,8 @@
 //! - `rows`: `add_row` and `sum_rows` on every placement, against f64;
 //! - `row_residual`: a row-parallel layer's bias and the residual in one
 //!   kernel, against f64 and the two steps' bits;
+//! - `reduce_residual`: on a shared device the all-reduce adds the
+//!   residual in its fold, with the two steps' bits;
 //! - `ops_vs_layers`: those operations give the linear layers' bits;
 //! - `grad_ops`: the VJPs of matmul, linear, add_row and sum_rows against
 //!   finite differences (`fd`: the check they share);
@@ -45,6 +47,7 @@ mod mappings;
 mod matmul;
 mod norm;
 mod ops_vs_layers;
+mod reduce_residual;
 mod row_residual;
 mod rows;
 mod tied_head;

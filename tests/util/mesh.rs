@@ -4,7 +4,7 @@
 use std::sync::{Mutex, OnceLock};
 
 use wgpu_tp::shard::split_range;
-use wgpu_tp::{DeviceLayout, LocalTensor, Mesh};
+use wgpu_tp::{DeviceLayout, LocalTensor, Mesh, Trace};
 
 use super::reference::{slice, with_dim};
 
@@ -132,6 +132,12 @@ pub fn meshes(n: usize) -> [(&'static str, Mesh); 2] {
 pub fn count_lock() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Dispatches of kernel `name` (`family::entry`) in `trace`.
+pub fn kernel_calls(trace: &Trace, name: &str) -> u64 {
+    let all = trace.top_kernels(usize::MAX);
+    all.iter().find(|k| k.name == name).map_or(0, |k| k.calls)
 }
 
 /// A simulated mesh reserved for tests that count collectives (take [`count_lock`] first).

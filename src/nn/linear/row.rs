@@ -179,6 +179,13 @@ impl RowParallelLinear {
                 (true, Some(b)) => z.reduce_scatter_add_row(b)?,
                 (true, None) => Mapping::ReduceScatterToParallel(0).forward(&z)?,
                 (false, b) => {
+                    // No bias: the residual added in the all-reduce's pass.
+                    if let (None, Some(r)) = (b, residual)
+                        && x.dtype() == DType::F32
+                        && let Some(y) = z.reduce_add_residual(r)?
+                    {
+                        return Ok(y);
+                    }
                     let y = Mapping::ReduceFromParallel.forward(&z)?;
                     match (b, residual) {
                         (Some(b), Some(r))
