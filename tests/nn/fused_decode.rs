@@ -18,7 +18,7 @@ use wgpu_tp::models::{Gpt, GptConfig, Llama};
 use wgpu_tp::nn::{
     ColumnParallelConfig, ColumnParallelLinear, GatedMlp, GatedMlpConfig, InitRng, Params, Sampling,
 };
-use wgpu_tp::{DTensor, Mapping, MatmulOptions, Placement, Trace, kernels::Activation, no_grad};
+use wgpu_tp::{DTensor, Mapping, MatmulOptions, Placement, kernels::Activation, no_grad};
 
 /// `f(module, x)` recorded: its value, x's gradient and every parameter's
 /// gradient after backward from `dy` (the whole value's, placed like it).

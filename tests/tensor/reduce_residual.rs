@@ -7,7 +7,7 @@
 //! two steps run, with the same bits.
 
 use crate::util::{Rng, assert_close, count_lock, counting_meshes, kernel_calls};
-use wgpu_tp::nn::{InitRng, Params, RowParallelConfig, RowParallelLinear};
+use wgpu_tp::nn::{InitRng, RowParallelConfig, RowParallelLinear};
 use wgpu_tp::{DTensor, Placement, no_grad};
 
 #[test]
