@@ -80,7 +80,12 @@ fn dot_step(acc: f32, q: vec4<f32>, k: vec4<f32>) -> f32 {
 @compute @workgroup_size(64)
 fn attend_one(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) li: u32) {
-    let w = wg.y * nwg.x + wg.x;
+    attend(wg.y * nwg.x + wg.x, li);
+}
+
+// Workgroup w's step (src/kernels/attention/decode_group.rs copies it once
+// per member of a group).
+fn attend(w: u32, li: u32) {
     if (w >= p.n) { return; }
     let h = w % p.heads;
     let b = w / p.heads;

@@ -14,6 +14,7 @@ pub mod gemm;
 pub mod gemv;
 mod grid;
 mod loops;
+pub(crate) mod member_source;
 pub mod norm;
 pub mod optim;
 pub mod random;
