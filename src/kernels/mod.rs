@@ -91,6 +91,7 @@ pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     out.extend(gemm::tiled_sources());
     out.extend(gemm::register_sources());
     out.extend(gemv::gemv_sources());
+    out.extend(attention::decode_sources());
     // f16 families (used only where the adapter has SHADER_F16).
     out.push(("transpose_f16", transpose::SOURCE_F16));
     out.push(("cast_to_f16", cast::SOURCE_TO_F16));

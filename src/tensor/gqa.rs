@@ -26,9 +26,10 @@ use super::dtensor::{DTensor, Placement, local_shape_in_units};
 use super::holding::Holding;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::kernels::attention::{Step, decode_steps};
 use crate::kernels::{
     AttentionShape, HeadGroups, HeadWindow, ProbsDropout, attention_backward_gqa,
-    attention_decode_gqa, attention_decode_gqa_rotary, attention_forward_gqa,
+    attention_forward_gqa,
 };
 
 /// The sizes of a grouped-query attention.
@@ -358,23 +359,20 @@ impl DTensor {
                 }
             },
         };
-        let mut outs = Vec::with_capacity(split.len());
-        let mut grown = Vec::with_capacity(split.len());
-        for (r, &(start, h)) in split.iter().enumerate() {
-            let qkv = [&self.shards()[r], &k.shards()[r], &v.shards()[r]];
-            let c = cache.map(|c| &c.shards()[r]);
-            let shape = AttentionShape::new(1, new, h, d);
-            let g = groups(spec, start, &kv, self.shards()[r].rank_index());
-            let step = match rope {
-                None => attention_decode_gqa(qkv[0], qkv[1], qkv[2], c, shape, g)?,
-                Some((cos, sin)) => {
-                    let tables = (&cos.shards()[r], &sin.shards()[r]);
-                    attention_decode_gqa_rotary(qkv, c, shape, g, tables)?
-                }
-            };
-            outs.push(step.out);
-            grown.push(step.cache);
-        }
+        // Every rank's step at once: ranks sharing a CPU adapter record
+        // theirs together (the same bits as one by one).
+        let steps: Vec<Step> = (split.iter().enumerate())
+            .map(|(r, &(start, h))| Step {
+                qkv: [&self.shards()[r], &k.shards()[r], &v.shards()[r]],
+                cache: cache.map(|c| &c.shards()[r]),
+                shape: AttentionShape::new(1, new, h, d),
+                groups: groups(spec, start, &kv, self.shards()[r].rank_index()),
+                rope: rope.map(|(cos, sin)| (&cos.shards()[r], &sin.shards()[r])),
+            })
+            .collect();
+        let (outs, grown): (Vec<_>, Vec<_>) = (decode_steps(&steps)?.into_iter())
+            .map(|s| (s.out, s.cache))
+            .unzip();
         let out = self.with_shards_in_units(outs, self.shape().to_vec(), Placement::Shard(1), d);
         let shape = vec![past + new, 2, 1, heads, d];
         let unit = if kv.held { kv.per } else { 1 };

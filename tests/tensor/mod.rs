@@ -20,6 +20,8 @@
 //!   differences (`fd`), decoding against the full attention;
 //! - `gqa`: grouped-query attention's VJP against finite differences on
 //!   every world size (dK, dV partial sums), decoding against the full op;
+//! - `gqa_grouped`: ranks on one CPU adapter decode their attention
+//!   steps in one dispatch, with each rank's bits;
 //! - `gqa_held`: which key/value heads each rank holds, attention and
 //!   decoding on held heads, `share_replicas`' summed gradients;
 //! - `llama_ops`: `rotary`, `rms_norm_heads` and `mul` against f64 and
@@ -37,6 +39,7 @@ mod elementwise;
 mod embedding;
 mod fd;
 mod gqa;
+mod gqa_grouped;
 mod gqa_held;
 mod grad_elementwise;
 mod grad_ops;

@@ -9,16 +9,16 @@
 //! views are whole vec4s (whole vec8s to rotate) and the device binds eight
 //! storage buffers; the separate kernels otherwise.
 
-use super::launch::{Problem, View};
+use super::launch::{Params, Problem, View};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::error::Result;
 
-const SOURCE: &str = concat!(
+pub(super) const SOURCE: &str = concat!(
     include_str!("../../../shaders/attention_header.wgsl"),
     include_str!("../../../shaders/attention_decode.wgsl")
 );
 /// q, k, v; the cache, the scores and the output; cos and sin.
-const BINDINGS: &[Access] = &[
+pub(super) const BINDINGS: &[Access] = &[
     Access::Read,
     Access::Read,
     Access::Read,
@@ -77,17 +77,22 @@ pub(super) fn record(
 ) -> Result<()> {
     #[cfg(test)]
     RUNS.with(|c| c.set(c.get() + 1));
-    let mut params = pr.params(pr.inv_sqrt_d(), false, q.1, k.1, v.1);
-    let workgroups = (pr.s.batch * pr.s.heads) as u64;
-    params.n = workgroups as u32;
-    params.rotate = rope.is_some() as u32;
+    let params = params(pr, [q.1, k.1, v.1], rope.is_some());
     let (cos, sin) = rope.unwrap_or((q.0, q.0));
     let spec = KernelSpec::new("attention_decode", SOURCE, BINDINGS, "attend_one").in_vec4s();
     Dispatch {
         spec: &spec,
         params: bytemuck::bytes_of(&params),
         buffers: &[q.0, k.0, v.0, cache, scores, out, cos, sin],
-        workgroups,
+        workgroups: params.n as u64,
     }
     .record(q.0.device())
+}
+
+/// The step's parameters: one workgroup per (sequence, query head).
+pub(super) fn params(pr: &Problem, [q, k, v]: [View; 3], rotate: bool) -> Params {
+    let mut params = pr.params(pr.inv_sqrt_d(), false, q, k, v);
+    params.n = (pr.s.batch * pr.s.heads) as u32;
+    params.rotate = rotate as u32;
+    params
 }

@@ -52,8 +52,10 @@
 //! `entries.rs` which entries a product takes.
 
 mod checks;
+mod decode;
 #[cfg(test)]
 mod decode_check;
+mod decode_group;
 mod decode_one;
 mod entries;
 mod gqa;
@@ -63,12 +65,11 @@ mod shape;
 mod vec4_check;
 
 use checks::{check_operand, check_qkv, check_size};
+pub use decode::{attention_decode_gqa, attention_decode_gqa_rotary};
+pub(crate) use decode_group::{Step, decode_sources, decode_steps};
 pub(crate) use entries::{SOURCE, SOURCE_TEXTURES, SOURCE_VEC4};
 use gqa::{Src, backward_into, forward_into};
-pub use gqa::{
-    attention_backward_gqa, attention_decode_gqa, attention_decode_gqa_rotary,
-    attention_forward_gqa,
-};
+pub use gqa::{attention_backward_gqa, attention_forward_gqa};
 use launch::{Problem, View};
 pub use shape::{AttentionShape, HeadGroups};
 
@@ -276,7 +277,7 @@ pub fn attention_decode(
         g: HeadGroups::mha(shape.heads),
     };
     let [q, k, v] = [0, 1, 2].map(|blk| (qkv, View::fused(&shape, shape.seq, blk)));
-    let (out, new_cache) = gqa::decode_into(OP, &pr, [q, k, v], None, cache)?;
+    let (out, new_cache) = decode::decode_into(OP, &pr, [q, k, v], None, cache)?;
     Ok(Decoded {
         out,
         cache: new_cache,
