@@ -17,7 +17,10 @@
 //! Kernel tuning (`wgpu_tp::Tuning`): the first P runs once with every
 //! kernel on its vendor / Mesa guess (row `P=1g`), then with the choices
 //! measured during its warm-up, and prints the ratio; the end lists what
-//! was chosen per shape class. `WGPU_TP_TUNE=off` skips both.
+//! was chosen per shape class. `WGPU_TP_TUNE=off` skips both;
+//! `WGPU_TP_DECODE_GUESSES=0` skips the guesses' row (so the measured
+//! choices run first in their process, as a `WGPU_TP_TUNE=off` process's
+//! guesses do: the second case in a process tends to run slower).
 //!
 //! The prompt is decoded in one step (the prefill, timed apart), then N
 //! tokens one at a time through `nn::generate`; the figure is the best and
@@ -237,7 +240,8 @@ fn main() {
         // The first P also runs with every kernel on its guess (tuning
         // off), then measured: the ratio says what measuring bought.
         let tune = wgpu_tp::tuning();
-        if tune.enabled && p == ranks[0] {
+        let guesses = std::env::var("WGPU_TP_DECODE_GUESSES").as_deref() != Ok("0");
+        if tune.enabled && guesses && p == ranks[0] {
             wgpu_tp::set_tuning(wgpu_tp::Tuning {
                 enabled: false,
                 ..tune.clone()
