@@ -1,10 +1,11 @@
 //! Kernel variants chosen by measurement: at a kernel family's first use
 //! per shape class on an adapter, time each candidate on the device, keep
 //! the fastest, and remember it in memory and on disk, one file per
-//! adapter, driver and host CPU. The candidates measured against each
-//! other compute the same bits (they differ in workgroup shape, not in
-//! arithmetic order: the kernels' tests check it), so ranks and processes
-//! that measure apart still compute alike. Kernels whose arithmetic order
+//! adapter, driver, host CPU and version of the kernels' code. The
+//! candidates measured against each other compute the same bits (they
+//! differ in workgroup shape, not in arithmetic order: the kernels' tests
+//! check it), so ranks and processes that measure apart still compute
+//! alike. Kernels whose arithmetic order
 //! differs (the GEMV's split-K entry, the tree-reduced norm) are picked by
 //! adapter type, which every rank of a mesh over like adapters sees alike,
 //! and only their knobs are measured.
@@ -125,18 +126,21 @@ fn cpu_model() -> &'static str {
 }
 
 /// What a measurement holds for: the adapter, its driver, the host CPU for
-/// CPU adapters, and this crate's version (kernels change between versions).
+/// CPU adapters, this crate's version and its kernels' code (`build.rs`
+/// hashes `shaders/` and `src/kernels/`: a choice timed on other code is
+/// timed again).
 pub(crate) fn device_key(device: &Device) -> String {
     let info = device.adapter_info();
     let cpu = if device.is_cpu() { cpu_model() } else { "" };
     format!(
-        "{} | {:?} | {} {} | {} | wgpu-tp {}",
+        "{} | {:?} | {} {} | {} | wgpu-tp {} kernels {}",
         info.name,
         info.backend,
         info.driver,
         info.driver_info,
         cpu,
-        env!("CARGO_PKG_VERSION")
+        env!("CARGO_PKG_VERSION"),
+        env!("WGPU_TP_KERNELS_HASH")
     )
 }
 
