@@ -5,10 +5,10 @@
 //! candidates measured against each other compute the same bits (they
 //! differ in workgroup shape, not in arithmetic order: the kernels' tests
 //! check it), so ranks and processes that measure apart still compute
-//! alike. Kernels whose arithmetic order
-//! differs (the GEMV's split-K entry, the tree-reduced norm) are picked by
-//! adapter type, which every rank of a mesh over like adapters sees alike,
-//! and only their knobs are measured.
+//! alike. Kernels whose arithmetic order differs (the GEMV's split-K
+//! entry, the tree-reduced norm) are picked by adapter type, which every
+//! rank of a mesh over like adapters sees alike, and only their knobs are
+//! measured.
 //!
 //! Settings ([`Tuning`], read from the environment unless [`set_tuning`]
 //! replaced them): `WGPU_TP_TUNE=off` turns measuring and the disk cache
