@@ -24,7 +24,12 @@ var<workgroup> row_mr: vec2<f32>;
 
 @compute @workgroup_size(64)
 fn forward_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    let r = wg.x;
+    norm_row(wg.x, li);
+}
+
+// Row r's statistics and output, by a workgroup of 64 (fold_norm.wgsl
+// runs it after a fold that writes x).
+fn norm_row(r: u32, li: u32) {
     let base = r * p.cols;
     if (li == 0u) {
         let h = f32(p.cols);

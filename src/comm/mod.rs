@@ -64,7 +64,7 @@ pub use collectives::{
 };
 pub(crate) use mpi::gather_words;
 pub use p2p::{Channel, discard_queued, recv, send, wait_sends};
-pub(crate) use reduce_add::all_reduce_sum_add;
+pub(crate) use reduce_add::{all_reduce_sum_add, all_reduce_sum_add_norm};
 pub use ring::{RingShift, ring_shift};
 pub use stats::{Collective, CommCount, CommStats};
 pub use transport::Transport;

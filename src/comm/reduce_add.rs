@@ -2,7 +2,8 @@
 //! where ranks share one device: [`all_reduce`](super::all_reduce)'s sum in
 //! participant order, then `residual + sum` as `kernels::add` rounds it, so
 //! the bits are those of the two steps with one dispatch (and one pass over
-//! the output) fewer per branch. Elsewhere the caller takes the two steps.
+//! the output) fewer per branch; for a few rows, also the RMSNorm that
+//! follows (`kernels::fold_norm`). Elsewhere the caller takes the steps.
 
 use super::collectives::{alone, contributions};
 use super::group::{bytes_of, check_group, check_same_shapes};
@@ -11,8 +12,9 @@ use super::trace::{CommSpan, finish_span};
 use super::transport::Transport;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::copy_fold::{Block, FOLD_INPUTS, fold_add, fold_block};
+use crate::kernels::fold_norm::{self, fold_norm_rows};
 
 /// Every rank ends with `residual + Σ shards` (f32 sums in participant
 /// order, the residual added last), counted as one all-reduce; `None`, with
@@ -25,14 +27,62 @@ pub(crate) fn all_reduce_sum_add(
     shards: &[LocalTensor],
     residual: &LocalTensor,
 ) -> Result<Option<Vec<LocalTensor>>> {
+    let fits = residual.len().is_multiple_of(4);
+    Ok(reduce_add(mesh, shards, residual, None, fits)?.map(|(sum, _)| sum))
+}
+
+/// [`all_reduce_sum_add`] of `[rows, cols]` shards, and the RMSNorm of its
+/// result (on every rank, like the sum) with `gamma` `[cols]` and `eps`, with
+/// [`norm_forward`](crate::kernels::norm_forward)'s bits, in the same
+/// dispatch (`kernels::fold_norm`): `None`, with nothing recorded, where
+/// [`all_reduce_sum_add`] would be or that kernel does not fit.
+pub(crate) fn all_reduce_sum_add_norm(
+    mesh: &Mesh,
+    shards: &[LocalTensor],
+    residual: &LocalTensor,
+    (gamma, eps): (&LocalTensor, f32),
+) -> Result<Option<(Vec<LocalTensor>, Vec<LocalTensor>)>> {
+    let fits = match *residual.shape() {
+        [rows, cols] => {
+            fold_norm::fits(residual, rows)
+                && gamma.shape() == [cols]
+                && gamma.dtype() == DType::F32
+                && std::sync::Arc::ptr_eq(gamma.device(), residual.device())
+                && eps.is_finite()
+                && eps >= 0.0
+        }
+        _ => false,
+    };
+    match reduce_add(mesh, shards, residual, Some((gamma, eps)), fits)? {
+        Some((sum, Some(y))) => Ok(Some((sum, y))),
+        Some((_, None)) => Err(Error::invalid(
+            "all_reduce",
+            "internal: the fused norm recorded nothing (please report this)",
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The sum on every rank, and the norm of it on every rank where asked.
+type Reduced = (Vec<LocalTensor>, Option<Vec<LocalTensor>>);
+
+/// Both entries: the fold into one buffer aliased on every rank, the
+/// residual in its last pass, and that pass the fused norm where asked.
+fn reduce_add(
+    mesh: &Mesh,
+    shards: &[LocalTensor],
+    residual: &LocalTensor,
+    norm: Option<(&LocalTensor, f32)>,
+    fits: bool,
+) -> Result<Option<Reduced>> {
     const OP: &str = "all_reduce";
     let ranks = check_group(OP, mesh, shards)?;
     check_same_shapes(OP, shards)?;
-    let fits = mesh.transport() == Transport::SharedDevice
+    let fits = fits
+        && mesh.transport() == Transport::SharedDevice
         && !alone(mesh, shards)
         && residual.shape() == shards[0].shape()
-        && residual.device().id() == ranks[0].device().id()
-        && residual.len().is_multiple_of(4)
+        && std::sync::Arc::ptr_eq(residual.device(), ranks[0].device())
         && shards
             .iter()
             .chain([residual])
@@ -47,15 +97,17 @@ pub(crate) fn all_reduce_sum_add(
         .map(|g| g.iter().collect())
         .collect();
     let last = groups.len() - 1;
+    let mut normed = None;
     for (i, group) in groups.iter().enumerate() {
-        if i == last {
-            fold_add(group, residual, &acc, i > 0)?;
-        } else {
-            fold_block(group, &acc, Block::whole(acc.len()), ReduceOp::Sum, i > 0)?;
+        match (i == last, norm) {
+            (true, Some(n)) => normed = Some(fold_norm_rows(group, residual, &acc, n, i > 0)?),
+            (true, None) => fold_add(group, residual, &acc, i > 0)?,
+            _ => fold_block(group, &acc, Block::whole(acc.len()), ReduceOp::Sum, i > 0)?,
         }
     }
     let out = acc.with_aliases_on(&ranks[1..])?;
+    let normed = normed.map(|y| y.with_aliases_on(&ranks[1..])).transpose()?;
     mesh.record_comm(Collective::AllReduce, bytes_of(shards));
     finish_span(span);
-    Ok(Some(out))
+    Ok(Some((out, normed)))
 }

@@ -10,6 +10,7 @@ pub mod cross_entropy;
 pub mod dropout;
 pub mod elementwise;
 pub mod embedding;
+pub(crate) mod fold_norm;
 pub mod gemm;
 pub mod gemv;
 mod grid;
@@ -92,6 +93,7 @@ pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     out.extend(gemm::register_sources());
     out.extend(gemv::gemv_sources());
     out.extend(attention::decode_sources());
+    out.push(("fold_norm", fold_norm::source()));
     // f16 families (used only where the adapter has SHADER_F16).
     out.push(("transpose_f16", transpose::SOURCE_F16));
     out.push(("cast_to_f16", cast::SOURCE_TO_F16));

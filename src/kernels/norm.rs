@@ -76,11 +76,11 @@ pub enum NormKind {
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    flags: u32,
+pub(super) struct Params {
+    pub(super) rows: u32,
+    pub(super) cols: u32,
+    pub(super) eps: f32,
+    pub(super) flags: u32,
 }
 
 /// `[rows, cols]` of a 2-D f32 tensor whose element count fits in u32.

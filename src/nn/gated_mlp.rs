@@ -12,6 +12,7 @@ use super::init::{Init, InitRng};
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
+use super::norm::RMSNorm;
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
@@ -107,7 +108,26 @@ impl GatedMlp {
         self.forward_with(x, Some(residual))
     }
 
+    /// [`Self::forward_residual`], and `norm` of its result where
+    /// `down_proj`'s all-reduce applies it
+    /// ([`RowParallelLinear::forward_with_norm`]; `None`: the caller norms).
+    pub(crate) fn forward_residual_norm(
+        &self,
+        x: &DTensor,
+        residual: &DTensor,
+        norm: &RMSNorm,
+    ) -> Result<(DTensor, Option<DTensor>)> {
+        let h = self.hidden(x)?;
+        self.down_proj
+            .forward_with_norm(&h, Some(residual), Some(norm))
+    }
+
     fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
+        self.down_proj.forward_with(&self.hidden(x)?, residual)
+    }
+
+    /// The gated hidden activations, `act(x·gateᵀ) ⊙ x·upᵀ`.
+    fn hidden(&self, x: &DTensor) -> Result<DTensor> {
         let f = if self.config.sequence_parallel {
             Mapping::AllGatherToParallel(0)
         } else {
@@ -117,9 +137,6 @@ impl GatedMlp {
         // Up first, so the gate's product can multiply by it as it stores.
         let up = self.up_proj.forward_mapped(&xg)?;
         let act = self.config.activation;
-        let h = self
-            .gate_proj
-            .forward_mapped_activation_mul(&xg, act, &up)?;
-        self.down_proj.forward_with(&h, residual)
+        self.gate_proj.forward_mapped_activation_mul(&xg, act, &up)
     }
 }

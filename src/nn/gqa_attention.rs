@@ -261,6 +261,19 @@ impl GqaAttention {
         cache: &mut KvCache,
         residual: Option<&DTensor>,
     ) -> Result<DTensor> {
+        Ok(self.decode_with_norm(x, cache, residual, None)?.0)
+    }
+
+    /// [`Self::decode_with`], and `norm` of its result where `o_proj`'s
+    /// all-reduce applies it ([`RowParallelLinear::forward_with_norm`];
+    /// `None`: the caller norms).
+    pub(crate) fn decode_with_norm(
+        &self,
+        x: &DTensor,
+        cache: &mut KvCache,
+        residual: Option<&DTensor>,
+        norm: Option<&RMSNorm>,
+    ) -> Result<(DTensor, Option<DTensor>)> {
         const OP: &str = "GqaAttention::decode";
         if self.config.sequence_parallel {
             return Err(Error::invalid(
@@ -275,7 +288,9 @@ impl GqaAttention {
         let tables = (&tables.0, &tables.1);
         let (out, grown) =
             q.gqa_decode_rotary([&k, &v], cache.kv.as_ref(), &self.spec(new), tables)?;
-        let y = self.o_proj.forward_with(&out.cast(x.dtype())?, residual)?;
+        let y = self
+            .o_proj
+            .forward_with_norm(&out.cast(x.dtype())?, residual, norm)?;
         cache.len += new;
         cache.kv = Some(grown);
         Ok(y)

@@ -98,4 +98,39 @@ impl DTensor {
             Placement::Replicate,
         )))
     }
+
+    /// [`Self::reduce_add_residual`] and the RMSNorm of its result with
+    /// `gamma` (`[cols]`, `Replicate`) and `eps`, in the same dispatch for
+    /// a few rows on a CPU adapter (`comm::all_reduce_sum_add_norm`): the
+    /// sum and `rms_norm`'s bits, both `Replicate`; `None` otherwise.
+    pub(crate) fn reduce_add_residual_norm(
+        &self,
+        residual: &DTensor,
+        (gamma, eps): (&DTensor, f32),
+    ) -> Result<Option<(DTensor, DTensor)>> {
+        let fits = self.placement() == Placement::Partial(ReduceOp::Sum)
+            && residual.placement() == Placement::Replicate
+            && gamma.placement() == Placement::Replicate
+            && [self, residual, gamma]
+                .iter()
+                .all(|t| t.dtype() == DType::F32)
+            && self.shape() == residual.shape()
+            && self.mesh().same_as(residual.mesh())
+            && self.mesh().same_as(gamma.mesh())
+            && !tracking(&[self, residual, gamma]);
+        if !fits {
+            return Ok(None);
+        }
+        let (r, g) = (&residual.shards()[0], &gamma.shards()[0]);
+        let Some((sum, y)) =
+            comm::all_reduce_sum_add_norm(self.mesh(), self.shards(), r, (g, eps))?
+        else {
+            return Ok(None);
+        };
+        let shape = self.shape().to_vec();
+        Ok(Some((
+            self.with_shards(sum, shape.clone(), Placement::Replicate),
+            self.with_shards(y, shape, Placement::Replicate),
+        )))
+    }
 }

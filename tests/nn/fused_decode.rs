@@ -13,12 +13,16 @@
 
 use std::path::Path;
 
-use crate::util::{Rng, WORLD_SIZES, count_lock, counting_mesh, kernel_calls as calls, meshes};
-use wgpu_tp::models::{Gpt, GptConfig, Llama};
-use wgpu_tp::nn::{
-    ColumnParallelConfig, ColumnParallelLinear, GatedMlp, GatedMlpConfig, InitRng, Params, Sampling,
+use crate::util::{
+    Rng, WORLD_SIZES, count_lock, counting_mesh, counting_shared_mesh, kernel_calls as calls,
+    meshes,
 };
-use wgpu_tp::{DTensor, Mapping, MatmulOptions, Placement, kernels::Activation, no_grad};
+use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::nn::{
+    CausalDecoder, ColumnParallelConfig, ColumnParallelLinear, GatedMlp, GatedMlpConfig, InitRng,
+    KvCache, Params, Sampling,
+};
+use wgpu_tp::{DTensor, Mapping, MatmulOptions, Placement, Trace, kernels::Activation, no_grad};
 
 /// `f(module, x)` recorded: its value, x's gradient and every parameter's
 /// gradient after backward from `dy` (the whole value's, placed like it).
@@ -263,6 +267,67 @@ fn rotary_pair_gives_two_rotaries_bits_on_every_placement_p1_2_3_4_8() {
                     ql.grad().is_some() && kl.grad().is_some(),
                     "{what}: gradients"
                 );
+            }
+        }
+    }
+}
+
+/// Logits of a prompt and two tokens decoded one by one, with the traces
+/// of those two tokens.
+fn llama_logits(m: &wgpu_tp::Mesh, cfg: &LlamaConfig) -> (Vec<Vec<f32>>, Vec<Trace>) {
+    let model = Llama::new(m, cfg.clone(), 9).unwrap();
+    let mut caches = vec![KvCache::default(); model.num_caches()];
+    let (mut logits, mut traces) = (Vec::new(), Vec::new());
+    for (i, ids) in [&[1, 5, 2][..], &[7], &[3]].into_iter().enumerate() {
+        if i > 0 {
+            m.start_trace().unwrap();
+        }
+        let y = no_grad(|| model.decode_logits(ids, &mut caches)).unwrap();
+        logits.push(y.to_host().unwrap());
+        if i > 0 {
+            traces.push(m.stop_trace().unwrap());
+        }
+    }
+    (logits, traces)
+}
+
+#[test]
+fn shared_ranks_fold_add_and_norm_each_llama_branch_in_one_dispatch_p2_3_4_8() {
+    let _counting = count_lock();
+    // head_dim 8: the one-token attention step rotates in place.
+    let mut cfg = LlamaConfig::new(29, 64, 40, 2, 8, 4);
+    cfg.max_position_embeddings = 16;
+    let layers = cfg.num_hidden_layers as u64;
+    for p in [2, 3, 4, 8] {
+        let alone = llama_logits(&counting_mesh(p), &cfg);
+        let shared_mesh = counting_shared_mesh(p);
+        let shared = llama_logits(&shared_mesh, &cfg);
+        assert!(
+            alone.0 == shared.0,
+            "P={p}: logits differ from a device per rank"
+        );
+        let dev = shared_mesh.ranks()[0].device();
+        let fused = !dev.is_gpu() && dev.limits().max_storage_buffers_per_shader_stage >= 10;
+        for (t, trace) in shared.1.iter().enumerate() {
+            let what = format!("P={p} token {t}");
+            // Each branch's all-reduce adds the residual and norms what
+            // follows (the next layer's, the last one the final norm); only
+            // the first layer's input norm runs apart.
+            let want = if fused { 2 * layers } else { 0 };
+            assert_eq!(calls(trace, "fold_norm::fold_norm_rows"), want, "{what}");
+            if fused {
+                assert_eq!(calls(trace, "norm_rows::forward_rows"), 1, "{what}");
+            }
+            assert_eq!(
+                calls(trace, "elementwise::axpby"),
+                0,
+                "{what}: residual adds"
+            );
+            // Past four partial sums a first fold pass, for each branch and
+            // both of the embedding's (two passes alone).
+            if fused && p > 4 {
+                let first = calls(trace, "copy_fold::fold_flat4");
+                assert_eq!(first, 2 * layers + 2, "{what}");
             }
         }
     }

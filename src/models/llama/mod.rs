@@ -67,11 +67,30 @@ impl LlamaDecoderLayer {
         self.mlp.forward_residual(&n2, &h)
     }
 
-    fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
-        let n1 = self.input_layernorm.forward(x)?;
-        let h = self.self_attn.decode_with(&n1, cache, Some(x))?;
-        let n2 = self.post_attention_layernorm.forward(&h)?;
-        self.mlp.forward_residual(&n2, &h)
+    // `x_normed`: `input_layernorm(x)` where the previous layer's last
+    // all-reduce applied it; returns the output and, where this layer's
+    // last all-reduce applied it, `next` of it (ranks sharing a CPU
+    // adapter: `RowParallelLinear::forward_with_norm`, the same bits).
+    fn decode(
+        &self,
+        (x, x_normed): (&DTensor, Option<DTensor>),
+        cache: &mut KvCache,
+        next: Option<&RMSNorm>,
+    ) -> Result<(DTensor, Option<DTensor>)> {
+        let n1 = match x_normed {
+            Some(n) => n,
+            None => self.input_layernorm.forward(x)?,
+        };
+        let post = &self.post_attention_layernorm;
+        let (h, n2) = (self.self_attn).decode_with_norm(&n1, cache, Some(x), Some(post))?;
+        let n2 = match n2 {
+            Some(n) => n,
+            None => post.forward(&h)?,
+        };
+        match next {
+            Some(next) => self.mlp.forward_residual_norm(&n2, &h, next),
+            None => Ok((self.mlp.forward_residual(&n2, &h)?, None)),
+        }
     }
 }
 
@@ -224,11 +243,21 @@ impl Llama {
             ));
         }
         let mut x = self.model.embed_tokens.forward(ids)?;
-        for (layer, cache) in self.model.layers.iter().zip(caches.iter_mut()) {
-            x = layer.decode(&x, cache)?;
+        let mut normed = None;
+        let layers = &self.model.layers;
+        for (i, (layer, cache)) in layers.iter().zip(caches.iter_mut()).enumerate() {
+            let next = layers
+                .get(i + 1)
+                .map_or(&self.model.norm, |l| &l.input_layernorm);
+            (x, normed) = layer.decode((&x, normed), cache, Some(next))?;
         }
+        // Rows are normed apart, so the last row's norm is the norm's last row.
         let rows = x.shape()[0];
-        self.head(&self.model.norm.forward(&x.narrow(0, rows - 1, 1)?)?)
+        let last = match normed {
+            Some(n) => n.narrow(0, rows - 1, 1)?,
+            None => self.model.norm.forward(&x.narrow(0, rows - 1, 1)?)?,
+        };
+        self.head(&last)
     }
 }
 

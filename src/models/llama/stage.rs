@@ -221,7 +221,7 @@ impl StageDecoder for LlamaStage {
         crate::models::gpt2::check_decode(ids, caches.len(), self.layers.len())?;
         let mut x = self.input(input, ids, false)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            x = layer.decode(&x, cache)?;
+            x = layer.decode((&x, None), cache, None)?.0;
         }
         match self.norm {
             Some(_) => self.output(x.narrow(0, x.shape()[0] - 1, 1)?),

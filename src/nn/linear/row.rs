@@ -19,9 +19,9 @@ use super::shared::{
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
 use crate::nn::parameter::Parameter;
+use crate::nn::{Params, RMSNorm};
 use crate::tensor::{DTensor, Mapping, MatmulOptions, Placement};
 
 /// Settings of a [`RowParallelLinear`].
@@ -138,6 +138,19 @@ impl RowParallelLinear {
 
     /// [`Self::forward`], plus `residual` where given ([`Self::forward_residual`]).
     pub(crate) fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
+        Ok(self.forward_with_norm(x, residual, None)?.0)
+    }
+
+    /// [`Self::forward_with`], and `norm` of its result where the ranks
+    /// share a CPU adapter and add the residual in the all-reduce (no
+    /// bias, decoding): the all-reduce's pass applies it too, with
+    /// `norm.forward`'s bits. `None` where it did not: the caller norms.
+    pub(crate) fn forward_with_norm(
+        &self,
+        x: &DTensor,
+        residual: Option<&DTensor>,
+        norm: Option<&RMSNorm>,
+    ) -> Result<(DTensor, Option<DTensor>)> {
         const OP: &str = "RowParallelLinear::forward";
         check_input(OP, x, self.config.in_features, self.ring())?;
         // With one rank any placement is whole: the scatter only relabels it.
@@ -162,7 +175,7 @@ impl RowParallelLinear {
             && let Some(y) = x.linear_residual_one_rank(w, bias, r)?
         {
             // One rank: the bias and the residual in the product's store.
-            return Ok(y);
+            return Ok((y, None));
         }
         let y = if self.ring() {
             // Each chunk's partial product is computed while the running sum travels.
@@ -179,19 +192,27 @@ impl RowParallelLinear {
                 (true, Some(b)) => z.reduce_scatter_add_row(b)?,
                 (true, None) => Mapping::ReduceScatterToParallel(0).forward(&z)?,
                 (false, b) => {
-                    // No bias: the residual added in the all-reduce's pass.
+                    // No bias: the residual added in the all-reduce's pass,
+                    // and the norm after it where one is given.
                     if let (None, Some(r)) = (b, residual)
                         && x.dtype() == DType::F32
-                        && let Some(y) = z.reduce_add_residual(r)?
                     {
-                        return Ok(y);
+                        let gamma = norm.map(|n| (&n.weight.value, n.config().eps));
+                        if let Some(g) = gamma
+                            && let Some((h, y)) = z.reduce_add_residual_norm(r, g)?
+                        {
+                            return Ok((h, Some(y)));
+                        }
+                        if let Some(y) = z.reduce_add_residual(r)? {
+                            return Ok((y, None));
+                        }
                     }
                     let y = Mapping::ReduceFromParallel.forward(&z)?;
                     match (b, residual) {
                         (Some(b), Some(r))
                             if x.dtype() == DType::F32 && r.dtype() == DType::F32 =>
                         {
-                            return y.add_row_add(b, r);
+                            return Ok((y.add_row_add(b, r)?, None));
                         }
                         (Some(b), _) => y.add_row(b)?,
                         (None, _) => y,
@@ -201,8 +222,8 @@ impl RowParallelLinear {
         };
         let y = y.cast(x.dtype())?;
         match residual {
-            Some(r) => r.add(&y),
-            None => Ok(y),
+            Some(r) => Ok((r.add(&y)?, None)),
+            None => Ok((y, None)),
         }
     }
 }

@@ -1,0 +1,122 @@
+//! A shared device's all-reduce fold, a residual and the RMSNorm after it,
+//! for a few rows, in one dispatch (`shaders/fold_norm.wgsl`): the fold and
+//! residual of `copy_fold`'s `fold_add` and the norm of
+//! [`norm_forward`](super::norm_forward)'s few-row kernel, with their bits
+//! (the same expressions, the norm's the same code). A decoded Llama
+//! token's row-parallel branches each ended in those two single-workgroup
+//! dispatches. Taken where the norm sums serially (CPU adapters, not GPUs)
+//! and the device binds its ten storage buffers.
+
+use super::copy_fold::FOLD_INPUTS;
+use super::member_source::items;
+use super::norm::{FUSED_ROWS_MAX, Params, SOURCE_ROWS};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use crate::element::DType;
+use crate::error::{Error, Result};
+
+/// in0..in3, the residual, x (the fold's output), γ, β, stats and y.
+const BINDINGS: &[Access] = &[
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+    Access::ReadWrite,
+];
+
+/// Whether [`fold_norm_rows`] takes `rows` rows of `x`'s device.
+pub(crate) fn fits(x: &LocalTensor, rows: usize) -> bool {
+    let dev = x.device();
+    !dev.is_gpu()
+        && (1..=FUSED_ROWS_MAX).contains(&rows)
+        && dev.limits().max_storage_buffers_per_shader_stage >= BINDINGS.len() as u32
+}
+
+/// Record `x = residual + (srcs[0] + srcs[1] + ...)` (`x`'s old value
+/// first in the sum when `accumulate`) and return `y = rms_norm(x) ⊙ γ`
+/// with `eps` inside the square root: `x`, `residual` and every input
+/// `[rows, cols]` f32 in one buffer, `gamma` `[cols]`, 1 to
+/// [`FOLD_INPUTS`] inputs, all on one device that [`fits`].
+pub(crate) fn fold_norm_rows(
+    srcs: &[&LocalTensor],
+    residual: &LocalTensor,
+    x: &LocalTensor,
+    (gamma, eps): (&LocalTensor, f32),
+    accumulate: bool,
+) -> Result<LocalTensor> {
+    const OP: &str = "fold_norm_rows";
+    let [rows, cols] = *x.shape() else {
+        return Err(Error::shape(OP, "x [rows, cols]", x.shape()));
+    };
+    let whole = srcs
+        .iter()
+        .chain([&residual, &x])
+        .all(|t| t.shape() == [rows, cols] && t.dtype() == DType::F32 && !t.is_blocked());
+    let usable = (1..=FOLD_INPUTS).contains(&srcs.len())
+        && whole
+        && gamma.shape() == [cols]
+        && gamma.dtype() == DType::F32
+        && eps.is_finite()
+        && eps >= 0.0
+        && u32::try_from(x.len()).is_ok()
+        && fits(x, rows);
+    if !usable {
+        return Err(Error::invalid(
+            OP,
+            "internal: operands the fused fold and norm cannot take (please report this)",
+        ));
+    }
+    let rank = x.rank();
+    let stats = rank.alloc(OP, &[rows, 2], DType::F32)?;
+    let y = rank.alloc(OP, &[rows, cols], DType::F32)?;
+    let params = Params {
+        rows: rows as u32,
+        cols: cols as u32,
+        eps,
+        flags: 0,
+    };
+    let constants = vec![
+        ("COUNT", srcs.len() as f64),
+        ("ACCUMULATE", f64::from(u8::from(accumulate))),
+    ];
+    let spec = KernelSpec::new("fold_norm", source(), BINDINGS, "fold_norm_rows")
+        .with_constants(constants);
+    let input = |i: usize| *srcs.get(i).unwrap_or(&srcs[0]);
+    Dispatch {
+        spec: &spec,
+        params: bytemuck::bytes_of(&params),
+        buffers: &[
+            input(0),
+            input(1),
+            input(2),
+            input(3),
+            residual,
+            x,
+            gamma,
+            gamma,
+            &stats,
+            &y,
+        ],
+        workgroups: rows as u64,
+    }
+    .record(x.device())?;
+    Ok(y)
+}
+
+/// `norm_rows.wgsl`'s items but its bindings and entries, then
+/// `fold_norm.wgsl`: composed once per process.
+pub(crate) fn source() -> &'static str {
+    static SOURCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let mut src: String = (items(SOURCE_ROWS).into_iter())
+            .filter(|(t, _)| !t.starts_with("@group"))
+            .map(|(t, _)| t + "\n")
+            .collect();
+        src.push_str(include_str!("../../shaders/fold_norm.wgsl"));
+        src
+    })
+}
