@@ -23,8 +23,8 @@ use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::PhiloxKey;
 use crate::kernels::attention::{
-    AttentionShape, HeadWindow, ProbsDropout, attention_backward_with, attention_decode,
-    attention_forward_with,
+    AttentionShape, HeadWindow, ProbsDropout, attention_backward_with, attention_forward_with,
+    decode_fused_steps,
 };
 
 /// Dropout on the attention probabilities (GPT-2's `attn_pdrop`): `P' =
@@ -237,14 +237,17 @@ impl DTensor {
                 past
             }
         };
-        let mut outs = Vec::with_capacity(split.len());
-        let mut grown = Vec::with_capacity(split.len());
-        for (r, (local, &(_, h))) in self.shards().iter().zip(&split).enumerate() {
-            let c = cache.map(|c| &c.shards()[r]);
-            let step = attention_decode(local, c, AttentionShape::new(1, new, h, head_dim))?;
-            outs.push(step.out);
-            grown.push(step.cache);
-        }
+        // Every rank's step at once: ranks sharing a CPU adapter record
+        // theirs together (the same bits as one by one).
+        let steps: Vec<_> = (self.shards().iter().zip(&split).enumerate())
+            .map(|(r, (local, &(_, h)))| {
+                let c = cache.map(|c| &c.shards()[r]);
+                (local, c, AttentionShape::new(1, new, h, head_dim))
+            })
+            .collect();
+        let (outs, grown): (Vec<_>, Vec<_>) = (decode_fused_steps(&steps)?.into_iter())
+            .map(|s| (s.out, s.cache))
+            .unzip();
         let out = joined(self, outs, new, heads, head_dim);
         let cache_shape = vec![past + new, 2, 1, heads, head_dim];
         let cache = self.with_shards_in_units(grown, cache_shape, Placement::Shard(3), 1);

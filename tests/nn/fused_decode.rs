@@ -275,7 +275,11 @@ fn rotary_pair_gives_two_rotaries_bits_on_every_placement_p1_2_3_4_8() {
 /// Logits of a prompt and two tokens decoded one by one, with the traces
 /// of those two tokens.
 fn llama_logits(m: &wgpu_tp::Mesh, cfg: &LlamaConfig) -> (Vec<Vec<f32>>, Vec<Trace>) {
-    let model = Llama::new(m, cfg.clone(), 9).unwrap();
+    decoded_logits(m, &Llama::new(m, cfg.clone(), 9).unwrap())
+}
+
+/// [`llama_logits`] of any decoder.
+fn decoded_logits(m: &wgpu_tp::Mesh, model: &dyn CausalDecoder) -> (Vec<Vec<f32>>, Vec<Trace>) {
     let mut caches = vec![KvCache::default(); model.num_caches()];
     let (mut logits, mut traces) = (Vec::new(), Vec::new());
     for (i, ids) in [&[1, 5, 2][..], &[7], &[3]].into_iter().enumerate() {
@@ -329,6 +333,45 @@ fn shared_ranks_fold_add_and_norm_each_llama_branch_in_one_dispatch_p2_3_4_8() {
                 let first = calls(trace, "copy_fold::fold_flat4");
                 assert_eq!(first, 2 * layers + 2, "{what}");
             }
+        }
+    }
+}
+
+#[test]
+fn shared_ranks_decode_gpt_attention_steps_together_p2_3_4_8() {
+    let _counting = count_lock();
+    // head_dim 4: the one-token attention step takes it.
+    let cfg = GptConfig::new(23, 16, 32, 8, 2);
+    for p in [2, 3, 4, 8] {
+        let gpt = |m: &wgpu_tp::Mesh| {
+            let mut g = Gpt::new(m, cfg, 4).unwrap();
+            g.set_mode(false, 0);
+            g
+        };
+        let (am, sm) = (counting_mesh(p), counting_shared_mesh(p));
+        let alone = decoded_logits(&am, &gpt(&am));
+        let shared = decoded_logits(&sm, &gpt(&sm));
+        assert!(
+            alone.0 == shared.0,
+            "P={p}: logits differ from a device per rank"
+        );
+        let dev = sm.ranks()[0].device();
+        let size = (dev.limits().max_storage_buffers_per_shader_stage as usize / 8).min(4);
+        let grouped = size >= 2 && !dev.is_gpu();
+        for (t, trace) in shared.1.iter().enumerate() {
+            let groups: u64 = (trace.top_kernels(usize::MAX).iter())
+                .filter(|k| k.name.starts_with("attention_decode_group"))
+                .map(|k| k.calls)
+                .sum();
+            let want = if grouped {
+                cfg.layers * (p / size + usize::from(p % size >= 2))
+            } else {
+                0
+            };
+            assert_eq!(
+                groups, want as u64,
+                "P={p} token {t}: {size} ranks a dispatch"
+            );
         }
     }
 }

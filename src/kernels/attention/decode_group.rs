@@ -10,12 +10,12 @@
 
 use std::sync::OnceLock;
 
-use super::Decoded;
 use super::decode::{check_tables, checked, decode_into, step_buffers};
 use super::decode_one::{self, BINDINGS, Rope, SOURCE};
 use super::gqa::Src;
 use super::launch::{Params, Problem};
 use super::shape::{AttentionShape, HeadGroups};
+use super::{Decoded, fused_checked};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::Result;
@@ -57,40 +57,82 @@ struct GroupParams {
 /// errors; every step is checked before anything is recorded), with the
 /// one-token steps of ranks on one CPU adapter recorded together.
 pub(crate) fn decode_steps(steps: &[Step]) -> Result<Vec<Decoded>> {
-    let op = |s: &Step| match s.rope {
-        Some(_) => "attention_decode_gqa_rotary",
-        None => "attention_decode_gqa",
-    };
-    let mut checks: Vec<(Problem, [Src; 3])> = Vec::with_capacity(steps.len());
+    let mut checks = Vec::with_capacity(steps.len());
     for s in steps {
+        let op = match s.rope {
+            Some(_) => "attention_decode_gqa_rotary",
+            None => "attention_decode_gqa",
+        };
         if let Some(tables) = s.rope {
-            check_tables(op(s), s.qkv[0], &s.shape, tables)?;
+            check_tables(op, s.qkv[0], &s.shape, tables)?;
         }
-        checks.push(checked(op(s), s.qkv, s.cache, (s.shape, s.groups))?);
+        let (pr, srcs) = checked(op, s.qkv, s.cache, (s.shape, s.groups))?;
+        checks.push(Checked {
+            op,
+            pr,
+            srcs,
+            rope: s.rope,
+            cache: s.cache,
+        });
     }
-    let size = group_size(steps, &checks);
+    run(&checks)
+}
+
+/// [`attention_decode`](super::attention_decode) of each `(qkv, cache,
+/// shape)` (multi-head, fused QKV), as [`decode_steps`] records them.
+pub(crate) fn decode_fused_steps(
+    steps: &[(&LocalTensor, Option<&LocalTensor>, AttentionShape)],
+) -> Result<Vec<Decoded>> {
+    let checks = (steps.iter())
+        .map(|&(qkv, cache, shape)| {
+            let (pr, srcs) = fused_checked(qkv, cache, shape)?;
+            let op = "attention_decode";
+            Ok(Checked {
+                op,
+                pr,
+                srcs,
+                rope: None,
+                cache,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    run(&checks)
+}
+
+/// A step whose operands were checked.
+struct Checked<'a> {
+    op: &'static str,
+    pr: Problem,
+    srcs: [Src<'a>; 3],
+    rope: Rope<'a>,
+    cache: Option<&'a LocalTensor>,
+}
+
+/// The checked steps recorded: together where [`group_size`] allows, else
+/// one by one.
+fn run(checks: &[Checked]) -> Result<Vec<Decoded>> {
+    let size = group_size(checks);
     if size < 2 {
-        return steps
-            .iter()
-            .zip(&checks)
-            .map(|(s, (pr, srcs))| {
-                let (out, cache) = decode_into(op(s), pr, *srcs, s.rope, s.cache)?;
+        return (checks.iter())
+            .map(|c| {
+                let (out, cache) = decode_into(c.op, &c.pr, c.srcs, c.rope, c.cache)?;
                 Ok(Decoded { out, cache })
             })
             .collect();
     }
-    let mut done = Vec::with_capacity(steps.len());
-    let mut scores = Vec::with_capacity(steps.len());
-    for (s, (pr, _)) in steps.iter().zip(&checks) {
-        let (cache, out, probs) = step_buffers(op(s), pr, s.qkv[0], s.cache)?;
-        scores.push(s.qkv[0].rank().alloc(op(s), &probs, DType::F32)?);
+    let mut done = Vec::with_capacity(checks.len());
+    let mut scores = Vec::with_capacity(checks.len());
+    for c in checks {
+        let q = c.srcs[0].0;
+        let (cache, out, probs) = step_buffers(c.op, &c.pr, q, c.cache)?;
+        scores.push(q.rank().alloc(c.op, &probs, DType::F32)?);
         done.push(Decoded { out, cache });
     }
-    let members: Vec<Member> = (0..steps.len())
+    let members: Vec<Member> = (0..checks.len())
         .map(|i| Member {
-            pr: &checks[i].0,
-            srcs: checks[i].1,
-            rope: steps[i].rope,
+            pr: &checks[i].pr,
+            srcs: checks[i].srcs,
+            rope: checks[i].rope,
             cache: &done[i].cache,
             scores: &scores[i],
             out: &done[i].out,
@@ -108,22 +150,21 @@ pub(crate) fn decode_steps(steps: &[Step]) -> Result<Vec<Decoded>> {
 /// Members a dispatch takes for these steps: 0 where they cannot go
 /// together (not all one-token steps on one CPU adapter, or a device that
 /// binds too few storage buffers for two).
-fn group_size(steps: &[Step], checks: &[(Problem, [Src; 3])]) -> usize {
-    let Some(first) = steps.first() else {
+fn group_size(checks: &[Checked]) -> usize {
+    let Some(first) = checks.first() else {
         return 0;
     };
-    let dev = first.qkv[0].device();
-    let fits = steps.iter().zip(checks).all(|(s, (pr, srcs))| {
-        let views = srcs.map(|x| x.1);
-        decode_one::fits(pr, views, s.qkv[0], s.rope.is_some())
-            && s.qkv
-                .iter()
-                .chain(s.cache.iter())
-                .chain(s.rope.iter().flat_map(|(c, n)| [c, n]))
+    let dev = first.srcs[0].0.device();
+    let fits = checks.iter().all(|c| {
+        let views = c.srcs.map(|x| x.1);
+        decode_one::fits(&c.pr, views, c.srcs[0].0, c.rope.is_some())
+            && (c.srcs.iter().map(|s| s.0))
+                .chain(c.cache)
+                .chain(c.rope.iter().flat_map(|&(c, n)| [c, n]))
                 .all(|t| std::sync::Arc::ptr_eq(t.device(), dev) && !t.is_blocked())
     });
     let binds = dev.limits().max_storage_buffers_per_shader_stage as usize / BINDINGS.len();
-    match fits && steps.len() >= 2 {
+    match fits && checks.len() >= 2 {
         true => binds.min(GROUP_MAX),
         false => 0,
     }

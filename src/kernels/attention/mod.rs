@@ -66,7 +66,7 @@ mod vec4_check;
 
 use checks::{check_operand, check_qkv, check_size};
 pub use decode::{attention_decode_gqa, attention_decode_gqa_rotary};
-pub(crate) use decode_group::{Step, decode_sources, decode_steps};
+pub(crate) use decode_group::{Step, decode_fused_steps, decode_sources, decode_steps};
 pub(crate) use entries::{SOURCE, SOURCE_TEXTURES, SOURCE_VEC4};
 use gqa::{Src, backward_into, forward_into};
 pub use gqa::{attention_backward_gqa, attention_forward_gqa};
@@ -253,6 +253,22 @@ pub fn attention_decode(
     shape: AttentionShape,
 ) -> Result<Decoded> {
     const OP: &str = "attention_decode";
+    let (pr, srcs) = fused_checked(qkv, cache, shape)?;
+    let (out, new_cache) = decode::decode_into(OP, &pr, srcs, None, cache)?;
+    Ok(Decoded {
+        out,
+        cache: new_cache,
+    })
+}
+
+/// [`attention_decode`]'s checks: the problem, with the cache's length,
+/// and the views of the fused QKV.
+fn fused_checked<'a>(
+    qkv: &'a LocalTensor,
+    cache: Option<&LocalTensor>,
+    shape: AttentionShape,
+) -> Result<(Problem, [Src<'a>; 3])> {
+    const OP: &str = "attention_decode";
     check_qkv(OP, qkv, &shape)?;
     let past = match cache {
         Some(c) => {
@@ -276,10 +292,6 @@ pub fn attention_decode(
         past,
         g: HeadGroups::mha(shape.heads),
     };
-    let [q, k, v] = [0, 1, 2].map(|blk| (qkv, View::fused(&shape, shape.seq, blk)));
-    let (out, new_cache) = decode::decode_into(OP, &pr, [q, k, v], None, cache)?;
-    Ok(Decoded {
-        out,
-        cache: new_cache,
-    })
+    let srcs = [0, 1, 2].map(|blk| (qkv, View::fused(&shape, shape.seq, blk)));
+    Ok((pr, srcs))
 }
