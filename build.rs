@@ -1,12 +1,14 @@
-//! A hash of the kernels' code (`shaders/` and `src/kernels/`), built into
-//! the crate as `WGPU_TP_KERNELS_HASH`: kernel choices measured and kept on
-//! disk (`src/device/tune.rs`) are keyed by it, so they are measured again
-//! when the code they timed changes, not only with the crate's version.
+//! A hash of the kernels' code (`shaders/`, `src/kernels/` and the tuner,
+//! `src/device/tune.rs`), built into the crate as `WGPU_TP_KERNELS_HASH`:
+//! kernel choices measured and kept on disk are keyed by it, so they are
+//! measured again when the code they timed changes, not only with the
+//! crate's version.
 
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let mut files = Vec::new();
+    let mut files = vec![PathBuf::from("src/device/tune.rs")];
+    println!("cargo:rerun-if-changed=src/device/tune.rs");
     for dir in ["shaders", "src/kernels"] {
         println!("cargo:rerun-if-changed={dir}");
         collect(Path::new(dir), &mut files);
@@ -23,7 +25,7 @@ fn main() {
     println!("cargo:rustc-env=WGPU_TP_KERNELS_HASH={h:016x}");
 }
 
-/// Every file under `dir`, recursively.
+/// Every WGSL and Rust file under `dir`, recursively (not editors' backups).
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -32,7 +34,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = e.path();
         if path.is_dir() {
             collect(&path, out);
-        } else {
+        } else if path.extension().is_some_and(|x| x == "wgsl" || x == "rs") {
             out.push(path);
         }
     }

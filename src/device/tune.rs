@@ -189,8 +189,27 @@ fn save(dir: &Option<PathBuf>, key: &str, map: &BTreeMap<String, String>) {
         && serde_json::to_string_pretty(map)
             .ok()
             .is_some_and(|s| std::fs::write(&tmp, s).is_ok());
-    if ok {
-        let _ = std::fs::rename(&tmp, &file);
+    if ok && std::fs::rename(&tmp, &file).is_ok() {
+        prune(dir, &file);
+    }
+}
+
+/// Remove the files in `dir` of `file`'s adapter, driver, CPU and crate
+/// version that other kernel code wrote (their choices timed code that is
+/// gone; each edit of a kernel would otherwise leave one behind).
+fn prune(dir: &std::path::Path, file: &std::path::Path) {
+    let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let Some(prefix) = name.find("_kernels_").map(|i| &name[..i]) else {
+        return;
+    };
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let other = e.file_name();
+        let other = other.to_string_lossy();
+        if other != name && other.starts_with(prefix) && other.ends_with(".json") {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! chosen (the candidates measured against each other compute the same
 //! bits: tests/kernels/gemv.rs, gemv_split.rs and gemv_texture.rs); on CPU
 //! adapters a weight read again measures the texture entries beside the
-//! buffer kernel.
+//! buffer kernel; saving removes this adapter's files of other kernel code.
 
 use crate::util::{Rng, assert_close_cancelling, mesh, mesh_env, reference};
 use std::time::Duration;
@@ -27,6 +27,22 @@ fn a_large_one_row_product_is_measured_once_and_its_choice_kept_on_disk() {
     let mut rng = Rng::fresh("tune");
     let m1 = mesh(1);
     let r = &m1.ranks()[0];
+    // Files other kernel code wrote for this adapter (pruned when this
+    // code saves) and one of another adapter (kept).
+    let file = wgpu_tp::tuning_file(r.device(), &on).expect("a cache file name");
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    let prefix = &name[..name
+        .find("_kernels_")
+        .expect("the kernels' hash in the name")];
+    std::fs::create_dir_all(&dir).unwrap();
+    let stale = [
+        dir.join(format!("{prefix}_kernels_0123456789abcdef.json")),
+        dir.join(format!("{prefix}.json")),
+    ];
+    let foreign = dir.join("another_adapter_kernels_0123456789abcdef.json");
+    for f in stale.iter().chain([&foreign]) {
+        std::fs::write(f, "{}").unwrap();
+    }
     // N·K = 2^19 weights: above the size the kernel measures from.
     let (m, n, k) = (1usize, 1031usize, 509usize);
     let (a, b) = (rng.vec(m * k), rng.vec(n * k));
@@ -90,8 +106,11 @@ fn a_large_one_row_product_is_measured_once_and_its_choice_kept_on_disk() {
             .collect(),
     };
     assert!(names.contains(&ours[0].2), "a candidate: {ours:?}");
-    let file = wgpu_tp::tuning_file(r.device(), &on).expect("a cache file name");
     let text = std::fs::read_to_string(&file).expect("the choice written to disk");
+    for f in &stale {
+        assert!(!f.exists(), "{} outlived the save", f.display());
+    }
+    assert!(foreign.exists(), "another adapter's file was removed");
     let saved: std::collections::BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
     assert_eq!(
         saved.get(&ours[0].1),
