@@ -42,17 +42,8 @@ pub(crate) fn all_reduce_sum_add_norm(
     residual: &LocalTensor,
     (gamma, eps): (&LocalTensor, f32),
 ) -> Result<Option<(Vec<LocalTensor>, Vec<LocalTensor>)>> {
-    let fits = match *residual.shape() {
-        [rows, cols] => {
-            fold_norm::fits(residual, rows)
-                && gamma.shape() == [cols]
-                && gamma.dtype() == DType::F32
-                && std::sync::Arc::ptr_eq(gamma.device(), residual.device())
-                && eps.is_finite()
-                && eps >= 0.0
-        }
-        _ => false,
-    };
+    // The output is shaped and placed like the residual.
+    let fits = fold_norm::fits(residual, (gamma, eps));
     match reduce_add(mesh, shards, residual, Some((gamma, eps)), fits)? {
         Some((sum, Some(y))) => Ok(Some((sum, y))),
         Some((_, None)) => Err(Error::invalid(

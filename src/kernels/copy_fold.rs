@@ -34,7 +34,7 @@ const FOLD_ADD_BINDINGS: &[Access] = &[
     Access::Read,
 ];
 /// Inputs one fold pass reads (the shader's `in0..in3`); five storage
-/// bindings in all, as many as the gemm kernel already needs.
+/// bindings in all (six with `fold_add`'s residual), within WebGPU's eight.
 pub(crate) const FOLD_INPUTS: usize = 4;
 
 /// A window along one dimension of two tensors viewed as `[outer, dim, inner]`.

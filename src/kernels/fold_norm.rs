@@ -28,11 +28,25 @@ const BINDINGS: &[Access] = &[
     Access::ReadWrite,
 ];
 
-/// Whether [`fold_norm_rows`] takes `rows` rows of `x`'s device.
-pub(crate) fn fits(x: &LocalTensor, rows: usize) -> bool {
+/// Whether [`fold_norm_rows`] takes an output `x` (`[rows, cols]` f32,
+/// 1 to 8 rows, one buffer) with `gamma` (`[cols]` f32 on its device) and
+/// `eps`: a CPU adapter that binds its ten storage buffers.
+pub(crate) fn fits(x: &LocalTensor, (gamma, eps): (&LocalTensor, f32)) -> bool {
     let dev = x.device();
+    let [rows, cols] = *x.shape() else {
+        return false;
+    };
     !dev.is_gpu()
         && (1..=FUSED_ROWS_MAX).contains(&rows)
+        && cols > 0
+        && u32::try_from(x.len()).is_ok()
+        && [x, gamma]
+            .iter()
+            .all(|t| t.dtype() == DType::F32 && !t.is_blocked())
+        && gamma.shape() == [cols]
+        && std::sync::Arc::ptr_eq(gamma.device(), dev)
+        && eps.is_finite()
+        && eps >= 0.0
         && dev.limits().max_storage_buffers_per_shader_stage >= BINDINGS.len() as u32
 }
 
@@ -56,14 +70,7 @@ pub(crate) fn fold_norm_rows(
         .iter()
         .chain([&residual, &x])
         .all(|t| t.shape() == [rows, cols] && t.dtype() == DType::F32 && !t.is_blocked());
-    let usable = (1..=FOLD_INPUTS).contains(&srcs.len())
-        && whole
-        && gamma.shape() == [cols]
-        && gamma.dtype() == DType::F32
-        && eps.is_finite()
-        && eps >= 0.0
-        && u32::try_from(x.len()).is_ok()
-        && fits(x, rows);
+    let usable = (1..=FOLD_INPUTS).contains(&srcs.len()) && whole && fits(x, (gamma, eps));
     if !usable {
         return Err(Error::invalid(
             OP,

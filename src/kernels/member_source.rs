@@ -109,10 +109,16 @@ pub(crate) fn function_names(items: &[(String, bool)]) -> Vec<String> {
         .collect()
 }
 
-/// A `switch` over `count` members (the last one `default`) calling
-/// `call(g)` in member g's case: an entry's dispatch to its workgroup's
-/// member.
-pub(crate) fn member_switch(count: usize, call: impl Fn(usize) -> String) -> String {
+/// An entry `name` of `size` invocations a workgroup that finds its
+/// workgroup's member `g` (member g's workgroups start at `p.starts[g]`,
+/// `p.count` members) and runs `call(g)`, each member's call in a `switch`
+/// case (the last one `default`).
+pub(crate) fn member_entry(
+    name: &str,
+    size: &str,
+    count: usize,
+    call: impl Fn(usize) -> String,
+) -> String {
     let cases: String = (0..count)
         .map(|g| {
             let label = if g + 1 == count {
@@ -123,7 +129,24 @@ pub(crate) fn member_switch(count: usize, call: impl Fn(usize) -> String) -> Str
             format!("        {label}: {{ {} }}\n", call(g))
         })
         .collect();
-    format!("    switch g {{\n{cases}    }}\n")
+    format!(
+        "
+@compute @workgroup_size({size})
+fn {name}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) li: u32) {{
+    let w = wg.y * nwg.x + wg.x;
+    // The member whose workgroups hold w: the same for every invocation.
+    var g = 0u;
+    for (var i = 1u; i < p.count; i++) {{
+        if (w >= p.starts[i]) {{
+            g = i;
+        }}
+    }}
+    switch g {{
+{cases}    }}
+}}
+"
+    )
 }
 
 #[cfg(test)]
@@ -165,6 +188,14 @@ mod tests {
             ),
             "q4_1[i] = s.q4 + p.m[1].heads * p.m[1].d + p. x;"
         );
-        assert!(member_switch(2, |g| format!("f_{g}();")).contains("default: { f_1(); }"));
+        let entry = member_entry("e", "64", 2, |g| format!("f_{g}(w - p.starts[g], li);"));
+        assert!(
+            entry.contains("case 0u: { f_0(w - p.starts[g], li); }"),
+            "{entry}"
+        );
+        assert!(
+            entry.contains("default: { f_1(w - p.starts[g], li); }"),
+            "{entry}"
+        );
     }
 }

@@ -77,26 +77,12 @@ impl DTensor {
     /// `Replicate` and shaped like `self` (`comm::all_reduce_sum_add`);
     /// `None` otherwise, for the caller's separate steps.
     pub(crate) fn reduce_add_residual(&self, residual: &DTensor) -> Result<Option<DTensor>> {
-        let fits = self.placement() == Placement::Partial(ReduceOp::Sum)
-            && residual.placement() == Placement::Replicate
-            && self.dtype() == DType::F32
-            && residual.dtype() == DType::F32
-            && self.shape() == residual.shape()
-            && self.mesh().same_as(residual.mesh())
-            && !tracking(&[self, residual]);
-        if !fits {
+        if !self.reduces_into(residual, &[]) {
             return Ok(None);
         }
-        let Some(shards) =
-            comm::all_reduce_sum_add(self.mesh(), self.shards(), &residual.shards()[0])?
-        else {
-            return Ok(None);
-        };
-        Ok(Some(self.with_shards(
-            shards,
-            self.shape().to_vec(),
-            Placement::Replicate,
-        )))
+        let r = &residual.shards()[0];
+        let sum = comm::all_reduce_sum_add(self.mesh(), self.shards(), r)?;
+        Ok(sum.map(|s| self.replicated(s)))
     }
 
     /// [`Self::reduce_add_residual`] and the RMSNorm of its result with
@@ -108,29 +94,33 @@ impl DTensor {
         residual: &DTensor,
         (gamma, eps): (&DTensor, f32),
     ) -> Result<Option<(DTensor, DTensor)>> {
-        let fits = self.placement() == Placement::Partial(ReduceOp::Sum)
-            && residual.placement() == Placement::Replicate
-            && gamma.placement() == Placement::Replicate
-            && [self, residual, gamma]
-                .iter()
-                .all(|t| t.dtype() == DType::F32)
-            && self.shape() == residual.shape()
-            && self.mesh().same_as(residual.mesh())
-            && self.mesh().same_as(gamma.mesh())
-            && !tracking(&[self, residual, gamma]);
-        if !fits {
+        if !self.reduces_into(residual, &[gamma]) {
             return Ok(None);
         }
         let (r, g) = (&residual.shards()[0], &gamma.shards()[0]);
-        let Some((sum, y)) =
-            comm::all_reduce_sum_add_norm(self.mesh(), self.shards(), r, (g, eps))?
-        else {
-            return Ok(None);
-        };
-        let shape = self.shape().to_vec();
-        Ok(Some((
-            self.with_shards(sum, shape.clone(), Placement::Replicate),
-            self.with_shards(y, shape, Placement::Replicate),
-        )))
+        let got = comm::all_reduce_sum_add_norm(self.mesh(), self.shards(), r, (g, eps))?;
+        Ok(got.map(|(sum, y)| (self.replicated(sum), self.replicated(y))))
+    }
+
+    /// Whether `self` (`Partial(Sum)`) all-reduces into `residual`
+    /// (`Replicate`, shaped alike) with the `Replicate` `also`, all f32 on
+    /// one mesh and nothing recorded.
+    fn reduces_into(&self, residual: &DTensor, also: &[&DTensor]) -> bool {
+        let mut all = vec![self, residual];
+        all.extend(also);
+        self.placement() == Placement::Partial(ReduceOp::Sum)
+            && self.shape() == residual.shape()
+            && all[1..]
+                .iter()
+                .all(|t| t.placement() == Placement::Replicate)
+            && all
+                .iter()
+                .all(|t| t.dtype() == DType::F32 && t.mesh().same_as(self.mesh()))
+            && !tracking(&all)
+    }
+
+    /// `shards` (one per rank) shaped like `self`, `Replicate`.
+    fn replicated(&self, shards: Vec<crate::device::LocalTensor>) -> DTensor {
+        self.with_shards(shards, self.shape().to_vec(), Placement::Replicate)
     }
 }

@@ -6,7 +6,7 @@
 //! length off a multiple of 4, a host-staged mesh, anything recorded) the
 //! two steps run, with the same bits.
 
-use crate::util::{Rng, assert_close, count_lock, counting_meshes, kernel_calls};
+use crate::util::{Rng, assert_close, count_lock, counting_meshes, kernel_calls, reference};
 use wgpu_tp::nn::{InitRng, RowParallelConfig, RowParallelLinear};
 use wgpu_tp::{DTensor, Placement, no_grad};
 
@@ -57,14 +57,9 @@ fn the_all_reduce_adds_the_residual_in_its_fold_p2_3_4_8() {
                     assert_eq!(first, u64::from(p > 4), "{what}");
                 }
                 let w = layer.weight.value.to_host().unwrap();
-                let want: Vec<f64> = (0..t * n)
-                    .map(|e| {
-                        let (i, j) = (e / n, e % n);
-                        let dot: f64 = (0..k)
-                            .map(|c| x[i * k + c] as f64 * w[j * k + c] as f64)
-                            .sum();
-                        dot + res[e] as f64
-                    })
+                let want: Vec<f64> = (reference::linear(&x, &w, None, t, k, n).iter())
+                    .zip(&res)
+                    .map(|(y, &r)| y + r as f64)
                     .collect();
                 assert_close(&what, &got, &want, 1e-5);
             }

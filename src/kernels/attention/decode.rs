@@ -86,26 +86,8 @@ pub(super) fn step_buffers(
     q: &LocalTensor,
     cache: Option<&LocalTensor>,
 ) -> Result<(LocalTensor, LocalTensor, [usize; 4])> {
-    let s = &pr.s;
-    let total = pr
-        .past
-        .checked_add(s.seq)
-        .ok_or_else(|| Error::invalid(op, "past + seq overflows usize"))?;
-    let cache_shape = [total, 2, s.batch, pr.g.kv_heads, s.head_dim];
-    let dev = q.device();
-    check_size(
-        op,
-        "the key/value cache [T, 2, B, KV, D]",
-        &cache_shape,
-        dev,
-    )?;
-    let probs_shape = [s.batch, s.heads, s.seq, total];
-    check_size(
-        op,
-        "the attention probabilities [B, H, T_new, T]",
-        &probs_shape,
-        dev,
-    )?;
+    let (cache_shape, probs_shape) = step_shapes(op, pr, q)?;
+    let (s, total, dev) = (&pr.s, cache_shape[0], q.device());
     let rank = q.rank();
     let new_cache = match cache.and_then(|c| c.grow_in_place(&cache_shape)) {
         Some(grown) => grown,
@@ -131,11 +113,41 @@ pub(super) fn step_buffers(
     Ok((new_cache, out, probs_shape))
 }
 
+/// A step's grown cache shape and its probabilities' shape, each checked
+/// against `q`'s device (nothing is allocated or recorded).
+pub(super) fn step_shapes(
+    op: &'static str,
+    pr: &Problem,
+    q: &LocalTensor,
+) -> Result<([usize; 5], [usize; 4])> {
+    let s = &pr.s;
+    let total = pr
+        .past
+        .checked_add(s.seq)
+        .ok_or_else(|| Error::invalid(op, "past + seq overflows usize"))?;
+    let cache_shape = [total, 2, s.batch, pr.g.kv_heads, s.head_dim];
+    let dev = q.device();
+    check_size(
+        op,
+        "the key/value cache [T, 2, B, KV, D]",
+        &cache_shape,
+        dev,
+    )?;
+    let probs_shape = [s.batch, s.heads, s.seq, total];
+    check_size(
+        op,
+        "the attention probabilities [B, H, T_new, T]",
+        &probs_shape,
+        dev,
+    )?;
+    Ok((cache_shape, probs_shape))
+}
+
 /// One step of cached grouped-query decoding: `q` `[B·T_new, H·D]`, `k`,
 /// `v` `[B·T_new, KV·D]` of the new tokens (at positions `past..past +
 /// T_new`), `cache` `[past, 2, B, KV, D]` the keys and values of the earlier
 /// positions (`None`: nothing cached). Returns the new tokens' output (the
-/// matching rows of [`attention_forward_gqa`] over the whole sequence, the
+/// matching rows of [`attention_forward_gqa`](super::attention_forward_gqa) over the whole sequence, the
 /// window included) and the grown cache `[past + T_new, 2, B, KV, D]`,
 /// written in place as [`attention_decode`](super::attention_decode) says.
 pub fn attention_decode_gqa(

@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use super::decode::{check_tables, checked, decode_into, step_buffers};
+use super::decode::{check_tables, checked, decode_into, step_buffers, step_shapes};
 use super::decode_one::{self, BINDINGS, Rope, SOURCE};
 use super::gqa::Src;
 use super::launch::{Params, Problem};
@@ -19,7 +19,7 @@ use super::{Decoded, fused_checked};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::Result;
-use crate::kernels::member_source::{function_names, items, member_switch, specialise};
+use crate::kernels::member_source::{function_names, items, member_entry, specialise};
 
 /// The most members one dispatch takes.
 const GROUP_MAX: usize = 4;
@@ -44,6 +44,7 @@ pub(crate) struct Step<'a> {
     pub rope: Rope<'a>,
 }
 
+/// The WGSL `struct Group` of [`group_source`].
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct GroupParams {
@@ -52,6 +53,15 @@ struct GroupParams {
     starts: [u32; 4],
     m: [Params; GROUP_MAX],
 }
+
+// WGSL lays `Group` out as Rust does only while `Params` is a whole number
+// of 16-byte rows (a uniform array's stride) and four members fill `starts`.
+const _: () = assert!(
+    std::mem::size_of::<Params>().is_multiple_of(16)
+        && GROUP_MAX == 4
+        && BINDINGS.len() == 8
+        && std::mem::size_of::<GroupParams>() == 32 + GROUP_MAX * std::mem::size_of::<Params>()
+);
 
 /// Each step's decoding, as the entries give it alone (the same bits and
 /// errors; every step is checked before anything is recorded), with the
@@ -111,6 +121,10 @@ struct Checked<'a> {
 /// The checked steps recorded: together where [`group_size`] allows, else
 /// one by one.
 fn run(checks: &[Checked]) -> Result<Vec<Decoded>> {
+    // Every step's sizes before any step grows its cache.
+    for c in checks {
+        step_shapes(c.op, &c.pr, c.srcs[0].0)?;
+    }
     let size = group_size(checks);
     if size < 2 {
         return (checks.iter())
@@ -284,22 +298,8 @@ pub(super) fn group_source(count: usize) -> String {
             src.push('\n');
         }
     }
-    let calls = member_switch(count, |g| format!("attend_{g}(w - p.starts[g], li);"));
-    src.push_str(&format!(
-        "
-@compute @workgroup_size(64)
-fn attend_group(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32) {{
-    let w = wg.y * nwg.x + wg.x;
-    // The member whose workgroups hold w: the same for every invocation.
-    var g = 0u;
-    for (var i = 1u; i < p.count; i++) {{
-        if (w >= p.starts[i]) {{
-            g = i;
-        }}
-    }}
-{calls}}}
-"
-    ));
+    src.push_str(&member_entry("attend_group", "64", count, |g| {
+        format!("attend_{g}(w - p.starts[g], li);")
+    }));
     src
 }

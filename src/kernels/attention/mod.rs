@@ -47,7 +47,9 @@
 //! case (group 1, one buffer with three views).
 //!
 //! This file holds the fused API, `gqa.rs` the grouped one and the passes
-//! both run, `checks.rs` the argument checks, `shape.rs` the problem's
+//! both run, `decode.rs` cached decoding and the grouped decoding entries,
+//! `decode_one.rs` a one-token step in one dispatch, `decode_group.rs`
+//! several ranks' steps in one, `checks.rs` the argument checks, `shape.rs` the problem's
 //! sizes, `launch.rs` the shader's views, parameters and dispatches,
 //! `entries.rs` which entries a product takes.
 

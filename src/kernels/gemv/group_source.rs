@@ -8,7 +8,7 @@
 
 use super::GROUP_OF;
 use super::loads::{A_VEC4, B_VEC4, B_VEC8_BF16};
-use crate::kernels::member_source::{function_names, items, member_switch, specialise};
+use crate::kernels::member_source::{function_names, items, member_entry, specialise};
 
 /// The grouped program's source for f32 (`nk`) or bf16 (`nk8`) weights.
 pub(super) fn source(bf16: bool) -> String {
@@ -54,22 +54,9 @@ fn put_{g}(i: u32, v: COut) {{ c{g}[i] = v; }}
             src.push('\n');
         }
     }
-    let calls = member_switch(GROUP_OF, |g| format!("{body}_{g}(w - p.starts[g], li);"));
-    src.push_str(&format!(
-        "
-@compute @workgroup_size(WG)
-fn gemv_{body}_group(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) li: u32) {{
-    let w = wg.y * nwg.x + wg.x;
-    // The member whose workgroups hold w: the same for every invocation.
-    var g = 0u;
-    for (var i = 1u; i < p.count; i++) {{
-        if (w >= p.starts[i]) {{
-            g = i;
-        }}
-    }}
-{calls}}}
-"
-    ));
+    let entry = format!("gemv_{body}_group");
+    src.push_str(&member_entry(&entry, "WG", GROUP_OF, |g| {
+        format!("{body}_{g}(w - p.starts[g], li);")
+    }));
     src
 }

@@ -142,9 +142,10 @@ impl RowParallelLinear {
     }
 
     /// [`Self::forward_with`], and `norm` of its result where the ranks
-    /// share a CPU adapter and add the residual in the all-reduce (no
-    /// bias, decoding): the all-reduce's pass applies it too, with
-    /// `norm.forward`'s bits. `None` where it did not: the caller norms.
+    /// share a device and add the residual in the all-reduce (no bias,
+    /// decoding) and that device is a CPU adapter (`kernels::fold_norm`):
+    /// the all-reduce's pass applies it too, with `norm.forward`'s bits.
+    /// `None` where it did not: the caller norms.
     pub(crate) fn forward_with_norm(
         &self,
         x: &DTensor,
