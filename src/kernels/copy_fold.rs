@@ -195,12 +195,7 @@ pub(crate) fn fold_block(
     accumulate: bool,
 ) -> Result<()> {
     const OP: &str = "fold_block";
-    if srcs.is_empty() || srcs.len() > FOLD_INPUTS {
-        return Err(Error::invalid(
-            OP,
-            format!("{} inputs (1 to {FOLD_INPUTS})", srcs.len()),
-        ));
-    }
+    let mut buffers = fold_inputs(OP, srcs)?;
     for s in srcs {
         b.check(OP, s, dst)?;
         if s.shape() != srcs[0].shape() {
@@ -222,10 +217,6 @@ pub(crate) fn fold_block(
             ));
         }
     };
-    // Unused input slots repeat the first input (read-only, never read).
-    let mut buffers: Vec<&LocalTensor> = (0..FOLD_INPUTS)
-        .map(|i| *srcs.get(i).unwrap_or(&srcs[0]))
-        .collect();
     buffers.push(dst);
     let spec = |entry| fold_spec(entry, FOLD_BINDINGS, code, srcs.len(), accumulate);
     // One contiguous run, four-word aligned: the vec4 entry (no index
@@ -247,6 +238,24 @@ pub(crate) fn fold_block(
         return dispatch(OP, spec("fold_flat4"), &buffers, flat);
     }
     dispatch(OP, spec("fold"), &buffers, b)
+}
+
+/// The [`FOLD_INPUTS`] input bindings of a fold of `srcs` (1 to
+/// [`FOLD_INPUTS`] of them): unused slots repeat the first input
+/// (read-only, never read).
+pub(crate) fn fold_inputs<'a>(
+    op: &'static str,
+    srcs: &[&'a LocalTensor],
+) -> Result<Vec<&'a LocalTensor>> {
+    if srcs.is_empty() || srcs.len() > FOLD_INPUTS {
+        return Err(Error::invalid(
+            op,
+            format!("{} inputs (1 to {FOLD_INPUTS})", srcs.len()),
+        ));
+    }
+    Ok((0..FOLD_INPUTS)
+        .map(|i| *srcs.get(i).unwrap_or(&srcs[0]))
+        .collect())
 }
 
 fn fold_spec(
@@ -275,12 +284,7 @@ pub(crate) fn fold_add(
     accumulate: bool,
 ) -> Result<()> {
     const OP: &str = "fold_add";
-    if srcs.is_empty() || srcs.len() > FOLD_INPUTS {
-        return Err(Error::invalid(
-            OP,
-            format!("{} inputs (1 to {FOLD_INPUTS})", srcs.len()),
-        ));
-    }
+    let mut buffers = fold_inputs(OP, srcs)?;
     let n = dst.len();
     for t in srcs.iter().chain([&residual, &dst]) {
         t.expect_dtype(OP, DType::F32)?;
@@ -300,9 +304,6 @@ pub(crate) fn fold_add(
     if n == 0 {
         return Ok(());
     }
-    let mut buffers: Vec<&LocalTensor> = (0..FOLD_INPUTS)
-        .map(|i| *srcs.get(i).unwrap_or(&srcs[0]))
-        .collect();
     buffers.extend([dst, residual]);
     let spec = fold_spec(
         "fold_flat4_add",

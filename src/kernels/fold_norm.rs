@@ -7,7 +7,7 @@
 //! dispatches. Taken where the norm sums serially (CPU adapters, not GPUs)
 //! and the device binds its ten storage buffers.
 
-use super::copy_fold::FOLD_INPUTS;
+use super::copy_fold::{FOLD_INPUTS, fold_inputs};
 use super::member_source::items;
 use super::norm::{FUSED_ROWS_MAX, Params, SOURCE_ROWS};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
@@ -92,22 +92,12 @@ pub(crate) fn fold_norm_rows(
     ];
     let spec = KernelSpec::new("fold_norm", source(), BINDINGS, "fold_norm_rows")
         .with_constants(constants);
-    let input = |i: usize| *srcs.get(i).unwrap_or(&srcs[0]);
+    let mut buffers = fold_inputs(OP, srcs)?;
+    buffers.extend([residual, x, gamma, gamma, &stats, &y]);
     Dispatch {
         spec: &spec,
         params: bytemuck::bytes_of(&params),
-        buffers: &[
-            input(0),
-            input(1),
-            input(2),
-            input(3),
-            residual,
-            x,
-            gamma,
-            gamma,
-            &stats,
-            &y,
-        ],
+        buffers: &buffers,
         workgroups: rows as u64,
     }
     .record(x.device())?;
