@@ -87,11 +87,11 @@ struct Args {
     #[arg(long, default_value = "And God said")]
     prompt: String,
     /// Put all ranks on one wgpu device (collectives become on-device
-    /// copies; the default on CPU adapters).
+    /// copies; the default for several ranks).
     #[arg(long)]
     shared_device: bool,
     /// Give each rank its own wgpu device (collectives through the host, as
-    /// between GPUs; the default on GPUs).
+    /// between GPUs).
     #[arg(long, conflicts_with = "shared_device")]
     device_per_rank: bool,
     /// One rank per MPI process (launch with `mpirun -np P`; --ranks is

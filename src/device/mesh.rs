@@ -19,9 +19,9 @@ use super::rank::Rank;
 use crate::error::{Error, Result};
 
 /// How ranks are laid onto adapters. Unless the builder names one, several
-/// ranks on a CPU adapter (lavapipe, llvmpipe, WARP) and in a browser share
-/// a device ([`DeviceLayout::SharedDevice`]) and ranks elsewhere get a
-/// device each ([`DeviceLayout::Simulated`]): [`DeviceLayout::default_for`].
+/// ranks on one adapter share a device ([`DeviceLayout::SharedDevice`]) and
+/// one rank gets a device ([`DeviceLayout::Simulated`]):
+/// [`DeviceLayout::default_for`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceLayout {
     /// `n` logical ranks on one adapter, each its own wgpu device;
@@ -38,16 +38,19 @@ pub enum DeviceLayout {
 
 impl DeviceLayout {
     /// The layout a builder that names none gives `ranks` ranks on an
-    /// adapter of `kind`. On a CPU adapter the ranks share one device: each
-    /// further device holds its own pipelines and driver memory blocks
-    /// (about 250 MiB each in GPT-2's training step, whose speed is the
-    /// same either way, as is decoding's). Training small models, whose
-    /// steps are dispatches more than arithmetic, is 15–20 % faster with a
-    /// device each, which `layout` can ask for (BENCHMARKS.md, round 30).
-    /// A browser gives a page one device.
+    /// adapter of `kind`: several ranks share one device, on every kind of
+    /// adapter. A further device holds its own pipelines and driver memory
+    /// (about 250 MiB each in GPT-2's training step on lavapipe), and its
+    /// collectives go through the host: on an H100, GPT-2's decoding at 4
+    /// ranks took twice as long with a device each (BENCHMARKS.md, round
+    /// 33). Training small models on a CPU adapter, whose steps are
+    /// dispatches more than arithmetic, is 15–20 % faster with a device
+    /// each, which `layout` can ask for (round 30). One rank gets a device
+    /// of its own; a browser gives a page one device.
     pub fn default_for(kind: wgpu::DeviceType, ranks: usize) -> DeviceLayout {
-        let cpu = kind == wgpu::DeviceType::Cpu;
-        if cfg!(target_arch = "wasm32") || (cpu && ranks > 1) {
+        // Every kind alike since round 33; `kind` stays for the choice's callers.
+        let _ = kind;
+        if cfg!(target_arch = "wasm32") || ranks > 1 {
             DeviceLayout::SharedDevice
         } else {
             DeviceLayout::Simulated
@@ -272,23 +275,25 @@ mod tests {
     use wgpu::DeviceType;
 
     #[test]
-    fn ranks_share_a_device_by_default_only_on_cpu_adapters() {
-        let elsewhere = if cfg!(target_arch = "wasm32") {
+    fn several_ranks_share_a_device_by_default_on_every_adapter_kind() {
+        let one = if cfg!(target_arch = "wasm32") {
             DeviceLayout::SharedDevice
         } else {
             DeviceLayout::Simulated
         };
-        assert_eq!(
-            DeviceLayout::default_for(DeviceType::Cpu, 2),
-            DeviceLayout::SharedDevice
-        );
-        assert_eq!(DeviceLayout::default_for(DeviceType::Cpu, 1), elsewhere);
-        for gpu in [
+        for kind in [
+            DeviceType::Cpu,
             DeviceType::DiscreteGpu,
             DeviceType::IntegratedGpu,
             DeviceType::Other,
         ] {
-            assert_eq!(DeviceLayout::default_for(gpu, 4), elsewhere);
+            for ranks in [2, 3, 4, 8] {
+                assert_eq!(
+                    DeviceLayout::default_for(kind, ranks),
+                    DeviceLayout::SharedDevice
+                );
+            }
+            assert_eq!(DeviceLayout::default_for(kind, 1), one);
         }
     }
 }

@@ -55,9 +55,8 @@ fn backend_rank(b: wgpu::Backend) -> u32 {
 }
 
 impl Mesh {
-    /// `n` simulated ranks on the default adapter: each its own wgpu
-    /// device, or on a CPU adapter one device they share
-    /// ([`DeviceLayout::default_for`]). See [`MeshBuilder`] for other choices.
+    /// `n` simulated ranks on the default adapter, sharing one wgpu device
+    /// where `n` > 1 ([`DeviceLayout::default_for`]). See [`MeshBuilder`] for other choices.
     pub fn simulated(n: usize) -> Result<Mesh> {
         MeshBuilder::new().ranks(n).build()
     }
