@@ -189,9 +189,17 @@ impl GqaAttention {
     ) -> Result<([DTensor; 3], (DTensor, DTensor))> {
         let d = self.config.head_dim;
         let f32 = |t: DTensor| t.cast(DType::F32);
-        let mut q = f32(self.q_proj.forward_mapped(xg)?)?;
-        let mut k = f32(self.k_proj.forward_mapped(xg)?)?;
-        let v = f32(self.v_proj.forward_mapped(xg)?)?;
+        // One input, three products: where nothing records them, they
+        // share dispatches (DTensor::linears).
+        let (wq, bq) = self.q_proj.mapped_operands(xg)?;
+        let (wk, bk) = self.k_proj.mapped_operands(xg)?;
+        let (wv, bv) = self.v_proj.mapped_operands(xg)?;
+        let layers = [(&wq, bq.as_ref()), (&wk, bk.as_ref()), (&wv, bv.as_ref())];
+        let [q, k, v]: [DTensor; 3] = xg
+            .linears(&layers)?
+            .try_into()
+            .map_err(|_| Error::invalid("GqaAttention", "internal: three projections"))?;
+        let (mut q, mut k, v) = (f32(q)?, f32(k)?, f32(v)?);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = q.rms_norm_heads(&qn.weight.value, qn.config().eps, d)?;
             k = k.rms_norm_heads(&kn.weight.value, kn.config().eps, d)?;

@@ -28,14 +28,12 @@
 //! (`tied_head.rs`); a bias is refused there.
 
 use super::autograd::{record, tracking};
-use super::dtensor::{DTensor, Placement, local_shape_in_units};
-use super::grouped;
+use super::dtensor::{DTensor, local_shape_in_units};
 use super::matmul_grad::product_vjp;
-use super::rows::check_bias;
-use super::tied_head;
-use crate::element::{DType, ReduceOp};
+use super::product::product;
+use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{Activation, GemmOptions};
+use crate::kernels::Activation;
 
 /// How [`DTensor::matmul_with`] multiplies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -88,7 +86,7 @@ pub(super) fn expect_aligned(
 }
 
 /// A 2-D tensor, or a shape error naming it.
-fn dims2(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]> {
+pub(super) fn dims2(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]> {
     match *t.shape() {
         [a, b] => Ok([a, b]),
         ref s => Err(Error::shape(op, format!("{what} as a 2-D tensor"), s)),
@@ -97,7 +95,7 @@ fn dims2(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]> {
 
 /// Both operands f32, or both f16, or x f32 and w a weight kept in bf16 or
 /// f16; the output f32 or f16.
-fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DType) -> Result<()> {
+pub(super) fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DType) -> Result<()> {
     if !matches!(x.dtype(), DType::F32 | DType::F16) {
         return Err(Error::DTypeMismatch {
             op,
@@ -273,104 +271,4 @@ impl DTensor {
         };
         product(self, w, bias, opts, (Some(activation), Some(up)))
     }
-}
-
-/// `act(x·w (+ bias)) (⊙ up)` (or `x·wᵀ`), in the kernel, unrecorded.
-fn product(
-    x: &DTensor,
-    w: &DTensor,
-    bias: Option<&DTensor>,
-    opts: MatmulOptions,
-    (activation, up): (Option<Activation>, Option<&DTensor>),
-) -> Result<DTensor> {
-    const OP: &str = "DTensor::matmul";
-    expect_same_mesh(OP, x, w)?;
-    let [t, k] = dims2(OP, "x [T, K]", x)?;
-    let w_dims = if opts.transpose_w {
-        "w [N, K]"
-    } else {
-        "w [K, N]"
-    };
-    let [w0, w1] = dims2(OP, w_dims, w)?;
-    // w's dims by role.
-    let (k_dim, n_dim) = if opts.transpose_w { (1, 0) } else { (0, 1) };
-    let (kw, n) = if opts.transpose_w { (w1, w0) } else { (w0, w1) };
-    if kw != k {
-        return Err(Error::shape(
-            OP,
-            format!("{w_dims} with K = {k} (x's columns)"),
-            w.shape(),
-        ));
-    }
-    let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
-    check_dtypes(OP, x, w, out_dtype)?;
-    let (placement, unit) = match (x.placement(), w.placement()) {
-        (Placement::Replicate, Placement::Shard(d)) if d == n_dim => {
-            (Placement::Shard(1), w.shard_unit())
-        }
-        (Placement::Shard(1), Placement::Shard(d)) if d == k_dim => {
-            expect_aligned(OP, (x, 1, "x's K (dim 1)"), (w, k_dim, "w's K"))?;
-            (Placement::Partial(ReduceOp::Sum), 1)
-        }
-        (Placement::Replicate, Placement::Replicate) => (Placement::Replicate, 1),
-        (Placement::Shard(0), Placement::Replicate) => (Placement::Shard(0), x.shard_unit()),
-        (xp, wp) => {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "no shard-by-shard product of x placed {xp:?} and w placed {wp:?} \
-                         (w's K is dim {k_dim}, its N dim {n_dim}): the pairs are x Replicate \
-                         × w Shard({n_dim}), x Shard(1) × w Shard({k_dim}), x Replicate or \
-                         Shard(0) × w Replicate; redistribute first"
-                ),
-            ));
-        }
-    };
-    if let Some(b) = bias {
-        // y's placement meets the bias's as in add_row.
-        check_bias(OP, placement, n, b, (w, n_dim, "w's rows"))?;
-    }
-    if let Some(up) = up {
-        expect_same_mesh(OP, x, up)?;
-        if up.shape() != [t, n] || up.placement() != placement || up.shard_unit() != unit {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "up must be shaped and placed as the product ([{t}, {n}], {placement:?} in \
-                     units of {unit}), got {:?}, {:?} in units of {}",
-                    up.shape(),
-                    up.placement(),
-                    up.shard_unit()
-                ),
-            ));
-        }
-    }
-    let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
-    // Ranks on one device: a dispatch for every four of them.
-    let grouped = if opts.transpose_w && out_dtype == DType::F32 {
-        grouped::shards(x, w, (b32.as_ref(), up), activation)?
-    } else {
-        None
-    };
-    if let Some(shards) = grouped {
-        return Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit));
-    }
-    let shards = (0..x.shards().len())
-        .map(|r| {
-            // Block by block where w or y is past one binding (a tied head).
-            tied_head::product(
-                &x.shards()[r],
-                &w.shards()[r],
-                GemmOptions {
-                    trans_b: opts.transpose_w,
-                    out_dtype: Some(out_dtype),
-                    bias: b32.as_ref().map(|b| &b.shards()[r]),
-                    activation,
-                    multiply: up.map(|u| &u.shards()[r]),
-                    ..Default::default()
-                },
-            )
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit))
 }

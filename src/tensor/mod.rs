@@ -33,6 +33,7 @@ mod narrow;
 mod norm;
 mod overwrite;
 mod pipe;
+mod product;
 mod redistribute;
 mod ring;
 mod ring_gather_linear;

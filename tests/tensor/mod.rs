@@ -9,6 +9,8 @@
 //! - `reduce_residual`: on a shared device the all-reduce adds the
 //!   residual in its fold, with the two steps' bits;
 //! - `ops_vs_layers`: those operations give the linear layers' bits;
+//! - `linears`: several layers of one input in shared dispatches, with
+//!   each layer's bits;
 //! - `grad_ops`: the VJPs of matmul, linear, add_row and sum_rows against
 //!   finite differences (`fd`: the check they share);
 //! - `grad_elementwise`: add, scale, activations, narrow and redistribute
@@ -45,6 +47,7 @@ mod grad_elementwise;
 mod grad_ops;
 mod grad_ring;
 mod grouped;
+mod linears;
 mod llama_ops;
 mod mappings;
 mod matmul;

@@ -207,19 +207,27 @@ impl ColumnParallelLinear {
         xg: &DTensor,
         epilogue: Option<(Activation, Option<&DTensor>)>,
     ) -> Result<DTensor> {
-        const OP: &str = "ColumnParallelLinear::forward_mapped";
-        check_input(OP, xg, self.config.in_features, false)?;
-        let bias = match (&self.bias, self.config.skip_bias_add) {
-            (Some(b), false) => Some(&b.value),
-            _ => None,
-        };
-        let w = &self.weight.operand_for(xg.dtype())?;
+        let (w, bias) = self.mapped_operands(xg)?;
+        let (w, bias) = (&w, bias.as_ref());
         let opts = MatmulOptions::default();
         match epilogue {
             Some((act, Some(up))) => xg.linear_activation_mul(w, bias, act, up, opts),
             Some((act, None)) => xg.linear_activation(w, bias, act, opts),
             None => xg.linear(w, bias, opts),
         }
+    }
+
+    /// The weight and bias [`Self::forward_mapped`] multiplies `xg` by
+    /// (`xg.linear(w, bias)`), after its checks of `xg`: for
+    /// [`DTensor::linears`], several layers of one input together.
+    pub(crate) fn mapped_operands(&self, xg: &DTensor) -> Result<(DTensor, Option<DTensor>)> {
+        const OP: &str = "ColumnParallelLinear::forward_mapped";
+        check_input(OP, xg, self.config.in_features, false)?;
+        let bias = match (&self.bias, self.config.skip_bias_add) {
+            (Some(b), false) => Some(b.value.clone()),
+            _ => None,
+        };
+        Ok((self.weight.operand_for(xg.dtype())?, bias))
     }
 }
 

@@ -160,6 +160,14 @@ impl KvHeadLinear {
     /// or sequence-parallel gather) → the held `[tokens, P·M·head_dim]`,
     /// `Shard(1)` in units of `M·head_dim`, in xg's dtype. Recorded on the tape.
     pub fn forward_mapped(&self, xg: &DTensor) -> Result<DTensor> {
+        let (w, b) = self.mapped_operands(xg)?;
+        xg.linear(&w, b.as_ref(), MatmulOptions::default())
+    }
+
+    /// The held weight and bias [`Self::forward_mapped`] multiplies `xg`
+    /// by (`xg.linear(w, bias)`), after its checks of `xg`: for
+    /// [`DTensor::linears`], several layers of one input together.
+    pub(crate) fn mapped_operands(&self, xg: &DTensor) -> Result<(DTensor, Option<DTensor>)> {
         const OP: &str = "KvHeadLinear::forward_mapped";
         if xg.shape().len() != 2 || xg.shape()[1] != self.config.in_features {
             let want = format!("[tokens, {}]", self.config.in_features);
@@ -177,7 +185,7 @@ impl KvHeadLinear {
             Some(b) => Some(b.value.share_replicas(&self.rows)?),
             None => None,
         };
-        xg.linear(&w, b.as_ref(), MatmulOptions::default())
+        Ok((w, b))
     }
 
     /// The full weight `[kv_heads·head_dim, in]` on the host.

@@ -1,0 +1,239 @@
+//! The unrecorded shard-by-shard product behind [`DTensor::matmul`] and
+//! [`DTensor::linear`] (placements and shapes checked by [`plan`]), and
+//! [`DTensor::linears`]: several layers of one input (attention's q, k and
+//! v) in shared small-M dispatches where nothing is recorded. Decoding
+//! Llama's shapes at one rank paid a CPU adapter's fixed cost per dispatch
+//! for each of the three, two of them products of 192 columns.
+
+use super::autograd::tracking;
+use super::dtensor::{DTensor, Placement};
+use super::grouped;
+use super::matmul::{MatmulOptions, check_dtypes, dims2, expect_aligned, expect_same_mesh};
+use super::rows::check_bias;
+use super::tied_head;
+use crate::device::LocalTensor;
+use crate::element::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::kernels::gemv::group::{Operands, fits, gemv_group};
+use crate::kernels::{Activation, GemmOptions};
+
+/// A checked product: y's shape `[t, n]`, its placement and shard unit, and
+/// the bias in f32.
+struct Plan {
+    t: usize,
+    n: usize,
+    placement: Placement,
+    unit: usize,
+    b32: Option<DTensor>,
+}
+
+/// The checks of `act(x·w (+ bias)) (⊙ up)`: shapes, dtypes, placements
+/// (which pairs multiply shard by shard) and the bias's and up's.
+fn plan(
+    x: &DTensor,
+    w: &DTensor,
+    bias: Option<&DTensor>,
+    opts: MatmulOptions,
+    up: Option<&DTensor>,
+) -> Result<Plan> {
+    const OP: &str = "DTensor::matmul";
+    expect_same_mesh(OP, x, w)?;
+    let [t, k] = dims2(OP, "x [T, K]", x)?;
+    let w_dims = if opts.transpose_w {
+        "w [N, K]"
+    } else {
+        "w [K, N]"
+    };
+    let [w0, w1] = dims2(OP, w_dims, w)?;
+    // w's dims by role.
+    let (k_dim, n_dim) = if opts.transpose_w { (1, 0) } else { (0, 1) };
+    let (kw, n) = if opts.transpose_w { (w1, w0) } else { (w0, w1) };
+    if kw != k {
+        return Err(Error::shape(
+            OP,
+            format!("{w_dims} with K = {k} (x's columns)"),
+            w.shape(),
+        ));
+    }
+    let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
+    check_dtypes(OP, x, w, out_dtype)?;
+    let (placement, unit) = match (x.placement(), w.placement()) {
+        (Placement::Replicate, Placement::Shard(d)) if d == n_dim => {
+            (Placement::Shard(1), w.shard_unit())
+        }
+        (Placement::Shard(1), Placement::Shard(d)) if d == k_dim => {
+            expect_aligned(OP, (x, 1, "x's K (dim 1)"), (w, k_dim, "w's K"))?;
+            (Placement::Partial(ReduceOp::Sum), 1)
+        }
+        (Placement::Replicate, Placement::Replicate) => (Placement::Replicate, 1),
+        (Placement::Shard(0), Placement::Replicate) => (Placement::Shard(0), x.shard_unit()),
+        (xp, wp) => {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "no shard-by-shard product of x placed {xp:?} and w placed {wp:?} \
+                         (w's K is dim {k_dim}, its N dim {n_dim}): the pairs are x Replicate \
+                         × w Shard({n_dim}), x Shard(1) × w Shard({k_dim}), x Replicate or \
+                         Shard(0) × w Replicate; redistribute first"
+                ),
+            ));
+        }
+    };
+    if let Some(b) = bias {
+        // y's placement meets the bias's as in add_row.
+        check_bias(OP, placement, n, b, (w, n_dim, "w's rows"))?;
+    }
+    if let Some(up) = up {
+        expect_same_mesh(OP, x, up)?;
+        if up.shape() != [t, n] || up.placement() != placement || up.shard_unit() != unit {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "up must be shaped and placed as the product ([{t}, {n}], {placement:?} in \
+                     units of {unit}), got {:?}, {:?} in units of {}",
+                    up.shape(),
+                    up.placement(),
+                    up.shard_unit()
+                ),
+            ));
+        }
+    }
+    let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
+    Ok(Plan {
+        t,
+        n,
+        placement,
+        unit,
+        b32,
+    })
+}
+
+/// `act(x·w (+ bias)) (⊙ up)` (or `x·wᵀ`), in the kernel, unrecorded.
+pub(super) fn product(
+    x: &DTensor,
+    w: &DTensor,
+    bias: Option<&DTensor>,
+    opts: MatmulOptions,
+    (activation, up): (Option<Activation>, Option<&DTensor>),
+) -> Result<DTensor> {
+    let Plan {
+        t,
+        n,
+        placement,
+        unit,
+        b32,
+    } = plan(x, w, bias, opts, up)?;
+    let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
+    // Ranks on one device: a dispatch for every four of them.
+    let grouped = if opts.transpose_w && out_dtype == DType::F32 {
+        grouped::shards(x, w, (b32.as_ref(), up), activation)?
+    } else {
+        None
+    };
+    if let Some(shards) = grouped {
+        return Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit));
+    }
+    let shards = (0..x.shards().len())
+        .map(|r| {
+            // Block by block where w or y is past one binding (a tied head).
+            tied_head::product(
+                &x.shards()[r],
+                &w.shards()[r],
+                GemmOptions {
+                    trans_b: opts.transpose_w,
+                    out_dtype: Some(out_dtype),
+                    bias: b32.as_ref().map(|b| &b.shards()[r]),
+                    activation,
+                    multiply: up.map(|u| &u.shards()[r]),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(x.with_shards_in_units(shards, vec![t, n], placement, unit))
+}
+
+impl DTensor {
+    /// `self·wᵀ (+ bias)` for each `(w, bias)` of `layers`: several layers
+    /// of one input, such as attention's q, k and v projections. Each
+    /// result is [`DTensor::linear`]'s, with the same bits. Where nothing
+    /// is recorded (decoding under [`no_grad`](crate::no_grad)), `self` is
+    /// f32 and the small-M kernel's grouped form takes the products (on a
+    /// CPU adapter, all with a bias or none), they share dispatches, four
+    /// a dispatch: every layer's and rank's where the ranks share a device,
+    /// else each rank's layers. Otherwise each layer is
+    /// [`DTensor::linear`].
+    pub fn linears(&self, layers: &[(&DTensor, Option<&DTensor>)]) -> Result<Vec<DTensor>> {
+        let one_by_one = || {
+            layers
+                .iter()
+                .map(|&(w, b)| self.linear(w, b, MatmulOptions::default()))
+                .collect()
+        };
+        let mut inputs = vec![self];
+        for (w, b) in layers {
+            inputs.push(w);
+            inputs.extend(b);
+        }
+        if layers.len() < 2 || self.dtype() != DType::F32 || tracking(&inputs) {
+            return one_by_one();
+        }
+        let opts = MatmulOptions {
+            transpose_w: true,
+            out_dtype: Some(DType::F32),
+        };
+        let plans = layers
+            .iter()
+            .map(|&(w, b)| plan(self, w, b, opts, None))
+            .collect::<Result<Vec<_>>>()?;
+        let ranks = self.shards().len();
+        // Layer by layer, rank by rank.
+        let operands: Vec<Operands> = layers
+            .iter()
+            .zip(&plans)
+            .flat_map(|(&(w, _), pl)| {
+                (0..ranks).map(move |r| Operands {
+                    a: &self.shards()[r],
+                    b: &w.shards()[r],
+                    bias: pl.b32.as_ref().map(|b| &b.shards()[r]),
+                    mul: None,
+                })
+            })
+            .collect();
+        // All products together where every shard is on one device, else
+        // each rank's layers together.
+        let pick = |idx: &[usize]| idx.iter().map(|&i| operands[i]).collect::<Vec<_>>();
+        let all: Vec<usize> = (0..operands.len()).collect();
+        let sets: Vec<Vec<usize>> = if fits(&operands) {
+            vec![all]
+        } else {
+            let per_rank: Vec<Vec<usize>> = (0..ranks)
+                .map(|r| (0..layers.len()).map(|l| l * ranks + r).collect())
+                .collect();
+            if ranks < 2 || !per_rank.iter().all(|set| fits(&pick(set))) {
+                return one_by_one();
+            }
+            per_rank
+        };
+        const OP: &str = "DTensor::linears";
+        let outs = operands
+            .iter()
+            .map(|o| {
+                o.a.rank()
+                    .alloc(OP, &[o.a.shape()[0], o.b.shape()[0]], DType::F32)
+            })
+            .collect::<Result<Vec<LocalTensor>>>()?;
+        for set in &sets {
+            let set_outs: Vec<&LocalTensor> = set.iter().map(|&i| &outs[i]).collect();
+            gemv_group(&pick(set), &set_outs, None)?;
+        }
+        let mut outs = outs.into_iter();
+        Ok(plans
+            .into_iter()
+            .map(|pl| {
+                let shards: Vec<LocalTensor> = outs.by_ref().take(ranks).collect();
+                self.with_shards_in_units(shards, vec![pl.t, pl.n], pl.placement, pl.unit)
+            })
+            .collect())
+    }
+}
