@@ -17,7 +17,8 @@
 //! `shaders/gemv_split.wgsl`, `B [N, K]`) is measured beside it and guessed.
 //! On CPU adapters a weight read again (decoding) is kept as a texture and
 //! read by the texture entries (`texture`, the same bits), measured beside
-//! the buffer entry and guessed.
+//! the buffer entry (where the driver's guess takes none, weights of 32 MiB
+//! or more only) and guessed.
 
 pub(crate) mod group;
 mod group_source;
@@ -220,7 +221,8 @@ pub(crate) fn gemv_into(
         match tune::known_choice(a.device(), &class) {
             Some(choice) => choice.starts_with("texture"),
             None => {
-                (n.saturating_mul(k) >= TUNE_MIN_WEIGHTS && tune::can_measure())
+                let bytes = n.saturating_mul(k).saturating_mul(b.dtype().size_bytes());
+                (bytes >= texture::TEXTURE_MIN_BYTES && tune::can_measure())
                     || texture::texture_by_default(a.device())
             }
         }

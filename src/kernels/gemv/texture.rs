@@ -9,8 +9,9 @@
 //! GEMM's copies (`gemm_weight`), and kept with it: one more copy of each
 //! weight in host memory, made only while the host keeps 1 GiB available
 //! beyond the textures kept. Measurement keeps it where it saves 10 % of
-//! the buffer kernel's time; unmeasured, GL llvmpipe takes it and other
-//! adapters do not ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=0` (or
+//! the buffer kernel's time (on lavapipe, measuring weights of
+//! `TEXTURE_MIN_BYTES` or more only); unmeasured, GL llvmpipe takes it
+//! and other adapters do not ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=0` (or
 //! `WGPU_TP_PACK_CACHE=0`) turns it off.
 //!
 //! The texels are `rgba32uint` for f32 and bf16 weights alike (bits, not
@@ -55,6 +56,14 @@ pub fn texture_by_default(device: &Device) -> bool {
             _ => device.adapter_info().backend == wgpu::Backend::Gl,
         }
 }
+
+/// Bytes a weight must hold for measurement to consider a texture of it
+/// where the driver's guess takes none (lavapipe). Measured alone, textures
+/// of smaller weights won by more than [`TEXTURE_MARGIN`], yet decoding
+/// streamed them slower: SmolLM2's gate and up projections (3.5 MB each)
+/// cost 4.5–5.8 ms more a token as textures. A weight past a last-level
+/// cache, such as a tied head, gained (BENCHMARKS round 33).
+pub(super) const TEXTURE_MIN_BYTES: usize = 32 << 20;
 
 /// The share of the buffer kernel's time a texture knob must save to be
 /// chosen by measurement: what a copy of the weight in memory must buy.
