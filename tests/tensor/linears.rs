@@ -86,9 +86,9 @@ fn linears_give_each_layers_bits_and_the_f64_product_p1_2_3_4_8() {
         }
         for (name, m) in meshes(p) {
             for wd in [DType::F32, DType::BF16] {
-                for (t, (ns, bias)) in [1, 8, 1, 3].into_iter().zip(&cases) {
-                    // K of whole vec8s, and one that is not (one by one).
-                    for k in [24, 20] {
+                for (i, (t, (ns, bias))) in [1, 8, 1, 1].into_iter().zip(&cases).enumerate() {
+                    // K of whole vec8s; once, one that is not (one by one).
+                    for k in [24, 20].into_iter().take(if i == 0 { 2 } else { 1 }) {
                         let what = format!("P={p} {name} {wd} t={t} k={k} ns={ns:?} {bias:?}");
                         let ls = layers(&mut rng, k, ns, bias, wd);
                         let xs = rng.vec(t * k);
