@@ -234,7 +234,7 @@ fn main() {
     let sizes: Vec<usize> = SIZES.iter().copied().filter(|&s| s <= max).collect();
     let wanted = |case: &str| filter.as_ref().is_none_or(|f| case.contains(f.as_str()));
 
-    // A device per rank, named: CPU adapters share one by default.
+    // A device per rank, named: ranks share one by default.
     let host = |p: usize| {
         MeshBuilder::new()
             .ranks(p)

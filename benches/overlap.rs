@@ -118,7 +118,7 @@ fn main() {
     let mut adapter = String::new();
     let mut cpu = false;
     for (transport, shared) in [("host-staged", false), ("shared-device", true)] {
-        // Named either way: CPU adapters share one device by default.
+        // Named either way: ranks share one device by default.
         let b = MeshBuilder::new().ranks(s.ranks).layout(if shared {
             DeviceLayout::SharedDevice
         } else {

@@ -193,7 +193,7 @@ fn main() {
         .max(1);
     let build = |p: usize, shared: bool| {
         let b = MeshBuilder::new().ranks(p);
-        // Named either way: CPU adapters share one device by default.
+        // Named either way: ranks share one device by default.
         let b = if shared {
             b.shared_device()
         } else {

@@ -156,13 +156,14 @@ pub(super) fn product(
 impl DTensor {
     /// `self·wᵀ (+ bias)` for each `(w, bias)` of `layers`: several layers
     /// of one input, such as attention's q, k and v projections. Each
-    /// result is [`DTensor::linear`]'s, with the same bits. Where nothing
-    /// is recorded (decoding under [`no_grad`](crate::no_grad)), `self` is
-    /// f32 and the small-M kernel's grouped form takes the products (on a
-    /// CPU adapter, all with a bias or none), they share dispatches, four
-    /// a dispatch: every layer's and rank's where the ranks share a device,
-    /// else each rank's layers. Otherwise each layer is
-    /// [`DTensor::linear`].
+    /// result is [`DTensor::linear`]'s, with the same bits; every layer is
+    /// checked before anything is recorded. Where nothing is recorded
+    /// (decoding under [`no_grad`](crate::no_grad)), `self` is f32 and the
+    /// small-M kernel's grouped form takes the products (on a CPU adapter
+    /// that binds 16 storage buffers, at most 8 rows, all with a bias or
+    /// none), they share dispatches, four a dispatch: every layer's and
+    /// rank's where the ranks share a device, else each rank's layers.
+    /// Otherwise (a GPU, the tape) each layer is [`DTensor::linear`].
     pub fn linears(&self, layers: &[(&DTensor, Option<&DTensor>)]) -> Result<Vec<DTensor>> {
         let one_by_one = || {
             layers
@@ -175,17 +176,18 @@ impl DTensor {
             inputs.push(w);
             inputs.extend(b);
         }
-        if layers.len() < 2 || self.dtype() != DType::F32 || tracking(&inputs) {
-            return one_by_one();
-        }
+        // Every layer's checks first: a refused call records nothing.
         let opts = MatmulOptions {
             transpose_w: true,
-            out_dtype: Some(DType::F32),
+            out_dtype: None,
         };
         let plans = layers
             .iter()
             .map(|&(w, b)| plan(self, w, b, opts, None))
             .collect::<Result<Vec<_>>>()?;
+        if layers.len() < 2 || self.dtype() != DType::F32 || tracking(&inputs) {
+            return one_by_one();
+        }
         let ranks = self.shards().len();
         // Layer by layer, rank by rank.
         let operands: Vec<Operands> = layers

@@ -38,15 +38,19 @@ fn layers(rng: &mut Rng, k: usize, ns: &[usize], bias: &[bool], wd: DType) -> Ve
         .collect()
 }
 
-/// The layers' weights (as `wd`) and biases on `m`, column parallel.
-fn placed(m: &Mesh, k: usize, layers: &[Layer], wd: DType) -> Vec<(DTensor, Option<DTensor>)> {
+/// The layers' weights (as `wd`) and biases on `m`, placed `wp` (column
+/// parallel: `Shard(0)`).
+fn placed(
+    m: &Mesh,
+    k: usize,
+    layers: &[Layer],
+    (wd, wp): (DType, Placement),
+) -> Vec<(DTensor, Option<DTensor>)> {
     layers
         .iter()
         .map(|l| {
-            let w = DTensor::from_host(m, &[l.n, k], &l.w, Placement::Shard(0)).unwrap();
-            let b =
-                l.b.as_ref()
-                    .map(|b| DTensor::from_host(m, &[l.n], b, Placement::Shard(0)).unwrap());
+            let w = DTensor::from_host(m, &[l.n, k], &l.w, wp).unwrap();
+            let b = (l.b.as_ref()).map(|b| DTensor::from_host(m, &[l.n], b, wp).unwrap());
             (w.cast(wd).unwrap(), b)
         })
         .collect()
@@ -87,17 +91,23 @@ fn linears_give_each_layers_bits_and_the_f64_product_p1_2_3_4_8() {
         for (name, m) in meshes(p) {
             for wd in [DType::F32, DType::BF16] {
                 for (i, (t, (ns, bias))) in [1, 8, 1, 1].into_iter().zip(&cases).enumerate() {
-                    // K of whole vec8s; once, one that is not (one by one).
-                    for k in [24, 20].into_iter().take(if i == 0 { 2 } else { 1 }) {
+                    // K of whole vec8s; once, one of neither vec4s nor vec8s
+                    // (one by one). The second case's weights replicated.
+                    let (wp, yp) = match i {
+                        1 => (Placement::Replicate, Placement::Replicate),
+                        _ => (Placement::Shard(0), Placement::Shard(1)),
+                    };
+                    for k in [24, 22].into_iter().take(if i == 0 { 2 } else { 1 }) {
                         let what = format!("P={p} {name} {wd} t={t} k={k} ns={ns:?} {bias:?}");
                         let ls = layers(&mut rng, k, ns, bias, wd);
                         let xs = rng.vec(t * k);
                         let x = DTensor::from_host(&m, &[t, k], &xs, Placement::Replicate).unwrap();
-                        let ops = placed(&m, k, &ls, wd);
+                        let ops = placed(&m, k, &ls, (wd, wp));
                         let [together, alone] = both(&m, &x, &ops);
                         for ((y, y1), l) in together.iter().zip(&alone).zip(&ls) {
                             assert_eq!(y.shape(), [t, l.n], "{what}");
-                            assert_eq!(y.placement(), Placement::Shard(1), "{what}");
+                            assert_eq!(y.placement(), yp, "{what}");
+                            assert_eq!(y.shard_unit(), y1.shard_unit(), "{what}");
                             assert_eq!(bits(y), bits(y1), "{what}: linears against linear");
                             let got = y.redistribute(Placement::Replicate).unwrap();
                             let got = got.to_host().unwrap();
@@ -155,7 +165,7 @@ fn linears_share_dispatches_over_layers_and_ranks_and_not_on_the_tape() {
         m.set_poison(true);
         let what = format!("P={p} {layout:?}");
         let ls = layers(&mut rng, k, &[9 * p, 3 * p, 3 * p], &[false; 3], DType::F32);
-        let ops = placed(&m, k, &ls, DType::F32);
+        let ops = placed(&m, k, &ls, (DType::F32, Placement::Shard(0)));
         let xs = rng.vec(t * k);
         let x = DTensor::from_host(&m, &[t, k], &xs, Placement::Replicate).unwrap();
         // Not under WebGPU's limits (8 storage buffers a stage), nor on a
@@ -175,6 +185,21 @@ fn linears_share_dispatches_over_layers_and_ranks_and_not_on_the_tape() {
         } else {
             (0, 3 * p as u64)
         };
+        // A layer of another K: an error, and nothing recorded.
+        let bad = DTensor::from_host(&m, &[p, k + 4], &rng.vec(p * (k + 4)), Placement::Shard(0));
+        let bad = bad.unwrap();
+        for x in [x.clone(), x.requires_grad()] {
+            m.synchronize().unwrap();
+            m.start_trace().unwrap();
+            let err = x.linears(&[(&ops[0].0, None), (&bad, None)]);
+            m.synchronize().unwrap();
+            let kernels = m.stop_trace().unwrap().top_kernels(usize::MAX);
+            assert!(err.is_err(), "{what}: a layer of another K is an error");
+            assert!(
+                kernels.is_empty(),
+                "{what}: recorded before the error: {kernels:?}"
+            );
+        }
         // Mixed biases: one product a layer.
         let mixed = layers(
             &mut rng,
@@ -183,7 +208,7 @@ fn linears_share_dispatches_over_layers_and_ranks_and_not_on_the_tape() {
             &[true, false, true],
             DType::F32,
         );
-        let mixed = placed(&m, k, &mixed, DType::F32);
+        let mixed = placed(&m, k, &mixed, (DType::F32, Placement::Shard(0)));
         assert_eq!(dispatches(&m, &x, &mixed), one_by_one, "{what} mixed");
         // On the tape: one recorded product a layer, and x's gradient is
         // the one `linear` gives.

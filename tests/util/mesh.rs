@@ -29,7 +29,7 @@ fn cached(kind: Kind, n: usize) -> Mesh {
     })
 }
 
-/// One device for every rank, or (named, since CPU adapters share one by
+/// One device for every rank, or (named, since ranks share one by
 /// default) a device each: the host-staged collectives' path.
 fn layout(shared: bool) -> DeviceLayout {
     if shared {

@@ -1,17 +1,16 @@
-//! The small-M GEMM reading its weight from a texture (`shaders/gemv_texture.wgsl`),
-//! on CPU adapters. Mesa's gallivm (lavapipe, llvmpipe) loads a storage
-//! buffer lane by lane, with a bounds check per lane, but fetches a texel
-//! per lane at once and reads a uniform at one address once: the weight as
-//! a texture and A as a uniform take 0.3–0.7× the buffer kernel's time on
-//! GL llvmpipe 22.3 and 0.6–1.2× on lavapipe 25 (BENCHMARKS round 27). The
-//! texture is a copy of the weight, so it is made from a weight's second
-//! product between writes (decoding), where the pack cache keeps the
-//! GEMM's copies (`gemm_weight`), and kept with it: one more copy of each
-//! weight in host memory, made only while the host keeps 1 GiB available
-//! beyond the textures kept. Measurement keeps it where it saves 10 % of
-//! the buffer kernel's time (on lavapipe, measuring weights of
-//! `TEXTURE_MIN_BYTES` or more only); unmeasured, GL llvmpipe takes it
-//! and other adapters do not ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=0` (or
+//! The small-M GEMM reading its weight from a texture, on CPU adapters:
+//! Mesa's gallivm (lavapipe, llvmpipe) loads a storage buffer lane by lane,
+//! with a bounds check per lane, but fetches a texel per lane at once and
+//! reads a uniform at one address once: the weight as a texture and A as a
+//! uniform take 0.3–0.7× the buffer kernel's time on GL llvmpipe 22.3 and
+//! 0.6–1.2× on lavapipe 25 (BENCHMARKS round 27). The texture is a copy of
+//! the weight, so it is made from a weight's second product between writes
+//! (decoding), where the pack cache keeps the GEMM's copies
+//! (`gemm_weight`), and kept with it, made only while the host keeps 1 GiB
+//! available beyond the textures kept. Measurement keeps it where it saves
+//! 10 % of the buffer kernel's time (lavapipe: weights from
+//! `TEXTURE_MIN_BYTES`); unmeasured, GL llvmpipe takes it, others do not
+//! ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=0` (or
 //! `WGPU_TP_PACK_CACHE=0`) turns it off.
 //!
 //! The texels are `rgba32uint` for f32 and bf16 weights alike (bits, not
@@ -42,11 +41,9 @@ pub const TEXTURE_CANDIDATES: [(usize, usize); 3] = [(2, 64), (4, 32), (4, 64)];
 pub(super) const GUESS: (usize, usize) = (4, 32);
 
 /// Whether the small-M GEMM keeps a texture of a weight read again on
-/// `device` where measurement has not chosen (tuning off, its budget
-/// spent, or a product too small to measure): on GL llvmpipe, whose buffer
-/// loads the texture beats 1.5–3× at every measured shape; not on other
-/// CPU adapters (lavapipe gains 0–20 %, short of what a copy of every
-/// weight costs: BENCHMARKS round 27) nor on GPUs. `WGPU_TP_GEMV_TEXTURE=1`
+/// `device` where measurement has not chosen: on GL llvmpipe, whose buffer
+/// loads the texture beats 1.5–3×; not on other CPU adapters (lavapipe
+/// gains 0–20 %: BENCHMARKS round 27) nor on GPUs. `WGPU_TP_GEMV_TEXTURE=1`
 /// takes it on every CPU adapter, `=0` nowhere (nor measures it).
 pub fn texture_by_default(device: &Device) -> bool {
     device.is_cpu()
@@ -57,12 +54,8 @@ pub fn texture_by_default(device: &Device) -> bool {
         }
 }
 
-/// Bytes a weight must hold for measurement to consider a texture of it
-/// where the driver's guess takes none (lavapipe). Measured alone, textures
-/// of smaller weights won by more than [`TEXTURE_MARGIN`], yet decoding
-/// streamed them slower: SmolLM2's gate and up projections (3.5 MB each)
-/// cost 4.5–5.8 ms more a token as textures. A weight past a last-level
-/// cache, such as a tied head, gained (BENCHMARKS round 33).
+/// Bytes a weight must hold to be measured for a texture where the guess
+/// takes none (lavapipe): smaller ones won alone, lost in tokens (round 34).
 pub(super) const TEXTURE_MIN_BYTES: usize = 32 << 20;
 
 /// The share of the buffer kernel's time a texture knob must save to be
