@@ -6,7 +6,7 @@
 //! device per rank gives, and the product is the f64 one.
 
 use crate::util::reference::{gelu, gemm};
-use crate::util::{Rng, assert_close_cancelling, mesh, mesh_env, shared_mesh};
+use crate::util::{Rng, assert_close_cancelling, gemv_calls, mesh, mesh_env, shared_mesh};
 use wgpu_tp::kernels::Activation;
 use wgpu_tp::{DTensor, DType, MatmulOptions, Mesh, MeshBuilder, Placement};
 
@@ -137,20 +137,17 @@ fn five_ranks_on_one_device_take_two_grouped_dispatches() {
         product(&m, kind, DType::F32, (&x, &w, &b, &u), (t, k, n));
         m.synchronize().unwrap();
         let trace = m.stop_trace().unwrap();
-        let kernels = trace.top_kernels(usize::MAX);
-        let calls = |grouped: bool| {
-            let named = kernels
-                .iter()
-                .filter(|k| k.name.starts_with("gemv_") && k.name.ends_with("_group") == grouped);
-            named.map(|k| k.calls).sum::<u64>()
-        };
         // Not under WebGPU's limits (8 storage buffers a stage), nor on a
         // GPU (its products alone take the split-K entry): no group there.
         let dev = m.ranks()[0].device();
         let limits = dev.limits();
         let grouped = !dev.is_gpu() && limits.max_storage_buffers_per_shader_stage >= 16;
         let want = if grouped { (2, 0) } else { (0, 5) };
-        let got = (calls(true), calls(false));
-        assert_eq!(got, want, "{kind:?}: grouped, per rank: {kernels:?}");
+        let kernels = trace.top_kernels(usize::MAX);
+        assert_eq!(
+            gemv_calls(&trace),
+            want,
+            "{kind:?}: grouped, per rank: {kernels:?}"
+        );
     }
 }

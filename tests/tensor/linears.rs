@@ -5,7 +5,7 @@
 //! ranks without rows fall back to one product a layer.
 
 use crate::util::reference::gemm;
-use crate::util::{Rng, assert_close_cancelling, mesh_env, meshes};
+use crate::util::{Rng, assert_close_cancelling, gemv_calls, mesh_env, meshes};
 use wgpu_tp::{DTensor, DType, DeviceLayout, MatmulOptions, Mesh, MeshBuilder, Placement};
 
 /// One layer's host weight `[n, k]` and bias `[n]`.
@@ -138,14 +138,7 @@ fn dispatches(m: &Mesh, x: &DTensor, ops: &[(DTensor, Option<DTensor>)]) -> (u64
     m.synchronize().unwrap();
     let trace = m.stop_trace().unwrap();
     assert_eq!(ys.len(), ops.len());
-    let kernels = trace.top_kernels(usize::MAX);
-    let calls = |grouped: bool| {
-        let named = kernels
-            .iter()
-            .filter(|k| k.name.starts_with("gemv_") && k.name.ends_with("_group") == grouped);
-        named.map(|k| k.calls).sum::<u64>()
-    };
-    (calls(true), calls(false))
+    gemv_calls(&trace)
 }
 
 #[test]
