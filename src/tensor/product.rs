@@ -17,14 +17,12 @@ use crate::error::{Error, Result};
 use crate::kernels::gemv::group::{Operands, fits, gemv_group};
 use crate::kernels::{Activation, GemmOptions};
 
-/// A checked product: y's shape `[t, n]`, its placement and shard unit, and
-/// the bias in f32.
+/// A checked product: y's shape `[t, n]`, its placement and shard unit.
 struct Plan {
     t: usize,
     n: usize,
     placement: Placement,
     unit: usize,
-    b32: Option<DTensor>,
 }
 
 /// The checks of `act(x·w (+ bias)) (⊙ up)`: shapes, dtypes, placements
@@ -98,14 +96,17 @@ fn plan(
             ));
         }
     }
-    let b32 = bias.map(|b| b.cast(DType::F32)).transpose()?;
     Ok(Plan {
         t,
         n,
         placement,
         unit,
-        b32,
     })
+}
+
+/// The bias in f32, as the kernels read it.
+fn bias32(bias: Option<&DTensor>) -> Result<Option<DTensor>> {
+    bias.map(|b| b.cast(DType::F32)).transpose()
 }
 
 /// `act(x·w (+ bias)) (⊙ up)` (or `x·wᵀ`), in the kernel, unrecorded.
@@ -121,8 +122,8 @@ pub(super) fn product(
         n,
         placement,
         unit,
-        b32,
     } = plan(x, w, bias, opts, up)?;
+    let b32 = bias32(bias)?;
     let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
     // Ranks on one device: a dispatch for every four of them.
     let grouped = if opts.transpose_w && out_dtype == DType::F32 {
@@ -188,16 +189,20 @@ impl DTensor {
         if layers.len() < 2 || self.dtype() != DType::F32 || tracking(&inputs) {
             return one_by_one();
         }
+        // Cast once checked and unrecorded (nothing tracks them here).
+        let b32s = (layers.iter())
+            .map(|&(_, b)| bias32(b))
+            .collect::<Result<Vec<_>>>()?;
         let ranks = self.shards().len();
         // Layer by layer, rank by rank.
         let operands: Vec<Operands> = layers
             .iter()
-            .zip(&plans)
-            .flat_map(|(&(w, _), pl)| {
+            .zip(&b32s)
+            .flat_map(|(&(w, _), b32)| {
                 (0..ranks).map(move |r| Operands {
                     a: &self.shards()[r],
                     b: &w.shards()[r],
-                    bias: pl.b32.as_ref().map(|b| &b.shards()[r]),
+                    bias: b32.as_ref().map(|b| &b.shards()[r]),
                     mul: None,
                 })
             })
