@@ -19,10 +19,17 @@
 //! read by the texture entries (`texture`, the same bits), measured beside
 //! the buffer entry (where the driver's guess takes none, weights of 32 MiB
 //! or more only) and guessed.
+//!
+//! On CPU adapters several products share a dispatch where nothing is
+//! recorded: `group` (up to four products, such as the ranks' shards of a
+//! layer on one device) and `pair` (up to four pairs of weights of one
+//! input read in one pass: a Llama's key and value, or its gate and up).
 
 pub(crate) mod group;
 mod group_source;
 mod loads;
+pub(crate) mod pair;
+mod pair_source;
 mod sources;
 pub mod split;
 mod texture;

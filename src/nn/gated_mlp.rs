@@ -134,9 +134,11 @@ impl GatedMlp {
             Mapping::CopyToParallel
         };
         let xg = f.forward(x)?;
-        // Up first, so the gate's product can multiply by it as it stores.
-        let up = self.up_proj.forward_mapped(&xg)?;
+        // Both in one pass over the weights when decoding, else up first
+        // and the gate's product multiplying by it as it stores.
+        let (gate, gate_bias) = self.gate_proj.mapped_operands(&xg)?;
+        let (up, up_bias) = self.up_proj.mapped_operands(&xg)?;
         let act = self.config.activation;
-        self.gate_proj.forward_mapped_activation_mul(&xg, act, &up)
+        xg.linear_gated((&gate, gate_bias.as_ref()), (&up, up_bias.as_ref()), act)
     }
 }

@@ -32,6 +32,7 @@ mod matmul_grad;
 mod narrow;
 mod norm;
 mod overwrite;
+mod paired;
 mod pipe;
 mod product;
 mod redistribute;

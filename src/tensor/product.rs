@@ -9,6 +9,7 @@ use super::autograd::tracking;
 use super::dtensor::{DTensor, Placement};
 use super::grouped;
 use super::matmul::{MatmulOptions, check_dtypes, dims2, expect_aligned, expect_same_mesh};
+use super::paired;
 use super::rows::check_bias;
 use super::tied_head;
 use crate::device::LocalTensor;
@@ -18,16 +19,16 @@ use crate::kernels::gemv::group::{Operands, fits, gemv_group};
 use crate::kernels::{Activation, GemmOptions};
 
 /// A checked product: y's shape `[t, n]`, its placement and shard unit.
-struct Plan {
-    t: usize,
-    n: usize,
-    placement: Placement,
-    unit: usize,
+pub(super) struct Plan {
+    pub(super) t: usize,
+    pub(super) n: usize,
+    pub(super) placement: Placement,
+    pub(super) unit: usize,
 }
 
 /// The checks of `act(x·w (+ bias)) (⊙ up)`: shapes, dtypes, placements
 /// (which pairs multiply shard by shard) and the bias's and up's.
-fn plan(
+pub(super) fn plan(
     x: &DTensor,
     w: &DTensor,
     bias: Option<&DTensor>,
@@ -230,9 +231,24 @@ impl DTensor {
                     .alloc(OP, &[o.a.shape()[0], o.b.shape()[0]], DType::F32)
             })
             .collect::<Result<Vec<LocalTensor>>>()?;
-        for set in &sets {
-            let set_outs: Vec<&LocalTensor> = set.iter().map(|&i| &outs[i]).collect();
-            gemv_group(&pick(set), &set_outs, None)?;
+        // On one device, the last two layers (k and v) as pairs where that
+        // takes fewer dispatches.
+        let pairs = (sets.len() == 1)
+            .then(|| paired::last_two(&operands, layers.len(), ranks))
+            .flatten();
+        if let Some(pairs) = &pairs {
+            let singles = operands.len() - 2 * ranks;
+            if singles > 0 {
+                let set_outs: Vec<&LocalTensor> = outs[..singles].iter().collect();
+                gemv_group(&operands[..singles], &set_outs, None)?;
+            }
+            let (firsts, seconds) = outs[singles..].split_at(ranks);
+            paired::both(pairs, firsts, seconds)?;
+        } else {
+            for set in &sets {
+                let set_outs: Vec<&LocalTensor> = set.iter().map(|&i| &outs[i]).collect();
+                gemv_group(&pick(set), &set_outs, None)?;
+            }
         }
         let mut outs = outs.into_iter();
         Ok(plans

@@ -85,12 +85,14 @@ fn linears_give_each_layers_bits_and_the_f64_product_p1_2_3_4_8() {
             (vec![2 * p + 5, p, p + 1], [true; 3]),
             (vec![p + 3, 2 * p, p + 2], [true, false, true]),
         ];
+        // k and v of one shape: pairs where the ranks share a device (P ≥ 3).
+        cases.push((vec![3 * p + 1, p + 2, p + 2], [false; 3]));
         if p > 1 {
             cases.push((vec![2 * p, p - 1, p], [false; 3]));
         }
         for (name, m) in meshes(p) {
             for wd in [DType::F32, DType::BF16] {
-                for (i, (t, (ns, bias))) in [1, 8, 1, 1].into_iter().zip(&cases).enumerate() {
+                for (i, (t, (ns, bias))) in [1, 8, 1, 8, 1].into_iter().zip(&cases).enumerate() {
                     // K of whole vec8s; once, one of neither vec4s nor vec8s
                     // (one by one). The second case's weights replicated.
                     let (wp, yp) = match i {
@@ -147,9 +149,13 @@ fn linears_share_dispatches_over_layers_and_ranks_and_not_on_the_tape() {
     let mut rng = Rng::fresh("linears_dispatches");
     let (t, k) = (1, 32);
     // Private meshes: a trace counts every kernel on the device.
-    let cases: [(usize, DeviceLayout, u64); 4] = [
+    // k and v of one shape: at 3 and 4 shared ranks, q grouped and k, v in
+    // one paired dispatch.
+    let cases: [(usize, DeviceLayout, u64); 6] = [
         (1, DeviceLayout::Simulated, 1),
         (2, DeviceLayout::SharedDevice, 2),
+        (3, DeviceLayout::SharedDevice, 2),
+        (4, DeviceLayout::SharedDevice, 2),
         (5, DeviceLayout::SharedDevice, 4),
         (3, DeviceLayout::Simulated, 3),
     ];
@@ -164,8 +170,13 @@ fn linears_share_dispatches_over_layers_and_ranks_and_not_on_the_tape() {
         // Not under WebGPU's limits (8 storage buffers a stage), nor on a
         // GPU (its products alone take the split-K entry).
         let dev = m.ranks()[0].device();
-        let grouped = !dev.is_gpu() && dev.limits().max_storage_buffers_per_shader_stage >= 16;
-        let want = if grouped {
+        let buffers = dev.limits().max_storage_buffers_per_shader_stage;
+        let grouped = !dev.is_gpu() && buffers >= 16;
+        // Pairs bind 20 (not on GL llvmpipe): q, k and v grouped.
+        let on_one = p == 1 || layout == DeviceLayout::SharedDevice;
+        let want = if grouped && buffers < 20 {
+            (if on_one { (3 * p).div_ceil(4) } else { p } as u64, 0)
+        } else if grouped {
             (want_grouped, 0)
         } else {
             (0, 3 * p as u64)

@@ -47,6 +47,7 @@ mod grad_elementwise;
 mod grad_ops;
 mod grad_ring;
 mod grouped;
+mod linear_gated;
 mod linears;
 mod llama_ops;
 mod mappings;

@@ -140,13 +140,14 @@ pub fn kernel_calls(trace: &Trace, name: &str) -> u64 {
     all.iter().find(|k| k.name == name).map_or(0, |k| k.calls)
 }
 
-/// Small-M product dispatches in `trace`: (grouped, one product each).
+/// Small-M product dispatches in `trace`: (grouped or paired, one product each).
 pub fn gemv_calls(trace: &Trace) -> (u64, u64) {
     let all = trace.top_kernels(usize::MAX);
     let calls = |grouped: bool| {
+        let shared = |n: &str| n.ends_with("_group") || n.ends_with("_pair");
         let named = all
             .iter()
-            .filter(|k| k.name.starts_with("gemv_") && k.name.ends_with("_group") == grouped);
+            .filter(|k| k.name.starts_with("gemv_") && shared(&k.name) == grouped);
         named.map(|k| k.calls).sum::<u64>()
     };
     (calls(true), calls(false))

@@ -42,9 +42,10 @@ pub(crate) struct Operands<'a> {
     pub mul: Option<&'a LocalTensor>,
 }
 
+/// `shaders/gemv_group.wgsl`'s (and `gemv_pair.wgsl`'s) parameters.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
+pub(super) struct Params {
     m: u32,
     flags: u32,
     count: u32,
@@ -52,6 +53,35 @@ struct Params {
     ns: [u32; 4],
     ks: [u32; 4],
     starts: [u32; 4],
+}
+
+impl Params {
+    /// For members of `[N, K]` weights `sizes` (at most [`GROUP`]), `m`
+    /// rows and `flags`, each member's workgroups of `wg` invocations
+    /// after the one before's: the parameters and the workgroups in all.
+    pub(super) fn new(
+        m: usize,
+        flags: u32,
+        sizes: &[(usize, usize)],
+        wg: usize,
+        cols: usize,
+    ) -> (Self, u64) {
+        let mut p = Params {
+            m: m as u32,
+            flags,
+            count: sizes.len() as u32,
+            _pad: 0,
+            ns: [0; 4],
+            ks: [0; 4],
+            starts: [0; 4],
+        };
+        let mut total = 0;
+        for (g, &(n, k)) in sizes.iter().enumerate() {
+            (p.ns[g], p.ks[g], p.starts[g]) = (n as u32, k as u32, total as u32);
+            total += n.div_ceil(cols).div_ceil(wg);
+        }
+        (p, total as u64)
+    }
 }
 
 /// Whether one group takes products of these operands: two or more, on
@@ -138,30 +168,14 @@ pub(crate) fn gemv_group(
     };
     let m = first.a.shape()[0];
     let rows = m.next_power_of_two();
-    let act = match act {
-        None => 0,
-        Some(Activation::Gelu) => 1,
-        Some(Activation::Silu) => 2,
-        Some(Activation::Relu) => 3,
-    };
+    let act = act.map_or(0, act_code);
     let flags = first.bias.is_some() as u32 | act << 2 | (first.mul.is_some() as u32) << 4;
     let record = |chunk: &[(Operands, &LocalTensor)], c: usize| {
         let wg = 16 * c;
-        let mut p = Params {
-            m: m as u32,
-            flags,
-            count: chunk.len() as u32,
-            _pad: 0,
-            ns: [0; 4],
-            ks: [0; 4],
-            starts: [0; 4],
-        };
-        let mut total = 0;
-        for (g, (x, _)) in chunk.iter().enumerate() {
-            let (n, k) = (x.b.shape()[0], x.b.shape()[1]);
-            (p.ns[g], p.ks[g], p.starts[g]) = (n as u32, k as u32, total as u32);
-            total += n.div_ceil(4).div_ceil(wg);
-        }
+        let sizes: Vec<(usize, usize)> = (chunk.iter())
+            .map(|(x, _)| (x.b.shape()[0], x.b.shape()[1]))
+            .collect();
+        let (p, total) = Params::new(m, flags, &sizes, wg, 4);
         // Unused slots bind the first member's tensors; no workgroup reads them.
         let at = |g: usize| chunk.get(g).unwrap_or(&chunk[0]);
         // A bias or a multiplier (never both) in the third slot.
@@ -178,7 +192,7 @@ pub(crate) fn gemv_group(
             spec: &spec,
             params: bytemuck::bytes_of(&p),
             buffers: &buffers,
-            workgroups: total as u64,
+            workgroups: total,
         }
         .record(first.a.device())
     };
@@ -201,21 +215,41 @@ fn knob(
     let (n, k) = chunk.iter().fold((0, 0), |(n, k), (x, _)| {
         (n + x.b.shape()[0], k.max(x.b.shape()[1]))
     });
+    let what = format!("{family} group {}", chunk.len());
+    measured_wg(chunk[0].0.a.device(), &what, (rows, n, k), record)
+}
+
+/// The workgroup knob of a grouped dispatch `what` (its family and
+/// members) of `rows` rows, `n` columns in all and at most `k` deep:
+/// measured per shape class where its weights matter, else guessed.
+pub(super) fn measured_wg(
+    dev: &std::sync::Arc<crate::device::Device>,
+    what: &str,
+    (rows, n, k): (usize, usize, usize),
+    record: &dyn Fn(usize) -> Result<()>,
+) -> Result<usize> {
     if n.saturating_mul(k) < TUNE_MIN_WEIGHTS {
         return Ok(GUESS);
     }
-    let dev = chunk[0].0.a.device();
     let most = dev.limits().max_compute_invocations_per_workgroup as usize;
     let knobs: Vec<usize> = CANDIDATES.into_iter().filter(|&c| 16 * c <= most).collect();
     let names: Vec<String> = knobs.iter().map(|c| format!("wg {}", 16 * c)).collect();
     let class = format!(
-        "{family} group {} rows {rows} n {} k {}",
-        chunk.len(),
+        "{what} rows {rows} n {} k {}",
         n.next_power_of_two(),
         k.next_power_of_two()
     );
     let chosen = tune::choose(dev, &class, &names, |_| 1.0, |i| record(knobs[i]))?;
     Ok(chosen.map_or(GUESS, |i| knobs[i]))
+}
+
+/// An activation's code in the header's flags (bits 2-3).
+pub(super) fn act_code(act: Activation) -> u32 {
+    match act {
+        Activation::Gelu => 1,
+        Activation::Silu => 2,
+        Activation::Relu => 3,
+    }
 }
 
 /// The (family, source) of the grouped program for f32 or bf16 weights,

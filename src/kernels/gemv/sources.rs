@@ -84,6 +84,10 @@ pub(crate) fn gemv_sources() -> Vec<(&'static str, &'static str)> {
         .collect();
     out.push(program((F32, BF16, F32), Binding::Bf16Vec8));
     out.extend([super::group::program(false), super::group::program(true)]);
+    out.extend([false, true].map(|bf16| {
+        let (family, source, _) = super::pair::program(bf16);
+        (family, source)
+    }));
     out.extend(super::texture::texture_sources());
     out
 }
