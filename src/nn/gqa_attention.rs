@@ -190,13 +190,15 @@ impl GqaAttention {
         let d = self.config.head_dim;
         let f32 = |t: DTensor| t.cast(DType::F32);
         // One input, three products: where nothing records them, they
-        // share dispatches (DTensor::linears).
+        // share dispatches (DTensor::linears_with).
         let (wq, bq) = self.q_proj.mapped_operands(xg)?;
         let (wk, bk) = self.k_proj.mapped_operands(xg)?;
         let (wv, bv) = self.v_proj.mapped_operands(xg)?;
         let layers = [(&wq, bq.as_ref()), (&wk, bk.as_ref()), (&wv, bv.as_ref())];
+        // Ranks holding the same key/value heads repeat each other's k and v.
+        let (sk, sv) = (self.k_proj.copy_sources(), self.v_proj.copy_sources());
         let [q, k, v]: [DTensor; 3] = xg
-            .linears(&layers)?
+            .linears_with(&layers, &[None, Some(&sk), Some(&sv)])?
             .try_into()
             .map_err(|_| Error::invalid("GqaAttention", "internal: three projections"))?;
         let (mut q, mut k, v) = (f32(q)?, f32(k)?, f32(v)?);

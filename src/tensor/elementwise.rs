@@ -77,13 +77,17 @@ pub(super) fn expect_alike(op: &'static str, a: &DTensor, b: &DTensor) -> Result
 
 /// Activations are only exact on tensors whose shards hold logical elements.
 fn expect_not_partial(op: &'static str, x: &DTensor) -> Result<()> {
-    if let Placement::Partial(_) = x.placement() {
+    expect_placed_not_partial(op, x.placement())
+}
+
+/// [`expect_not_partial`] of a result placed `placement`, before it exists.
+pub(super) fn expect_placed_not_partial(op: &'static str, placement: Placement) -> Result<()> {
+    if let Placement::Partial(_) = placement {
         return Err(Error::invalid(
             op,
             format!(
-                "a non-linear function of a {:?} tensor is not the function of its value; \
-                 redistribute to Replicate or Shard first",
-                x.placement()
+                "a non-linear function of a {placement:?} tensor is not the function of its value; \
+                 redistribute to Replicate or Shard first"
             ),
         ));
     }

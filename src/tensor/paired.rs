@@ -7,6 +7,7 @@
 
 use super::autograd::tracking;
 use super::dtensor::DTensor;
+use super::elementwise::expect_placed_not_partial;
 use super::matmul::MatmulOptions;
 use super::product::plan;
 use crate::device::LocalTensor;
@@ -17,27 +18,26 @@ use crate::kernels::gemv::group::Operands;
 use crate::kernels::gemv::pair::{Pair, Store, fits, gemv_pairs};
 
 /// Products one dispatch takes in the grouped and the paired kernels.
-const PER_DISPATCH: usize = 4;
+const PER_DISPATCH: usize = crate::kernels::gemv::group::GROUP;
 
-/// The pairs of the last two of `layers` layers (`operands` layer-major,
-/// `ranks` a layer, every one on one device and grouped) where they pair
-/// up (no bias, one shape a rank) and pairing them takes fewer dispatches
-/// than grouping every product: a Llama's k and v at three or more ranks.
+/// The pairs of the last two layers' products `ks` and `vs` (a rank's each,
+/// alike ranks; one device; `singles` other products in the dispatches)
+/// where they pair up (no bias, one shape a rank) and pairing them takes
+/// fewer dispatches than grouping every product: a Llama's k and v at
+/// three or more ranks.
 pub(super) fn last_two<'a>(
-    operands: &[Operands<'a>],
-    layers: usize,
-    ranks: usize,
+    singles: usize,
+    ks: &[Operands<'a>],
+    vs: &[Operands<'a>],
 ) -> Option<Vec<Pair<'a>>> {
-    let singles = layers.checked_sub(2)? * ranks;
-    let grouped = (layers * ranks).div_ceil(PER_DISPATCH);
-    let paired = singles.div_ceil(PER_DISPATCH) + ranks.div_ceil(PER_DISPATCH);
+    let grouped = (singles + 2 * ks.len()).div_ceil(PER_DISPATCH);
+    let paired = singles.div_ceil(PER_DISPATCH) + ks.len().div_ceil(PER_DISPATCH);
     // The group takes two or more products.
-    if paired >= grouped || singles == 1 {
+    if ks.is_empty() || ks.len() != vs.len() || paired >= grouped || singles == 1 {
         return None;
     }
-    let pairs: Vec<Pair> = (0..ranks)
-        .map(|r| {
-            let (k, v) = (&operands[singles + r], &operands[singles + ranks + r]);
+    let pairs: Vec<Pair> = (ks.iter().zip(vs))
+        .map(|(k, v)| {
             (k.bias.is_none() && v.bias.is_none()).then_some(Pair {
                 a: k.a,
                 first: k.b,
@@ -49,7 +49,11 @@ pub(super) fn last_two<'a>(
 }
 
 /// Record `pairs` storing both products into `firsts` and `seconds`.
-pub(super) fn both(pairs: &[Pair], firsts: &[LocalTensor], seconds: &[LocalTensor]) -> Result<()> {
+pub(super) fn both(
+    pairs: &[Pair],
+    firsts: &[&LocalTensor],
+    seconds: &[&LocalTensor],
+) -> Result<()> {
     let stores: Vec<Store> = (firsts.iter().zip(seconds))
         .map(|(c, e)| Store::Both(c, e))
         .collect();
@@ -62,11 +66,13 @@ impl DTensor {
     /// [`Activation::Silu`]). The result is `self.linear_activation_mul(gate,
     /// act, &self.linear(up))`'s, with the same bits; both layers are checked
     /// before anything is recorded, and they must give one shape and
-    /// placement. Where nothing is recorded, `self` is f32 and neither layer
-    /// has a bias, the small-M kernel's paired form reads both weights in one
-    /// pass on a CPU adapter (at most 8 rows; four ranks a dispatch where
-    /// they share a device). Otherwise it is those two calls (on the tape:
-    /// their gradients).
+    /// placement, which must not be partial (an activation of partial sums
+    /// is an error). Where nothing is recorded, `self` is f32 and neither
+    /// layer has a bias, the small-M kernel's paired form reads both weights
+    /// in one pass on a CPU adapter that binds 20 storage buffers (at most 8
+    /// rows; weights of one dtype, f32 with K a multiple of 4 or bf16 of 8,
+    /// each under 32 MiB; four ranks a dispatch where they share a device).
+    /// Otherwise it is those two calls (on the tape: their gradients).
     pub fn linear_gated(
         &self,
         gate: (&DTensor, Option<&DTensor>),
@@ -92,6 +98,7 @@ impl DTensor {
                 ),
             ));
         }
+        expect_placed_not_partial(OP, pg.placement)?;
         let two_calls = || {
             let u = self.linear(up.0, up.1, MatmulOptions::default())?;
             self.linear_activation_mul(gate.0, gate.1, act, &u, MatmulOptions::default())
@@ -127,5 +134,67 @@ impl DTensor {
             done += set.len();
         }
         Ok(self.with_shards_in_units(outs, vec![pg.t, pg.n], pg.placement, pg.unit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::device::{DeviceLayout, MeshBuilder};
+    use crate::tensor::{DTensor, Placement};
+
+    /// Ranks 1 to 3 holding one copy of k's and v's rows (as SmolLM2's 3
+    /// key/value heads on 4 ranks are held) take rank 1's products, aliased,
+    /// with the bits `linears` gives each rank; not where x is split.
+    #[test]
+    fn repeated_products_are_made_once_with_the_same_bits() -> crate::Result<()> {
+        let m = MeshBuilder::new()
+            .ranks(4)
+            .layout(DeviceLayout::SharedDevice)
+            .build()?;
+        let (t, k, per) = (1, 16, 3);
+        let vals = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7 + seed * 5) % 19) as f32 / 9.0 - 1.0)
+                .collect()
+        };
+        // Expanded [4·per, k] with rank 0's block its own, 1..3 one block.
+        let held = |seed: usize| -> crate::Result<DTensor> {
+            let (a, b) = (vals(per * k, seed), vals(per * k, seed + 1));
+            let rows = [a.clone(), b.clone(), b.clone(), b].concat();
+            DTensor::from_host(&m, &[4 * per, k], &rows, Placement::Shard(0))
+        };
+        let wq = DTensor::from_host(&m, &[8, k], &vals(8 * k, 9), Placement::Shard(0))?;
+        let (wk, wv) = (held(1)?, held(3)?);
+        let wr = DTensor::from_host(&m, &[8, k], &vals(8 * k, 4), Placement::Replicate)?;
+        let src = [0, 1, 1, 1];
+        let layers = [(&wq, None), (&wk, None), (&wv, None)];
+        for xp in [Placement::Replicate, Placement::Shard(0)] {
+            let rows = if xp == Placement::Replicate { t } else { 4 };
+            let x = DTensor::from_host(&m, &[rows, k], &vals(rows * k, 7), xp)?;
+            let layers = if xp == Placement::Replicate {
+                layers.to_vec()
+            } else {
+                // Split rows take replicated weights.
+                vec![(&wr, None), (&wr, None), (&wr, None)]
+            };
+            let once = x.linears_with(&layers, &[None, Some(&src), Some(&src)])?;
+            let each = x.linears(&layers)?;
+            for (l, (a, b)) in once.iter().zip(&each).enumerate() {
+                for r in 0..4 {
+                    let (sa, sb) = (&a.shards()[r], &b.shards()[r]);
+                    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(sa.to_vec()?),
+                        bits(sb.to_vec()?),
+                        "{xp:?} layer {l} rank {r}"
+                    );
+                    // Rank 1's k and v are ranks 2's and 3's.
+                    let aliased = r != 1 && sa.same_buffer(&a.shards()[1]);
+                    let want = l > 0 && r > 1 && xp == Placement::Replicate;
+                    assert_eq!(aliased, want, "{xp:?} layer {l} rank {r}: aliased");
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -7,6 +7,7 @@
 
 use super::autograd::tracking;
 use super::dtensor::{DTensor, Placement};
+use super::elementwise::expect_placed_not_partial;
 use super::grouped;
 use super::matmul::{MatmulOptions, check_dtypes, dims2, expect_aligned, expect_same_mesh};
 use super::paired;
@@ -124,6 +125,10 @@ pub(super) fn product(
         placement,
         unit,
     } = plan(x, w, bias, opts, up)?;
+    if activation.is_some() {
+        // An activation of partial sums is not one of their sum.
+        expect_placed_not_partial("DTensor::linear_activation", placement)?;
+    }
     let b32 = bias32(bias)?;
     let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
     // Ranks on one device: a dispatch for every four of them.
@@ -164,9 +169,25 @@ impl DTensor {
     /// small-M kernel's grouped form takes the products (on a CPU adapter
     /// that binds 16 storage buffers, at most 8 rows, all with a bias or
     /// none), they share dispatches, four a dispatch: every layer's and
-    /// rank's where the ranks share a device, else each rank's layers.
+    /// rank's where the ranks share a device, else each rank's layers. On
+    /// one device that binds 20, the last two layers (a Llama's k and v, of
+    /// one shape and without biases) are read in one pass, a pair a rank,
+    /// where that takes fewer dispatches (three or more ranks).
     /// Otherwise (a GPU, the tape) each layer is [`DTensor::linear`].
     pub fn linears(&self, layers: &[(&DTensor, Option<&DTensor>)]) -> Result<Vec<DTensor>> {
+        self.linears_with(layers, &[])
+    }
+
+    /// [`DTensor::linears`], where `sources[l]`, when given, says which
+    /// rank's product of layer `l` each rank's repeats (`sources[l][r] ≤ r`;
+    /// a held key/value projection's copies of one replicated input): on
+    /// one device each such product is made once and aliased onto the
+    /// ranks that repeat it.
+    pub(crate) fn linears_with(
+        &self,
+        layers: &[(&DTensor, Option<&DTensor>)],
+        sources: &[Option<&[usize]>],
+    ) -> Result<Vec<DTensor>> {
         let one_by_one = || {
             layers
                 .iter()
@@ -224,32 +245,73 @@ impl DTensor {
             per_rank
         };
         const OP: &str = "DTensor::linears";
-        let outs = operands
-            .iter()
-            .map(|o| {
-                o.a.rank()
-                    .alloc(OP, &[o.a.shape()[0], o.b.shape()[0]], DType::F32)
+        let shared = sets.len() == 1 && self.placement() == Placement::Replicate;
+        // The operand each one repeats (itself where it repeats none).
+        let source: Vec<usize> = (0..operands.len())
+            .map(|i| {
+                let (l, r) = (i / ranks, i % ranks);
+                match sources.get(l).copied().flatten() {
+                    Some(src)
+                        if shared && src.len() == ranks && src[r] < r && src[src[r]] == src[r] =>
+                    {
+                        l * ranks + src[r]
+                    }
+                    _ => i,
+                }
             })
-            .collect::<Result<Vec<LocalTensor>>>()?;
-        // On one device, the last two layers (k and v) as pairs where that
-        // takes fewer dispatches.
-        let pairs = (sets.len() == 1)
-            .then(|| paired::last_two(&operands, layers.len(), ranks))
-            .flatten();
-        if let Some(pairs) = &pairs {
-            let singles = operands.len() - 2 * ranks;
-            if singles > 0 {
-                let set_outs: Vec<&LocalTensor> = outs[..singles].iter().collect();
-                gemv_group(&operands[..singles], &set_outs, None)?;
+            .collect();
+        let kept: Vec<usize> = (0..operands.len()).filter(|&i| source[i] == i).collect();
+        let mut at = vec![usize::MAX; operands.len()];
+        let mut made = Vec::with_capacity(kept.len());
+        for &i in &kept {
+            let o = &operands[i];
+            at[i] = made.len();
+            made.push((o.a.rank()).alloc(OP, &[o.a.shape()[0], o.b.shape()[0]], DType::F32)?);
+        }
+        let outs_of = |idx: &[usize]| idx.iter().map(|&i| &made[at[i]]).collect::<Vec<_>>();
+        if sets.len() == 1 {
+            // The last two layers (k and v) as pairs where that takes
+            // fewer dispatches.
+            let n = layers.len();
+            let of_layer = |l: usize| {
+                kept.iter()
+                    .copied()
+                    .filter(|&i| i / ranks == l)
+                    .collect::<Vec<_>>()
+            };
+            let (ks, vs) = (of_layer(n - 2), of_layer(n - 1));
+            let singles: Vec<usize> = kept
+                .iter()
+                .copied()
+                .filter(|&i| i / ranks < n - 2)
+                .collect();
+            let same_ranks = ks
+                .iter()
+                .map(|i| i % ranks)
+                .eq(vs.iter().map(|i| i % ranks));
+            let pairs = same_ranks
+                .then(|| paired::last_two(singles.len(), &pick(&ks), &pick(&vs)))
+                .flatten();
+            match pairs {
+                Some(pairs) => {
+                    if !singles.is_empty() {
+                        gemv_group(&pick(&singles), &outs_of(&singles), None)?;
+                    }
+                    paired::both(&pairs, &outs_of(&ks), &outs_of(&vs))?;
+                }
+                None => gemv_group(&pick(&kept), &outs_of(&kept), None)?,
             }
-            let (firsts, seconds) = outs[singles..].split_at(ranks);
-            paired::both(pairs, firsts, seconds)?;
         } else {
             for set in &sets {
-                let set_outs: Vec<&LocalTensor> = set.iter().map(|&i| &outs[i]).collect();
-                gemv_group(&pick(set), &set_outs, None)?;
+                gemv_group(&pick(set), &outs_of(set), None)?;
             }
         }
+        let outs = (0..operands.len())
+            .map(|i| match source[i] == i {
+                true => Ok(made[at[i]].clone()),
+                false => made[at[source[i]]].alias_on(&operands[i].a.rank()),
+            })
+            .collect::<Result<Vec<LocalTensor>>>()?;
         let mut outs = outs.into_iter();
         Ok(plans
             .into_iter()

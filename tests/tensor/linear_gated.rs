@@ -24,9 +24,9 @@ fn bits(y: &DTensor) -> Vec<Vec<u32>> {
     y.shards().iter().map(one).collect()
 }
 
-/// `[n, k]` column-parallel weights (as `wd`) from host `w`.
-fn weight(m: &Mesh, n: usize, k: usize, w: &[f32], wd: DType) -> DTensor {
-    let t = DTensor::from_host(m, &[n, k], w, Placement::Shard(0)).unwrap();
+/// `[n, k]` weights (as `wd`) from host `w`, placed `wp`.
+fn weight(m: &Mesh, (n, k): (usize, usize), w: &[f32], (wd, wp): (DType, Placement)) -> DTensor {
+    let t = DTensor::from_host(m, &[n, k], w, wp).unwrap();
     t.cast(wd).unwrap()
 }
 
@@ -44,19 +44,31 @@ fn linear_gated_gives_the_two_calls_bits_and_the_f64_product_p1_2_3_4_8() {
         for (name, m) in meshes(p) {
             for wd in [DType::F32, DType::BF16] {
                 // Ragged columns; K of whole vec8s, then neither vec4s nor
-                // vec8s; 8 rows, then 9 (past the small-M kernel).
-                for (t, n, k, act) in [
-                    (1, 3 * p + 2, 24, Activation::Silu),
-                    (8, 2 * p + 1, 16, Activation::Gelu),
-                    (1, p + 3, 22, Activation::Silu),
-                    (9, 2 * p, 8, Activation::Silu),
+                // vec8s; 8 and 5 rows, then 9 (past the small-M kernel);
+                // replicated weights; rows split over the ranks, raggedly.
+                let (rep, sh0, col) = (
+                    Placement::Replicate,
+                    Placement::Shard(0),
+                    Placement::Shard(0),
+                );
+                for (t, n, k, act, xp, wp) in [
+                    (1, 3 * p + 2, 24, Activation::Silu, rep, col),
+                    (8, 2 * p + 1, 16, Activation::Gelu, rep, col),
+                    (5, p + 3, 24, Activation::Silu, rep, col),
+                    (1, p + 3, 22, Activation::Silu, rep, col),
+                    (9, 2 * p, 8, Activation::Silu, rep, col),
+                    (1, 2 * p + 1, 16, Activation::Silu, rep, rep),
+                    (3 * p + 1, 7, 16, Activation::Silu, sh0, rep),
                 ] {
-                    let what = format!("P={p} {name} {wd} t={t} n={n} k={k} {act:?}");
+                    let what = format!("P={p} {name} {wd} t={t} n={n} k={k} {act:?} {xp:?} {wp:?}");
                     let round = |v: Vec<f32>| if wd == DType::BF16 { round_bf16(&v) } else { v };
                     let (gs, us) = (round(rng.vec(n * k)), round(rng.vec(n * k)));
                     let xs = rng.vec(t * k);
-                    let x = DTensor::from_host(&m, &[t, k], &xs, Placement::Replicate).unwrap();
-                    let (g, u) = (weight(&m, n, k, &gs, wd), weight(&m, n, k, &us, wd));
+                    let x = DTensor::from_host(&m, &[t, k], &xs, xp).unwrap();
+                    let (g, u) = (
+                        weight(&m, (n, k), &gs, (wd, wp)),
+                        weight(&m, (n, k), &us, (wd, wp)),
+                    );
                     let y = x.linear_gated((&g, None), (&u, None), act).unwrap();
                     let y2 = two_calls(&x, &g, &u, act);
                     m.synchronize().unwrap();
@@ -118,10 +130,8 @@ fn linear_gated_takes_one_dispatch_for_four_ranks_and_two_calls_otherwise() {
         let what = format!("P={p} {layout:?}");
         let n = 4 * p + 3;
         let (g, u) = (rng.vec(n * k), rng.vec(n * k));
-        let (g, u) = (
-            weight(&m, n, k, &g, DType::F32),
-            weight(&m, n, k, &u, DType::F32),
-        );
+        let col = (DType::F32, Placement::Shard(0));
+        let (g, u) = (weight(&m, (n, k), &g, col), weight(&m, (n, k), &u, col));
         let xs = rng.vec(t * k);
         let x = DTensor::from_host(&m, &[t, k], &xs, Placement::Replicate).unwrap();
         // Not under WebGPU's limits (8 storage buffers a stage), nor on a GPU.
@@ -141,24 +151,38 @@ fn linear_gated_takes_one_dispatch_for_four_ranks_and_two_calls_otherwise() {
         let y2 = two_calls(&x, &g, &u, act);
         assert_eq!(bits(&y), bits(&y2), "{what}");
         // Up of another width: an error, and nothing recorded.
-        let bad = weight(&m, n + p, k, &rng.vec((n + p) * k), DType::F32);
+        let bad = weight(&m, (n + p, k), &rng.vec((n + p) * k), col);
         let (calls, err) = dispatches(&m, || x.linear_gated((&g, None), (&bad, None), act));
         assert!(err.is_err(), "{what}: up of another width is an error");
         assert_eq!(calls, (0, 0), "{what}: recorded before the error");
-        // A bias: the two calls, whose gate then takes one product a rank.
+        // Partial sums (x and the weights split along K): an error, and
+        // nothing recorded; an activation of them is not one of their sum.
+        let kp = 4 * p;
+        let xk = DTensor::from_host(&m, &[t, kp], &rng.vec(t * kp), Placement::Shard(1)).unwrap();
+        let split = (DType::F32, Placement::Shard(1));
+        let (gk, uk) = (
+            weight(&m, (n, kp), &rng.vec(n * kp), split),
+            weight(&m, (n, kp), &rng.vec(n * kp), split),
+        );
+        let (calls, err) = dispatches(&m, || xk.linear_gated((&gk, None), (&uk, None), act));
+        assert!(err.is_err(), "{what}: partial sums are an error");
+        assert_eq!(calls, (0, 0), "{what}: recorded before the partial error");
+        // A bias on either: the two calls (a gate with a bias and a
+        // multiplier takes one product a rank).
         let b = DTensor::from_host(&m, &[n], &rng.vec(n), Placement::Shard(0)).unwrap();
-        let (calls, y) = dispatches(&m, || {
-            x.linear_gated((&g, Some(&b)), (&u, None), act).unwrap()
-        });
-        let (up_calls, up) =
-            dispatches(&m, || x.linear(&u, None, MatmulOptions::default()).unwrap());
-        let (gate_calls, y2) = dispatches(&m, || {
-            x.linear_activation_mul(&g, Some(&b), act, &up, MatmulOptions::default())
-                .unwrap()
-        });
-        let sum = (up_calls.0 + gate_calls.0, up_calls.1 + gate_calls.1);
-        assert_eq!(calls, sum, "{what}: with a bias");
-        assert_eq!(bits(&y), bits(&y2), "{what}: with a bias");
+        for (bg, bu) in [(Some(&b), None), (None, Some(&b))] {
+            let (calls, y) = dispatches(&m, || x.linear_gated((&g, bg), (&u, bu), act).unwrap());
+            let (up_calls, up) =
+                dispatches(&m, || x.linear(&u, bu, MatmulOptions::default()).unwrap());
+            let (gate_calls, y2) = dispatches(&m, || {
+                x.linear_activation_mul(&g, bg, act, &up, MatmulOptions::default())
+                    .unwrap()
+            });
+            let sum = (up_calls.0 + gate_calls.0, up_calls.1 + gate_calls.1);
+            let which = if bg.is_some() { "gate" } else { "up" };
+            assert_eq!(calls, sum, "{what}: a bias on {which}");
+            assert_eq!(bits(&y), bits(&y2), "{what}: a bias on {which}");
+        }
         // On the tape: the two calls, and their gradient of x.
         let dy = rng.vec(t * n);
         let dy = DTensor::from_host(&m, &[t, n], &dy, Placement::Shard(1)).unwrap();

@@ -81,18 +81,23 @@ fn linears_give_each_layers_bits_and_the_f64_product_p1_2_3_4_8() {
     for p in [1, 2, 3, 4, 8] {
         // Ragged rows; the last case leaves a rank with none (one by one).
         let mut cases = vec![
-            (vec![3 * p + 1, p + 2, 2 * p + 3], [false; 3]),
-            (vec![2 * p + 5, p, p + 1], [true; 3]),
-            (vec![p + 3, 2 * p, p + 2], [true, false, true]),
+            (vec![3 * p + 1, p + 2, 2 * p + 3], vec![false; 3]),
+            (vec![2 * p + 5, p, p + 1], vec![true; 3]),
+            (vec![p + 3, 2 * p, p + 2], vec![true, false, true]),
+            // k and v of one shape: pairs where the ranks share a device
+            // (P ≥ 3), after q, then alone.
+            (vec![3 * p + 1, p + 2, p + 2], vec![false; 3]),
+            (vec![3 * p + 1, p + 2, p + 2], vec![false; 3]),
+            (vec![2 * p + 3, 2 * p + 3], vec![false; 2]),
         ];
-        // k and v of one shape: pairs where the ranks share a device (P ≥ 3).
-        cases.push((vec![3 * p + 1, p + 2, p + 2], [false; 3]));
         if p > 1 {
-            cases.push((vec![2 * p, p - 1, p], [false; 3]));
+            cases.push((vec![2 * p, p - 1, p], vec![false; 3]));
         }
         for (name, m) in meshes(p) {
             for wd in [DType::F32, DType::BF16] {
-                for (i, (t, (ns, bias))) in [1, 8, 1, 8, 1].into_iter().zip(&cases).enumerate() {
+                for (i, (t, (ns, bias))) in
+                    [1, 8, 1, 8, 1, 3, 1].into_iter().zip(&cases).enumerate()
+                {
                     // K of whole vec8s; once, one of neither vec4s nor vec8s
                     // (one by one). The second case's weights replicated.
                     let (wp, yp) = match i {

@@ -57,8 +57,9 @@ pub(super) struct Params {
 
 impl Params {
     /// For members of `[N, K]` weights `sizes` (at most [`GROUP`]), `m`
-    /// rows and `flags`, each member's workgroups of `wg` invocations
-    /// after the one before's: the parameters and the workgroups in all.
+    /// rows and `flags`, each member's workgroups of `wg` invocations that
+    /// own `cols` columns each, after the one before's: the parameters and
+    /// the workgroups in all.
     pub(super) fn new(
         m: usize,
         flags: u32,

@@ -54,8 +54,10 @@ pub(crate) enum Store<'a> {
 
 /// Whether one paired dispatch takes `pairs`: what the grouped kernel
 /// takes of their products without biases ([`super::group::fits`]), two
-/// weights of one shape a pair, on a device that binds [`BINDINGS`]
-/// storage buffers.
+/// weights of one shape a pair, each under the size from which a weight
+/// may be read from a kept texture instead (`texture::TEXTURE_MIN_BYTES`;
+/// pairs read buffers), on a device that binds [`BINDINGS`] storage
+/// buffers.
 pub(crate) fn fits(pairs: &[Pair]) -> bool {
     let operands: Vec<Operands> = (pairs.iter())
         .flat_map(|x| {
@@ -67,31 +69,44 @@ pub(crate) fn fits(pairs: &[Pair]) -> bool {
             })
         })
         .collect();
+    let small = |t: &LocalTensor| t.byte_len() < super::texture::TEXTURE_MIN_BYTES as u64;
     super::group::fits(&operands)
-        && pairs.iter().all(|x| x.first.shape() == x.second.shape())
-        && (pairs[0]
-            .a
-            .device()
-            .limits()
-            .max_storage_buffers_per_shader_stage
-            >= BINDINGS.len() as u32)
+        && pairs
+            .iter()
+            .all(|x| x.first.shape() == x.second.shape() && small(x.first) && small(x.second))
+        && pairs.first().is_some_and(|x| {
+            x.a.device().limits().max_storage_buffers_per_shader_stage >= BINDINGS.len() as u32
+        })
 }
 
 /// Record `pairs` ([`fits`] must hold), storing each as `stores` says
-/// (every store of one kind; the activation of the first gated one),
-/// [`GROUP`] pairs a dispatch.
+/// (every store of one kind, and one activation), [`GROUP`] pairs a
+/// dispatch.
 pub(crate) fn gemv_pairs(pairs: &[Pair], stores: &[Store]) -> Result<()> {
+    record_pairs(pairs, stores, None)
+}
+
+/// [`gemv_pairs`] with workgroups of `16·c` invocations where `knob` is
+/// `Some(c)`, else the measured (or guessed) knob.
+fn record_pairs(pairs: &[Pair], stores: &[Store], knob: Option<usize>) -> Result<()> {
     const OP: &str = "gemv_pairs";
     let m = pairs.first().map_or(0, |x| x.a.shape()[0]);
-    let shaped =
-        |t: &LocalTensor, x: &Pair| t.dtype() == DType::F32 && t.shape() == [m, x.first.shape()[0]];
-    let gated = matches!(stores.first(), Some(Store::Gated(..)));
+    let shaped = |t: &LocalTensor, x: &Pair| {
+        t.dtype() == DType::F32
+            && t.shape() == [m, x.first.shape()[0]]
+            && std::sync::Arc::ptr_eq(t.device(), x.a.device())
+            && !t.is_blocked()
+    };
+    let first_act = match stores.first() {
+        Some(Store::Gated(_, act)) => Some(*act),
+        _ => None,
+    };
     let ok = fits(pairs)
         && (1..=GEMV_MAX_ROWS).contains(&m)
         && pairs.len() == stores.len()
         && pairs.iter().zip(stores).all(|(x, s)| match *s {
-            Store::Both(c, e) => !gated && shaped(c, x) && shaped(e, x),
-            Store::Gated(c, _) => gated && shaped(c, x),
+            Store::Both(c, e) => first_act.is_none() && shaped(c, x) && shaped(e, x),
+            Store::Gated(c, act) => first_act == Some(act) && shaped(c, x),
         });
     if !ok {
         return Err(Error::invalid(
@@ -141,7 +156,10 @@ pub(crate) fn gemv_pairs(pairs: &[Pair], stores: &[Store]) -> Result<()> {
         });
         let what = format!("{family} pairs {}", chunk.len());
         let dev = pairs[0].a.device();
-        let c = measured_wg(dev, &what, (rows, n, k), &|c| record(chunk, c))?;
+        let c = match knob {
+            Some(c) => c,
+            None => measured_wg(dev, &what, (rows, n, k), &|c| record(chunk, c))?,
+        };
         record(chunk, c)?;
     }
     Ok(())
@@ -160,4 +178,72 @@ pub(super) fn program(bf16: bool) -> (&'static str, &'static str, &'static str) 
     };
     let (src, entry) = cell.get_or_init(|| source(bf16));
     (family, src, entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Mesh;
+    use crate::kernels::gemv::{CANDIDATES, gemv_with_candidate};
+
+    /// Every workgroup knob, f32 and bf16 weights, 1 and 3 rows, odd N:
+    /// both stores give `gemv_nk`'s bits, and the gated one SiLU of the
+    /// gate times up.
+    #[test]
+    fn every_knob_gives_the_one_product_bits() -> Result<()> {
+        let mesh = Mesh::simulated(1)?;
+        let r = &mesh.ranks()[0];
+        let (n, k) = (37, 24);
+        let vals = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7 + seed * 13) % 23) as f32 / 11.0 - 1.0)
+                .collect()
+        };
+        let bits = |t: &LocalTensor| -> Result<Vec<u32>> {
+            Ok(t.to_vec()?.iter().map(|v| v.to_bits()).collect())
+        };
+        for dtype in [DType::F32, DType::BF16] {
+            let b = crate::kernels::cast(&r.upload(&[n, k], &vals(n * k, 1))?, dtype)?;
+            let d = crate::kernels::cast(&r.upload(&[n, k], &vals(n * k, 2))?, dtype)?;
+            for m in [1, 3] {
+                let a = r.upload(&[m, k], &vals(m * k, m))?;
+                let pair = Pair {
+                    a: &a,
+                    first: &b,
+                    second: &d,
+                };
+                if !fits(&[pair]) {
+                    return Ok(()); // not on this adapter (GL, WebGPU limits, GPUs)
+                }
+                let one_b = gemv_with_candidate(&a, &b, true, 2)?;
+                let one_d = gemv_with_candidate(&a, &d, true, 2)?;
+                let silu = |x: f32| x * (1.0 / (1.0 + (-x.clamp(-80.0, 80.0)).exp()));
+                let gated: Vec<f32> = (one_b.to_vec()?.iter().zip(one_d.to_vec()?))
+                    .map(|(g, u)| silu(*g) * u)
+                    .collect();
+                // Every knob at one row; three rows (ROWS 4) at the guess.
+                let knobs = if m == 1 { &CANDIDATES[..] } else { &[2][..] };
+                for &c in knobs {
+                    let what = format!("{dtype} m {m} wg {}", 16 * c);
+                    let (c1, e1, g1) = (
+                        r.zeros(&[m, n], DType::F32)?,
+                        r.zeros(&[m, n], DType::F32)?,
+                        r.zeros(&[m, n], DType::F32)?,
+                    );
+                    record_pairs(&[pair], &[Store::Both(&c1, &e1)], Some(c))?;
+                    record_pairs(&[pair], &[Store::Gated(&g1, Activation::Silu)], Some(c))?;
+                    assert_eq!(bits(&c1)?, bits(&one_b)?, "{what}: first");
+                    assert_eq!(bits(&e1)?, bits(&one_d)?, "{what}: second");
+                    // The host's exp is not the shader's: within rounding.
+                    let got = g1.to_vec()?;
+                    let close = got
+                        .iter()
+                        .zip(&gated)
+                        .all(|(a, b)| (a - b).abs() <= 1e-5 * (1.0 + b.abs()));
+                    assert!(close, "{what}: gated {got:?} against {gated:?}");
+                }
+            }
+        }
+        Ok(())
+    }
 }

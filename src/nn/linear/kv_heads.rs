@@ -155,6 +155,18 @@ impl KvHeadLinear {
         }
     }
 
+    /// For each rank, the first rank holding the same rows (itself where
+    /// none before it does): their copies are equal (kept so by
+    /// [`DTensor::share_replicas`]), so are their products of one
+    /// replicated input, which [`DTensor::linears`] then makes once on a
+    /// shared device.
+    pub(crate) fn copy_sources(&self) -> Vec<usize> {
+        let s = &self.rows.starts;
+        (0..s.len())
+            .map(|r| (0..r).find(|&q| s[q] == s[r]).unwrap_or(r))
+            .collect()
+    }
+
     /// `xg` `[tokens, in]` (`Replicate`: after the caller's
     /// [`Mapping::CopyToParallel`](crate::tensor::Mapping::CopyToParallel)
     /// or sequence-parallel gather) → the held `[tokens, P·M·head_dim]`,
