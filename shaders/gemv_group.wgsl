@@ -13,25 +13,7 @@
 // product, and a CPU adapter's fixed cost per dispatch (waking its worker
 // threads) was a sixth of a token at four ranks.
 
-struct Params {
-    m: u32,
-    flags: u32,
-    count: u32,
-    _pad: u32,
-    ns: vec4<u32>,
-    ks: vec4<u32>,
-    starts: vec4<u32>,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a0: array<AV>;
-@group(0) @binding(2) var<storage, read> a1: array<AV>;
-@group(0) @binding(3) var<storage, read> a2: array<AV>;
-@group(0) @binding(4) var<storage, read> a3: array<AV>;
-@group(0) @binding(5) var<storage, read> b0: array<BV>;
-@group(0) @binding(6) var<storage, read> b1: array<BV>;
-@group(0) @binding(7) var<storage, read> b2: array<BV>;
-@group(0) @binding(8) var<storage, read> b3: array<BV>;
+// After gemv_members.wgsl (Params, a and b):
 @group(0) @binding(9) var<storage, read> bias0: array<f32>;
 @group(0) @binding(10) var<storage, read> bias1: array<f32>;
 @group(0) @binding(11) var<storage, read> bias2: array<f32>;

@@ -2,9 +2,9 @@
 //! (`group_source.rs`): the loads, the header and the pair body copied
 //! once per pair, each copy reading its pair's bindings and sizes.
 
-use super::GROUP_OF;
+use super::group_source::compose;
 use super::loads::{A_VEC4, B_VEC4, B_VEC8_BF16};
-use crate::kernels::member_source::{function_names, items, member_entry, specialise};
+use crate::kernels::member_source::{function_names, items};
 
 /// The paired program's source for f32 (`nk_pair`) or bf16 (`nk8_pair`)
 /// weights, and its entry's name.
@@ -32,18 +32,15 @@ pub(super) fn source(bf16: bool) -> (String, &'static str) {
     let accessors = ["a_ld", "b_ld", "d_ld", "bias_at", "acc_at", "put", "put2"];
     let mut names: Vec<String> = accessors.iter().map(|s| s.to_string()).collect();
     names.extend(function_names(&items));
-    let mut src = format!(
-        "alias AIn = f32;\nalias BIn = {ty};\nalias COut = f32;\n{}",
+    let prelude = format!(
+        "alias AIn = f32;\nalias BIn = {ty};\nalias COut = f32;\n{}{}",
+        include_str!("../../../shaders/gemv_members.wgsl"),
         include_str!("../../../shaders/gemv_pair.wgsl")
     );
-    for (text, _) in items.iter().filter(|(_, f)| !*f) {
-        src.push_str(text);
-        src.push('\n');
-    }
-    for g in 0..GROUP_OF {
-        // No pair has a bias or an accumulator: the header's reads of
-        // them are never taken.
-        src.push_str(&format!(
+    // No pair has a bias or an accumulator: the header's reads of them are
+    // never taken.
+    let accessors = |g: usize| {
+        format!(
             "fn a_ld_{g}(i: u32) -> AV {{ return a{g}[i]; }}
 fn b_ld_{g}(i: u32) -> BV {{ return b{g}[i]; }}
 fn d_ld_{g}(i: u32) -> BV {{ return d{g}[i]; }}
@@ -52,19 +49,10 @@ fn acc_at_{g}(i: u32) -> f32 {{ return 0.0; }}
 fn put_{g}(i: u32, v: COut) {{ c{g}[i] = v; }}
 fn put2_{g}(i: u32, v: COut) {{ e{g}[i] = v; }}
 "
-        ));
-        let sizes = |f: &str| match f {
-            "n" => Some(format!("p.ns[{g}]")),
-            "k" => Some(format!("p.ks[{g}]")),
-            _ => None,
-        };
-        for (text, _) in items.iter().filter(|(_, f)| *f) {
-            src.push_str(&specialise(text, &names, &[], g, &sizes));
-            src.push('\n');
-        }
-    }
-    src.push_str(&member_entry(entry, "WG", GROUP_OF, |g| {
-        format!("{body}_{g}(w - p.starts[g], li);")
-    }));
-    (src, entry)
+        )
+    };
+    (
+        compose(prelude, &items, &names, accessors, (entry, body)),
+        entry,
+    )
 }
