@@ -5,7 +5,7 @@
 //! counted; biases, the tape and rows past 8 take the two calls.
 
 use crate::util::reference::{gelu, gemm};
-use crate::util::{Rng, assert_close_cancelling, gemv_calls, mesh_env, meshes, round_bf16};
+use crate::util::{Rng, assert_close_cancelling, mesh_env, meshes, round_bf16, traced_gemv_calls};
 use wgpu_tp::kernels::Activation;
 use wgpu_tp::{DTensor, DType, DeviceLayout, MatmulOptions, Mesh, MeshBuilder, Placement};
 
@@ -102,15 +102,6 @@ fn linear_gated_gives_the_two_calls_bits_and_the_f64_product_p1_2_3_4_8() {
     }
 }
 
-/// Paired and one-product small-M dispatches of `f` on `m`.
-fn dispatches<T>(m: &Mesh, f: impl FnOnce() -> T) -> ((u64, u64), T) {
-    m.synchronize().unwrap();
-    m.start_trace().unwrap();
-    let out = f();
-    m.synchronize().unwrap();
-    (gemv_calls(&m.stop_trace().unwrap()), out)
-}
-
 #[test]
 fn linear_gated_takes_one_dispatch_for_four_ranks_and_two_calls_otherwise() {
     mesh_env();
@@ -146,13 +137,14 @@ fn linear_gated_takes_one_dispatch_for_four_ranks_and_two_calls_otherwise() {
             (0, 2 * p as u64)
         };
         let want = if paired { (want_paired, 0) } else { two };
-        let (calls, y) = dispatches(&m, || x.linear_gated((&g, None), (&u, None), act).unwrap());
+        let (calls, y) =
+            traced_gemv_calls(&m, || x.linear_gated((&g, None), (&u, None), act).unwrap());
         assert_eq!(calls, want, "{what}");
         let y2 = two_calls(&x, &g, &u, act);
         assert_eq!(bits(&y), bits(&y2), "{what}");
         // Up of another width: an error, and nothing recorded.
         let bad = weight(&m, (n + p, k), &rng.vec((n + p) * k), col);
-        let (calls, err) = dispatches(&m, || x.linear_gated((&g, None), (&bad, None), act));
+        let (calls, err) = traced_gemv_calls(&m, || x.linear_gated((&g, None), (&bad, None), act));
         assert!(err.is_err(), "{what}: up of another width is an error");
         assert_eq!(calls, (0, 0), "{what}: recorded before the error");
         // Partial sums (x and the weights split along K): an error, and
@@ -164,17 +156,18 @@ fn linear_gated_takes_one_dispatch_for_four_ranks_and_two_calls_otherwise() {
             weight(&m, (n, kp), &rng.vec(n * kp), split),
             weight(&m, (n, kp), &rng.vec(n * kp), split),
         );
-        let (calls, err) = dispatches(&m, || xk.linear_gated((&gk, None), (&uk, None), act));
+        let (calls, err) = traced_gemv_calls(&m, || xk.linear_gated((&gk, None), (&uk, None), act));
         assert!(err.is_err(), "{what}: partial sums are an error");
         assert_eq!(calls, (0, 0), "{what}: recorded before the partial error");
         // A bias on either: the two calls (a gate with a bias and a
         // multiplier takes one product a rank).
         let b = DTensor::from_host(&m, &[n], &rng.vec(n), Placement::Shard(0)).unwrap();
         for (bg, bu) in [(Some(&b), None), (None, Some(&b))] {
-            let (calls, y) = dispatches(&m, || x.linear_gated((&g, bg), (&u, bu), act).unwrap());
+            let (calls, y) =
+                traced_gemv_calls(&m, || x.linear_gated((&g, bg), (&u, bu), act).unwrap());
             let (up_calls, up) =
-                dispatches(&m, || x.linear(&u, bu, MatmulOptions::default()).unwrap());
-            let (gate_calls, y2) = dispatches(&m, || {
+                traced_gemv_calls(&m, || x.linear(&u, bu, MatmulOptions::default()).unwrap());
+            let (gate_calls, y2) = traced_gemv_calls(&m, || {
                 x.linear_activation_mul(&g, bg, act, &up, MatmulOptions::default())
                     .unwrap()
             });
@@ -189,7 +182,7 @@ fn linear_gated_takes_one_dispatch_for_four_ranks_and_two_calls_otherwise() {
         let grads = [true, false].map(|together| {
             let xr = DTensor::from_host(&m, &[t, k], &xs, Placement::Replicate).unwrap();
             let xr = xr.requires_grad();
-            let (calls, y) = dispatches(&m, || {
+            let (calls, y) = traced_gemv_calls(&m, || {
                 if together {
                     xr.linear_gated((&g, None), (&u, None), act).unwrap()
                 } else {

@@ -5,7 +5,7 @@
 //! ranks without rows fall back to one product a layer.
 
 use crate::util::reference::gemm;
-use crate::util::{Rng, assert_close_cancelling, gemv_calls, mesh_env, meshes};
+use crate::util::{Rng, assert_close_cancelling, mesh_env, meshes, traced_gemv_calls};
 use wgpu_tp::{DTensor, DType, DeviceLayout, MatmulOptions, Mesh, MeshBuilder, Placement};
 
 /// One layer's host weight `[n, k]` and bias `[n]`.
@@ -139,13 +139,9 @@ fn linears_give_each_layers_bits_and_the_f64_product_p1_2_3_4_8() {
 fn dispatches(m: &Mesh, x: &DTensor, ops: &[(DTensor, Option<DTensor>)]) -> (u64, u64) {
     let refs: Vec<(&DTensor, Option<&DTensor>)> =
         ops.iter().map(|(w, b)| (w, b.as_ref())).collect();
-    m.synchronize().unwrap();
-    m.start_trace().unwrap();
-    let ys = x.linears(&refs).unwrap();
-    m.synchronize().unwrap();
-    let trace = m.stop_trace().unwrap();
+    let (calls, ys) = traced_gemv_calls(m, || x.linears(&refs).unwrap());
     assert_eq!(ys.len(), ops.len());
-    gemv_calls(&trace)
+    calls
 }
 
 #[test]

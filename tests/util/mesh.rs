@@ -153,6 +153,17 @@ pub fn gemv_calls(trace: &Trace) -> (u64, u64) {
     (calls(true), calls(false))
 }
 
+/// `f()`'s result and its small-M product dispatches on `m` ([`gemv_calls`]
+/// of a trace around it; take a private mesh: the trace counts every kernel
+/// on the device).
+pub fn traced_gemv_calls<T>(m: &Mesh, f: impl FnOnce() -> T) -> ((u64, u64), T) {
+    m.synchronize().unwrap();
+    m.start_trace().unwrap();
+    let out = f();
+    m.synchronize().unwrap();
+    (gemv_calls(&m.stop_trace().unwrap()), out)
+}
+
 /// A simulated mesh reserved for tests that count collectives (take [`count_lock`] first).
 pub fn counting_mesh(n: usize) -> Mesh {
     cached(Kind::CountingSimulated, n)
