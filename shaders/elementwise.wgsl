@@ -165,3 +165,22 @@ fn silu_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) 
     let s = sigmoid(x);
     out[i] = b[i] * s * (1.0 + x * (1.0 - s));
 }
+
+// out = alpha * tanh(a / alpha): logits soft-capped at ±alpha (Gemma 2).
+@compute @workgroup_size(WG)
+fn softcap(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (past_end(i)) { return; }
+    out[i] = p.alpha * tanh_safe(a[i] / p.alpha);
+}
+
+// out = b * (1 - t * t), t = tanh(a / alpha): softcap's backward.
+@compute @workgroup_size(WG)
+fn softcap_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) li: u32) {
+    let i = linear_id(wg, nwg, li);
+    if (past_end(i)) { return; }
+    let t = tanh_safe(a[i] / p.alpha);
+    out[i] = b[i] * (1.0 - t * t);
+}

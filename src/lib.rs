@@ -14,7 +14,7 @@
 //! WebGPU. There every rank shares the page's one device (collectives stay
 //! on the GPU) and nothing may block, so what waits for the GPU is `async`
 //! at its core: [`MeshBuilder::build_async`], [`DTensor::to_host_async`],
-//! [`download_many_async`], [`models::Gpt::generate_async`], … On native the
+//! [`download_many_async`], [`nn::Decoder::generate_async`], … On native the
 //! blocking forms ([`MeshBuilder::build`], [`DTensor::to_host`], …) run the
 //! same futures to their end; in a browser they return
 //! [`Error::WouldBlock`] naming the `async` form to await.
@@ -30,9 +30,10 @@
 //!    cache and generation for any causal decoder, sampling, tokenizer and
 //!    chat templates, initialisers, optimisers, checkpoints and the Hugging
 //!    Face weight-file reader and writer, no model family;
-//! 6. [`models`]: model families built from `nn`, one module each (GPT-2 in
-//!    `models/gpt2/`, the Llama family in `models/llama/`), with each
-//!    family's Hugging Face naming rules and directories.
+//! 6. [`models`]: model families built from `nn`'s decoder skeleton, one
+//!    file each (GPT-2 in `models/gpt2.rs`, the Llama family in
+//!    `models/llama.rs`): a config, a block and the family's checkpoint
+//!    names.
 //!
 //! ## Example: a Megatron MLP on 2 ranks equals the serial layers
 //!

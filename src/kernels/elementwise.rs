@@ -162,6 +162,16 @@ pub fn activation_backward(
     run(entry, "activation_backward", x, dy, 0.0, 0.0)
 }
 
+/// `cap · tanh(x / cap)`: logits soft-capped at ±`cap` (Gemma 2).
+pub fn softcap(x: &LocalTensor, cap: f32) -> Result<LocalTensor> {
+    run("softcap", "softcap", x, x, cap, 0.0)
+}
+
+/// `dy · (1 − tanh²(x / cap))`: [`softcap`]'s backward at its input `x`.
+pub fn softcap_backward(x: &LocalTensor, dy: &LocalTensor, cap: f32) -> Result<LocalTensor> {
+    run("softcap_backward", "softcap_backward", x, dy, cap, 0.0)
+}
+
 /// `a[i, j] + b[j]`: a bias row `b` (`[cols]`) added to every row of `a` (`[.., cols]`).
 pub fn add_row(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
     map_blocks("add_row", &[a], |p| add_row_one(p[0], b))

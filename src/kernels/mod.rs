@@ -46,6 +46,7 @@ pub use dropout::{PhiloxKey, ShardWindow, dropout};
 pub(crate) use elementwise::add_assign;
 pub use elementwise::{
     Activation, activation, activation_backward, add, add_row, add_row_add, axpby, mul, scale,
+    softcap, softcap_backward,
 };
 pub use embedding::{embedding_backward, embedding_lookup};
 pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_weight_with, gemm_with, matmul};

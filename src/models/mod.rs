@@ -1,26 +1,61 @@
-//! Layer 6, models: one module per model family, built from the generic
-//! layers of [`nn`](crate::nn), with the Hugging Face directories each
-//! reads and writes.
+//! Layer 6, models: one file per model family, each a config (its
+//! `config.json`, as a [`DecoderConfig`]), a [`Block`](crate::nn::Block)
+//! and its checkpoint names, built into the one decoder skeleton of
+//! [`nn`](crate::nn) ([`Decoder`](crate::nn::Decoder), here
+//! [`CausalLm`]), which loads, saves, generates and splits into pipeline
+//! stages for every family alike.
 //!
-//! - [`Llama`]: the Llama family (`llama`, `mistral`, `qwen2`, `qwen3`).
-//! - [`Gpt`]: GPT-2 (`gpt2/`), with its block, fused-QKV attention and
-//!   Hugging Face directories.
-//! - [`CausalLm`]: either, picked by a directory's `model_type`.
+//! - `gpt2.rs`: GPT-2 ([`Gpt2Config`], [`Gpt2Block`]).
+//! - `llama.rs`: the Llama family — Llama, SmolLM2, Mistral, Qwen2, Qwen3
+//!   ([`LlamaConfig`], [`LlamaBlock`]).
+//! - `causal.rs`: [`CausalLm::from_pretrained`], the family chosen by
+//!   `config.json`'s `model_type` from [`FAMILIES`].
+//!
+//! Adding a family is adding its file, its `mod` and `pub use` lines here,
+//! and one line in [`FAMILIES`].
 
 #[cfg(not(target_arch = "wasm32"))]
 mod causal;
 mod gpt2;
 mod llama;
-mod load_options;
 
-#[cfg(not(target_arch = "wasm32"))]
-pub use causal::CausalLm;
-pub use gpt2::{
-    AttentionConfig, BlockConfig, Gpt, GptConfig, GptStage, ParallelSelfAttention, TransformerBlock,
-};
-#[cfg(not(target_arch = "wasm32"))]
-pub use gpt2::{HfGpt2Config, pretrained_config};
-#[cfg(not(target_arch = "wasm32"))]
-pub use llama::GenerationConfig;
-pub use llama::{LLAMA_FAMILY, Llama, LlamaConfig, LlamaDecoderLayer, LlamaModel, LlamaStage};
-pub use load_options::LoadOptions;
+pub use crate::nn::{GenerationConfig, LoadOptions};
+pub use gpt2::{Gpt2Attention, Gpt2AttentionConfig, Gpt2Block, Gpt2Config};
+pub use llama::{LLAMA_FAMILY, LlamaBlock, LlamaConfig};
+
+use crate::error::{Error, Result};
+use crate::nn::DecoderConfig;
+
+/// A causal language model of any family: the decoder skeleton
+/// ([`Decoder`](crate::nn::Decoder)) with the family's blocks.
+pub type CausalLm = crate::nn::Decoder;
+
+/// A family's `config.json` reader: the text and its path (for errors).
+pub type ParseConfig = fn(&str, &str) -> Result<Box<dyn DecoderConfig>>;
+
+/// Every family this crate runs: the `model_type`s it reads, and its reader.
+pub const FAMILIES: &[(&[&str], ParseConfig)] = &[
+    (&["gpt2"], |t, f| Ok(Box::new(Gpt2Config::from_json(t, f)?))),
+    (&LLAMA_FAMILY, |t, f| {
+        Ok(Box::new(LlamaConfig::from_json(t, f)?))
+    }),
+];
+
+/// The config a `config.json`'s text describes, read by the family its
+/// `model_type` names; `file` names it in errors.
+pub fn config_from_json(text: &str, file: &str) -> Result<Box<dyn DecoderConfig>> {
+    let obj = crate::nn::hf_config::object(text, file)?;
+    let model_type = obj.get("model_type").and_then(|v| v.as_str());
+    for (types, parse) in FAMILIES {
+        if model_type.is_some_and(|t| types.contains(&t)) {
+            return parse(text, file);
+        }
+    }
+    let known: Vec<&str> = FAMILIES
+        .iter()
+        .flat_map(|(t, _)| t.iter().copied())
+        .collect();
+    Err(Error::Checkpoint(format!(
+        "{file}: model_type {model_type:?} is not supported; supported: {known:?}"
+    )))
+}

@@ -12,11 +12,10 @@ use super::init::{Init, InitRng};
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, RowParallelConfig, RowParallelLinear,
 };
-use super::norm::RMSNorm;
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
-use crate::tensor::{DTensor, Mapping};
+use crate::tensor::{DTensor, Mapping, RowProduct};
 
 /// Settings of a [`GatedMlp`].
 #[derive(Clone, Copy, Debug)]
@@ -98,32 +97,19 @@ impl GatedMlp {
     /// `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)` with sequence
     /// parallelism) → the same shape and placement.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
-        self.forward_with(x, None)
+        self.product(x)?.resolve()
     }
 
     /// `residual + self.forward(x)` (a block's residual branch), added by
-    /// `down_proj` ([`RowParallelLinear::forward_residual`]: in the
-    /// product's store on one rank when decoding; the same bits).
+    /// `down_proj`'s epilogue ([`RowProduct::finish`]: the same bits).
     pub fn forward_residual(&self, x: &DTensor, residual: &DTensor) -> Result<DTensor> {
-        self.forward_with(x, Some(residual))
+        Ok(self.product(x)?.finish(Some(residual), None)?.0)
     }
 
-    /// [`Self::forward_residual`], and `norm` of its result where
-    /// `down_proj`'s all-reduce applies it
-    /// ([`RowParallelLinear::forward_with_norm`]; `None`: the caller norms).
-    pub(crate) fn forward_residual_norm(
-        &self,
-        x: &DTensor,
-        residual: &DTensor,
-        norm: &RMSNorm,
-    ) -> Result<(DTensor, Option<DTensor>)> {
-        let h = self.hidden(x)?;
-        self.down_proj
-            .forward_with_norm(&h, Some(residual), Some(norm))
-    }
-
-    fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
-        self.down_proj.forward_with(&self.hidden(x)?, residual)
+    /// [`Self::forward`] with `down_proj`'s product not yet summed over the
+    /// ranks: the caller chooses its epilogue ([`RowProduct::finish`]).
+    pub fn product(&self, x: &DTensor) -> Result<RowProduct> {
+        self.down_proj.product(&self.hidden(x)?)
     }
 
     /// The gated hidden activations, `act(x·gateᵀ) ⊙ x·upᵀ`.

@@ -1,5 +1,5 @@
 //! Text generation, written once for every model family through
-//! [`CausalDecoder`] (GPT-2's [`Gpt`](crate::models::Gpt), [`Llama`](crate::models::Llama)): greedy or
+//! [`CausalDecoder`] (every family's [`Decoder`](crate::nn::Decoder)): greedy or
 //! seeded sampling with transformers' repetition penalty, temperature,
 //! top-k and top-p ([`Sampling`]), decoding incrementally with a
 //! key/value cache per layer, so a decoding step communicates only the

@@ -20,7 +20,7 @@
 
 use super::Params;
 use super::init::{Init, InitRng};
-use super::kv_cache::KvCache;
+use super::kv_cache::Step;
 use super::linear::{
     ColumnParallelConfig, ColumnParallelLinear, KvHeadConfig, KvHeadLinear, RowParallelConfig,
     RowParallelLinear,
@@ -30,7 +30,7 @@ use super::rope::RopeConfig;
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DTensor, GqaSpec, Mapping, Placement};
+use crate::tensor::{DTensor, GqaSpec, Mapping, Placement, RowProduct};
 
 /// Settings of a [`GqaAttention`].
 #[derive(Clone, Debug)]
@@ -233,76 +233,46 @@ impl GqaAttention {
         }
     }
 
-    /// `x` `[batch·seq, hidden]` (`Replicate`, or `Shard(0)` with sequence
-    /// parallelism), positions `0..seq` per sequence → the same shape and
-    /// placement, in x's dtype (attention itself in f32).
-    pub fn forward(&self, x: &DTensor, seq: usize) -> Result<DTensor> {
-        self.forward_with(x, seq, None)
+    /// `x` `[tokens, hidden]` → the same shape and placement, in x's dtype
+    /// (attention itself in f32): whole sequences (`Replicate`, or
+    /// `Shard(0)` with sequence parallelism; forward communicates once, in
+    /// `o_proj`) or, with [`Step::Cached`], one sequence's new tokens
+    /// (`Replicate`) after the cached ones, equal to the matching rows of
+    /// the whole sequence's forward; the cache grows.
+    pub fn forward(&self, x: &DTensor, step: Step<'_>) -> Result<DTensor> {
+        self.product(x, step)?.resolve()
     }
 
-    /// [`Self::forward`], plus `residual` where given, added by `o_proj`
-    /// ([`RowParallelLinear::forward_residual`]: in the product's store on
-    /// one rank when decoding).
-    pub(crate) fn forward_with(
-        &self,
-        x: &DTensor,
-        seq: usize,
-        residual: Option<&DTensor>,
-    ) -> Result<DTensor> {
-        let xg = self.input_mapping().forward(x)?;
-        let (q, k, v) = self.qkv(&xg, 0..seq)?;
-        let out = q.gqa_attention(&k, &v, &self.spec(seq))?;
-        self.o_proj.forward_with(&out.cast(x.dtype())?, residual)
-    }
-
-    /// One step of cached decoding of a single sequence: `x` `[new, hidden]`
-    /// (`Replicate`) holds the tokens after the `cache.len()` cached ones.
-    /// Returns their output (equal to the matching rows of
-    /// [`Self::forward`] over the whole sequence) and grows the cache.
-    /// Communicates only in `o_proj`. Not differentiable.
-    pub fn decode(&self, x: &DTensor, cache: &mut KvCache) -> Result<DTensor> {
-        self.decode_with(x, cache, None)
-    }
-
-    /// [`Self::decode`], plus `residual` where given (as [`Self::forward_with`]).
-    pub(crate) fn decode_with(
-        &self,
-        x: &DTensor,
-        cache: &mut KvCache,
-        residual: Option<&DTensor>,
-    ) -> Result<DTensor> {
-        Ok(self.decode_with_norm(x, cache, residual, None)?.0)
-    }
-
-    /// [`Self::decode_with`], and `norm` of its result where `o_proj`'s
-    /// all-reduce applies it ([`RowParallelLinear::forward_with_norm`];
-    /// `None`: the caller norms).
-    pub(crate) fn decode_with_norm(
-        &self,
-        x: &DTensor,
-        cache: &mut KvCache,
-        residual: Option<&DTensor>,
-        norm: Option<&RMSNorm>,
-    ) -> Result<(DTensor, Option<DTensor>)> {
-        const OP: &str = "GqaAttention::decode";
-        if self.config.sequence_parallel {
-            return Err(Error::invalid(
-                OP,
-                "decode a model built without sequence_parallel (decoding has one token per step)",
-            ));
-        }
-        let new = x.shape()[0];
-        let xg = Mapping::CopyToParallel.forward(x)?;
-        // q and k rotated in attention's own dispatch where it can.
-        let ([q, k, v], tables) = self.qkv_tables(&xg, cache.len..cache.len + new)?;
-        let tables = (&tables.0, &tables.1);
-        let (out, grown) =
-            q.gqa_decode_rotary([&k, &v], cache.kv.as_ref(), &self.spec(new), tables)?;
-        let y = self
-            .o_proj
-            .forward_with_norm(&out.cast(x.dtype())?, residual, norm)?;
-        cache.len += new;
-        cache.kv = Some(grown);
-        Ok(y)
+    /// [`Self::forward`] with `o_proj`'s product not yet summed over the
+    /// ranks: the caller chooses its epilogue (a residual, the norm that
+    /// follows; [`RowProduct::finish`]).
+    pub fn product(&self, x: &DTensor, step: Step<'_>) -> Result<RowProduct> {
+        let out = match step {
+            Step::Sequences(seq) => {
+                let xg = self.input_mapping().forward(x)?;
+                let (q, k, v) = self.qkv(&xg, 0..seq)?;
+                q.gqa_attention(&k, &v, &self.spec(seq))?
+            }
+            Step::Cached(cache) => {
+                if self.config.sequence_parallel {
+                    return Err(Error::invalid(
+                        "GqaAttention::forward",
+                        "decode a model built without sequence_parallel (decoding has one \
+                         token per step)",
+                    ));
+                }
+                let new = x.shape()[0];
+                let xg = Mapping::CopyToParallel.forward(x)?;
+                // q and k rotated in attention's own dispatch where it can.
+                let ([q, k, v], tables) = self.qkv_tables(&xg, cache.len..cache.len + new)?;
+                let tables = (&tables.0, &tables.1);
+                let (out, grown) =
+                    q.gqa_decode_rotary([&k, &v], cache.kv.as_ref(), &self.spec(new), tables)?;
+                cache.len += new;
+                cache.kv = Some(grown);
+                out
+            }
+        };
+        self.o_proj.product(&out.cast(x.dtype())?)
     }
 }

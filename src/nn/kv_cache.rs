@@ -1,4 +1,5 @@
 //! [`KvCache`]: the keys and values one attention layer has decoded so far,
+//! and [`Step`]: whole sequences or the tokens after a cache,
 //! shared by every attention layer that decodes incrementally (grouped-query
 //! attention here, GPT-2's fused attention in [`models`](crate::models)).
 
@@ -9,7 +10,7 @@ use crate::tensor::DTensor;
 #[derive(Clone, Debug, Default)]
 pub struct KvCache {
     /// `[len, 2, 1, heads, head_dim]` (`Shard(3)` for GPT-2's
-    /// [`ParallelSelfAttention`](crate::models::ParallelSelfAttention),
+    /// [`Gpt2Attention`](crate::models::Gpt2Attention),
     /// held key/value heads for grouped-query attention); `None`
     /// before the first step.
     pub(crate) kv: Option<DTensor>,
@@ -26,4 +27,18 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+/// What an attention layer attends over: one forward serves training,
+/// whole-sequence logits and cached decoding.
+#[derive(Debug)]
+pub enum Step<'a> {
+    /// Tokens `[batch·seq]` in whole sequences of this many, positions
+    /// `0..seq` in each (training, logits, recomputation). Recorded on the
+    /// tape unless inside [`no_grad`](crate::no_grad).
+    Sequences(usize),
+    /// One sequence's tokens after the `cache.len()` already cached; the
+    /// layer attends to those too and grows the cache. Not differentiable:
+    /// decode inside [`no_grad`](crate::no_grad).
+    Cached(&'a mut KvCache),
 }

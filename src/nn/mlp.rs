@@ -12,7 +12,7 @@ use super::linear::{
 use crate::device::Mesh;
 use crate::error::Result;
 use crate::kernels::Activation;
-use crate::tensor::DTensor;
+use crate::tensor::{DTensor, RowProduct};
 
 /// Settings of a [`ParallelMlp`].
 #[derive(Clone, Copy, Debug)]
@@ -83,7 +83,13 @@ impl ParallelMlp {
     /// `x` `[tokens, hidden]` (`Replicate`, or `Shard(0)` with sequence
     /// parallelism) → the same shape and placement.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
-        self.c_proj.forward(&self.hidden(x)?)
+        self.product(x)?.resolve()
+    }
+
+    /// [`Self::forward`] with `c_proj`'s product not yet summed over the
+    /// ranks: the caller chooses its epilogue ([`RowProduct::finish`]).
+    pub fn product(&self, x: &DTensor) -> Result<RowProduct> {
+        self.c_proj.product(&self.hidden(x)?)
     }
 
     /// `residual + self.forward(x)`, the bias and the residual added in one

@@ -30,12 +30,15 @@ mod chat;
 pub(crate) mod checkpoint;
 mod cross_entropy;
 mod data_parallel;
+mod decoder;
 mod dropout;
 mod embedding;
 mod gated_mlp;
 mod generate;
+mod generation_config;
 mod gqa_attention;
 mod held;
+pub(crate) mod hf_config;
 mod init;
 mod kv_cache;
 mod linear;
@@ -50,6 +53,7 @@ mod pipeline;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod pretrained;
 mod rope;
+mod rope_json;
 mod sampling;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer;
@@ -67,13 +71,18 @@ pub use checkpoint::{
 };
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use data_parallel::DataParallel;
+pub use decoder::{
+    Block, BlockBuild, Branch, Decoder, DecoderConfig, DecoderSpec, FinalNorm, LoadOptions, Names,
+    Stored, Stream, num_parameters,
+};
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
 pub use gated_mlp::{GatedMlp, GatedMlpConfig};
 pub use generate::{CausalDecoder, Distribution, generate, generate_uncached};
+pub use generation_config::GenerationConfig;
 pub use gqa_attention::{GqaAttention, GqaConfig};
 pub use init::{Init, InitRng};
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, Step};
 pub use linear::{
     ColumnParallelConfig, ColumnParallelLinear, KvHeadConfig, KvHeadLinear, Overlap,
     ReplicatedLinear, ReplicatedLinearConfig, RowParallelConfig, RowParallelLinear,
@@ -81,7 +90,7 @@ pub use linear::{
 pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use module::Module;
-pub use norm::{LayerNorm, NormConfig, RMSNorm};
+pub use norm::{LayerNorm, Norm, NormConfig, Normalize, RMSNorm};
 pub use optim::{AdamW, Sgd};
 pub use parameter::{ParamId, Parameter};
 pub use params::{Params, join_name};

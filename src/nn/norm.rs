@@ -35,6 +35,9 @@ pub struct NormConfig {
     /// Whether the layer has a bias `β` (LayerNorm only: an [`RMSNorm`] with
     /// `bias = true` is a construction error).
     pub bias: bool,
+    /// [`RMSNorm`] only: scale by `offset + γ` rather than `γ` (Gemma's
+    /// norms: 1, with γ starting at zero); 0 for a plain norm.
+    pub offset: f32,
 }
 
 impl NormConfig {
@@ -44,6 +47,7 @@ impl NormConfig {
             dim,
             eps: 1e-5,
             bias: true,
+            offset: 0.0,
         }
     }
 
@@ -53,6 +57,7 @@ impl NormConfig {
             dim,
             eps: 1e-5,
             bias: false,
+            offset: 0.0,
         }
     }
 
@@ -68,6 +73,15 @@ impl NormConfig {
         }
         if kind == NormKind::RmsNorm && self.bias {
             return Err(Error::invalid(op, "RMSNorm has no bias: set bias = false"));
+        }
+        if !self.offset.is_finite() || (kind == NormKind::LayerNorm && self.offset != 0.0) {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "offset {} must be finite, and 0 for a LayerNorm",
+                    self.offset
+                ),
+            ));
         }
         Ok(())
     }
@@ -112,13 +126,17 @@ pub struct LayerNorm {
     config: NormConfig,
 }
 
-/// Root-mean-square normalisation: `y = γ ⊙ x/√(Σx²/dim + ε)` over each row.
+/// Root-mean-square normalisation: `y = γ ⊙ x/√(Σx²/dim + ε)` over each
+/// row (`(offset + γ)` with an offset).
 #[derive(Debug, Params)]
 pub struct RMSNorm {
-    /// `γ` `[dim]`, `Replicate`, starts at ones.
+    /// `γ` `[dim]`, `Replicate`, starts at ones (at zeros with an offset).
     pub weight: Parameter,
     #[params(skip)]
     config: NormConfig,
+    /// `offset` in every element `[dim]`, where the config has one.
+    #[params(skip)]
+    offset: Option<DTensor>,
 }
 
 impl LayerNorm {
@@ -162,16 +180,37 @@ impl LayerNorm {
 }
 
 impl RMSNorm {
-    /// `γ = 1`; `config.bias` must be false.
+    /// `γ = 1` (`γ = 0` with an offset, so the scale starts at one);
+    /// `config.bias` must be false.
     pub fn new(mesh: &Mesh, config: NormConfig) -> Result<Self> {
-        Self::from_master(mesh, config, &vec![1.0; config.dim])
+        let start = if config.offset != 0.0 { 0.0 } else { 1.0 };
+        Self::from_master(mesh, config, &vec![start; config.dim])
     }
 
     /// A layer holding the given `γ` `[dim]`.
     pub fn from_master(mesh: &Mesh, config: NormConfig, weight: &[f32]) -> Result<Self> {
         const OP: &str = "RMSNorm::from_master";
         let (weight, _) = parameters(OP, mesh, &config, NormKind::RmsNorm, weight, None)?;
-        Ok(RMSNorm { weight, config })
+        let offset = (config.offset != 0.0)
+            .then(|| {
+                let v = vec![config.offset; config.dim];
+                DTensor::from_host(mesh, &[config.dim], &v, Placement::Replicate)
+            })
+            .transpose()?;
+        Ok(RMSNorm {
+            weight,
+            config,
+            offset,
+        })
+    }
+
+    /// The scale rows are multiplied by: `γ`, or `offset + γ` (on the
+    /// tape, so `γ`'s gradient is the scale's).
+    pub fn scale(&self) -> Result<DTensor> {
+        match &self.offset {
+            Some(o) => self.weight.value.add(o),
+            None => Ok(self.weight.value.clone()),
+        }
     }
 
     /// The settings.
@@ -185,6 +224,95 @@ impl RMSNorm {
     /// backward gives `dγ` with one all-reduce when `x` is `Shard(0)` and
     /// P > 1.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
-        x.rms_norm(&self.weight.value, self.config.eps)
+        match &self.offset {
+            Some(_) => x.rms_norm(&self.scale()?, self.config.eps),
+            None => x.rms_norm(&self.weight.value, self.config.eps),
+        }
+    }
+}
+
+/// A norm a decoder's residual stream applies before a branch and after
+/// the last block ([`Stream`](super::Stream)).
+pub trait Normalize: std::fmt::Debug {
+    /// The norm of `x` (`forward`).
+    fn normalize(&self, x: &DTensor) -> Result<DTensor>;
+
+    /// `(γ, ε)` where this is a plain RMS norm, which the sum before it may
+    /// apply in its own pass ([`RowProduct::finish`](crate::tensor::RowProduct::finish)).
+    fn rms_gamma(&self) -> Option<(&DTensor, f32)> {
+        None
+    }
+}
+
+impl Normalize for LayerNorm {
+    fn normalize(&self, x: &DTensor) -> Result<DTensor> {
+        self.forward(x)
+    }
+}
+
+impl Normalize for RMSNorm {
+    fn normalize(&self, x: &DTensor) -> Result<DTensor> {
+        self.forward(x)
+    }
+
+    fn rms_gamma(&self) -> Option<(&DTensor, f32)> {
+        // With an offset the scale is computed per call: the fused sum
+        // takes a stored one only.
+        match self.offset {
+            Some(_) => None,
+            None => Some((&self.weight.value, self.config.eps)),
+        }
+    }
+}
+
+/// Either norm, for a layer whose family chooses (a decoder's final norm).
+#[derive(Debug)]
+pub enum Norm {
+    /// [`LayerNorm`] (GPT-2).
+    Layer(LayerNorm),
+    /// [`RMSNorm`] (the Llama family).
+    Rms(RMSNorm),
+}
+
+impl Norm {
+    /// The norm of `x`.
+    pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
+        self.normalize(x)
+    }
+}
+
+impl Normalize for Norm {
+    fn normalize(&self, x: &DTensor) -> Result<DTensor> {
+        match self {
+            Norm::Layer(n) => n.forward(x),
+            Norm::Rms(n) => n.forward(x),
+        }
+    }
+
+    fn rms_gamma(&self) -> Option<(&DTensor, f32)> {
+        match self {
+            Norm::Layer(_) => None,
+            Norm::Rms(n) => n.rms_gamma(),
+        }
+    }
+}
+
+impl Params for Norm {
+    fn visit_params<'a>(&'a self, prefix: &str, f: &mut dyn FnMut(String, &'a Parameter)) {
+        match self {
+            Norm::Layer(n) => n.visit_params(prefix, f),
+            Norm::Rms(n) => n.visit_params(prefix, f),
+        }
+    }
+
+    fn visit_params_mut<'a>(
+        &'a mut self,
+        prefix: &str,
+        f: &mut dyn FnMut(String, &'a mut Parameter),
+    ) {
+        match self {
+            Norm::Layer(n) => n.visit_params_mut(prefix, f),
+            Norm::Rms(n) => n.visit_params_mut(prefix, f),
+        }
     }
 }

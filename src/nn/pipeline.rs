@@ -2,7 +2,7 @@
 //! mesh's pipeline axis, trained on micro-batches in the 1F1B order.
 //!
 //! Each stage is a model of its own ([`PipelineStage`], e.g.
-//! [`GptStage`](crate::models::GptStage)) on a group of the other axes;
+//! [`Decoder::stage`](crate::nn::Decoder::stage)) on a group of the other axes;
 //! activations go forward and their gradients back through a [`Pipe`], as
 //! tape operations. [`Pipeline::forward_backward`] splits each replica's
 //! batch into micro-batches, runs every stage this process drives in the

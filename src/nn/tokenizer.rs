@@ -1,4 +1,4 @@
-//! [`Tokenizer`]: text ↔ token ids for a [`Gpt`](crate::models::Gpt), read from a
+//! [`Tokenizer`]: text ↔ token ids for a [`CausalLm`](crate::models::CausalLm), read from a
 //! Hugging Face model directory (`tokenizer.json`, or GPT-2's `vocab.json` +
 //! `merges.txt`) with Hugging Face's `tokenizers` crate, so ids match the
 //! ones the checkpoint was trained with. [`TokenStream`] turns ids into text
@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 /// GPT-2's end-of-text token, made special when a `vocab.json` holds it.
 const END_OF_TEXT: &str = "<|endoftext|>";
 
-/// A tokenizer: text to `i32` token ids (what [`Gpt`](crate::models::Gpt) takes) and
+/// A tokenizer: text to `i32` token ids (what [`CausalLm`](crate::models::CausalLm) takes) and
 /// back.
 #[derive(Clone)]
 pub struct Tokenizer {

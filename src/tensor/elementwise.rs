@@ -238,6 +238,37 @@ impl DTensor {
         })
     }
 
+    /// `cap · tanh(self / cap)` (soft-capped logits, Gemma 2), element-wise,
+    /// for a `Replicate` or `Shard(d)` tensor; `cap` finite and > 0.
+    /// Communicates nothing.
+    pub fn softcap(&self, cap: f32) -> Result<DTensor> {
+        const OP: &str = "DTensor::softcap";
+        expect_float(OP, self)?;
+        expect_not_partial(OP, self)?;
+        if !(cap.is_finite() && cap > 0.0) {
+            return Err(Error::invalid(
+                OP,
+                format!("cap {cap} must be finite and > 0"),
+            ));
+        }
+        record(OP, &[self], || {
+            let y = in_f32(&[self], |w| {
+                w[0].map_shards(&[], |r| kernels::softcap(&w[0].shards()[r], cap))
+            })?;
+            let x = self.detach();
+            Ok((y, move |dy: &DTensor| {
+                let dy = placed(dy, x.placement())?;
+                expect_alike(OP, &x, &dy)?;
+                let dx = in_f32(&[&x, &dy], |w| {
+                    w[0].map_shards(&[&w[1]], |r| {
+                        kernels::softcap_backward(&w[0].shards()[r], &w[1].shards()[r], cap)
+                    })
+                })?;
+                Ok(vec![Some(dx)])
+            }))
+        })
+    }
+
     /// `dy · act'(self)`, where `self` is the activation's input and `dy` the
     /// gradient of its output: both f32 or both f16, `Replicate` or `Shard(d)`, placed and
     /// shaped alike. Communicates nothing.

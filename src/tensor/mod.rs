@@ -40,6 +40,7 @@ mod ring;
 mod ring_gather_linear;
 mod ring_linear_scatter;
 mod rotary;
+mod row_product;
 mod rows;
 mod scatter_bias;
 mod tied_head;
@@ -63,6 +64,7 @@ pub use pipe::Pipe;
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
 };
+pub use row_product::{RowProduct, RowReduce};
 pub use topk::{
     RowPenalty, VocabCandidates, vocab_candidates, vocab_candidates_async, vocab_penalized_row,
     vocab_top_k, vocab_top_k_async,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::SafeTensors;
 use wgpu_tp::Mesh;
-use wgpu_tp::models::{Llama, LoadOptions};
+use wgpu_tp::models::{CausalLm, LoadOptions};
 use wgpu_tp::nn::{AdamW, Params, Sampling};
 
 use crate::util::{assert_close, mesh, meshes, shared_mesh};
@@ -67,7 +67,7 @@ impl Reference {
 /// Logits, loss and every gradient of `name` on `mesh` against transformers.
 fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
     let r = Reference::read(name);
-    let model = Llama::from_pretrained_with(
+    let model = CausalLm::from_pretrained_with(
         mesh,
         dir(name),
         LoadOptions::default().sequence_parallel(sequence_parallel),
@@ -142,7 +142,7 @@ fn greedy_tokens_equal_transformers_and_cached_equals_recomputed() {
         let r = Reference::read(name);
         let (prompt, want) = (r.i32s("prompt"), r.i32s("greedy"));
         for p in [1, 3] {
-            let model = Llama::from_pretrained(&mesh(p), dir(name)).unwrap();
+            let model = CausalLm::from_pretrained(&mesh(p), dir(name)).unwrap();
             // transformers generated without stopping at eos.
             let cached = pollster::block_on(wgpu_tp::nn::generate(
                 &model,
@@ -173,7 +173,7 @@ fn adamw_steps_agree_across_p_and_kv_replicas_stay_identical() {
     let r = Reference::read(name);
     let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
     let run = |m: &Mesh| {
-        let mut model = Llama::from_pretrained(m, dir(name)).unwrap();
+        let mut model = CausalLm::from_pretrained(m, dir(name)).unwrap();
         let mut opt = AdamW::new(1e-3);
         for _ in 0..2 {
             model
@@ -248,11 +248,11 @@ fn save_pretrained_reads_back_across_p() {
     ] {
         let r = Reference::read(name);
         let saved = scratch(name);
-        Llama::from_pretrained(&mesh(from), dir(name))
+        CausalLm::from_pretrained(&mesh(from), dir(name))
             .unwrap()
             .save_pretrained(&saved)
             .unwrap();
-        let back = Llama::from_pretrained(&mesh(to), &saved).unwrap();
+        let back = CausalLm::from_pretrained(&mesh(to), &saved).unwrap();
         let logits = back
             .logits(&r.i32s("ids"), r.seq)
             .unwrap()
@@ -265,7 +265,7 @@ fn save_pretrained_reads_back_across_p() {
             TOL,
         );
         assert_eq!(
-            back.lm_head.is_none(),
+            back.is_tied(),
             !dir(name).join("model.safetensors").exists()
                 || !std::fs::read_to_string(dir(name).join("config.json"))
                     .unwrap()
@@ -290,8 +290,8 @@ fn communication_per_step_is_as_docs_math_says() {
         let r = Reference::read(name);
         let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
         for (transport, m) in counting_meshes(3) {
-            let model = Llama::from_pretrained(&m, dir(name)).unwrap();
-            let layers = model.model.layers.len() as u64;
+            let model = CausalLm::from_pretrained(&m, dir(name)).unwrap();
+            let layers = model.blocks().len() as u64;
             m.reset_comm_stats();
             let loss = model.loss(&ids, &targets, r.seq).unwrap();
             let what = format!("{name} {transport} forward");

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use wgpu_tp::Error;
-use wgpu_tp::models::{CausalLm, Llama};
+use wgpu_tp::models::CausalLm;
 
 use crate::util::mesh;
 
@@ -46,7 +46,7 @@ fn set(dir: &Path, key: &str, value: Option<&str>) {
 
 fn expect_error(case: &str, dir: &Path, needles: &[&str]) {
     let m = mesh(2);
-    let err = match Llama::from_pretrained(&m, dir) {
+    let err = match CausalLm::from_pretrained(&m, dir) {
         Ok(_) => panic!("{case}: loaded"),
         Err(e) => e,
     };
@@ -56,7 +56,7 @@ fn expect_error(case: &str, dir: &Path, needles: &[&str]) {
         assert!(text.contains(n), "{case}: {text:?} should name {n:?}");
     }
     // The mesh still works: a good directory loads and runs.
-    let good = Llama::from_pretrained(&m, fixture("llama_gqa")).unwrap();
+    let good = CausalLm::from_pretrained(&m, fixture("llama_gqa")).unwrap();
     good.logits(&[1, 2, 3], 3).unwrap().to_host().unwrap();
 }
 

@@ -1,4 +1,4 @@
-//! `LlamaStage`: a Llama-family model split into pipeline stages gives the
+//! `CausalLm::stage`: a Llama-family model split into pipeline stages gives the
 //! loss, every gradient (1e-5 at the first step, 1e-4 after an AdamW
 //! step, as tests/models/llama.rs) and the parameters after two AdamW steps
 //! of the whole model on one rank (tied and untied heads, sequence-parallel, GQA,
@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::util::{Rng, assert_close, mesh, shared_mesh};
 use wgpu_tp::Mesh;
-use wgpu_tp::models::{Llama, LlamaConfig, LlamaStage};
+use wgpu_tp::models::{CausalLm, LlamaConfig, LoadOptions};
 use wgpu_tp::nn::{AdamW, Params, Pipeline, PipelineStage, Sampling, StageDecoder};
 
 type Named = BTreeMap<String, Vec<f32>>;
@@ -34,6 +34,10 @@ fn adamw() -> AdamW {
     opt
 }
 
+fn sp_opts(sp: bool) -> LoadOptions {
+    LoadOptions::default().sequence_parallel(sp)
+}
+
 fn named(m: &dyn Params, grad: bool) -> Named {
     m.named_parameters()
         .into_iter()
@@ -47,7 +51,7 @@ fn named(m: &dyn Params, grad: bool) -> Named {
         .collect()
 }
 
-fn merged(stages: &[LlamaStage], grad: bool) -> Named {
+fn merged(stages: &[CausalLm], grad: bool) -> Named {
     let mut all = Named::new();
     for s in stages {
         for (n, v) in named(s, grad) {
@@ -80,8 +84,8 @@ fn llama_stages_equal_the_whole_model() {
     for (tied, sp) in [(true, false), (false, false), (true, true)] {
         let c = config(tied);
         let mut whole = match sp {
-            true => Llama::new_sequence_parallel(&mesh(1), c.clone(), seed),
-            false => Llama::new(&mesh(1), c.clone(), seed),
+            true => CausalLm::new_with(&mesh(1), c.clone(), seed, sp_opts(true)),
+            false => CausalLm::new(&mesh(1), c.clone(), seed),
         }
         .unwrap();
         let mut opt = adamw();
@@ -98,11 +102,11 @@ fn llama_stages_equal_the_whole_model() {
             let what = format!("tied={tied} sp={sp} pp={pp} tp={tp}");
             let m: Mesh = base.with_axes(&[("pp", pp), ("tp", tp)]).unwrap();
             let p = Pipeline::new(&m, "pp", 2).unwrap();
-            let mut stages: Vec<LlamaStage> = m
+            let mut stages: Vec<CausalLm> = m
                 .axis_groups("tp")
                 .unwrap()
                 .iter()
-                .map(|g| LlamaStage::new(g, c.clone(), seed, sp, &p).unwrap())
+                .map(|g| CausalLm::stage(g, c.clone(), seed, &p, sp_opts(sp)).unwrap())
                 .collect();
             let mut opts: Vec<AdamW> = stages.iter().map(|_| adamw()).collect();
             for (step, (wl, wg)) in want.iter().enumerate() {

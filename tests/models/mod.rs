@@ -1,5 +1,5 @@
 //! Layer 6, `src/models/`: model families against transformers itself.
-//! - `llama`: the Llama family (Llama 3 with GQA and `llama3` RoPE and an
+//! - `llama`: the Llama family (CausalLm 3 with GQA and `llama3` RoPE and an
 //!   untied head, a SmolLM2-like tied 9/3-head model, Qwen2 with q/k/v
 //!   biases stored in BF16 and sharded, Qwen3 with q/k norms and `head_dim`
 //!   ≠ hidden / heads, Mistral with a window shorter than the sequence)

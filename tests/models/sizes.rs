@@ -1,41 +1,49 @@
 //! Configurations past memory are errors before anything is allocated:
-//! `Gpt::new` and `Llama::new` count their parameters (GPT-2 124M's,
-//! SmolLM2-135M's and Qwen2.5-0.5B's shapes give Hugging Face's counts)
-//! and check the bytes against the host's available memory on a CPU
-//! adapter, in well under a second; the mesh works afterwards.
+//! `CausalLm::new` counts the parameters (GPT-2 124M's, SmolLM2-135M's and
+//! Qwen2.5-0.5B's shapes give Hugging Face's counts) and checks the bytes
+//! against the host's available memory on a CPU adapter, in well under a
+//! second; sizes no model has (past 2^24) are refused as from a
+//! config.json, without allocating; the mesh works afterwards.
 
 use std::time::Instant;
 
 use crate::util::mesh;
-use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LlamaConfig};
+use wgpu_tp::nn::{DecoderConfig, num_parameters};
 use wgpu_tp::{Error, Mesh};
 
 #[test]
 fn parameter_counts_are_hugging_faces() {
-    assert_eq!(
-        GptConfig::new(50257, 1024, 768, 12, 12).num_parameters(),
-        124_439_808
-    );
+    let gpt2 = Gpt2Config::new(50257, 1024, 768, 12, 12);
+    assert_eq!(num_parameters(&gpt2), 124_439_808);
     let smol = LlamaConfig::new(49152, 576, 1536, 30, 9, 3);
-    assert_eq!(smol.num_parameters(), 134_515_008);
+    assert_eq!(num_parameters(&smol), 134_515_008);
     let mut qwen = LlamaConfig::new(151_936, 896, 4864, 24, 14, 2);
     qwen.qkv_bias = true;
-    assert_eq!(qwen.num_parameters(), 494_032_768);
+    assert_eq!(num_parameters(&qwen), 494_032_768);
 }
 
-/// `build` must fail fast with an out-of-memory error naming bytes.
-fn refused<T: std::fmt::Debug>(what: &str, build: impl FnOnce() -> wgpu_tp::Result<T>) {
+/// `CausalLm::new` of `config` must fail fast: out of memory naming
+/// bytes, or (`implausible`) refusing a size no model has.
+fn refused(what: &str, m: &Mesh, config: impl DecoderConfig, implausible: bool) {
     let t = Instant::now();
-    let err = build().expect_err(what);
-    assert!(
-        matches!(err, Error::OutOfMemory { .. }),
-        "{what}: expected OutOfMemory, got {err}"
-    );
+    let err = CausalLm::new(m, config, 0).expect_err(what);
     let msg = err.to_string();
-    assert!(
-        msg.contains("bytes") && msg.contains("available"),
-        "{what}: {msg}"
-    );
+    if implausible {
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }) && msg.contains("implausibly large"),
+            "{what}: expected a size error, got {err}"
+        );
+    } else {
+        assert!(
+            matches!(err, Error::OutOfMemory { .. }),
+            "{what}: expected OutOfMemory, got {err}"
+        );
+        assert!(
+            msg.contains("bytes") && msg.contains("available"),
+            "{what}: {msg}"
+        );
+    }
     // Generous: the check itself is arithmetic (a slow shared CI machine).
     assert!(t.elapsed().as_secs() < 10, "{what}: took {:?}", t.elapsed());
 }
@@ -57,25 +65,36 @@ fn gpt_sizes_past_memory_are_errors_p1_3() {
         if !cpu(&m) {
             return;
         }
-        let gpt2 = |f: &dyn Fn(&mut GptConfig)| {
-            let mut c = GptConfig::new(50257, 1024, 768, 12, 12);
+        let gpt2 = |f: &dyn Fn(&mut Gpt2Config)| {
+            let mut c = Gpt2Config::new(50257, 1024, 768, 12, 12);
             f(&mut c);
             c
         };
-        let cases: [(&str, GptConfig); 4] = [
-            ("vocab 2^30", gpt2(&|c| c.vocab = 1 << 30)),
+        let cases = [
+            ("vocab 2^24", gpt2(&|c| c.vocab_size = 1 << 24), false),
             (
-                "hidden 2^20",
-                gpt2(&|c| (c.hidden, c.ffn) = (1 << 20, 1 << 22)),
+                "hidden 2^14",
+                gpt2(&|c| (c.n_embd, c.n_head) = (1 << 14, 16)),
+                false,
             ),
-            ("vocab usize::MAX", gpt2(&|c| c.vocab = usize::MAX)),
-            ("2^20 layers", gpt2(&|c| c.layers = 1 << 20)),
+            ("2^20 layers", gpt2(&|c| c.n_layer = 1 << 20), false),
+            ("vocab 2^30", gpt2(&|c| c.vocab_size = 1 << 30), true),
+            (
+                "hidden 2^30",
+                gpt2(&|c| (c.n_embd, c.n_head) = (1 << 30, 16)),
+                true,
+            ),
+            (
+                "vocab usize::MAX",
+                gpt2(&|c| c.vocab_size = usize::MAX),
+                true,
+            ),
         ];
-        for (what, c) in cases {
-            refused(&format!("Gpt {what} P={p}"), || Gpt::new(&m, c, 0));
+        for (what, c, implausible) in cases {
+            refused(&format!("GPT-2 {what} P={p}"), &m, c, implausible);
         }
         // The mesh still builds a model that fits.
-        Gpt::new(&m, GptConfig::new(64, 16, 16, 2, 1), 0).unwrap();
+        CausalLm::new(&m, Gpt2Config::new(64, 16, 16, 2, 1), 0).unwrap();
     }
 }
 
@@ -87,23 +106,40 @@ fn llama_sizes_past_memory_are_errors_p1_2() {
             return;
         }
         let cases = [
-            ("vocab 2^30", LlamaConfig::new(1 << 30, 576, 1536, 30, 9, 3)),
             (
-                "vocab usize::MAX",
-                LlamaConfig::new(usize::MAX, 576, 1536, 30, 9, 3),
-            ),
-            (
-                "hidden 2^20",
-                LlamaConfig::new(49152, 1 << 20, 1536, 2, 8, 2),
+                "vocab 2^24",
+                LlamaConfig::new(1 << 24, 4096, 1536, 30, 8, 2),
+                false,
             ),
             (
                 "2^20 layers",
                 LlamaConfig::new(49152, 576, 1536, 1 << 20, 9, 3),
+                false,
+            ),
+            (
+                "2^40 layers",
+                LlamaConfig::new(49152, 576, 1536, 1 << 40, 9, 3),
+                true,
+            ),
+            (
+                "vocab 2^30",
+                LlamaConfig::new(1 << 30, 576, 1536, 30, 9, 3),
+                true,
+            ),
+            (
+                "vocab usize::MAX",
+                LlamaConfig::new(usize::MAX, 576, 1536, 30, 9, 3),
+                true,
+            ),
+            (
+                "hidden 2^30",
+                LlamaConfig::new(49152, 1 << 30, 1536, 2, 8, 2),
+                true,
             ),
         ];
-        for (what, c) in cases {
-            refused(&format!("Llama {what} P={p}"), || Llama::new(&m, c, 0));
+        for (what, c, implausible) in cases {
+            refused(&format!("Llama {what} P={p}"), &m, c, implausible);
         }
-        Llama::new(&m, LlamaConfig::new(64, 16, 24, 1, 4, 2), 0).unwrap();
+        CausalLm::new(&m, LlamaConfig::new(64, 16, 24, 1, 4, 2), 0).unwrap();
     }
 }

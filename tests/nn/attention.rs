@@ -1,4 +1,4 @@
-//! `ParallelSelfAttention` as forward code on the tape (5 heads of 2 in a
+//! `Gpt2Attention` as forward code on the tape (5 heads of 2 in a
 //! width of 7, so P = 2, 3, 4 split the heads unevenly and P = 8 leaves
 //! ranks without one): output, input gradient and every parameter's
 //! gradient against an f64 reference, plain and sequence-parallel, on both
@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use crate::util::transformer::{attention, attention_backward, linear, linear_backward};
 use crate::util::{Rng, WORLD_SIZES, assert_close, count_lock, counting_meshes, mesh};
-use wgpu_tp::models::{AttentionConfig, ParallelSelfAttention};
-use wgpu_tp::nn::{InitRng, KvCache, Params};
+use wgpu_tp::models::{Gpt2Attention, Gpt2AttentionConfig};
+use wgpu_tp::nn::{InitRng, KvCache, Params, Step};
 use wgpu_tp::{Collective, DTensor, Mesh, Placement, no_grad};
 
 const TOL: f64 = 1e-5;
@@ -24,11 +24,11 @@ const BATCH: usize = 2;
 
 /// A layer with random non-zero biases (so their gradients and the bias
 /// paths matter).
-fn layer(m: &Mesh, sp: bool, dropout: f32, seed: u64) -> ParallelSelfAttention {
-    let mut cfg = AttentionConfig::new(HIDDEN, HEADS);
+fn layer(m: &Mesh, sp: bool, dropout: f32, seed: u64) -> Gpt2Attention {
+    let mut cfg = Gpt2AttentionConfig::new(HIDDEN, HEADS);
     (cfg.head_dim, cfg.sequence_parallel) = (D, sp);
     (cfg.dropout, cfg.dropout_seed, cfg.dropout_layer) = (dropout, seed, 4);
-    let mut attn = ParallelSelfAttention::new(m, cfg, &mut InitRng::new(seed)).unwrap();
+    let mut attn = Gpt2Attention::new(m, cfg, &mut InitRng::new(seed)).unwrap();
     let mut rng = Rng::seeded(seed);
     for (name, p) in attn.named_parameters_mut() {
         if name.ends_with("bias") {
@@ -40,7 +40,7 @@ fn layer(m: &Mesh, sp: bool, dropout: f32, seed: u64) -> ParallelSelfAttention {
 }
 
 /// Master values (f64) by name.
-fn masters(attn: &ParallelSelfAttention) -> BTreeMap<String, Vec<f64>> {
+fn masters(attn: &Gpt2Attention) -> BTreeMap<String, Vec<f64>> {
     let f = |p: &wgpu_tp::nn::Parameter| p.master().unwrap().iter().map(|&v| v as f64).collect();
     attn.named_parameters()
         .into_iter()
@@ -82,9 +82,9 @@ fn counts(m: &Mesh) -> (u64, u64, u64) {
 }
 
 /// Forward of a tracked x, backward with dy: `(y, dx)`.
-fn run(attn: &mut ParallelSelfAttention, x: &DTensor, dy: &[f32]) -> (DTensor, DTensor) {
+fn run(attn: &mut Gpt2Attention, x: &DTensor, dy: &[f32]) -> (DTensor, DTensor) {
     let x = x.requires_grad();
-    let y = attn.forward(&x, SEQ).unwrap();
+    let y = attn.forward(&x, Step::Sequences(SEQ)).unwrap();
     let dyd = DTensor::from_host(x.mesh(), y.shape(), dy, y.placement()).unwrap();
     y.backward_with(&dyd).unwrap();
     (y, x.grad().expect("x's gradient"))
@@ -112,7 +112,7 @@ fn attention_matches_f64_on_the_tape_plain_and_sequence_parallel() {
                     .unwrap()
                     .requires_grad();
                 m.reset_comm_stats();
-                let y = attn.forward(&xd, SEQ).unwrap();
+                let y = attn.forward(&xd, Step::Sequences(SEQ)).unwrap();
                 let fwd = counts(&m);
                 let dyd = DTensor::from_host(&m, &[n, HIDDEN], &dy, place).unwrap();
                 m.reset_comm_stats();
@@ -161,7 +161,7 @@ fn probability_dropout_gives_the_same_numbers_at_every_world_size() {
             None => {
                 // Evaluation mode drops nothing: dropout did change the output.
                 attn.set_mode(false, 5);
-                let plain = no_grad(|| attn.forward(&xd, SEQ)).unwrap();
+                let plain = no_grad(|| attn.forward(&xd, Step::Sequences(SEQ))).unwrap();
                 assert_ne!(plain.to_host().unwrap(), got.0, "dropout dropped something");
                 serial = Some(got);
             }
@@ -191,7 +191,7 @@ fn cached_decoding_under_no_grad_equals_the_full_rows_p1_2_3_4() {
             let what = format!("decode P={p} {transport}");
             let attn = layer(&m, false, 0.0, seed);
             let xd = DTensor::from_host(&m, &[total, HIDDEN], &x, Placement::Replicate).unwrap();
-            let full = no_grad(|| attn.forward(&xd, total))
+            let full = no_grad(|| attn.forward(&xd, Step::Sequences(total)))
                 .unwrap()
                 .to_host()
                 .unwrap();
@@ -201,7 +201,7 @@ fn cached_decoding_under_no_grad_equals_the_full_rows_p1_2_3_4() {
                 let rows = &x[start * HIDDEN..(start + n) * HIDDEN];
                 let step = DTensor::from_host(&m, &[n, HIDDEN], rows, Placement::Replicate);
                 m.reset_comm_stats();
-                let y = no_grad(|| attn.decode(&step.unwrap(), &mut cache)).unwrap();
+                let y = no_grad(|| attn.forward(&step.unwrap(), Step::Cached(&mut cache))).unwrap();
                 let calls = if p > 1 { (1, 0, 0) } else { (0, 0, 0) };
                 assert_eq!(counts(&m), calls, "{what}: only c_proj's all-reduce");
                 assert!(!y.is_tracked(), "{what}: nothing recorded");

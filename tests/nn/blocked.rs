@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use crate::util::transformer::{self, Dims, Params};
 use crate::util::{Rng, assert_close, assert_close_f16_chain, limited_mesh, mesh};
 use wgpu_tp::DTensor;
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{AdamW, Params as _, Sampling, from_safetensors_bytes, to_safetensors_bytes};
 
 const LIMIT: u64 = 48 * 1024;
@@ -24,14 +24,14 @@ const HEADS: usize = 2;
 const FFN: usize = 64;
 const LAYERS: usize = 1;
 
-fn config() -> GptConfig {
-    let mut cfg = GptConfig::new(VOCAB, 8, HIDDEN, HEADS, LAYERS);
-    cfg.ffn = FFN;
+fn config() -> Gpt2Config {
+    let mut cfg = Gpt2Config::new(VOCAB, 8, HIDDEN, HEADS, LAYERS);
+    cfg.n_inner = Some(FFN);
     cfg
 }
 
 /// The loss of one forward, on the host, and as the tensor to run backward from.
-fn loss_of(gpt: &mut Gpt, ids: &[i32], targets: &[i32], seq: usize) -> (f32, DTensor) {
+fn loss_of(gpt: &mut CausalLm, ids: &[i32], targets: &[i32], seq: usize) -> (f32, DTensor) {
     let loss = gpt.loss(ids, targets, seq).unwrap();
     (loss.to_host().unwrap()[0], loss)
 }
@@ -84,9 +84,9 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
     };
     for p in [1, 2, 3, 4] {
         let (small, big) = (limited_mesh(p, LIMIT, p > 1), mesh(p));
-        let mut blocked = Gpt::new(&small, config(), seed).unwrap();
-        let mut plain = Gpt::new(&big, config(), seed).unwrap();
-        for s in blocked.wte.weight().value.shards() {
+        let mut blocked = CausalLm::new(&small, config(), seed).unwrap();
+        let mut plain = CausalLm::new(&big, config(), seed).unwrap();
+        for s in blocked.embed_tokens().unwrap().weight().value.shards() {
             assert!(
                 s.is_blocked(),
                 "P={p}: wte shard {:?} is blocked",
@@ -120,7 +120,14 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
                 &master_grads(&plain),
                 TOL,
             );
-            for s in blocked.wte.weight().grad().unwrap().shards() {
+            for s in blocked
+                .embed_tokens()
+                .unwrap()
+                .weight()
+                .grad()
+                .unwrap()
+                .shards()
+            {
                 assert!(s.is_blocked(), "{what}: the wte gradient is blocked");
             }
             if step == 0 {
@@ -155,7 +162,7 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
         );
         // Checkpoints: saved from blocked storage and loaded into it, exactly.
         let bytes = to_safetensors_bytes(&blocked).unwrap();
-        let mut fresh = Gpt::new(&small, config(), seed ^ 1).unwrap();
+        let mut fresh = CausalLm::new(&small, config(), seed ^ 1).unwrap();
         from_safetensors_bytes(&mut fresh, &bytes).unwrap();
         assert_eq!(
             masters(&fresh),
@@ -166,7 +173,7 @@ fn gpt_with_a_blocked_wte_equals_unlimited_devices_and_f64_p1_2_3_4() {
 }
 
 /// GPT-2 124M (random weights) written in Hugging Face's layout and read
-/// back with `Gpt::from_pretrained` (the loaded model's loss equals the
+/// back with `CausalLm::from_pretrained` (the loaded model's loss equals the
 /// written one's bit for bit), with `wte` past one binding at small P; then
 /// training steps and greedy decoding. Slow and memory-hungry (about 2 GB
 /// of device state, the checkpoint in a temporary directory), so a manual
@@ -206,20 +213,20 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
     let dir = std::env::temp_dir().join(format!("wgpu-tp-gpt2-124m-{}", std::process::id()));
     let written = {
         let t = Instant::now();
-        let mut gpt = Gpt::new(&m, GptConfig::new(50257, 1024, 768, 12, 12), 0).unwrap();
+        let mut gpt = CausalLm::new(&m, Gpt2Config::new(50257, 1024, 768, 12, 12), 0).unwrap();
         let loss = loss_of(&mut gpt, &ids, &targets, seq).0;
         gpt.save_pretrained(&dir).unwrap();
         eprintln!(
-            "[gpt2] Gpt::new, a forward and save_pretrained: {:.1} s",
+            "[gpt2] CausalLm::new, a forward and save_pretrained: {:.1} s",
             t.elapsed().as_secs_f64()
         );
         loss
     };
     let t = Instant::now();
-    let loaded = Gpt::from_pretrained(&m, &dir);
+    let loaded = CausalLm::from_pretrained(&m, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     let mut gpt = loaded.unwrap();
-    let wte = &gpt.wte.weight().value.shards()[0];
+    let wte = &gpt.embed_tokens().unwrap().weight().value.shards()[0];
     eprintln!(
         "[gpt2] from_pretrained {:.1} s; wte {:?} in blocks of {:?} rows",
         t.elapsed().as_secs_f64(),
@@ -258,7 +265,7 @@ fn gpt2_124m_from_hf_layout_trains_and_decodes() {
         "[gpt2] greedy 4 tokens after a 4-token prompt: {out:?}, {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    let w = gpt.wte.weight().master().unwrap();
+    let w = gpt.embed_tokens().unwrap().weight().master().unwrap();
     assert_eq!(w.len(), 50257 * 768, "the master gathers every rank's rows");
     assert!(w.iter().all(|v| v.is_finite()));
 }
@@ -283,16 +290,17 @@ fn blocked_wte_sequence_parallel_and_f16_equal_unlimited_devices() {
         eprintln!("[gpt-blocked] f16 cases skipped: no SHADER_F16");
     }
     for (p, sp, half) in cases {
-        let mut cfg = config();
-        cfg.sequence_parallel = sp;
+        let cfg = config();
+        let mut opts = LoadOptions::default().sequence_parallel(sp);
         if half {
-            cfg.dtype = wgpu_tp::DType::F16;
+            opts = opts.activations(wgpu_tp::DType::F16);
         }
         let tol = if half { 1e-3 } else { TOL };
         let what = format!("P={p} sp={sp} f16={half}");
-        let mut blocked = Gpt::new(&limited_mesh(p, LIMIT, p > 1), cfg, seed).unwrap();
-        let mut plain = Gpt::new(&mesh(p), cfg, seed).unwrap();
-        assert!(blocked.wte.weight().value.shards()[0].is_blocked());
+        let mut blocked =
+            CausalLm::new_with(&limited_mesh(p, LIMIT, p > 1), cfg.clone(), seed, opts).unwrap();
+        let mut plain = CausalLm::new_with(&mesh(p), cfg, seed, opts).unwrap();
+        assert!(blocked.embed_tokens().unwrap().weight().value.shards()[0].is_blocked());
         let (loss, blocked_loss) = loss_of(&mut blocked, &ids, &targets, seq);
         let (want, plain_loss) = loss_of(&mut plain, &ids, &targets, seq);
         assert_close(&format!("{what} loss"), &[loss], &[want as f64], tol);
@@ -340,8 +348,8 @@ fn logits_past_one_binding_run_in_token_blocks_p1_2() {
             true => small_textures(),
             false => limited_mesh(p, LIMIT, p > 1),
         };
-        let mut blocked = Gpt::new(&small, config(), seed).unwrap();
-        let mut plain = Gpt::new(&mesh(p), config(), seed).unwrap();
+        let mut blocked = CausalLm::new(&small, config(), seed).unwrap();
+        let mut plain = CausalLm::new(&mesh(p), config(), seed).unwrap();
         let logits = blocked.logits(&ids, seq).unwrap();
         assert!(
             logits.shards()[0].is_blocked(),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::util::{
     Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh, mesh, shared_mesh,
 };
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{AdamW, DataParallel, Params};
 use wgpu_tp::{Collective, Mesh};
 
@@ -30,10 +30,21 @@ pub(super) fn adamw() -> AdamW {
     opt
 }
 
-pub(super) fn config(sequence_parallel: bool) -> GptConfig {
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    (cfg.ffn, cfg.sequence_parallel) = (20, sequence_parallel);
+pub(super) fn config() -> Gpt2Config {
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
     cfg
+}
+
+/// The GPT of [`config`] on `m`, sequence-parallel or not.
+pub(super) fn build(m: &Mesh, sp: bool, seed: u64) -> CausalLm {
+    CausalLm::new_with(
+        m,
+        config(),
+        seed,
+        LoadOptions::default().sequence_parallel(sp),
+    )
+    .unwrap()
 }
 
 pub(super) type Named = BTreeMap<String, Vec<f32>>;
@@ -98,8 +109,9 @@ pub(super) fn batch(seed: u64) -> (Vec<i32>, Vec<i32>) {
     (draw(), draw())
 }
 
-pub(super) fn serial(cfg: GptConfig, seed: u64, data: &(Vec<i32>, Vec<i32>)) -> Run {
-    let mut gpt = Gpt::new(&mesh(1), cfg, seed).unwrap();
+pub(super) fn serial(cfg: Gpt2Config, sp: bool, seed: u64, data: &(Vec<i32>, Vec<i32>)) -> Run {
+    let opts = LoadOptions::default().sequence_parallel(sp);
+    let mut gpt = CausalLm::new_with(&mesh(1), cfg, seed, opts).unwrap();
     let mut opt = adamw();
     let mut run = Run::new();
     for _ in 0..STEPS {
@@ -132,11 +144,11 @@ fn data_parallel(
     if let Some(b) = bucket {
         ddp = ddp.with_bucket_bytes(b);
     }
-    let mut replicas: Vec<Gpt> = m
+    let mut replicas: Vec<CausalLm> = m
         .axis_groups("tp")
         .unwrap()
         .iter()
-        .map(|g| Gpt::new(g, config(sp), seed).unwrap())
+        .map(|g| build(g, sp, seed))
         .collect();
     assert_eq!(replicas.len(), dp);
     let mut opts: Vec<AdamW> = (0..dp).map(|_| adamw()).collect();
@@ -221,7 +233,7 @@ fn data_parallel_gpt_steps_equal_one_rank_on_the_global_batch() {
     let mut rng = Rng::fresh("data parallel");
     let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
     for sp in [false, true] {
-        let want = serial(config(sp), seed, &data);
+        let want = serial(config(), sp, seed, &data);
         let layouts = [
             ("host-staged", counting_mesh(4), 2, 2),
             ("host-staged", counting_mesh(4), 4, 1),
@@ -286,16 +298,16 @@ fn data_parallel_quiet(
 }
 
 /// One plain GPT replica per tp group of `m`, built alike.
-pub(super) fn replicas(m: &Mesh, seed: u64) -> Vec<Gpt> {
+pub(super) fn replicas(m: &Mesh, seed: u64) -> Vec<CausalLm> {
     m.axis_groups("tp")
         .unwrap()
         .iter()
-        .map(|g| Gpt::new(g, config(false), seed).unwrap())
+        .map(|g| build(g, false, seed))
         .collect()
 }
 
 /// Forward, backward and the gradient average of one step on every replica.
-pub(super) fn backward(ddp: &DataParallel, reps: &mut [Gpt], data: &(Vec<i32>, Vec<i32>)) {
+pub(super) fn backward(ddp: &DataParallel, reps: &mut [CausalLm], data: &(Vec<i32>, Vec<i32>)) {
     for (d, gpt) in reps.iter().enumerate() {
         let rows = ddp.batch_rows(ROWS, d).unwrap();
         let span = rows.start * SEQ..rows.end * SEQ;
@@ -319,8 +331,8 @@ fn bad_data_parallel_input_is_an_error_that_changes_nothing() {
     assert!(msg(ddp.batch_rows(7, 0).unwrap_err()).contains("multiple of 2"));
     assert!(ddp.batch_rows(8, 2).is_err());
     let groups = m.axis_groups("tp").unwrap();
-    let mut a = Gpt::new(&groups[0], config(false), seed).unwrap();
-    let mut b = Gpt::new(&groups[1], config(false), seed).unwrap();
+    let mut a = build(&groups[0], false, seed);
+    let mut b = build(&groups[1], false, seed);
     for gpt in [&a, &b] {
         gpt.loss(&data.0[..SEQ * 2], &data.1[..SEQ * 2], SEQ)
             .unwrap()
@@ -334,9 +346,9 @@ fn bad_data_parallel_input_is_an_error_that_changes_nothing() {
         .unwrap_err();
     assert!(msg(e).contains("every replica"), "names what is missing");
     // Replicas built differently.
-    let mut other = config(false);
-    other.ffn = 24;
-    let mut c = Gpt::new(&groups[1], other, seed).unwrap();
+    let mut other = config();
+    other.n_inner = Some(24);
+    let mut c = CausalLm::new(&groups[1], other, seed).unwrap();
     c.loss(&data.0[..SEQ], &data.1[..SEQ], SEQ)
         .unwrap()
         .backward()
@@ -346,7 +358,7 @@ fn bad_data_parallel_input_is_an_error_that_changes_nothing() {
         .unwrap_err();
     assert!(msg(e).contains("alike"));
     // A replica on a mesh not taken from this one.
-    let mut d = Gpt::new(&shared_mesh(2), config(false), seed).unwrap();
+    let mut d = build(&shared_mesh(2), false, seed);
     d.loss(&data.0[..SEQ], &data.1[..SEQ], SEQ)
         .unwrap()
         .backward()
@@ -356,7 +368,7 @@ fn bad_data_parallel_input_is_an_error_that_changes_nothing() {
         .unwrap_err();
     assert!(msg(e).contains("axis_groups"));
     // A model on the whole (dp, tp) mesh is not a replica.
-    let mut whole = Gpt::new(&m, config(false), seed).unwrap();
+    let mut whole = build(&m, false, seed);
     whole
         .loss(&data.0[..SEQ], &data.1[..SEQ], SEQ)
         .unwrap()

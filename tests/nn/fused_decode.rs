@@ -17,7 +17,7 @@ use crate::util::{
     Rng, WORLD_SIZES, count_lock, counting_mesh, counting_shared_mesh, kernel_calls as calls,
     meshes,
 };
-use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LlamaConfig};
 use wgpu_tp::nn::{
     CausalDecoder, ColumnParallelConfig, ColumnParallelLinear, GatedMlp, GatedMlpConfig, InitRng,
     KvCache, Params, Sampling,
@@ -50,11 +50,11 @@ fn recorded<M: Params>(
 #[test]
 fn a_decoded_gpt_token_runs_no_separate_bias_residual_or_gelu_p1_2_4() {
     let _counting = count_lock();
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    cfg.ffn = 20;
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
     for p in [1, 2, 4] {
         let m = counting_mesh(p);
-        let mut gpt = Gpt::new(&m, cfg, 3).unwrap();
+        let mut gpt = CausalLm::new(&m, cfg.clone(), 3).unwrap();
         gpt.set_mode(false, 0);
         m.start_trace().unwrap();
         let ids = no_grad(|| gpt.generate(&[1, 2, 3], 4, Sampling::Greedy)).unwrap();
@@ -65,7 +65,7 @@ fn a_decoded_gpt_token_runs_no_separate_bias_residual_or_gelu_p1_2_4() {
         }
         // Two per layer and forward pass (the prompt's and 3 tokens'), per
         // rank; on one rank none: the product's store adds both.
-        let per_pass = (2 * cfg.layers * p) as u64;
+        let per_pass = (2 * cfg.n_layer * p) as u64;
         let fused = if p == 1 { 0 } else { 4 * per_pass };
         assert_eq!(calls(&trace, "elementwise::add_row_add"), fused, "P={p}");
         // The embedding's sum, one per pass and rank: no residual's.
@@ -79,7 +79,7 @@ fn a_decoded_llama_token_runs_no_separate_silu_mul_residual_or_rotary_p1_2() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf/llama_gqa");
     for p in [1, 2] {
         let m = counting_mesh(p);
-        let model = Llama::from_pretrained(&m, &dir).unwrap();
+        let model = CausalLm::from_pretrained(&m, &dir).unwrap();
         m.start_trace().unwrap();
         let ids = no_grad(|| model.generate(&[1, 2, 3], 3, Sampling::Greedy)).unwrap();
         let trace = m.stop_trace().unwrap();
@@ -91,7 +91,7 @@ fn a_decoded_llama_token_runs_no_separate_silu_mul_residual_or_rotary_p1_2() {
         // Two residual adds per layer, pass (the prompt's and 2 tokens')
         // and rank after the all-reduce; on one rank none: the products'
         // stores add them.
-        let layers = model.config().num_hidden_layers;
+        let layers = model.blocks().len();
         let want = if p == 1 { 0 } else { 2 * layers * 3 * p };
         assert_eq!(calls(&trace, "elementwise::axpby"), want as u64, "P={p}");
         // q and k rotated in one dispatch per layer, pass and rank; a
@@ -275,7 +275,7 @@ fn rotary_pair_gives_two_rotaries_bits_on_every_placement_p1_2_3_4_8() {
 /// Logits of a prompt and two tokens decoded one by one, with the traces
 /// of those two tokens.
 fn llama_logits(m: &wgpu_tp::Mesh, cfg: &LlamaConfig) -> (Vec<Vec<f32>>, Vec<Trace>) {
-    decoded_logits(m, &Llama::new(m, cfg.clone(), 9).unwrap())
+    decoded_logits(m, &CausalLm::new(m, cfg.clone(), 9).unwrap())
 }
 
 /// [`llama_logits`] of any decoder.
@@ -341,10 +341,10 @@ fn shared_ranks_fold_add_and_norm_each_llama_branch_in_one_dispatch_p2_3_4_8() {
 fn shared_ranks_decode_gpt_attention_steps_together_p2_3_4_8() {
     let _counting = count_lock();
     // head_dim 4: the one-token attention step takes it.
-    let cfg = GptConfig::new(23, 16, 32, 8, 2);
+    let cfg = Gpt2Config::new(23, 16, 32, 8, 2);
     for p in [2, 3, 4, 8] {
         let gpt = |m: &wgpu_tp::Mesh| {
-            let mut g = Gpt::new(m, cfg, 4).unwrap();
+            let mut g = CausalLm::new(m, cfg.clone(), 4).unwrap();
             g.set_mode(false, 0);
             g
         };
@@ -364,7 +364,7 @@ fn shared_ranks_decode_gpt_attention_steps_together_p2_3_4_8() {
                 .map(|k| k.calls)
                 .sum();
             let want = if grouped {
-                cfg.layers * (p / size + usize::from(p % size >= 2))
+                cfg.n_layer * (p / size + usize::from(p % size >= 2))
             } else {
                 0
             };

@@ -6,7 +6,7 @@
 //! repeatably; `generate_with` streams the same tokens and stops on an error.
 
 use crate::util::{Rng, WORLD_SIZES, meshes};
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config};
 use wgpu_tp::nn::{Sampling, vocab_top_k};
 use wgpu_tp::{DTensor, Error, Placement};
 
@@ -45,12 +45,12 @@ fn vocab_top_k_equals_the_host_sort_with_ties_p1_2_3_4_8() {
 fn device_choice_gives_the_host_samplers_tokens_p2_8() {
     let mut rng = Rng::fresh("device_choice");
     let seed = rng.next_u64();
-    let mut cfg = GptConfig::new(13, 10, 12, 3, 1);
-    cfg.ffn = 20;
+    let mut cfg = Gpt2Config::new(13, 10, 12, 3, 1);
+    cfg.n_inner = Some(20);
     let prompt: Vec<i32> = (0..2).map(|_| rng.below(13) as i32).collect();
     for p in [2, 8] {
         let mesh = crate::util::mesh(p);
-        let mut gpt = Gpt::new(&mesh, cfg, seed).unwrap();
+        let gpt = CausalLm::new(&mesh, cfg.clone(), seed).unwrap();
         for sampling in [
             Sampling::Greedy,
             Sampling::TopK {

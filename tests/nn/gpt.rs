@@ -1,4 +1,4 @@
-//! The transformer: `TransformerBlock` and `Gpt` (3 heads, so P = 2 and 4
+//! The transformer: `Gpt2Block` and a GPT-2 `CausalLm` (3 heads, so P = 2 and 4
 //! split them unevenly and a rank of 4 holds none) equal an f64 reference
 //! and the P = 1 run, forward and backward, plain and sequence-parallel, on
 //! both transports, with the communication docs/MATH.md §14 states; cached
@@ -8,8 +8,11 @@ use std::collections::BTreeMap;
 
 use crate::util::transformer::{self, Dims, Params};
 use crate::util::{Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh};
-use wgpu_tp::models::{BlockConfig, Gpt, GptConfig, TransformerBlock};
-use wgpu_tp::nn::{InitRng, Params as _, Sampling, from_safetensors_bytes, to_safetensors_bytes};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
+use wgpu_tp::nn::{
+    BlockBuild, DecoderConfig, Init, InitRng, Params as _, Sampling, Step, Stream,
+    from_safetensors_bytes, to_safetensors_bytes,
+};
 use wgpu_tp::{Collective, DTensor, Mesh, Placement};
 
 const TOL: f64 = 1e-5;
@@ -26,10 +29,15 @@ fn dims() -> Dims {
     }
 }
 
-fn config(sequence_parallel: bool) -> GptConfig {
-    let mut cfg = GptConfig::new(11, 8, HIDDEN, HEADS, 2);
-    (cfg.ffn, cfg.sequence_parallel) = (FFN, sequence_parallel);
+fn config() -> Gpt2Config {
+    let mut cfg = Gpt2Config::new(11, 8, HIDDEN, HEADS, 2);
+    cfg.n_inner = Some(FFN);
     cfg
+}
+
+/// A GPT-2 of `cfg`, sequence-parallel or not.
+fn gpt(m: &Mesh, cfg: Gpt2Config, sp: bool, seed: u64) -> CausalLm {
+    CausalLm::new_with(m, cfg, seed, LoadOptions::default().sequence_parallel(sp)).unwrap()
 }
 
 /// Every parameter's master value in f64, by name.
@@ -85,7 +93,7 @@ fn gpt_matches_f64_and_serial_plain_and_sequence_parallel_p1_2_3_4() {
         for p in [1, 2, 3, 4] {
             for (transport, m) in meshes(p) {
                 let what = format!("gpt P={p} sp={sp} {transport}");
-                let gpt = Gpt::new(&m, config(sp), seed).unwrap();
+                let gpt = gpt(&m, config(), sp, seed);
                 m.reset_comm_stats();
                 let loss_t = gpt.loss(&ids, &targets, seq).unwrap();
                 let loss = loss_t.to_host().unwrap()[0];
@@ -147,9 +155,14 @@ fn block_matches_f64_with_two_all_reduces_each_way_p1_2_3_4() {
         for p in [1, 2, 3, 4] {
             for (transport, m) in meshes(p) {
                 let what = format!("block P={p} sp={sp} {transport}");
-                let mut cfg = BlockConfig::new(HIDDEN, HEADS);
-                (cfg.ffn, cfg.sequence_parallel) = (FFN, sp);
-                let mut block = TransformerBlock::new(&m, cfg, &mut InitRng::new(seed)).unwrap();
+                let build = BlockBuild {
+                    random: true,
+                    init: Init::default(),
+                    sequence_parallel: sp,
+                    seed,
+                };
+                let mut rng_init = InitRng::new(seed);
+                let mut block = config().block(&m, 0, &build, &mut rng_init).unwrap();
                 // Non-trivial norm parameters, so their gradients matter.
                 for (name, param) in block.named_parameters_mut() {
                     if name.starts_with("ln_") {
@@ -166,7 +179,9 @@ fn block_matches_f64_with_two_all_reduces_each_way_p1_2_3_4() {
                     .unwrap()
                     .requires_grad();
                 m.reset_comm_stats();
-                let y = block.forward(&xd, seq).unwrap();
+                let mut stream = Stream::new(xd.clone());
+                block.forward(&mut stream, Step::Sequences(seq)).unwrap();
+                let y = stream.value().unwrap();
                 let fwd = counts(&m);
                 let dyd = DTensor::from_host(&m, &[n, HIDDEN], &dy, placement).unwrap();
                 m.reset_comm_stats();
@@ -214,7 +229,7 @@ fn cached_decoding_equals_full_recomputation_p1_3_4() {
     let mut tokens: Option<Vec<i32>> = None;
     for p in [1, 3, 4] {
         let m = crate::util::mesh(p);
-        let mut gpt = Gpt::new(&m, config(false), seed).unwrap();
+        let gpt = CausalLm::new(&m, config(), seed).unwrap();
         for sampling in [
             Sampling::Greedy,
             Sampling::TopK {
@@ -262,7 +277,7 @@ fn cached_decoding_equals_full_recomputation_p1_3_4() {
 fn decoding_communicates_only_the_row_all_reduces_p3() {
     let _counting = count_lock();
     let m = counting_mesh(3);
-    let mut gpt = Gpt::new(&m, config(false), 7).unwrap();
+    let gpt = CausalLm::new(&m, config(), 7).unwrap();
     m.reset_comm_stats();
     gpt.generate(&[1, 2], 3, Sampling::Greedy).unwrap();
     // Per step: the embedding's all-reduce and two per block (row layers).
@@ -275,7 +290,7 @@ fn decoding_communicates_only_the_row_all_reduces_p3() {
 fn gpt2_names_and_checkpoints_move_between_world_sizes() {
     let names: Vec<String> = {
         let m = crate::util::mesh(1);
-        let gpt = Gpt::new(&m, config(false), 3).unwrap();
+        let gpt = CausalLm::new(&m, config(), 3).unwrap();
         gpt.named_parameters().into_iter().map(|(n, _)| n).collect()
     };
     let mut want = vec!["wte.weight".to_string(), "wpe.weight".to_string()];
@@ -301,15 +316,15 @@ fn gpt2_names_and_checkpoints_move_between_world_sizes() {
     assert_eq!(names, want, "GPT-2 naming, no separate lm_head (tied)");
 
     let ids = [1, 4, 2, 9, 0, 3];
-    let logits = |gpt: &mut Gpt| gpt.logits(&ids, 3).unwrap().to_host().unwrap();
+    let logits = |gpt: &mut CausalLm| gpt.logits(&ids, 3).unwrap().to_host().unwrap();
     let saved_at_3 = {
         let m = crate::util::mesh(3);
-        let mut gpt = Gpt::new(&m, config(false), 11).unwrap();
+        let mut gpt = CausalLm::new(&m, config(), 11).unwrap();
         (to_safetensors_bytes(&gpt).unwrap(), logits(&mut gpt))
     };
     for p in [1, 2, 4] {
         let m = crate::util::mesh(p);
-        let mut gpt = Gpt::new(&m, config(false), 99).unwrap();
+        let mut gpt = CausalLm::new(&m, config(), 99).unwrap();
         from_safetensors_bytes(&mut gpt, &saved_at_3.0).unwrap();
         let w: Vec<f64> = saved_at_3.1.iter().map(|&v| v as f64).collect();
         assert_close(
@@ -327,22 +342,14 @@ fn dropout_gives_the_same_numbers_at_any_world_size_p1_3_4() {
     let seed = rng.next_u64();
     let ids: Vec<i32> = (0..8).map(|_| rng.below(11) as i32).collect();
     let targets: Vec<i32> = (0..8).map(|_| rng.below(11) as i32).collect();
-    let mut cfg = config(false);
-    (cfg.dropout, cfg.attn_dropout) = (0.25, 0.2);
+    let mut cfg = config();
+    (cfg.resid_pdrop, cfg.embd_pdrop, cfg.attn_pdrop) = (0.25, 0.25, 0.2);
     let mut serial: Option<(f32, BTreeMap<String, Vec<f32>>)> = None;
     for p in [1, 3, 4] {
         for sp in [false, true] {
             let what = format!("dropout P={p} sp={sp}");
             let m = crate::util::mesh(p);
-            let mut gpt = Gpt::new(
-                &m,
-                GptConfig {
-                    sequence_parallel: sp,
-                    ..cfg
-                },
-                seed,
-            )
-            .unwrap();
+            let mut gpt = gpt(&m, cfg.clone(), sp, seed);
             gpt.set_mode(true, 5);
             let loss_t = gpt.loss(&ids, &targets, 4).unwrap();
             let loss = loss_t.to_host().unwrap()[0];
@@ -370,15 +377,15 @@ fn dropout_gives_the_same_numbers_at_any_world_size_p1_3_4() {
     }
     // The probability dropout is really on: without it the loss differs.
     let m = crate::util::mesh(1);
-    let mut gpt = Gpt::new(
+    let mut gpt = gpt(
         &m,
-        GptConfig {
-            attn_dropout: 0.0,
+        Gpt2Config {
+            attn_pdrop: 0.0,
             ..cfg
         },
+        false,
         seed,
-    )
-    .unwrap();
+    );
     gpt.set_mode(true, 5);
     let without = gpt.loss(&ids, &targets, 4).unwrap().to_host().unwrap()[0];
     assert_ne!(

@@ -356,43 +356,39 @@ fn mlp_in_f16_rounds_only_where_it_stores() {
 
 #[test]
 fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
-    use wgpu_tp::models::{Gpt, GptConfig};
+    use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
     use wgpu_tp::nn::Sampling;
     let Some(meshes) = f16_layer_meshes("gpt f16") else {
         return;
     };
     let mut rng = Rng::fresh("gpt_f16");
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    cfg.ffn = 20;
-    let (ids, targets) = crate::util::token_batch(&mut rng, cfg.vocab, 16);
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
+    let (ids, targets) = crate::util::token_batch(&mut rng, cfg.vocab_size, 16);
     let seed = rng.next_u64();
     // The f32 model (itself held to an f64 reference in nn::gpt).
-    let full = Gpt::new(&mesh(1), cfg, seed).unwrap();
+    let full = CausalLm::new(&mesh(1), cfg.clone(), seed).unwrap();
     let loss32_t = full.loss(&ids, &targets, 8).unwrap();
     let loss32 = loss32_t.to_host().unwrap()[0] as f64;
     loss32_t.backward().unwrap();
     let grads32 = crate::util::master_grads(&full);
     let mut dropout_loss: Option<f64> = None;
     for (i, (kind, m)) in meshes.iter().enumerate() {
-        let cfg16 = GptConfig {
-            dtype: DType::F16,
-            sequence_parallel: i % 2 == 1,
-            ..cfg
-        };
-        let what = format!("gpt f16 {kind} sp={}", cfg16.sequence_parallel);
+        let sp = i % 2 == 1;
+        let opts16 = LoadOptions::default()
+            .activations(DType::F16)
+            .sequence_parallel(sp);
+        let what = format!("gpt f16 {kind} sp={sp}");
         // Dropout (embeddings, residuals, attention probabilities) on f16
         // activations: the same masks at every world size, so the loss with
         // dropout on matches across meshes too.
-        let mut dropped = Gpt::new(
-            m,
-            GptConfig {
-                dropout: 0.2,
-                attn_dropout: 0.1,
-                ..cfg16
-            },
-            seed,
-        )
-        .unwrap();
+        let with_dropout = Gpt2Config {
+            resid_pdrop: 0.2,
+            embd_pdrop: 0.2,
+            attn_pdrop: 0.1,
+            ..cfg.clone()
+        };
+        let mut dropped = CausalLm::new_with(m, with_dropout, seed, opts16).unwrap();
         dropped.set_mode(true, 3);
         let loss = dropped.loss(&ids, &targets, 8).unwrap();
         let l = loss.to_host().unwrap()[0] as f64;
@@ -414,7 +410,7 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
             moved > 0.05,
             "{what}: dropout changed nothing ({moved:.2e})"
         );
-        let mut gpt = Gpt::new(m, cfg16, seed).unwrap();
+        let gpt = CausalLm::new_with(m, cfg.clone(), seed, opts16).unwrap();
         let logits = gpt.logits(&ids, 8).unwrap();
         assert_eq!(logits.dtype(), DType::F16, "{what}");
         let loss = gpt.loss(&ids, &targets, 8).unwrap();
@@ -437,7 +433,7 @@ fn gpt_in_f16_tracks_the_f32_model_at_every_world_size() {
         for (name, p) in gpt.named_parameters() {
             assert_eq!(p.value.dtype(), DType::F32, "{what}: master {name}");
         }
-        if !cfg16.sequence_parallel {
+        if !sp {
             // The key/value cache in f16 gives what recomputing everything gives.
             let out = gpt.generate(&ids[..3], 4, Sampling::Greedy).unwrap();
             let again = gpt

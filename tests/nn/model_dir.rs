@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use super::tokenizer::{gpt2_dir, temp_dir};
 use crate::util::{mesh, shared_mesh};
-use wgpu_tp::models::{Gpt, GptConfig, pretrained_config};
+use wgpu_tp::models::{CausalLm, Gpt2Config};
 use wgpu_tp::nn::{Params, Sampling, Tokenizer};
 
 const GENESIS: &str = include_str!("../../examples/data/genesis_kjv.txt");
@@ -24,13 +24,13 @@ fn dir() -> PathBuf {
 #[test]
 fn shipped_tiny_gpt2_loads_and_decodes_the_same_at_every_p() {
     let tok = Tokenizer::from_dir(dir()).unwrap();
-    let cfg = pretrained_config(dir()).unwrap();
-    assert_eq!(tok.vocab_size(), cfg.vocab);
+    let cfg = Gpt2Config::read(dir().join("config.json")).unwrap();
+    assert_eq!(tok.vocab_size(), cfg.vocab_size);
     let ids = tok.encode(GENESIS).unwrap();
     assert_eq!(tok.decode(&ids).unwrap(), GENESIS);
 
     let prompt = tok.encode("And God said").unwrap();
-    let window = &ids[..cfg.n_ctx + 1];
+    let window = &ids[..cfg.n_positions + 1];
     let mut reference: Option<(Vec<i32>, f32)> = None;
     for (p, m) in [
         (1, mesh(1)),
@@ -38,11 +38,11 @@ fn shipped_tiny_gpt2_loads_and_decodes_the_same_at_every_p() {
         (3, mesh(3)),
         (2, shared_mesh(2)),
     ] {
-        let mut model = Gpt::from_pretrained(&m, dir()).unwrap();
+        let mut model = CausalLm::from_pretrained(&m, dir()).unwrap();
         // The opening of Genesis was in the training data: a trained model
         // predicts it far better than uniform (ln 512 ≈ 6.2).
         let loss = model
-            .loss(&window[..cfg.n_ctx], &window[1..], cfg.n_ctx)
+            .loss(&window[..cfg.n_positions], &window[1..], cfg.n_positions)
             .unwrap()
             .to_host()
             .unwrap()[0];
@@ -71,14 +71,14 @@ fn gpt2_vocab_merges_directory_streams_generated_text() {
         std::fs::copy(gpt2_dir().join(f), dir.join(f)).unwrap();
     }
     let mesh = mesh(2);
-    let cfg = GptConfig::new(50257, 24, 16, 2, 1);
-    Gpt::new(&mesh, cfg, 7)
+    let cfg = Gpt2Config::new(50257, 24, 16, 2, 1);
+    CausalLm::new(&mesh, cfg, 7)
         .unwrap()
         .save_pretrained(&dir)
         .unwrap();
     let tok = Tokenizer::from_dir(&dir).unwrap();
-    let mut model = Gpt::from_pretrained(&mesh, &dir).unwrap();
-    assert_eq!(tok.vocab_size(), model.config().vocab);
+    let model = CausalLm::from_pretrained(&mesh, &dir).unwrap();
+    assert_eq!(tok.vocab_size(), model.vocab_size());
     let prompt = tok.encode("Hello world").unwrap();
     let sampling = Sampling::TopK {
         k: 1000,

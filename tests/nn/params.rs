@@ -5,7 +5,7 @@
 //! unchanged; one optimiser steps a `vec![&mut p1, &mut p2]`.
 
 use crate::util::mesh;
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config};
 use wgpu_tp::nn::{
     ColumnParallelConfig, ColumnParallelLinear, Embedding, EmbeddingConfig, InitRng, LayerNorm,
     MlpConfig, NormConfig, ParallelMlp, Parameter, Params, RowParallelConfig, RowParallelLinear,
@@ -154,7 +154,7 @@ fn mutation_through_named_parameters_mut_reaches_the_layers_p2() {
 #[test]
 fn gpt_names_are_the_checkpoint_names_p2() {
     let m = mesh(2);
-    let mut gpt = Gpt::new(&m, GptConfig::new(11, 8, 12, 3, 2), 0).unwrap();
+    let mut gpt = CausalLm::new(&m, Gpt2Config::new(11, 8, 12, 3, 2), 0).unwrap();
     let want = [
         "wte.weight",
         "wpe.weight",

@@ -1,4 +1,4 @@
-//! Pipeline parallelism (`Pipeline`, `GptStage`): a GPT split into stages
+//! Pipeline parallelism (`Pipeline`, `CausalLm::stage`): a GPT split into stages
 //! along `pp`, run 1F1B over micro-batches, with data parallelism over `dp`
 //! and tensor parallelism inside each stage, gives the loss, every gradient
 //! and the parameters after each of 3 AdamW steps of one rank on the global batch
@@ -13,7 +13,7 @@ use super::data_parallel::{
 use crate::util::{
     Rng, assert_close, count_lock, counting_mesh, counting_shared_mesh, shared_mesh,
 };
-use wgpu_tp::models::{Gpt, GptConfig, GptStage};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{
     AdamW, DataParallel, Params, Pipeline, PipelineStage, Sampling, StageDecoder, Work, ZeroAdamW,
     load_safetensors_dir, save_safetensors,
@@ -22,16 +22,24 @@ use wgpu_tp::{Collective, Mesh};
 
 const TOL: f64 = 1e-5;
 
+/// A config and whether the model is sequence-parallel.
+type Cfg = (Gpt2Config, bool);
+
 /// Three blocks, so three stages can each hold one.
-fn cfg3(sp: bool) -> GptConfig {
-    let mut c = config(sp);
-    c.layers = 3;
-    c
+fn cfg3(sp: bool) -> Cfg {
+    let mut c = config();
+    c.n_layer = 3;
+    (c, sp)
+}
+
+/// Two blocks.
+fn cfg2() -> Cfg {
+    (config(), false)
 }
 
 /// Every stage's parameters of replica `d`, the tied table checked equal
 /// between the first and the last stage.
-fn merged(stages: &[GptStage], dp: usize, d: usize, f: fn(&dyn Params) -> Named) -> Named {
+fn merged(stages: &[CausalLm], dp: usize, d: usize, f: fn(&dyn Params) -> Named) -> Named {
     let mut all = Named::new();
     for s in stages.iter().skip(d).step_by(dp) {
         for (name, v) in f(s) {
@@ -47,20 +55,20 @@ fn merged(stages: &[GptStage], dp: usize, d: usize, f: fn(&dyn Params) -> Named)
 /// `starts`' step where given.
 fn pipelined(
     m: &Mesh,
-    cfg: GptConfig,
+    cfg: Cfg,
     seed: u64,
     data: &(Vec<i32>, Vec<i32>),
     micro: usize,
     zero: bool,
     starts: Option<&[Named]>,
 ) -> Run {
-    let what = format!("{:?} sp={} micro={micro}", m.axes(), cfg.sequence_parallel);
+    let what = format!("{:?} sp={} micro={micro}", m.axes(), cfg.1);
     let size = |a| m.axis_size(a).unwrap();
     let (pp, dp, tp) = (size("pp"), size("dp"), size("tp"));
     let pipeline = Pipeline::new(m, "pp", micro).unwrap();
     let ddp = DataParallel::new(m, "dp").unwrap();
     // Groups in row-major order of (pp, dp): group k is stage k / dp of replica k % dp.
-    let mut stages: Vec<GptStage> = stages(m, cfg, seed, &pipeline);
+    let mut stages: Vec<CausalLm> = stages(m, cfg.clone(), seed, &pipeline);
     assert_eq!(stages.len(), pp * dp);
     let mut opts: Vec<AdamW> = (0..pp * dp).map(|_| adamw()).collect();
     let mut zeros: Vec<ZeroAdamW> = (0..pp)
@@ -113,7 +121,7 @@ fn pipelined(
             ddp.average_gradients(&mut reps).unwrap();
         }
         if step == 0 {
-            check_counts(m, &what, cfg, micro, (pp, dp, tp));
+            check_counts(m, &what, cfg.clone(), micro, (pp, dp, tp));
         }
         run.losses.push(loss);
         run.grads.push(merged(&stages, dp, 0, grads));
@@ -148,13 +156,7 @@ fn pipelined(
 /// the last stage to each other; tp moves what
 /// M micro-batches of the whole model move, per replica; dp one bucket per
 /// stage and tp rank.
-fn check_counts(
-    m: &Mesh,
-    what: &str,
-    cfg: GptConfig,
-    micro: usize,
-    (pp, dp, tp): (usize, usize, usize),
-) {
+fn check_counts(m: &Mesh, what: &str, cfg: Cfg, micro: usize, (pp, dp, tp): (usize, usize, usize)) {
     let calls = |axis, k| {
         m.axis_comm_stats(axis)
             .unwrap()
@@ -181,8 +183,8 @@ fn check_counts(
         "{what}: dp all-reduces"
     );
     if tp > 1 {
-        let l = cfg.layers as u64;
-        let want = match cfg.sequence_parallel {
+        let l = cfg.0.n_layer as u64;
+        let want = match cfg.1 {
             false => vec![(Collective::AllReduce, 4 * l + 5)],
             true => vec![
                 (Collective::AllReduce, 2 * l + 5),
@@ -202,7 +204,8 @@ fn pipelined_gpt_steps_equal_one_rank_on_the_global_batch() {
     let mut rng = Rng::fresh("pipeline");
     let (seed, data) = (rng.next_u64(), batch(rng.next_u64()));
     for sp in [false, true] {
-        let want = serial(cfg3(sp), seed, &data);
+        let (cfg, _) = cfg3(sp);
+        let want = serial(cfg, sp, seed, &data);
         let layouts = [
             ("host-staged", counting_mesh(4), [2, 1, 2], 3),
             ("shared-device", counting_shared_mesh(4), [2, 2, 1], 2),
@@ -288,16 +291,16 @@ fn bad_pipeline_input_is_an_error() {
     let deep = shared_mesh(4).with_axes(&[("pp", 4), ("tp", 1)]).unwrap();
     let p4 = Pipeline::new(&deep, "pp", 1).unwrap();
     let g = &deep.axis_groups("tp").unwrap()[0];
-    let e = GptStage::new(g, config(false), seed, &p4).unwrap_err();
+    let e = CausalLm::stage(g, config(), seed, &p4, LoadOptions::default()).unwrap_err();
     assert!(msg(e).contains("2 layers cannot be split into 4 stages"));
     // A stage on a group that spans the pipeline axis.
     let line = deep.group_of(&["pp"], 0).unwrap();
-    let e = GptStage::new(&line, cfg3(false), seed, &p4).unwrap_err();
+    let e = CausalLm::stage(&line, cfg3(false).0, seed, &p4, LoadOptions::default()).unwrap_err();
     assert!(msg(e).contains("spans the \"pp\" axis"));
     // A batch that does not split into dp × micro-batches.
     let two = shared_mesh(2).with_axes(&[("pp", 2), ("tp", 1)]).unwrap();
     let p = Pipeline::new(&two, "pp", 4).unwrap();
-    let mut built: Vec<GptStage> = stages(&two, config(false), seed, &p);
+    let mut built: Vec<CausalLm> = stages(&two, cfg2(), seed, &p);
     let mut refs: Vec<&mut dyn PipelineStage> = built
         .iter_mut()
         .map(|s| s as &mut dyn PipelineStage)
@@ -339,7 +342,7 @@ fn bad_pipeline_input_is_an_error() {
         .map(|s| s as &mut dyn PipelineStage)
         .collect();
     let again = p.forward_backward(&mut refs, &[rows4, rows4], SEQ).unwrap();
-    let mut fresh: Vec<GptStage> = stages(&two, config(false), seed, &p);
+    let mut fresh: Vec<CausalLm> = stages(&two, cfg2(), seed, &p);
     let mut refs: Vec<&mut dyn PipelineStage> = fresh
         .iter_mut()
         .map(|s| s as &mut dyn PipelineStage)
@@ -355,7 +358,7 @@ fn stage_checkpoints_load_into_any_layout() {
     let dir = tempdir("stages");
     let build = |m: &Mesh, micro, seed| {
         let p = Pipeline::new(m, "pp", micro).unwrap();
-        let stages: Vec<GptStage> = stages(m, cfg3(false), seed, &p);
+        let stages: Vec<CausalLm> = stages(m, cfg3(false), seed, &p);
         (p, stages)
     };
     // (pp, dp, tp) = (2, 2, 2): one file per stage, from its first replica.
@@ -380,7 +383,7 @@ fn stage_checkpoints_load_into_any_layout() {
     );
     let want = merged(&saved, 2, 0, masters);
     // Into one rank's whole model.
-    let mut whole = wgpu_tp::models::Gpt::new(&crate::util::mesh(1), cfg3(false), other).unwrap();
+    let mut whole = CausalLm::new(&crate::util::mesh(1), cfg3(false).0, other).unwrap();
     load_safetensors_dir(&mut whole, &dir).unwrap();
     assert!(
         masters(&whole) == want,
@@ -444,10 +447,10 @@ fn pipelined_generation_equals_the_whole_model() {
     // token above one whose logit is far higher), which would compare
     // little: draw models until one generates varied tokens.
     let mut tried = Vec::new();
-    let (seed, prompt, mut whole, want) = loop {
+    let (seed, prompt, whole, want) = loop {
         let seed = rng.next_u64();
         let prompt: Vec<i32> = (0..3).map(|_| rng.below(11) as i32).collect();
-        let mut whole = Gpt::new(&crate::util::mesh(1), cfg3(false), seed).unwrap();
+        let whole = CausalLm::new(&crate::util::mesh(1), cfg3(false).0, seed).unwrap();
         let want = whole.generate(&prompt, 4, pick).unwrap();
         let mut distinct = want.clone();
         distinct.sort();
@@ -478,7 +481,7 @@ fn pipelined_generation_equals_the_whole_model() {
             .with_axes(&[("pp", pp), ("dp", dp), ("tp", tp)])
             .unwrap();
         let p = Pipeline::new(&m, "pp", 1).unwrap();
-        let stages: Vec<GptStage> = stages(&m, cfg3(false), seed, &p);
+        let stages: Vec<CausalLm> = stages(&m, cfg3(false), seed, &p);
         let refs: Vec<&dyn StageDecoder> = stages.iter().map(|s| s as &dyn StageDecoder).collect();
         let got = p.generate(&refs, &prompt, 4, pick).unwrap();
         let drawn = p.generate(&refs, &prompt, 4, draw).unwrap();
@@ -501,7 +504,7 @@ fn gradients_accumulate_over_steps_without_zeroing() {
     // One micro-batch: a step's gradient is one backward's, so two steps'
     // sum is exactly twice it.
     let p = Pipeline::new(&m, "pp", 1).unwrap();
-    let mut stages: Vec<GptStage> = stages(&m, config(false), seed, &p);
+    let mut stages: Vec<CausalLm> = stages(&m, cfg2(), seed, &p);
     let rows = (&data.0[..4 * SEQ], &data.1[..4 * SEQ]);
     let mut run = || {
         let mut refs: Vec<&mut dyn PipelineStage> = stages
@@ -525,11 +528,12 @@ fn gradients_accumulate_over_steps_without_zeroing() {
     }
 }
 
-/// One `GptStage` per tensor-parallel group of `m`, in row-major order.
-fn stages(m: &Mesh, cfg: GptConfig, seed: u64, p: &Pipeline) -> Vec<GptStage> {
+/// One stage per tensor-parallel group of `m`, in row-major order.
+fn stages(m: &Mesh, (cfg, sp): Cfg, seed: u64, p: &Pipeline) -> Vec<CausalLm> {
+    let opts = LoadOptions::default().sequence_parallel(sp);
     m.axis_groups("tp")
         .unwrap()
         .iter()
-        .map(|g| GptStage::new(g, cfg, seed, p).unwrap())
+        .map(|g| CausalLm::stage(g, cfg.clone(), seed, p, opts).unwrap())
         .collect()
 }

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use crate::util::{Rng, mesh, meshes, shared_mesh};
-use wgpu_tp::models::{Gpt, Llama};
+use wgpu_tp::models::CausalLm;
 use wgpu_tp::nn::{RowPenalty, SampleOptions, Sampling, vocab_penalized_row};
 use wgpu_tp::{DTensor, Placement};
 
@@ -318,8 +318,8 @@ fn samplings(seed: u64) -> Vec<Sampling> {
 fn cached_generation_equals_uncached_with_top_p_and_penalty_tiny_models() {
     let seed = Rng::fresh("sampling_tiny").next_u64();
     for (p, m) in [(1, mesh(1)), (2, mesh(2)), (3, shared_mesh(3))] {
-        let mut gpt = Gpt::from_pretrained(&m, data("tiny-gpt2")).unwrap();
-        let llama = Llama::from_pretrained(&m, data("tiny-llama")).unwrap();
+        let gpt = CausalLm::from_pretrained(&m, data("tiny-gpt2")).unwrap();
+        let llama = CausalLm::from_pretrained(&m, data("tiny-llama")).unwrap();
         let prompt = [5, 9, 5, 40];
         for s in samplings(seed) {
             let cached = gpt.generate(&prompt, 10, s).unwrap();
@@ -341,7 +341,7 @@ fn cached_generation_equals_uncached_with_top_p_and_penalty_tiny_models() {
 #[test]
 fn bad_sampling_options_are_errors() {
     let mesh = mesh(2);
-    let mut gpt = Gpt::from_pretrained(&mesh, data("tiny-gpt2")).unwrap();
+    let gpt = CausalLm::from_pretrained(&mesh, data("tiny-gpt2")).unwrap();
     let logits = logits_on(&mesh, 1, &[0.5; 13]);
     let ok = SampleOptions::default();
     let bad = [

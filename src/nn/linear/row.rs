@@ -17,12 +17,11 @@ use super::shared::{
     Overlap, Weights, check_input, check_overlap, linear_common, shard_master, split_is_plain,
 };
 use crate::device::Mesh;
-use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
 use crate::nn::parameter::Parameter;
-use crate::nn::{Params, RMSNorm};
-use crate::tensor::{DTensor, Mapping, MatmulOptions, Placement};
+use crate::tensor::{DTensor, Mapping, Placement, RowProduct, RowReduce};
 
 /// Settings of a [`RowParallelLinear`].
 #[derive(Clone, Debug)]
@@ -121,37 +120,22 @@ impl RowParallelLinear {
     /// result leaves `dW`, `db` in the parameters' gradients and x's
     /// gradient placed like x.
     pub fn forward(&self, x: &DTensor) -> Result<DTensor> {
-        self.forward_with(x, None)
+        self.product(x)?.resolve()
     }
 
-    /// `residual + self.forward(x)` (a block's residual branch), with the
-    /// bias and the residual added in one kernel after the all-reduce
-    /// ([`DTensor::add_row_add`]: the two steps' bits, one pass over the
-    /// output fewer) where the layer has a bias, reduces by all-reduce (no
-    /// ring, no sequence parallelism) and x and `residual` are f32; the two
-    /// steps otherwise. On one rank, decoding (nothing recorded, at most
-    /// 8 rows), the small-M product adds both as it stores, bias or not.
-    /// `residual` is shaped and placed like the output.
+    /// `residual + self.forward(x)` (a block's residual branch): the bias
+    /// and the residual added in the fewest dispatches the placement allows,
+    /// with the two steps' bits ([`RowProduct::finish`]). `residual` is
+    /// shaped and placed like the output.
     pub fn forward_residual(&self, x: &DTensor, residual: &DTensor) -> Result<DTensor> {
-        self.forward_with(x, Some(residual))
+        Ok(self.product(x)?.finish(Some(residual), None)?.0)
     }
 
-    /// [`Self::forward`], plus `residual` where given ([`Self::forward_residual`]).
-    pub(crate) fn forward_with(&self, x: &DTensor, residual: Option<&DTensor>) -> Result<DTensor> {
-        Ok(self.forward_with_norm(x, residual, None)?.0)
-    }
-
-    /// [`Self::forward_with`], and `norm` of its result where the ranks
-    /// share a device and add the residual in the all-reduce (no bias,
-    /// decoding) and that device is a CPU adapter (`kernels::fold_norm`):
-    /// the all-reduce's pass applies it too, with `norm.forward`'s bits.
-    /// `None` where it did not: the caller norms.
-    pub(crate) fn forward_with_norm(
-        &self,
-        x: &DTensor,
-        residual: Option<&DTensor>,
-        norm: Option<&RMSNorm>,
-    ) -> Result<(DTensor, Option<DTensor>)> {
+    /// `x·Wᵀ` not yet summed over the ranks, with the bias and this layer's
+    /// way of summing (all-reduce, reduce-scatter, ring): a decoder's
+    /// residual stream finishes it with the residual and the norm that
+    /// follow ([`RowProduct::finish`]). `x` is checked and scattered here.
+    pub fn product(&self, x: &DTensor) -> Result<RowProduct> {
         const OP: &str = "RowParallelLinear::forward";
         check_input(OP, x, self.config.in_features, self.ring())?;
         // With one rank any placement is whole: the scatter only relabels it.
@@ -168,64 +152,14 @@ impl RowParallelLinear {
                 format!("input must be placed Shard(1), got {:?}", x.placement()),
             ));
         }
-        let w = &self.weight.operand_for(x.dtype())?;
-        let bias = self.bias.as_ref().map(|b| &b.value);
-        if let Some(r) = residual
-            && !self.ring()
-            && !self.config.sequence_parallel
-            && let Some(y) = x.linear_residual_one_rank(w, bias, r)?
-        {
-            // One rank: the bias and the residual in the product's store.
-            return Ok((y, None));
-        }
-        let y = if self.ring() {
-            // Each chunk's partial product is computed while the running sum travels.
-            x.ring_linear_reduce_scatter(w, bias)?
-        } else {
-            // Partial sums in f32 whatever x's dtype: reduced, then rounded once.
-            let opts = MatmulOptions {
-                transpose_w: true,
-                out_dtype: Some(DType::F32),
-            };
-            let z = x.matmul_with(w, opts)?;
-            match (self.config.sequence_parallel, bias) {
-                // The bias's gradient from the gathered dy: no extra all-reduce.
-                (true, Some(b)) => z.reduce_scatter_add_row(b)?,
-                (true, None) => Mapping::ReduceScatterToParallel(0).forward(&z)?,
-                (false, b) => {
-                    // No bias: the residual added in the all-reduce's pass,
-                    // and the norm after it where one is given.
-                    if let (None, Some(r)) = (b, residual)
-                        && x.dtype() == DType::F32
-                    {
-                        let gamma = norm.map(|n| (&n.weight.value, n.config().eps));
-                        if let Some(g) = gamma
-                            && let Some((h, y)) = z.reduce_add_residual_norm(r, g)?
-                        {
-                            return Ok((h, Some(y)));
-                        }
-                        if let Some(y) = z.reduce_add_residual(r)? {
-                            return Ok((y, None));
-                        }
-                    }
-                    let y = Mapping::ReduceFromParallel.forward(&z)?;
-                    match (b, residual) {
-                        (Some(b), Some(r))
-                            if x.dtype() == DType::F32 && r.dtype() == DType::F32 =>
-                        {
-                            return Ok((y.add_row_add(b, r)?, None));
-                        }
-                        (Some(b), _) => y.add_row(b)?,
-                        (None, _) => y,
-                    }
-                }
-            }
+        let w = self.weight.operand_for(x.dtype())?;
+        let bias = self.bias.as_ref().map(|b| b.value.clone());
+        let reduce = match (self.ring(), self.config.sequence_parallel) {
+            (true, _) => RowReduce::Ring,
+            (false, true) => RowReduce::ReduceScatter,
+            (false, false) => RowReduce::AllReduce,
         };
-        let y = y.cast(x.dtype())?;
-        match residual {
-            Some(r) => Ok((r.add(&y)?, None)),
-            None => Ok((y, None)),
-        }
+        Ok(RowProduct::new(x, w, bias, reduce))
     }
 }
 

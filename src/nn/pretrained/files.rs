@@ -15,6 +15,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
+use super::json::read_json_file;
 use super::{INDEX_FILE, MODEL_FILE};
 use crate::error::{Error, Result};
 
@@ -94,10 +95,7 @@ fn open_weights(path: &Path) -> Result<(WeightFile, Vec<(String, Found)>)> {
 
 /// The shard files an index names, in order, and its tensor → file map.
 fn read_index(path: &Path) -> Result<(Vec<String>, BTreeMap<String, String>)> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| bad(path, format!("cannot read it ({e})")))?;
-    let value: Value =
-        serde_json::from_str(&text).map_err(|e| bad(path, format!("not valid JSON ({e})")))?;
+    let value = read_json_file(path)?;
     let map = value
         .get("weight_map")
         .and_then(Value::as_object)
@@ -190,6 +188,15 @@ impl WeightFiles {
             files: self.files,
             tensors,
         })
+    }
+
+    /// Every tensor under the key `key(name in the file)`, and without those
+    /// it gives none (buffers a family's files carry that are no
+    /// parameters): a family's `sanitize`.
+    pub(crate) fn sanitize(self, key: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        const SKIP: &str = "\0skip";
+        let renamed = self.rename(|name| key(name).unwrap_or_else(|| format!("{SKIP}{name}")))?;
+        Ok(renamed.without(|k| k.starts_with(SKIP)))
     }
 
     /// These files without the tensors whose key `skip` picks (buffers a

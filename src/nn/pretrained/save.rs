@@ -1,8 +1,11 @@
-//! Writing `model.safetensors`, streamed: the header is built from the
-//! shapes alone, then each parameter is gathered, converted to the file's
-//! layout by the family's rule (GPT-2 transposes its `Conv1D` weights),
-//! written and dropped, so the host holds one parameter at a time. The file appears under its name only once
-//! complete (written beside it, then renamed).
+//! Writing a Hugging Face directory ([`Decoder::save_pretrained`]):
+//! `model.safetensors` streamed — the header built from the shapes alone,
+//! then each parameter gathered, laid out as the family stores it
+//! ([`DecoderConfig::stored`](crate::nn::DecoderConfig::stored): GPT-2's
+//! transposed `Conv1D` weights, Phi-3's fused projections joined again),
+//! written and dropped, so the host holds one parameter at a time — and the
+//! JSON files. Each file appears under its name only once complete
+//! (written beside it, then renamed).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -10,9 +13,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use crate::error::Result;
-use crate::nn::Params;
+use super::load::transpose;
+use super::{CONFIG_FILE, MODEL_FILE};
+use crate::error::{Error, Result};
 use crate::nn::checkpoint::writes_files;
+use crate::nn::decoder::Decoder;
+use crate::nn::params::Params;
 
 /// `path` with `.partial` appended: where a file is written before renaming.
 fn partial(path: &Path) -> PathBuf {
@@ -47,21 +53,19 @@ fn header(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
     text
 }
 
-/// How a parameter is stored: its shape in the file, from its name and shape.
-pub(crate) type FileShape<'a> = &'a dyn Fn(&str, &[usize]) -> Vec<usize>;
-/// How a parameter's master values become the file's (a transpose, say).
-pub(crate) type FileValues<'a> = &'a dyn Fn(&str, Vec<f32>, &[usize]) -> Result<Vec<f32>>;
+/// One tensor of the file: its name, shape, and the parameters (index in
+/// `named_parameters`) whose master values fill its rows, in order, each
+/// transposed or not.
+pub(crate) struct FileTensor {
+    pub(crate) name: String,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) parts: Vec<(usize, bool)>,
+}
 
-/// Write every parameter of `model` to `path` as F32 safetensors, streamed
-/// one parameter at a time, under the names `named_parameters` gives, shaped
-/// and converted by `shape_of` and `values_of`. In a multi-process mesh
-/// only process 0 writes; the others take part in the same gathers.
-pub(crate) fn write_params(
-    model: &dyn Params,
-    path: &Path,
-    shape_of: FileShape,
-    values_of: FileValues,
-) -> Result<()> {
+/// Write `tensors` of `model` to `path` as F32 safetensors, streamed one
+/// parameter at a time. In a multi-process mesh only process 0 writes; the
+/// others take part in the same gathers, in the same order.
+pub(crate) fn write_tensors(model: &dyn Params, path: &Path, tensors: &[FileTensor]) -> Result<()> {
     let params = model.named_parameters();
     if !writes_files(model) {
         for (_, p) in &params {
@@ -69,9 +73,9 @@ pub(crate) fn write_params(
         }
         return Ok(());
     }
-    let layout: Vec<(String, Vec<usize>)> = params
+    let layout: Vec<(String, Vec<usize>)> = tensors
         .iter()
-        .map(|(n, p)| (n.clone(), shape_of(n, p.shape())))
+        .map(|t| (t.name.clone(), t.shape.clone()))
         .collect();
     let head = header(&layout);
     let tmp = partial(path);
@@ -79,10 +83,17 @@ pub(crate) fn write_params(
         let mut out = BufWriter::new(File::create(&tmp)?);
         out.write_all(&(head.len() as u64).to_le_bytes())?;
         out.write_all(&head)?;
-        for (name, p) in &params {
-            let data = values_of(name, p.master()?, p.shape())?;
-            for v in &data {
-                out.write_all(&v.to_le_bytes())?;
+        for t in tensors {
+            for &(i, transposed) in &t.parts {
+                let p = params[i].1;
+                let data = p.master()?;
+                let data = match (transposed, p.shape()) {
+                    (true, [rows, cols]) => transpose(&data, *rows, *cols),
+                    _ => data,
+                };
+                for v in &data {
+                    out.write_all(&v.to_le_bytes())?;
+                }
             }
         }
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
@@ -94,5 +105,75 @@ pub(crate) fn write_params(
             let _ = std::fs::remove_file(&tmp);
             Err(e)
         }
+    }
+}
+
+impl Decoder {
+    /// Write this model as a Hugging Face directory: `config.json` (the
+    /// family's, as transformers reads it), `generation_config.json` (its
+    /// eos ids) and `model.safetensors` (F32, the checkpoint's names and
+    /// layout: fused tensors joined again, `Conv1D` weights transposed, no
+    /// head when tied), which
+    /// `transformers.AutoModelForCausalLM.from_pretrained(dir)` reads.
+    /// Creates `dir` if needed; one parameter at a time is gathered to the
+    /// host. In a multi-process mesh every process calls it and only
+    /// process 0 writes. A whole model only.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        const OP: &str = "Decoder::save_pretrained";
+        if self.stage.1 != 1 {
+            return Err(Error::invalid(
+                OP,
+                "save a whole model (a pipeline's stages: Pipeline::save_stage)",
+            ));
+        }
+        let tensors = self.file_tensors()?;
+        let config = self.config.to_json(&self.generation.eos_token_ids)?;
+        let dir = dir.as_ref();
+        let writes = writes_files(self);
+        if writes {
+            std::fs::create_dir_all(dir)?;
+        }
+        write_tensors(self, &dir.join(MODEL_FILE), &tensors)?;
+        if !writes {
+            return Ok(());
+        }
+        write_atomic(&dir.join(CONFIG_FILE), config.as_bytes())?;
+        let generation = self.generation.to_json();
+        write_atomic(&dir.join("generation_config.json"), generation.as_bytes())
+    }
+
+    /// The checkpoint's tensors, each from the parameters the family
+    /// stores in it (checked to fill it exactly).
+    fn file_tensors(&self) -> Result<Vec<FileTensor>> {
+        let mut tensors: Vec<FileTensor> = Vec::new();
+        let mut filled: Vec<usize> = Vec::new();
+        for (i, (name, p)) in self.named_parameters().iter().enumerate() {
+            let s = self.config.stored(name, p.shape());
+            let at = tensors.iter().position(|t| t.name == s.key);
+            let t = match at {
+                Some(t) => t,
+                None => {
+                    tensors.push(FileTensor {
+                        name: s.key.clone(),
+                        shape: s.shape.clone(),
+                        parts: Vec::new(),
+                    });
+                    filled.push(0);
+                    tensors.len() - 1
+                }
+            };
+            if tensors[t].shape != s.shape || s.rows.start != filled[t] {
+                return Err(Error::invalid(
+                    "Decoder::save_pretrained",
+                    format!(
+                        "internal: {name} is stored as rows {:?} of {:?} {:?} after {} rows",
+                        s.rows, s.key, s.shape, filled[t]
+                    ),
+                ));
+            }
+            filled[t] = s.rows.end;
+            tensors[t].parts.push((i, s.transposed));
+        }
+        Ok(tensors)
     }
 }

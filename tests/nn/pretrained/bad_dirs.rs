@@ -9,7 +9,7 @@ use super::{Reference, fixture, scratch};
 use crate::util::{masters, mesh, meshes};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use wgpu_tp::Error;
-use wgpu_tp::models::Gpt;
+use wgpu_tp::models::CausalLm;
 
 /// Copy fixture `variant` into a fresh scratch directory `name`.
 fn copy_fixture(variant: &str, name: &str) -> PathBuf {
@@ -188,10 +188,10 @@ fn bad_directories_are_clear_errors_and_change_nothing() {
     let reference = Reference::read();
     let cases = bad_directories();
     for (transport, m) in meshes(2) {
-        let mut good = Gpt::from_pretrained(&m, fixture("f32")).unwrap();
+        let mut good = CausalLm::from_pretrained(&m, fixture("f32")).unwrap();
         let before = masters(&good);
         for (what, dir, needles) in &cases {
-            let err = Gpt::from_pretrained(&m, dir).unwrap_err();
+            let err = CausalLm::from_pretrained(&m, dir).unwrap_err();
             assert!(matches!(err, Error::Checkpoint(_)), "{what}: {err:?}");
             let msg = err.to_string();
             for n in needles {
@@ -212,13 +212,13 @@ fn bad_directories_are_clear_errors_and_change_nothing() {
         }
         // The mesh and the model still work after every error.
         reference.check(&format!("after the errors, {transport}"), &mut good, "f32");
-        let mut again = Gpt::from_pretrained(&m, fixture("f32")).unwrap();
+        let mut again = CausalLm::from_pretrained(&m, fixture("f32")).unwrap();
         reference.check(
             &format!("loaded after the errors, {transport}"),
             &mut again,
             "f32",
         );
     }
-    let err = Gpt::from_pretrained(&mesh(1), fixture("no_such_model")).unwrap_err();
+    let err = CausalLm::from_pretrained(&mesh(1), fixture("no_such_model")).unwrap_err();
     assert!(err.to_string().contains("no_such_model"), "{err}");
 }

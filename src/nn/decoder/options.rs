@@ -1,15 +1,14 @@
-//! [`LoadOptions`]: how `from_pretrained_with` builds a model of any family.
+//! [`LoadOptions`]: how a decoder is built or loaded, whichever the family.
 
 use crate::element::DType;
 
-/// How a model is built from a Hugging Face directory
-/// ([`CausalLm::from_pretrained_with`](super::CausalLm::from_pretrained_with),
-/// [`Gpt::from_pretrained_with`](super::Gpt::from_pretrained_with),
-/// [`Llama::from_pretrained_with`](super::Llama::from_pretrained_with)).
+/// How a model is built ([`Decoder::new_with`](super::Decoder::new_with))
+/// or loaded from a Hugging Face directory
+/// (`CausalLm::from_pretrained_with`).
 ///
 /// ```
 /// use wgpu_tp::DType;
-/// use wgpu_tp::models::LoadOptions;
+/// use wgpu_tp::nn::LoadOptions;
 /// // Weights in bf16 for generation: half the memory and bytes per token.
 /// let opts = LoadOptions::default().weights(DType::BF16);
 /// assert_eq!(opts.weight_dtype, DType::BF16);
@@ -27,6 +26,12 @@ pub struct LoadOptions {
     /// Sequence parallelism (activations split along tokens between the
     /// tensor-parallel pairs; for training).
     pub sequence_parallel: bool,
+    /// The activations' dtype: `F32` (the default) or `F16` for mixed
+    /// precision (needs `SHADER_F16`): the embeddings are cast to f16,
+    /// blocks and the head compute in f16 with f32 accumulation
+    /// (docs/MATH.md §15), and every parameter keeps an f32 master and
+    /// gradient.
+    pub activations: DType,
 }
 
 impl Default for LoadOptions {
@@ -34,6 +39,7 @@ impl Default for LoadOptions {
         LoadOptions {
             weight_dtype: DType::F32,
             sequence_parallel: false,
+            activations: DType::F32,
         }
     }
 }
@@ -50,22 +56,10 @@ impl LoadOptions {
         self.sequence_parallel = on;
         self
     }
-}
 
-/// Keep `model`'s weight matrices in `dtype` and give the f32 values'
-/// memory back to the devices.
-#[cfg(not(target_arch = "wasm32"))]
-pub(super) fn keep_weights(
-    model: &mut dyn crate::nn::Params,
-    mesh: &crate::device::Mesh,
-    dtype: DType,
-) -> crate::error::Result<()> {
-    if dtype == DType::F32 {
-        return Ok(());
+    /// With activations in `dtype` (`F32` or `F16`).
+    pub fn activations(mut self, dtype: DType) -> Self {
+        self.activations = dtype;
+        self
     }
-    model.store_weights_as(dtype)?;
-    for r in mesh.ranks() {
-        r.device().trim_pool();
-    }
-    Ok(())
 }

@@ -1,0 +1,258 @@
+//! What a model family gives the decoder skeleton: its config as a
+//! [`DecoderConfig`] (sizes, names, its block, where its parameters live in
+//! a checkpoint) and the skeleton's part of it, [`DecoderSpec`].
+
+use std::any::Any;
+use std::ops::Range;
+
+use super::block::Block;
+use crate::device::Mesh;
+use crate::error::Result;
+use crate::nn::init::{Init, InitRng};
+
+/// The skeleton's names for its own parameters (each under `.weight`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Names {
+    /// The token embedding (`model.embed_tokens`; GPT-2 `wte`).
+    pub embed: &'static str,
+    /// The learned position embedding, if any (GPT-2 `wpe`).
+    pub positions: &'static str,
+    /// The blocks, numbered under it (`model.layers`; GPT-2 `h`).
+    pub layers: &'static str,
+    /// The final norm (`model.norm`; GPT-2 `ln_f`).
+    pub norm: &'static str,
+    /// The untied output head (`lm_head`).
+    pub head: &'static str,
+}
+
+impl Names {
+    /// Hugging Face's names of the Llama family and most decoders since:
+    /// `model.embed_tokens`, `model.layers`, `model.norm`, `lm_head`.
+    pub const HF: Names = Names {
+        embed: "model.embed_tokens",
+        positions: "model.embed_positions",
+        layers: "model.layers",
+        norm: "model.norm",
+        head: "lm_head",
+    };
+}
+
+/// The norm after the last block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FinalNorm {
+    /// LayerNorm with this ε (GPT-2).
+    Layer(f32),
+    /// RMSNorm with this ε.
+    Rms(f32),
+    /// RMSNorm scaling by `1 + γ` (γ starting at zero) with this ε (Gemma).
+    RmsPlusOne(f32),
+}
+
+/// The skeleton's part of a family's config: sizes, embedding, final norm
+/// and head.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecoderSpec {
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Model width.
+    pub hidden: usize,
+    /// Number of blocks.
+    pub layers: usize,
+    /// Longest sequence (rows of the position table where there is one).
+    pub context: usize,
+    /// The head is the token embedding.
+    pub tied: bool,
+    /// A learned position embedding of `context` rows (GPT-2).
+    pub positions: bool,
+    /// Embeddings multiplied by this (Gemma: √hidden).
+    pub embed_scale: Option<f32>,
+    /// Dropout of the embeddings in training mode (GPT-2's `embd_pdrop`).
+    pub embed_dropout: f32,
+    /// The final norm.
+    pub norm: FinalNorm,
+    /// Logits soft-capped to `cap · tanh(logits / cap)` (Gemma 2).
+    pub logit_softcap: Option<f32>,
+    /// Parameter names.
+    pub names: Names,
+}
+
+/// How blocks are built: drawn or zeroed, and the model-wide settings.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockBuild {
+    /// Draw weights (`true`) or start at zero to load over (`false`).
+    pub random: bool,
+    /// The initialiser of drawn weights (N(0, 0.02²)), or zeros.
+    pub init: Init,
+    /// Sequence parallelism.
+    pub sequence_parallel: bool,
+    /// Seed of dropout masks.
+    pub seed: u64,
+}
+
+impl BlockBuild {
+    /// `init` if drawing, else zeros.
+    pub fn pick(&self, init: Init) -> Init {
+        if self.random { init } else { Init::Zeros }
+    }
+}
+
+/// Where a parameter is kept in a checkpoint's files: a tensor (after the
+/// family's [`DecoderConfig::sanitize`]), its shape there, and which of its
+/// rows hold the parameter (Phi-3's fused `qkv_proj`), possibly transposed
+/// (GPT-2's `Conv1D` weights, `[in, out]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The tensor's key.
+    pub key: String,
+    /// Its shape in the file.
+    pub shape: Vec<usize>,
+    /// The rows (of the file's first dim) that hold the parameter.
+    pub rows: Range<usize>,
+    /// The parameter is the transpose of those rows.
+    pub transposed: bool,
+}
+
+impl Stored {
+    /// The parameter whole under its own name.
+    pub fn same(name: &str, shape: &[usize]) -> Stored {
+        Stored {
+            key: name.to_string(),
+            shape: shape.to_vec(),
+            rows: 0..shape.first().copied().unwrap_or(1),
+            transposed: false,
+        }
+    }
+}
+
+/// A model family's config, as the decoder skeleton uses it (object safe:
+/// [`Decoder`](super::Decoder) holds one whichever the family).
+pub trait DecoderConfig: std::fmt::Debug + Send + Sync + 'static {
+    /// `model_type` as `config.json` spells it.
+    fn model_type(&self) -> &str;
+
+    /// The skeleton's part: sizes, embedding, final norm, head, names.
+    fn spec(&self) -> DecoderSpec;
+
+    /// Every size and setting checked, as reading `config.json` checks
+    /// them, before anything is allocated.
+    fn check(&self) -> Result<()>;
+
+    /// Keys one block draws from the [`InitRng`] (a pipeline stage skips
+    /// those of the layers it does not hold).
+    fn block_keys(&self) -> u64;
+
+    /// Block `layer` on `mesh`, drawn from `rng` or zeroed.
+    fn block(
+        &self,
+        mesh: &Mesh,
+        layer: usize,
+        build: &BlockBuild,
+        rng: &mut InitRng,
+    ) -> Result<Box<dyn Block>>;
+
+    /// Parameters of block `layer`.
+    fn block_parameters(&self, layer: usize) -> u128;
+
+    /// Bytes of f32 parameters block `layer` puts on this process's ranks
+    /// of `mesh` (checked before anything is allocated).
+    fn block_bytes(&self, mesh: &Mesh, layer: usize) -> u128;
+
+    /// One line about the model: family, sizes, heads.
+    fn describe(&self) -> String;
+
+    /// Tie (or untie) the head to the embedding: a directory without head
+    /// weights ties it.
+    fn set_tied(&mut self, tied: bool);
+
+    /// The `config.json` `save_pretrained` writes, naming `eos` as
+    /// `eos_token_id`, which transformers reads as this model.
+    fn to_json(&self, eos: &[i32]) -> Result<String>;
+
+    /// A checkpoint tensor's name as this crate's key, or `None` for a
+    /// tensor that is no parameter (buffers such as `rotary_emb.inv_freq`).
+    fn sanitize(&self, name: &str) -> Option<String> {
+        Some(name.to_string())
+    }
+
+    /// Where parameter `name` of `shape` is kept in a checkpoint.
+    fn stored(&self, name: &str, shape: &[usize]) -> Stored {
+        Stored::same(name, shape)
+    }
+
+    /// A boxed copy.
+    fn clone_box(&self) -> Box<dyn DecoderConfig>;
+
+    /// As [`Any`], to reach the family's own config type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl Clone for Box<dyn DecoderConfig> {
+    fn clone(&self) -> Self {
+        self.clone_box()
+    }
+}
+
+/// A boxed config is a config (code generic over families passes one).
+impl DecoderConfig for Box<dyn DecoderConfig> {
+    fn model_type(&self) -> &str {
+        (**self).model_type()
+    }
+
+    fn spec(&self) -> DecoderSpec {
+        (**self).spec()
+    }
+
+    fn check(&self) -> Result<()> {
+        (**self).check()
+    }
+
+    fn block_keys(&self) -> u64 {
+        (**self).block_keys()
+    }
+
+    fn block(
+        &self,
+        mesh: &Mesh,
+        layer: usize,
+        build: &BlockBuild,
+        rng: &mut InitRng,
+    ) -> Result<Box<dyn Block>> {
+        (**self).block(mesh, layer, build, rng)
+    }
+
+    fn block_parameters(&self, layer: usize) -> u128 {
+        (**self).block_parameters(layer)
+    }
+
+    fn block_bytes(&self, mesh: &Mesh, layer: usize) -> u128 {
+        (**self).block_bytes(mesh, layer)
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+
+    fn set_tied(&mut self, tied: bool) {
+        (**self).set_tied(tied)
+    }
+
+    fn to_json(&self, eos: &[i32]) -> Result<String> {
+        (**self).to_json(eos)
+    }
+
+    fn sanitize(&self, name: &str) -> Option<String> {
+        (**self).sanitize(name)
+    }
+
+    fn stored(&self, name: &str, shape: &[usize]) -> Stored {
+        (**self).stored(name, shape)
+    }
+
+    fn clone_box(&self) -> Box<dyn DecoderConfig> {
+        (**self).clone_box()
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        (**self).as_any()
+    }
+}

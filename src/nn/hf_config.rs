@@ -1,0 +1,151 @@
+//! What every family's `config.json` reader shares: the JSON object with
+//! its size checked first, serde parsing whose errors name the key, the
+//! sizes each family checks, keys that mean a model this crate cannot
+//! compute, and floats written as their shortest decimal.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// `file: message` as a checkpoint error.
+pub(crate) fn bad(file: &str, message: impl std::fmt::Display) -> Error {
+    Error::Checkpoint(format!("{file}: {message}"))
+}
+
+/// The largest `config.json` text parsed (real ones are a few KB).
+const MAX_CONFIG_BYTES: usize = 4 << 20;
+
+/// `text` as a JSON object.
+pub(crate) fn object(text: &str, file: &str) -> Result<Map<String, Value>> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(bad(
+            file,
+            format!(
+                "is {} bytes; a config.json is a few KB (at most {MAX_CONFIG_BYTES} read)",
+                text.len()
+            ),
+        ));
+    }
+    match serde_json::from_str(text).map_err(|e| bad(file, format!("not valid JSON ({e})")))? {
+        Value::Object(o) => Ok(o),
+        v => Err(bad(file, format!("expected a JSON object, got {v}"))),
+    }
+}
+
+/// `obj` as `T`, an error naming the key that does not fit.
+pub(crate) fn parse<T: DeserializeOwned>(obj: Map<String, Value>, file: &str) -> Result<T> {
+    serde_path_to_error::deserialize(Value::Object(obj)).map_err(|e| {
+        let path = e.path().to_string();
+        let key = if path == "." {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        bad(file, format!("{key}{}", e.into_inner()))
+    })
+}
+
+/// Each size at least 1 and at most 2^24 (far beyond any model, keeping
+/// every shape product in range).
+pub(crate) fn check_sizes(file: &str, sizes: &[(&str, usize)]) -> Result<()> {
+    if let Some((key, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+        return Err(bad(file, format!("{key} must be at least 1")));
+    }
+    if let Some((key, n)) = sizes.iter().find(|(_, n)| *n > 1 << 24) {
+        return Err(bad(file, format!("{key} {n} is implausibly large")));
+    }
+    Ok(())
+}
+
+/// A norm's ε: finite and > 0.
+pub(crate) fn check_eps(file: &str, key: &str, eps: f64) -> Result<()> {
+    if !(eps > 0.0 && eps.is_finite()) {
+        return Err(bad(file, format!("{key} {eps} must be > 0")));
+    }
+    Ok(())
+}
+
+/// Keys of mixture-of-experts configs (no supported family has experts).
+const MOE_KEYS: [&str; 6] = [
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "router_aux_loss_coef",
+];
+
+/// An error for what no family here computes: a `quantization_config`,
+/// mixture-of-experts keys.
+pub(crate) fn refuse_unsupported(obj: &Map<String, Value>, file: &str) -> Result<()> {
+    let set = |k: &str| obj.get(k).is_some_and(|v| !v.is_null());
+    if set("quantization_config") {
+        return Err(bad(
+            file,
+            "quantization_config: quantized checkpoints are not supported; use an F32, F16 or \
+             BF16 one",
+        ));
+    }
+    if let Some(key) = MOE_KEYS.iter().find(|k| set(k)) {
+        return Err(bad(
+            file,
+            format!("{key}: mixture-of-experts models are not supported"),
+        ));
+    }
+    Ok(())
+}
+
+/// `model_type` of `obj`, which must be one of `known`.
+pub(crate) fn model_type(obj: &Map<String, Value>, file: &str, known: &[&str]) -> Result<String> {
+    match obj.get("model_type").and_then(Value::as_str) {
+        Some(t) if known.contains(&t) => Ok(t.to_string()),
+        other => Err(bad(
+            file,
+            format!("model_type {other:?} is not one of {known:?}"),
+        )),
+    }
+}
+
+/// The shortest decimal of `v` as an f64, so `1e-5f32` is written `1e-5`.
+pub(crate) fn shortest(v: f32) -> f64 {
+    v.to_string().parse().unwrap_or(v as f64)
+}
+
+/// Pretty JSON with a final newline, as transformers writes it.
+pub(crate) fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
+}
+
+/// `eos_token_id` in `obj`: one id, a list, or nothing.
+pub(crate) fn insert_eos(obj: &mut Map<String, Value>, eos: &[i32]) {
+    match eos {
+        [] => {}
+        [one] => {
+            obj.insert("eos_token_id".into(), (*one).into());
+        }
+        many => {
+            obj.insert("eos_token_id".into(), many.to_vec().into());
+        }
+    }
+}
+
+/// The text of a `config.json` at `path`, its size checked before reading.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn read_text(path: &std::path::Path) -> Result<String> {
+    let file = path.display();
+    let len = std::fs::metadata(path)
+        .map_err(|e| {
+            Error::Checkpoint(format!(
+                "{file}: cannot read it ({e}); a Hugging Face model directory has config.json"
+            ))
+        })?
+        .len();
+    if len > MAX_CONFIG_BYTES as u64 {
+        return Err(Error::Checkpoint(format!(
+            "{file}: is {len} bytes; a config.json is a few KB (at most {MAX_CONFIG_BYTES} read)"
+        )));
+    }
+    std::fs::read_to_string(path)
+        .map_err(|e| Error::Checkpoint(format!("{file}: cannot read it ({e})")))
+}

@@ -1,0 +1,227 @@
+//! Loading a Hugging Face directory into a [`Decoder`] of any family,
+//! written once: the weight files opened (every header parsed) and their
+//! names sanitized by the family, the head tied where the files hold none,
+//! the model built with zeros, then every parameter matched to its tensor
+//! (name, dtype, shape, the rows of a fused tensor, a transpose) and every
+//! tensor to a parameter before any value is written; only then each
+//! tensor is read, widened to f32 and sharded, one at a time from the
+//! memory map. A bad directory is an [`Error::Checkpoint`] naming the file
+//! and tensor, and the mesh stays usable.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use safetensors::Dtype;
+
+use super::CONFIG_FILE;
+use super::files::{Found, WeightFiles, bad};
+use super::json::read_json_file;
+use crate::device::Mesh;
+use crate::error::{Error, Result};
+use crate::nn::decoder::{Decoder, DecoderConfig, LoadOptions, Stored};
+use crate::nn::generation_config::{GenerationConfig, eos_ids};
+use crate::nn::params::Params;
+
+/// A parameter's tensor and where in it the parameter lies.
+struct Planned {
+    found: Found,
+    stored: Stored,
+}
+
+impl Decoder {
+    /// Load the weights of the Hugging Face directory `dir` into a model of
+    /// `config` (parsed from `dir/config.json` by the family, or built in
+    /// code for a family of your own) on `mesh`, at any world size. The
+    /// head is tied when the config ties it or the files hold no head. The
+    /// model starts in evaluation mode, with the directory's generation
+    /// defaults.
+    pub fn from_pretrained_as(
+        mesh: &Mesh,
+        mut config: Box<dyn DecoderConfig>,
+        dir: impl AsRef<Path>,
+        opts: LoadOptions,
+    ) -> Result<Decoder> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(bad(
+                dir,
+                "no such directory; pass a Hugging Face model directory (config.json + \
+                 model.safetensors)",
+            ));
+        }
+        let json = read_json_file(&dir.join(CONFIG_FILE))?;
+        let generation = GenerationConfig::read(dir, &eos_ids(json.get("eos_token_id")))?;
+        let weights = WeightFiles::open(dir)?.sanitize(|n| config.sanitize(n))?;
+        let head = format!("{}.weight", config.spec().names.head);
+        if weights.get(&head).is_none() {
+            config.set_tied(true);
+        }
+        let mut model = Decoder::build(mesh, config, None, opts, None)?;
+        let plan = plan(&weights, &model)?;
+        load(&weights, &plan, &mut model)?;
+        model.keep_weights(opts.weight_dtype)?;
+        model.set_mode(false, 0);
+        model.generation = generation;
+        Ok(model)
+    }
+
+    /// Load the weights of the Hugging Face directory `dir` into this
+    /// model, whose config `file_config` (the directory's, as its family
+    /// reads it) must describe: the model keeps its own settings (sequence
+    /// parallelism, dropout, dtypes). Every check runs before any
+    /// parameter changes.
+    pub fn load_pretrained_as(
+        &mut self,
+        file_config: &dyn DecoderConfig,
+        dir: impl AsRef<Path>,
+    ) -> Result<()> {
+        let dir = dir.as_ref();
+        let path = dir.join(CONFIG_FILE);
+        if file_config.describe() != self.config.describe()
+            || file_config.spec().vocab != self.spec.vocab
+        {
+            return Err(bad(
+                &path,
+                format!(
+                    "describes {}, but this model is {}; build the model with \
+                     from_pretrained to take the directory's own config",
+                    file_config.describe(),
+                    self.config.describe()
+                ),
+            ));
+        }
+        let weights = WeightFiles::open(dir)?.sanitize(|n| self.config.sanitize(n))?;
+        let plan = plan(&weights, self)?;
+        load(&weights, &plan, self)
+    }
+}
+
+/// Match every parameter of `model` to its tensor (dtype, shape), and check
+/// that nothing else is in the files (an unused head must equal the tied
+/// embedding).
+fn plan(weights: &WeightFiles, model: &Decoder) -> Result<HashMap<String, Planned>> {
+    let mut plan = HashMap::new();
+    let mut used = HashSet::new();
+    let names = model.spec.names;
+    for (name, p) in model.named_parameters() {
+        let stored = model.config.stored(&name, p.shape());
+        let found = weights.get(&stored.key).ok_or_else(|| {
+            Error::Checkpoint(format!(
+                "{}: tensor {:?} is missing, and the config.json's model needs it (for {name})",
+                weights.paths(),
+                stored.key
+            ))
+        })?;
+        if !matches!(found.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(Error::Checkpoint(format!(
+                "{} is {:?}; only F32, F16 and BF16 load",
+                weights.at(found),
+                found.dtype
+            )));
+        }
+        if found.shape != stored.shape {
+            return Err(Error::Checkpoint(format!(
+                "{} has shape {:?}, but the config.json's model needs {:?}",
+                weights.at(found),
+                found.shape,
+                stored.shape
+            )));
+        }
+        used.insert(stored.key.clone());
+        let found = found.clone();
+        plan.insert(name, Planned { found, stored });
+    }
+    let head = format!("{}.weight", names.head);
+    let embed = format!("{}.weight", names.embed);
+    for (key, f) in weights.iter() {
+        if used.contains(key) {
+            continue;
+        }
+        if *key == head && model.head.is_none() {
+            check_tied(weights, f, plan.get(&embed).map(|p| &p.found), &embed)?;
+            continue;
+        }
+        return Err(Error::Checkpoint(format!(
+            "{} matches no parameter of the model config.json describes",
+            weights.at(f)
+        )));
+    }
+    Ok(plan)
+}
+
+/// Read, convert and shard each planned tensor into `model`, one at a time.
+fn load(weights: &WeightFiles, plan: &HashMap<String, Planned>, model: &mut Decoder) -> Result<()> {
+    for (name, p) in model.named_parameters_mut() {
+        let Planned { found, stored } = plan.get(&name).ok_or_else(|| {
+            Error::Checkpoint(format!(
+                "internal: parameter {name:?} has no planned tensor"
+            ))
+        })?;
+        let cols: usize = stored.shape.iter().skip(1).product();
+        let rows = stored.rows.clone();
+        let values = weights.values(found, rows.start * cols..rows.end * cols);
+        let values = match stored.transposed {
+            true => transpose(&values, rows.len(), cols),
+            false => values,
+        };
+        p.load_master(&values)?;
+    }
+    Ok(())
+}
+
+/// A tied model's head in the files must be the embedding, value for value.
+fn check_tied(
+    weights: &WeightFiles,
+    head: &Found,
+    embed: Option<&Found>,
+    embed_name: &str,
+) -> Result<()> {
+    let Some(embed) = embed else {
+        return Err(Error::Checkpoint(format!(
+            "{}: no embedding to tie it to",
+            weights.at(head)
+        )));
+    };
+    if head.shape != embed.shape {
+        return Err(Error::Checkpoint(format!(
+            "{} has shape {:?}, the embedding {:?}",
+            weights.at(head),
+            head.shape,
+            embed.shape
+        )));
+    }
+    let n: usize = embed.shape.iter().product();
+    let cols = embed.shape.last().copied().unwrap_or(1).max(1);
+    const BLOCK: usize = 1 << 16;
+    for start in (0..n).step_by(BLOCK) {
+        let end = (start + BLOCK).min(n);
+        let (a, b) = (
+            weights.values(head, start..end),
+            weights.values(embed, start..end),
+        );
+        if let Some(k) = (0..a.len()).find(|&k| a[k].to_bits() != b[k].to_bits()) {
+            let i = start + k;
+            return Err(Error::Checkpoint(format!(
+                "{} differs from {embed_name} at [{}, {}] ({} vs {}) although the head is \
+                 tied; set tie_word_embeddings to false in config.json to load an untied head",
+                weights.at(head),
+                i / cols,
+                i % cols,
+                a[k],
+                b[k]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `[rows, cols]` row-major → `[cols, rows]` row-major.
+pub(crate) fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; data.len()];
+    for (r, row) in data.chunks_exact(cols.max(1)).enumerate().take(rows) {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    out
+}
