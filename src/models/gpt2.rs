@@ -482,6 +482,7 @@ impl DecoderConfig for Gpt2Config {
             positions: true,
             embed_scale: None,
             embed_dropout: self.embd_pdrop,
+            padding_idx: None,
             norm: FinalNorm::Layer(self.layer_norm_epsilon as f32),
             logit_softcap: None,
             names: Names {
@@ -630,6 +631,7 @@ impl DecoderConfig for Gpt2Config {
                 shape: vec![*inp, *out],
                 rows: 0..*inp,
                 transposed: true,
+                order: None,
             },
             _ => Stored::same(name, shape),
         }

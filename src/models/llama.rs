@@ -71,6 +71,8 @@ pub struct LlamaConfig {
     /// Each layer's sliding window (0: full causal attention); empty: no
     /// layer has one.
     pub windows: Vec<usize>,
+    /// The padding token (its embedding row gets no gradient from lookups).
+    pub pad_token_id: Option<usize>,
 }
 
 /// `config.json` as Hugging Face writes it (the fields read here).
@@ -93,6 +95,7 @@ struct Raw {
     max_window_layers: Option<usize>,
     layer_types: Option<Vec<String>>,
     hidden_act: Option<String>,
+    pad_token_id: Option<usize>,
 }
 
 impl LlamaConfig {
@@ -128,6 +131,7 @@ impl LlamaConfig {
             mlp_bias: false,
             qk_norm: false,
             windows: Vec::new(),
+            pad_token_id: None,
         }
     }
 
@@ -176,7 +180,7 @@ impl LlamaConfig {
         let eps = raw.rms_norm_eps.unwrap_or(1e-6);
         hf::check_eps(file, "rms_norm_eps", eps)?;
         let c = LlamaConfig {
-            rope: RopeConfig::from_hf(&obj, head_dim, max_pos, file)?,
+            rope: RopeConfig::from_hf(&obj, head_dim, max_pos, false, file)?,
             vocab_size: raw.vocab_size,
             hidden_size: raw.hidden_size,
             intermediate_size: raw.intermediate_size,
@@ -192,6 +196,7 @@ impl LlamaConfig {
             mlp_bias: raw.mlp_bias.unwrap_or(false),
             qk_norm: model_type == "qwen3",
             windows,
+            pad_token_id: raw.pad_token_id,
             model_type,
         };
         c.check_in(file)?;
@@ -233,7 +238,12 @@ impl LlamaConfig {
                 ),
             ));
         }
-        if d == 0 || !d.is_multiple_of(2) || d > 1 << 16 || self.rope.head_dim != d {
+        if d == 0
+            || !d.is_multiple_of(2)
+            || d > 1 << 16
+            || self.rope.head_dim != d
+            || self.rope.rotary_dim != d
+        {
             return Err(hf::bad(
                 file,
                 format!(
@@ -342,6 +352,7 @@ impl DecoderConfig for LlamaConfig {
             positions: false,
             embed_scale: None,
             embed_dropout: 0.0,
+            padding_idx: self.pad_token_id,
             norm: FinalNorm::Rms(self.rms_norm_eps),
             logit_softcap: None,
             names: Names::HF,
@@ -479,6 +490,9 @@ impl DecoderConfig for LlamaConfig {
                 obj.insert("max_window_layers".into(), self.num_hidden_layers.into());
             }
             _ => {}
+        }
+        if let Some(pad) = self.pad_token_id {
+            obj.insert("pad_token_id".into(), pad.into());
         }
         hf::insert_eos(&mut obj, eos);
         Ok(hf::pretty(&Value::Object(obj)))

@@ -8,6 +8,8 @@
 //! - `gpt2.rs`: GPT-2 ([`Gpt2Config`], [`Gpt2Block`]).
 //! - `llama.rs`: the Llama family — Llama, SmolLM2, Mistral, Qwen2, Qwen3
 //!   ([`LlamaConfig`], [`LlamaBlock`]).
+//! - `gemma.rs`: Gemma 3 (text) and Gemma 2 ([`GemmaConfig`], [`GemmaBlock`]).
+//! - `phi3.rs`: Phi-3, Phi-3.5, Phi-4-mini ([`Phi3Config`], [`Phi3Block`]).
 //! - `causal.rs`: [`CausalLm::from_pretrained`], the family chosen by
 //!   `config.json`'s `model_type` from [`FAMILIES`].
 //!
@@ -16,12 +18,16 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 mod causal;
+mod gemma;
 mod gpt2;
 mod llama;
+mod phi3;
 
 pub use crate::nn::{GenerationConfig, LoadOptions};
+pub use gemma::{GEMMA_FAMILY, GemmaBlock, GemmaConfig};
 pub use gpt2::{Gpt2Attention, Gpt2AttentionConfig, Gpt2Block, Gpt2Config};
 pub use llama::{LLAMA_FAMILY, LlamaBlock, LlamaConfig};
+pub use phi3::{Phi3Block, Phi3Config};
 
 use crate::error::{Error, Result};
 use crate::nn::DecoderConfig;
@@ -35,11 +41,16 @@ pub type ParseConfig = fn(&str, &str) -> Result<Box<dyn DecoderConfig>>;
 
 /// Every family this crate runs: the `model_type`s it reads, and its reader.
 pub const FAMILIES: &[(&[&str], ParseConfig)] = &[
-    (&["gpt2"], |t, f| Ok(Box::new(Gpt2Config::from_json(t, f)?))),
-    (&LLAMA_FAMILY, |t, f| {
-        Ok(Box::new(LlamaConfig::from_json(t, f)?))
-    }),
+    (&["gpt2"], |t, f| boxed(Gpt2Config::from_json(t, f))),
+    (&LLAMA_FAMILY, |t, f| boxed(LlamaConfig::from_json(t, f))),
+    (&GEMMA_FAMILY, |t, f| boxed(GemmaConfig::from_json(t, f))),
+    (&["phi3"], |t, f| boxed(Phi3Config::from_json(t, f))),
 ];
+
+/// A family's parsed config, boxed.
+fn boxed(config: Result<impl DecoderConfig>) -> Result<Box<dyn DecoderConfig>> {
+    Ok(Box::new(config?))
+}
 
 /// The config a `config.json`'s text describes, read by the family its
 /// `model_type` names; `file` names it in errors.

@@ -47,8 +47,18 @@ pub struct GqaConfig {
     pub qkv_bias: bool,
     /// Bias on `o_proj` (Llama's `attention_bias`; not Qwen2's).
     pub o_bias: bool,
-    /// Per-head RMSNorm of queries and keys with this epsilon (Qwen3).
+    /// Per-head RMSNorm of queries and keys with this epsilon (Qwen3,
+    /// Gemma 3).
     pub qk_norm: Option<f32>,
+    /// Those norms scale by `offset + γ` (Gemma 3: 1; see [`NormConfig::offset`]).
+    pub qk_norm_offset: f32,
+    /// Scores scaled by this rather than `1/√head_dim` (Gemma's
+    /// `query_pre_attn_scalar^−½`): the queries are scaled by
+    /// `scale·√head_dim` before they are rotated.
+    pub scale: Option<f32>,
+    /// Scores soft-capped to `cap · tanh(s / cap)` before the softmax
+    /// (Gemma 2's `attn_logit_softcapping`).
+    pub softcap: Option<f32>,
     /// Sliding window (query `i` sees key `j` when `i − window < j ≤ i`); 0: none.
     pub window: usize,
     /// Rotary embedding of queries and keys.
@@ -74,6 +84,9 @@ impl GqaConfig {
             qkv_bias: false,
             o_bias: false,
             qk_norm: None,
+            qk_norm_offset: 0.0,
+            scale: None,
+            softcap: None,
             window: 0,
             rope: RopeConfig::new(10000.0, head_dim, 2048),
             init: Init::default(),
@@ -142,9 +155,19 @@ impl GqaAttention {
         (o.bias, o.init, o.shard_unit) = (config.o_bias, config.proj_init, d);
         o.sequence_parallel = config.sequence_parallel;
         let o_proj = RowParallelLinear::new(mesh, o, rng)?;
+        let positive = |v: Option<f32>| v.is_none_or(|s| s.is_finite() && s > 0.0);
+        if !positive(config.scale) || !positive(config.softcap) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "scale {:?} and softcap {:?} must be finite and > 0",
+                    config.scale, config.softcap
+                ),
+            ));
+        }
         let norm = |eps: f32| {
             let mut c = NormConfig::rms(d);
-            c.eps = eps;
+            (c.eps, c.offset) = (eps, config.qk_norm_offset);
             RMSNorm::new(mesh, c)
         };
         let (q_norm, k_norm) = match config.qk_norm {
@@ -176,6 +199,7 @@ impl GqaAttention {
             head_dim: c.head_dim,
             window: c.window,
             dropout: None,
+            softcap: c.softcap,
         }
     }
 
@@ -203,8 +227,12 @@ impl GqaAttention {
             .map_err(|_| Error::invalid("GqaAttention", "internal: three projections"))?;
         let (mut q, mut k, v) = (f32(q)?, f32(k)?, f32(v)?);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            q = q.rms_norm_heads(&qn.weight.value, qn.config().eps, d)?;
-            k = k.rms_norm_heads(&kn.weight.value, kn.config().eps, d)?;
+            q = q.rms_norm_heads(&qn.scale()?, qn.config().eps, d)?;
+            k = k.rms_norm_heads(&kn.scale()?, kn.config().eps, d)?;
+        }
+        if let Some(scale) = self.config.scale {
+            // Rotation is linear: scaling before it scales the scores.
+            q = q.scale(scale * (d as f32).sqrt())?;
         }
         let n = positions.len();
         let (cos, sin) = self.config.rope.tables(positions);

@@ -63,6 +63,24 @@ pub enum RopeScaling {
         /// Round the ramp's ends to whole dimensions (default true).
         truncate: bool,
     },
+    /// LongRoPE (Phi-3): the inverse frequencies divided per dimension by
+    /// `short_factor`, or by `long_factor` for a call whose longest position
+    /// passes `original_max_position_embeddings`, and `cos`, `sin` scaled by
+    /// an attention factor.
+    LongRope {
+        /// Per-dimension divisors within the original context.
+        short_factor: Vec<f64>,
+        /// Per-dimension divisors past it.
+        long_factor: Vec<f64>,
+        /// The stretch of the context (`None`: `max_position_embeddings /
+        /// original_max_position_embeddings`).
+        factor: Option<f64>,
+        /// The scaling of `cos`, `sin` (`None`: `√(1 + ln factor / ln original)`,
+        /// or 1 when `factor ≤ 1`).
+        attention_factor: Option<f64>,
+        /// The context the model was pretrained with.
+        original_max_position_embeddings: usize,
+    },
 }
 
 /// Rotary embedding of heads `head_dim` wide with base `theta`.
@@ -70,8 +88,14 @@ pub enum RopeScaling {
 pub struct RopeConfig {
     /// The base wavelength (`rope_theta`).
     pub theta: f64,
-    /// Rotated width (the head width; even).
+    /// The head width (even).
     pub head_dim: usize,
+    /// The width rotated (even, at most `head_dim`; `head_dim ·
+    /// partial_rotary_factor`): the tables leave the pairs past
+    /// `rotary_dim / 2` unrotated (cos 1, sin 0), so a head whose rotated
+    /// and passed dimensions are interleaved to that layout (the family's
+    /// checkpoint rule) is rotated as transformers' partial rotary does.
+    pub rotary_dim: usize,
     /// The frequency scaling.
     pub scaling: RopeScaling,
     /// The model's context (`max_position_embeddings`; `dynamic` and `yarn` read it).
@@ -91,19 +115,20 @@ impl RopeConfig {
         RopeConfig {
             theta,
             head_dim,
+            rotary_dim: head_dim,
             scaling: RopeScaling::Default,
             max_position_embeddings,
         }
     }
 
-    /// The inverse frequencies `[head_dim / 2]` (f32) and the attention
+    /// The inverse frequencies `[rotary_dim / 2]` (f32) and the attention
     /// scaling of `cos`, `sin` for a call whose longest position is
     /// `seq_len − 1`.
     pub fn inv_freq(&self, seq_len: usize) -> (Vec<f32>, f32) {
-        let dim = self.head_dim;
-        match self.scaling {
+        let dim = self.rotary_dim;
+        match &self.scaling {
             RopeScaling::Default => (base_inv_freq(self.theta, dim), 1.0),
-            RopeScaling::Linear { factor } => {
+            &RopeScaling::Linear { factor } => {
                 let f = factor as f32;
                 (
                     base_inv_freq(self.theta, dim)
@@ -113,14 +138,14 @@ impl RopeConfig {
                     1.0,
                 )
             }
-            RopeScaling::Dynamic { factor } => {
+            &RopeScaling::Dynamic { factor } => {
                 let max = self.max_position_embeddings as f64;
                 let len = seq_len.max(self.max_position_embeddings) as f64;
                 let d = dim as f64;
                 let base = self.theta * ((factor * len / max) - (factor - 1.0)).powf(d / (d - 2.0));
                 (base_inv_freq(base, dim), 1.0)
             }
-            RopeScaling::Llama3 {
+            &RopeScaling::Llama3 {
                 factor,
                 low_freq_factor,
                 high_freq_factor,
@@ -146,6 +171,34 @@ impl RopeConfig {
                 (out, 1.0)
             }
             RopeScaling::Yarn { .. } => self.yarn(),
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                factor,
+                attention_factor,
+                original_max_position_embeddings: orig,
+            } => {
+                let orig = (*orig).max(1);
+                let factor = factor.unwrap_or(self.max_position_embeddings as f64 / orig as f64);
+                let attention = attention_factor.unwrap_or(if factor <= 1.0 {
+                    1.0
+                } else {
+                    (1.0 + factor.ln() / (orig as f64).ln()).sqrt()
+                });
+                let ext = if seq_len > orig {
+                    long_factor
+                } else {
+                    short_factor
+                };
+                let base = self.theta as f32;
+                let out = (0..dim / 2)
+                    .map(|i| {
+                        let e = ext.get(i).copied().unwrap_or(1.0) as f32;
+                        1.0 / (e * base.powf((2 * i) as f32 / dim as f32))
+                    })
+                    .collect();
+                (out, attention as f32)
+            }
         }
     }
 
@@ -163,9 +216,9 @@ impl RopeConfig {
             truncate,
         } = self.scaling
         else {
-            return (base_inv_freq(self.theta, self.head_dim), 1.0);
+            return (base_inv_freq(self.theta, self.rotary_dim), 1.0);
         };
-        let dim = self.head_dim;
+        let dim = self.rotary_dim;
         let factor = factor.unwrap_or(self.max_position_embeddings as f64 / orig.max(1) as f64);
         let get_mscale = |scale: f64, m: f64| {
             if scale <= 1.0 {
@@ -212,16 +265,26 @@ impl RopeConfig {
 
     /// `cos` and `sin` `[positions.len(), head_dim / 2]` (row-major f32) of
     /// `positions`: `(p · inv_freq_i)` in f32, then its cosine and sine times
-    /// the attention scaling. `dynamic` takes the call's longest position.
+    /// the attention scaling; past `rotary_dim / 2`, 1 and 0. `dynamic` and
+    /// `longrope` take the call's longest position.
     pub fn tables(&self, positions: Range<usize>) -> (Vec<f32>, Vec<f32>) {
         let (inv_freq, scaling) = self.inv_freq(positions.end);
-        let n = positions.len() * inv_freq.len();
+        let half = self.head_dim / 2;
+        let n = positions.len() * half;
         let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for p in positions {
-            for &f in &inv_freq {
-                let angle = (p as f32 * f) as f64;
-                cos.push(angle.cos() as f32 * scaling);
-                sin.push(angle.sin() as f32 * scaling);
+            for i in 0..half {
+                match inv_freq.get(i) {
+                    Some(&f) => {
+                        let angle = (p as f32 * f) as f64;
+                        cos.push(angle.cos() as f32 * scaling);
+                        sin.push(angle.sin() as f32 * scaling);
+                    }
+                    None => {
+                        cos.push(1.0);
+                        sin.push(0.0);
+                    }
+                }
             }
         }
         (cos, sin)

@@ -22,11 +22,14 @@ impl RopeConfig {
     /// (`rope_theta` beside `rope_scaling`, whose kind is `type` or
     /// `rope_type`) and as transformers 5 writes them (`rope_parameters` with
     /// `rope_theta` inside), for heads `head_dim` wide and a context of
-    /// `max_pos`. A variant this crate cannot compute is an error naming it.
+    /// `max_pos`. A `partial_rotary_factor` below 1 is taken where the
+    /// family lays its heads out for it (`partial`), else refused; a
+    /// variant this crate cannot compute is an error naming it.
     pub(crate) fn from_hf(
         top: &Map<String, Value>,
         head_dim: usize,
         max_pos: usize,
+        partial: bool,
         file: &str,
     ) -> Result<RopeConfig> {
         let params = top
@@ -55,12 +58,32 @@ impl RopeConfig {
             .unwrap_or("default");
         let prf =
             num(obj, "partial_rotary_factor", file)?.or(num(top, "partial_rotary_factor", file)?);
-        if prf.is_some_and(|f| f != 1.0) {
-            return Err(bad(
-                file,
-                "partial_rotary_factor ≠ 1 is not supported: every head is rotated whole",
-            ));
-        }
+        let rotary_dim = match prf {
+            None => head_dim,
+            Some(f) if f == 1.0 => head_dim,
+            Some(f) if !partial => {
+                return Err(bad(
+                    file,
+                    format!(
+                        "partial_rotary_factor {f} is not supported for this family: every head \
+                         is rotated whole"
+                    ),
+                ));
+            }
+            Some(f) => {
+                let r = (head_dim as f64 * f) as usize;
+                if !(f > 0.0 && f <= 1.0) || r == 0 || r % 2 != 0 || (head_dim - r) % 2 != 0 {
+                    return Err(bad(
+                        file,
+                        format!(
+                            "partial_rotary_factor {f} of head_dim {head_dim} rotates {r} \
+                             dimensions; it must be an even number, with an even rest"
+                        ),
+                    ));
+                }
+                r
+            }
+        };
         let factor = |required: bool| -> Result<Option<f64>> {
             let f = num(obj, "factor", file)?;
             if required && f.is_none() {
@@ -69,7 +92,28 @@ impl RopeConfig {
             Ok(f)
         };
         let original = || -> Result<usize> {
-            Ok(num(obj, "original_max_position_embeddings", file)?.map_or(max_pos, |v| v as usize))
+            let key = "original_max_position_embeddings";
+            let v = num(obj, key, file)?.or(num(top, key, file)?);
+            Ok(v.map_or(max_pos, |v| v as usize))
+        };
+        let factors = |key: &str| -> Result<Vec<f64>> {
+            let list = obj.get(key).and_then(Value::as_array).ok_or_else(|| {
+                bad(
+                    file,
+                    format!("rope type {kind:?} needs {key}, a list of numbers"),
+                )
+            })?;
+            let got: Option<Vec<f64>> = list.iter().map(Value::as_f64).collect();
+            match got {
+                Some(v) if v.len() == rotary_dim / 2 && v.iter().all(|x| *x > 0.0) => Ok(v),
+                _ => Err(bad(
+                    file,
+                    format!(
+                        "rope {key} must be {} positive numbers (rotated width {rotary_dim} / 2)",
+                        rotary_dim / 2
+                    ),
+                )),
+            }
         };
         let scaling = match kind {
             "default" => RopeScaling::Default,
@@ -95,12 +139,19 @@ impl RopeConfig {
                 mscale_all_dim: num(obj, "mscale_all_dim", file)?,
                 truncate: obj.get("truncate").and_then(Value::as_bool).unwrap_or(true),
             },
+            "longrope" | "su" => RopeScaling::LongRope {
+                short_factor: factors("short_factor")?,
+                long_factor: factors("long_factor")?,
+                factor: factor(false)?,
+                attention_factor: num(obj, "attention_factor", file)?,
+                original_max_position_embeddings: original()?,
+            },
             other => {
                 return Err(bad(
                     file,
                     format!(
-                        "rope type {other:?} is not supported (default, linear, dynamic, llama3 and \
-                     yarn are)"
+                        "rope type {other:?} is not supported (default, linear, dynamic, llama3, \
+                         yarn and longrope are)"
                     ),
                 ));
             }
@@ -108,6 +159,7 @@ impl RopeConfig {
         Ok(RopeConfig {
             theta,
             head_dim,
+            rotary_dim,
             scaling,
             max_position_embeddings: max_pos,
         })
@@ -176,6 +228,26 @@ impl RopeScaling {
                     m.insert("truncate".into(), false.into());
                 }
                 "yarn"
+            }
+            RopeScaling::LongRope {
+                short_factor,
+                long_factor,
+                factor,
+                attention_factor,
+                original_max_position_embeddings,
+            } => {
+                m.insert("short_factor".into(), short_factor.clone().into());
+                m.insert("long_factor".into(), long_factor.clone().into());
+                for (k, v) in [("factor", factor), ("attention_factor", attention_factor)] {
+                    if let Some(v) = v {
+                        m.insert(k.into(), (*v).into());
+                    }
+                }
+                m.insert(
+                    "original_max_position_embeddings".into(),
+                    (*original_max_position_embeddings).into(),
+                );
+                "longrope"
             }
         };
         m.insert("rope_type".into(), kind.into());

@@ -48,6 +48,9 @@ pub struct GqaSpec {
     pub window: usize,
     /// Dropout on the probabilities (training), keyed on the global query head.
     pub dropout: Option<AttentionDropout>,
+    /// Scores soft-capped to `cap · tanh(s / cap)` before the softmax
+    /// (Gemma 2); `None` is none.
+    pub softcap: Option<f32>,
 }
 
 /// Each addressable rank's `(first global query head, count)`.
@@ -175,6 +178,7 @@ fn groups(spec: &GqaSpec, start: usize, kv: &KvLayout, r: usize) -> HeadGroups {
         kv_start: kv.starts[r],
         kv_heads: kv.per,
         window: spec.window,
+        softcap: spec.softcap.unwrap_or(0.0),
     }
 }
 

@@ -156,6 +156,7 @@ fn groups(heads: usize, kv_heads: usize, window: usize) -> HeadGroups {
         kv_start: 0,
         kv_heads,
         window,
+        softcap: 0.0,
     }
 }
 
@@ -347,6 +348,7 @@ fn rank_subsets_of_query_heads_sum_to_the_whole_gradient() {
                         kv_start,
                         kv_heads,
                         window: w,
+                        softcap: 0.0,
                     };
                     let s = AttentionShape::new(b, t, hs.len(), d);
                     let q_cols = hs.start * d..hs.end * d;
@@ -436,6 +438,7 @@ fn gqa_decoding_with_a_past_equals_the_whole_forward_rows() {
             kv_start,
             kv_heads: kv,
             window: w,
+            softcap: 0.0,
         };
         let (hd, kvd) = (h * d, kv * d);
         let (q, k, v) = (
@@ -541,6 +544,7 @@ fn reference_backward_is_the_gradient_of_reference_forward() {
             kv_start: 0,
             kv_heads: 1,
             window: 2,
+            softcap: 0.0,
         },
     };
     let rows = p.b * p.t;

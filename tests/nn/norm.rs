@@ -21,13 +21,18 @@ const PLACEMENTS: &[Placement] = &[Placement::Replicate, Placement::Shard(0)];
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
-    Layer { bias: bool },
+    Layer {
+        bias: bool,
+    },
     Rms,
+    /// RMSNorm scaling by `1 + w` (Gemma's): built from `w = γ − 1`.
+    RmsPlusOne,
 }
 const KINDS: &[Kind] = &[
     Kind::Layer { bias: true },
     Kind::Layer { bias: false },
     Kind::Rms,
+    Kind::RmsPlusOne,
 ];
 
 /// Either layer behind one interface.
@@ -46,6 +51,12 @@ impl Norm {
                 Norm::Layer(LayerNorm::from_master(m, c, g, bias.then_some(b)).unwrap())
             }
             Kind::Rms => Norm::Rms(RMSNorm::from_master(m, NormConfig::rms(g.len()), g).unwrap()),
+            Kind::RmsPlusOne => {
+                let mut c = NormConfig::rms(g.len());
+                c.offset = 1.0;
+                let w: Vec<f32> = g.iter().map(|v| v - 1.0).collect();
+                Norm::Rms(RMSNorm::from_master(m, c, &w).unwrap())
+            }
         }
     }
     fn forward(&self, x: &DTensor) -> wgpu_tp::Result<DTensor> {
@@ -92,7 +103,7 @@ fn reference(kind: Kind, x: &[f32], g: &[f32], b: &[f32], dy: &[f32], h: usize) 
     let (mut dg, mut db) = (vec![0.0; h], vec![0.0; h]);
     for r in 0..t {
         let row: Vec<f64> = x[r * h..(r + 1) * h].iter().map(|&v| v as f64).collect();
-        let centre = kind != Kind::Rms;
+        let centre = matches!(kind, Kind::Layer { .. });
         let mu = if centre {
             row.iter().sum::<f64>() / h as f64
         } else {

@@ -1,7 +1,7 @@
 //! `nn::RopeConfig` against transformers' own numbers
 //! (`tests/fixtures/hf/rope/rope.json`, written by `LlamaRotaryEmbedding`
 //! for every RoPE variant: default, linear, dynamic, llama3, yarn with its
-//! options): each case's `RopeConfig` is built from its `config` as the JSON
+//! options, longrope within and past the original context): each case's `RopeConfig` is built from its `config` as the JSON
 //! spells it (`rope_parameters`, `partial_rotary_factor`, defaults as
 //! transformers fills them), and its inverse frequencies, attention scaling
 //! and `cos`, `sin` tables must equal the fixture's within 1e-6 relative
@@ -81,11 +81,19 @@ fn rope_config(config: &Value) -> RopeConfig {
                 .and_then(Value::as_bool)
                 .unwrap_or(true),
         },
+        "longrope" => RopeScaling::LongRope {
+            short_factor: f64s(&params["short_factor"]),
+            long_factor: f64s(&params["long_factor"]),
+            factor,
+            attention_factor: num(params, "attention_factor"),
+            original_max_position_embeddings: original,
+        },
         other => panic!("rope_type {other} has no RopeScaling"),
     };
     RopeConfig {
         theta: num(params, "rope_theta").unwrap(),
         head_dim: dim,
+        rotary_dim: dim,
         scaling,
         max_position_embeddings: max_pos,
     }
@@ -172,8 +180,14 @@ fn rope_tables_equal_transformers_for_every_case() {
             "{label}: rotated width"
         );
         worst = worst.max(check_eval(label, &cfg, case));
-        // At initialisation (the longest position max_position_embeddings − 1).
-        let (inv, _) = cfg.inv_freq(cfg.max_position_embeddings);
+        // At initialisation: transformers takes the longest position as
+        // max_position_embeddings − 1, except longrope, which starts from
+        // its short factors (as a call within the original context).
+        let init = match cfg.scaling {
+            RopeScaling::LongRope { .. } => 1,
+            _ => cfg.max_position_embeddings,
+        };
+        let (inv, _) = cfg.inv_freq(init);
         worst = worst.max(assert_within(
             &format!("{label}: inv_freq at init"),
             &inv,
@@ -195,7 +209,10 @@ fn rope_tables_of_later_positions_are_rows_of_the_whole_table() {
     let fixture = fixture();
     for case in fixture["cases"].as_array().unwrap() {
         let cfg = rope_config(&case["config"]);
-        if matches!(cfg.scaling, RopeScaling::Dynamic { .. }) {
+        if matches!(
+            cfg.scaling,
+            RopeScaling::Dynamic { .. } | RopeScaling::LongRope { .. }
+        ) {
             continue;
         }
         let half = cfg.head_dim / 2;

@@ -36,12 +36,14 @@ pub(super) fn spec(
         head_dim,
         window,
         dropout: None,
+        softcap: None,
     }
 }
 
 /// f64 grouped-query attention of q `[B·seq, H·D]`, k, v `[B·seq, KV·D]`
 /// (query head h reads key/value head h / (H/KV); query i sees key j iff
-/// j ≤ i and, with a window w > 0, i − w < j).
+/// j ≤ i and, with a window w > 0, i − w < j; scores soft-capped to
+/// `c·tanh(s/c)` with `spec.softcap` c).
 pub(super) fn host_gqa(q: &[f64], k: &[f64], v: &[f64], s: &GqaSpec) -> Vec<f64> {
     let (h, kv, d, t) = (s.heads, s.kv_heads, s.head_dim, s.seq);
     let (hd, kvd, group) = (h * d, kv * d, h / kv);
@@ -59,7 +61,12 @@ pub(super) fn host_gqa(q: &[f64], k: &[f64], v: &[f64], s: &GqaSpec) -> Vec<f64>
                     .iter()
                     .map(|&j| {
                         let kj = (b * t + j) * kvd + kh * d;
-                        (0..d).map(|e| q[qi + e] * k[kj + e]).sum::<f64>() / (d as f64).sqrt()
+                        let raw =
+                            (0..d).map(|e| q[qi + e] * k[kj + e]).sum::<f64>() / (d as f64).sqrt();
+                        match s.softcap {
+                            Some(c) => c as f64 * (raw / c as f64).tanh(),
+                            None => raw,
+                        }
                     })
                     .collect();
                 let m = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -76,18 +83,32 @@ pub(super) fn host_gqa(q: &[f64], k: &[f64], v: &[f64], s: &GqaSpec) -> Vec<f64>
     out
 }
 
-/// (heads, kv_heads, head_dim, window): multi-head with 3 heads (ranks
-/// without one at P = 4, 8), group 2 with a window, group 3, multi-query with
-/// window 1 and head_dim 6.
-const CASES: &[(usize, usize, usize, usize)] =
-    &[(3, 3, 3, 0), (4, 2, 3, 2), (6, 2, 2, 0), (3, 1, 6, 1)];
+/// (heads, kv_heads, head_dim, window, soft cap): multi-head with 3 heads
+/// (ranks without one at P = 4, 8), group 2 with a window, group 3,
+/// multi-query with window 1 and head_dim 6; group 2 soft-capped at 0.7
+/// (scores of random inputs reach a few units: the cap bends them).
+const CASES: &[(usize, usize, usize, usize, f32)] = &[
+    (3, 3, 3, 0, 0.0),
+    (4, 2, 3, 2, 0.0),
+    (6, 2, 2, 0, 0.0),
+    (3, 1, 6, 1, 0.0),
+    (4, 2, 5, 0, 0.7),
+];
+
+/// [`spec`] soft-capped at `cap` (0: none).
+fn capped(s: GqaSpec, cap: f32) -> GqaSpec {
+    GqaSpec {
+        softcap: (cap > 0.0).then_some(cap),
+        ..s
+    }
+}
 
 #[test]
 fn gqa_attention_vjp_matches_finite_differences_on_every_world_size() {
     let mut rng = Rng::fresh("gqa_fd");
     let rows = BATCH * SEQ;
-    for &(h, kv, d, w) in CASES {
-        let s = spec(h, kv, d, w, SEQ);
+    for &(h, kv, d, w, cap) in CASES {
+        let s = capped(spec(h, kv, d, w, SEQ), cap);
         let (hd, kvd) = (h * d, kv * d);
         let (q, k, v) = (rng.vec(rows * hd), rng.vec(rows * kvd), rng.vec(rows * kvd));
         let dy = rng.vec(rows * hd);
@@ -97,7 +118,8 @@ fn gqa_attention_vjp_matches_finite_differences_on_every_world_size() {
         let fd = central_all(&f, &inputs, &wide(&dy));
         for &p in WORLD_SIZES {
             for (transport, m) in meshes(p) {
-                let what = format!("P={p} {transport} heads {h} kv {kv} d {d} window {w}");
+                let what =
+                    format!("P={p} {transport} heads {h} kv {kv} d {d} window {w} cap {cap}");
                 let xq = DTensor::from_host_in_units(&m, &[rows, hd], &q, Placement::Shard(1), d)
                     .unwrap()
                     .requires_grad();
@@ -193,15 +215,20 @@ fn gqa_decode_equals_the_full_rows_on_every_world_size() {
     let mut rng = Rng::fresh("gqa_decode");
     let steps = [3, 1, 2, 1];
     let total: usize = steps.iter().sum();
-    // (heads, kv_heads, head_dim, window)
-    for (h, kv, d, w) in [(3, 1, 6, 0), (4, 2, 5, 3), (6, 3, 2, 1)] {
+    // (heads, kv_heads, head_dim, window, soft cap)
+    for (h, kv, d, w, cap) in [
+        (3, 1, 6, 0, 0.0),
+        (4, 2, 5, 3, 0.0),
+        (6, 3, 2, 1, 0.0),
+        (4, 2, 8, 2, 0.8),
+    ] {
         let (hd, kvd) = (h * d, kv * d);
         let (q, k, v) = (
             rng.vec(total * hd),
             rng.vec(total * kvd),
             rng.vec(total * kvd),
         );
-        let full_spec = spec(h, kv, d, w, total);
+        let full_spec = capped(spec(h, kv, d, w, total), cap);
         let want = host_gqa(&wide(&q), &wide(&k), &wide(&v), &full_spec);
         for &p in WORLD_SIZES {
             for (transport, m) in meshes(p) {
@@ -227,7 +254,7 @@ fn gqa_decode_equals_the_full_rows_on_every_world_size() {
                             &rep(&k[kv_rows.clone()], n),
                             &rep(&v[kv_rows], n),
                             cache.as_ref(),
-                            &spec(h, kv, d, w, n),
+                            &capped(spec(h, kv, d, w, n), cap),
                         )
                         .unwrap();
                     let at = format!("{what}: positions {past}..{}", past + n);

@@ -1,4 +1,5 @@
-//! The VJPs of the element-wise operations (`add`, `scale`, GELU and SiLU),
+//! The VJPs of the element-wise operations (`add`, `scale`, GELU, SiLU and
+//! the soft-cap `c·tanh(x/c)`),
 //! `narrow` and `redistribute` (each move between placements, its backward
 //! the conjugate move) against central differences of an f64 forward, at
 //! P = 1, 2, 3, 4 with ragged sizes.
@@ -60,6 +61,15 @@ fn add_scale_and_activations_match_finite_differences_p1_2_3_4() {
                 &one,
                 &|v| v[0].activation(Activation::Silu),
                 &|v| v[0].iter().map(|&a| a / (1.0 + (-a).exp())).collect(),
+            );
+            // Gemma 2's logit soft-cap, at a cap the inputs pass.
+            check_vjp(
+                &what("softcap"),
+                &m,
+                &mut rng,
+                &one,
+                &|v| v[0].softcap(0.6),
+                &|v| v[0].iter().map(|&a| 0.6 * (a / 0.6).tanh()).collect(),
             );
             // A value used twice: x·x through add of two uses is 2x.
             check_vjp(
@@ -130,4 +140,21 @@ fn redistribute_matches_finite_differences_between_placements_p1_2_3_4() {
             }
         }
     }
+}
+
+#[test]
+fn softcap_refuses_a_cap_that_is_not_positive_and_partial_sums() {
+    let m = mesh(2);
+    let x = wgpu_tp::DTensor::from_host(&m, &[2, 3], &[0.5; 6], Placement::Replicate).unwrap();
+    for cap in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+        let e = x.softcap(cap).unwrap_err().to_string();
+        assert!(e.contains("cap"), "{cap}: {e}");
+    }
+    let partial = x
+        .redistribute(Placement::Partial(wgpu_tp::ReduceOp::Sum))
+        .unwrap();
+    assert!(
+        partial.softcap(1.0).is_err(),
+        "tanh of partial sums is not theirs"
+    );
 }

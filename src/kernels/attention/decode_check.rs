@@ -29,6 +29,7 @@ fn run(r: &Rank, c: Case, steps: usize, (unfused, rotate): (bool, bool)) -> (Vec
         kv_start: q0 / group,
         kv_heads: kv,
         window: w,
+        softcap: 0.0,
     };
     let up =
         |rows: usize, cols: usize, seed| r.upload(&[rows, cols], &fill(rows * cols, seed)).unwrap();

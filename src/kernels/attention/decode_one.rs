@@ -54,6 +54,7 @@ pub(super) fn fits(pr: &Problem, views: [View; 3], any: &LocalTensor, rotate: bo
     // Not on GPUs: one workgroup per head sums its row serially there, where
     // the separate kernels' tiles run in parallel and a dispatch is cheap.
     pr.s.seq == 1
+        && pr.g.softcap == 0.0
         && !any.device().is_gpu()
         && pr.s.heads > 0
         && pr.s.batch > 0

@@ -11,9 +11,10 @@ use super::checks::{check_operand, check_size};
 use super::launch::{Problem, View};
 use super::shape::{AttentionShape, HeadGroups};
 use super::{Attention, ProbsDropout};
-use crate::device::LocalTensor;
+use crate::device::{LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::kernels::{softcap, softcap_backward};
 
 /// A tensor and where a head's rows live in it.
 pub(super) type Src<'a> = (&'a LocalTensor, View);
@@ -28,6 +29,11 @@ pub(super) fn forward_into(
     drop: Option<&ProbsDropout>,
 ) -> Result<()> {
     pr.masked_dots(pr.inv_sqrt_d(), q, k, probs)?;
+    if pr.g.softcap > 0.0 {
+        // Masked scores are 0, and stay 0: the softmax masks them by index.
+        let capped = softcap(probs, pr.g.softcap)?;
+        copy_region(&capped, 0, probs, 0, probs.len())?;
+    }
     pr.rows("softmax_rows", None, q.0, probs)?;
     let mixed = match drop {
         Some(d) => d.apply(probs)?,
@@ -60,6 +66,12 @@ pub(super) fn backward_into(
         mixed = d.apply(probs)?;
     }
     pr.rows("grad_softmax_rows", Some(probs), q.0, &d_scores)?;
+    if pr.g.softcap > 0.0 {
+        // d tanh: the raw scores again (not kept), 1 − tanh² of them.
+        let raw = q.0.rank().alloc(OP, &s.probs_shape(), DType::F32)?;
+        pr.masked_dots(scale, q, k, &raw)?;
+        d_scores = softcap_backward(&raw, &d_scores, pr.g.softcap)?;
+    }
     pr.mix(scale, false, &d_scores, k, dq)?;
     pr.mix(scale, true, &d_scores, q, dk)?;
     pr.mix(1.0, true, &mixed, (d_out, go), dv)

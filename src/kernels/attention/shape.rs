@@ -59,7 +59,7 @@ impl AttentionShape {
 /// `(q_start + h) / group − kv_start` of the key/value tensors, which hold
 /// `kv_heads` heads starting at global head `kv_start`. [`HeadGroups::mha`]
 /// is multi-head attention (every query head its own key/value head).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HeadGroups {
     /// Query heads per key/value head (1: multi-head attention; all heads:
     /// multi-query attention).
@@ -73,6 +73,9 @@ pub struct HeadGroups {
     /// Sliding window: query position `i` sees key position `j` when
     /// `i − window < j ≤ i` (Mistral's); 0 is plain causal attention.
     pub window: usize,
+    /// Scores soft-capped to `softcap · tanh(s / softcap)` before the
+    /// softmax (Gemma 2's `attn_logit_softcapping`); 0 is none.
+    pub softcap: f32,
 }
 
 impl HeadGroups {
@@ -85,6 +88,7 @@ impl HeadGroups {
             kv_start: 0,
             kv_heads: heads,
             window: 0,
+            softcap: 0.0,
         }
     }
 }

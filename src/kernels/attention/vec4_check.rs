@@ -43,6 +43,7 @@ fn run(r: &Rank, (b, t, h, kv, d, w): Case, entries: Entries) -> (Vec<Vec<u32>>,
         kv_start: 0,
         kv_heads: kv,
         window: w,
+        softcap: 0.0,
     };
     let up = |cols: usize, seed| r.upload(&[b * t, cols], &fill(b * t * cols, seed)).unwrap();
     let (q, k, v, d_out) = (up(h * d, 1), up(kv * d, 2), up(kv * d, 3), up(h * d, 4));

@@ -130,11 +130,11 @@ impl Decoder {
             c
         };
         let embed = match first || (last && spec.tied) {
-            true => Some(VocabParallelEmbedding::new(
-                mesh,
-                table(spec.vocab),
-                &mut rng,
-            )?),
+            true => {
+                let mut t = table(spec.vocab);
+                t.padding_idx = spec.padding_idx;
+                Some(VocabParallelEmbedding::new(mesh, t, &mut rng)?)
+            }
             false => {
                 rng.skip(1);
                 None
@@ -214,6 +214,12 @@ fn check_spec(op: &'static str, mesh: &Mesh, s: &DecoderSpec, opts: LoadOptions)
         return Err(Error::invalid(
             op,
             "vocab, hidden, layers and context must be at least 1",
+        ));
+    }
+    if let Some(pad) = s.padding_idx.filter(|&p| p >= s.vocab) {
+        return Err(Error::invalid(
+            op,
+            format!("pad_token_id {pad} is past the vocabulary of {}", s.vocab),
         ));
     }
     if !(0.0..1.0).contains(&s.embed_dropout) {

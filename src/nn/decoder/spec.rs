@@ -68,6 +68,9 @@ pub struct DecoderSpec {
     pub embed_scale: Option<f32>,
     /// Dropout of the embeddings in training mode (GPT-2's `embd_pdrop`).
     pub embed_dropout: f32,
+    /// The token whose embedding row gets no gradient from lookups
+    /// (`pad_token_id`: transformers' `padding_idx`).
+    pub padding_idx: Option<usize>,
     /// The final norm.
     pub norm: FinalNorm,
     /// Logits soft-capped to `cap · tanh(logits / cap)` (Gemma 2).
@@ -110,6 +113,10 @@ pub struct Stored {
     pub rows: Range<usize>,
     /// The parameter is the transpose of those rows.
     pub transposed: bool,
+    /// Row `i` of the parameter is row `rows.start + order[i]` of the file
+    /// (a family's permutation, e.g. Phi-3's partial rotary layout);
+    /// `None`: in order.
+    pub order: Option<Vec<usize>>,
 }
 
 impl Stored {
@@ -120,6 +127,7 @@ impl Stored {
             shape: shape.to_vec(),
             rows: 0..shape.first().copied().unwrap_or(1),
             transposed: false,
+            order: None,
         }
     }
 }

@@ -160,9 +160,10 @@ fn load(weights: &WeightFiles, plan: &HashMap<String, Planned>, model: &mut Deco
         let cols: usize = stored.shape.iter().skip(1).product();
         let rows = stored.rows.clone();
         let values = weights.values(found, rows.start * cols..rows.end * cols);
-        let values = match stored.transposed {
-            true => transpose(&values, rows.len(), cols),
-            false => values,
+        let values = match (stored.transposed, &stored.order) {
+            (true, _) => transpose(&values, rows.len(), cols),
+            (false, Some(order)) => reorder(&values, order, cols, false),
+            (false, None) => values,
         };
         p.load_master(&values)?;
     }
@@ -213,6 +214,22 @@ fn check_tied(
         }
     }
     Ok(())
+}
+
+/// Rows of `data` (`cols` wide) in `order`: row `i` is `data`'s row
+/// `order[i]`, or (`inverse`) row `order[i]` is `data`'s row `i`.
+pub(crate) fn reorder(data: &[f32], order: &[usize], cols: usize, inverse: bool) -> Vec<f32> {
+    let mut out = vec![0.0; data.len()];
+    for (i, &j) in order.iter().enumerate() {
+        let (to, from) = if inverse { (j, i) } else { (i, j) };
+        if let (Some(dst), Some(src)) = (
+            out.get_mut(to * cols..(to + 1) * cols),
+            data.get(from * cols..(from + 1) * cols),
+        ) {
+            dst.copy_from_slice(src);
+        }
+    }
+    out
 }
 
 /// `[rows, cols]` row-major → `[cols, rows]` row-major.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use super::load::transpose;
+use super::load::{reorder, transpose};
 use super::{CONFIG_FILE, MODEL_FILE};
 use crate::error::{Error, Result};
 use crate::nn::checkpoint::writes_files;
@@ -59,7 +59,7 @@ fn header(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
 pub(crate) struct FileTensor {
     pub(crate) name: String,
     pub(crate) shape: Vec<usize>,
-    pub(crate) parts: Vec<(usize, bool)>,
+    pub(crate) parts: Vec<(usize, bool, Option<Vec<usize>>)>,
 }
 
 /// Write `tensors` of `model` to `path` as F32 safetensors, streamed one
@@ -84,11 +84,13 @@ pub(crate) fn write_tensors(model: &dyn Params, path: &Path, tensors: &[FileTens
         out.write_all(&(head.len() as u64).to_le_bytes())?;
         out.write_all(&head)?;
         for t in tensors {
-            for &(i, transposed) in &t.parts {
-                let p = params[i].1;
+            for (i, transposed, order) in &t.parts {
+                let p = params[*i].1;
                 let data = p.master()?;
-                let data = match (transposed, p.shape()) {
-                    (true, [rows, cols]) => transpose(&data, *rows, *cols),
+                let cols: usize = p.shape().iter().skip(1).product();
+                let data = match (transposed, p.shape(), order) {
+                    (true, [rows, cols], _) => transpose(&data, *rows, *cols),
+                    (false, _, Some(order)) => reorder(&data, order, cols, true),
                     _ => data,
                 };
                 for v in &data {
@@ -172,7 +174,7 @@ impl Decoder {
                 ));
             }
             filled[t] = s.rows.end;
-            tensors[t].parts.push((i, s.transposed));
+            tensors[t].parts.push((i, s.transposed, s.order));
         }
         Ok(tensors)
     }

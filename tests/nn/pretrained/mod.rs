@@ -296,3 +296,30 @@ fn save_pretrained_keeps_the_config_it_was_read_with() {
     assert_eq!(masters(&back), masters(&gpt));
     assert_eq!(back.eos_token_ids(), [36]);
 }
+
+#[test]
+fn gpt2_generation_stops_at_the_eos_id_of_config_json() {
+    // The fixture's config.json names eos 36 (it has no
+    // generation_config.json), and the reference's greedy continuation of
+    // the prompt reaches 36 at its second token: generation stops there, as
+    // transformers' does, on both transports and cached or not.
+    let reference = Reference::read();
+    let full = reference.greedy("f32");
+    let stop = full
+        .iter()
+        .position(|&t| t == 36)
+        .expect("the reference reaches eos")
+        + 1;
+    for (transport, m) in meshes(2) {
+        let gpt = CausalLm::from_pretrained(&m, fixture("f32")).unwrap();
+        assert_eq!(gpt.eos_token_ids(), [36], "{transport}");
+        let cached = gpt
+            .generate(&reference.prompt, full.len(), Sampling::Greedy)
+            .unwrap();
+        assert_eq!(cached, full[..stop], "{transport}: cached, stopped at eos");
+        let recomputed = gpt
+            .generate_uncached(&reference.prompt, full.len(), Sampling::Greedy)
+            .unwrap();
+        assert_eq!(recomputed, cached, "{transport}: recomputed");
+    }
+}

@@ -1,7 +1,10 @@
-//! The Llama family against `tests/fixtures/hf/<name>/reference.safetensors`
+//! Every family against `tests/fixtures/hf/<name>/reference.safetensors`
 //! (logits, mean loss, every parameter's gradient by Hugging Face name and
 //! greedy tokens, computed by transformers in float64 from the same
-//! directory), at P = 1..4 on both transports.
+//! directory; `make_fixtures.py`), at P = 1..4 on both transports: the
+//! Llama family (Llama 3, SmolLM2, Qwen2, Qwen3, Mistral), Gemma 3 and
+//! Gemma 2, Phi-3 (fused projections, partial rotary, longrope). One
+//! runner serves all: a family adds only its fixture's name.
 
 use std::path::{Path, PathBuf};
 
@@ -13,12 +16,16 @@ use wgpu_tp::nn::{AdamW, Params, Sampling};
 use crate::util::{assert_close, mesh, meshes, shared_mesh};
 
 const TOL: f64 = 1e-5;
-const MODELS: [&str; 5] = [
+const MODELS: [&str; 9] = [
     "llama_gqa",
     "smollm2_like",
     "qwen2_bias_bf16",
     "qwen3_qknorm",
     "mistral_window",
+    "gemma3_sliding",
+    "gemma2_softcap",
+    "phi3_longrope",
+    "phi3_window",
 ];
 
 fn dir(name: &str) -> PathBuf {
@@ -62,6 +69,27 @@ impl Reference {
         let st = self.st();
         bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
     }
+
+    fn has(&self, key: &str) -> bool {
+        self.st().tensor(key).is_ok()
+    }
+
+    /// The reference gradient of our parameter `name` (`shape`), cut from
+    /// the checkpoint tensor the family stores it in (Phi-3's fused
+    /// `qkv_proj`: its rows, in the family's order).
+    fn grad(&self, model: &CausalLm, name: &str, shape: &[usize]) -> Vec<f64> {
+        let s = model.decoder_config().stored(name, shape);
+        let all = self.f64s(&format!("grad.{}", s.key));
+        let cols: usize = s.shape.iter().skip(1).product();
+        let rows: Vec<usize> = match &s.order {
+            Some(order) => order.iter().map(|i| s.rows.start + i).collect(),
+            None => s.rows.clone().collect(),
+        };
+        assert!(!s.transposed, "{name}: no fixture family stores transposes");
+        rows.iter()
+            .flat_map(|&r| all[r * cols..(r + 1) * cols].iter().copied())
+            .collect()
+    }
 }
 
 /// Logits, loss and every gradient of `name` on `mesh` against transformers.
@@ -91,17 +119,26 @@ fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
     loss.backward().unwrap();
     for (n, p) in model.named_parameters() {
         let g = p.master_grad().unwrap().expect("a gradient");
+        let want = r.grad(&model, &n, p.shape());
+        assert_close(&format!("{what} grad {n}"), &g, &want, TOL);
+    }
+    if r.has("logits_short") {
+        // Within the original context: longrope's short factors.
+        let ids = r.i32s("short_ids");
+        let seq = ids.len() / 2;
+        let logits = wgpu_tp::no_grad(|| model.logits(&ids, seq)).unwrap();
+        let what = format!("{what} logits within the original context");
         assert_close(
-            &format!("{what} grad {n}"),
-            &g,
-            &r.f64s(&format!("grad.{n}")),
+            &what,
+            &logits.to_host().unwrap(),
+            &r.f64s("logits_short"),
             TOL,
         );
     }
 }
 
 #[test]
-fn llama_family_matches_transformers_at_p_1_to_4() {
+fn every_family_matches_transformers_at_p_1_to_4() {
     for name in MODELS {
         for p in 1..=4 {
             for (transport, m) in meshes(p) {
@@ -124,7 +161,12 @@ fn smollm2_like_matches_at_every_p_up_to_its_heads_and_sequence_parallel() {
             false,
         );
     }
-    for name in ["llama_gqa", "qwen3_qknorm"] {
+    for name in [
+        "llama_gqa",
+        "qwen3_qknorm",
+        "gemma3_sliding",
+        "phi3_longrope",
+    ] {
         for p in [2, 3] {
             check_model(
                 &format!("{name} P={p} sequence-parallel"),
@@ -245,6 +287,10 @@ fn save_pretrained_reads_back_across_p() {
         ("qwen2_bias_bf16", 3, 2),
         ("llama_gqa", 2, 4),
         ("qwen3_qknorm", 4, 1),
+        ("gemma3_sliding", 2, 3),
+        ("gemma2_softcap", 3, 1),
+        ("phi3_longrope", 4, 2),
+        ("phi3_window", 1, 3),
     ] {
         let r = Reference::read(name);
         let saved = scratch(name);

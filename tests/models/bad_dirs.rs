@@ -1,4 +1,4 @@
-//! Bad Llama-family directories: each an `Error::Checkpoint` naming the key,
+//! Bad model directories (the Llama family, Gemma, Phi-3): each an `Error::Checkpoint` naming the key,
 //! file or tensor, before any parameter is written, and the mesh still works.
 
 use std::path::{Path, PathBuf};
@@ -153,4 +153,88 @@ fn bad_weights_name_the_file_and_tensor() {
         &dir,
         &["lm_head.weight", "tie_word_embeddings"],
     );
+}
+
+#[test]
+fn unsupported_gemma_and_phi3_variants_name_the_key() {
+    let cases: [(&str, &str, &str, Option<&str>, &[&str]); 9] = [
+        (
+            "gemma3_sliding",
+            "gemma multimodal",
+            "model_type",
+            Some("\"gemma3\""),
+            &["vision_config", "gemma3_text"],
+        ),
+        (
+            "gemma3_sliding",
+            "gemma vision",
+            "vision_config",
+            Some(r#"{"hidden_size": 8}"#),
+            &["vision_config"],
+        ),
+        (
+            "gemma2_softcap",
+            "gemma softcap",
+            "attn_logit_softcapping",
+            Some("-1.0"),
+            &["attn_logit_softcapping"],
+        ),
+        (
+            "gemma3_sliding",
+            "gemma bidirectional",
+            "use_bidirectional_attention",
+            Some("true"),
+            &["use_bidirectional_attention"],
+        ),
+        (
+            "gemma3_sliding",
+            "gemma gelu",
+            "hidden_activation",
+            Some("\"gelu\""),
+            &["hidden_activation"],
+        ),
+        (
+            "gemma3_sliding",
+            "gemma layer types",
+            "layer_types",
+            Some(r#"["full_attention"]"#),
+            &["layer_types"],
+        ),
+        (
+            "phi3_longrope",
+            "phi3 short factors",
+            "rope_parameters",
+            Some(
+                r#"{"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                    "short_factor": [1.0, 1.0, 1.0], "long_factor": [2.0, 2.0],
+                    "original_max_position_embeddings": 4}"#,
+            ),
+            &["short_factor"],
+        ),
+        (
+            "phi3_longrope",
+            "phi3 odd rotary width",
+            "rope_parameters",
+            Some(
+                r#"{"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.375}"#,
+            ),
+            &["partial_rotary_factor"],
+        ),
+        (
+            "phi3_window",
+            "phi3 act",
+            "hidden_act",
+            Some("\"gelu\""),
+            &["hidden_act"],
+        ),
+    ];
+    for (fixture, case, key, value, needles) in cases {
+        let dir = copy(fixture, case, |d| set(d, key, value));
+        expect_error(case, &dir, needles);
+    }
+    // A fused tensor the config disagrees with names it.
+    let dir = copy("phi3_window", "phi3 fused", |d| {
+        set(d, "num_key_value_heads", Some("2"))
+    });
+    expect_error("fused", &dir, &["qkv_proj.weight", "has shape"]);
 }

@@ -1,29 +1,64 @@
-//! `CausalLm::stage`: a Llama-family model split into pipeline stages gives the
-//! loss, every gradient (1e-5 at the first step, 1e-4 after an AdamW
-//! step, as tests/models/llama.rs) and the parameters after two AdamW steps
-//! of the whole model on one rank (tied and untied heads, sequence-parallel, GQA,
-//! biases), at (pp, tp) = (2, 2) host-staged and (3, 1) shared-device,
-//! with two micro-batches; generation through the stages gives the whole
-//! model's tokens.
+//! `CausalLm::stage` for every family (GPT-2's own, deeper test is
+//! tests/nn/pipeline.rs): a model split into pipeline stages gives the
+//! loss, every gradient (1e-5 at the first step, 1e-4 after an AdamW step,
+//! as tests/models/families.rs) and the parameters after two AdamW steps of
+//! the whole model on one rank — Llama with tied and untied heads,
+//! sequence-parallel, GQA, biases; Gemma 3 with sliding and global layers;
+//! Gemma 2 with soft-capping; Phi-3 with a partial rotary — at (pp, tp) =
+//! (2, 2) host-staged and (3, 1) shared-device, with two micro-batches;
+//! generation through the stages gives the whole model's tokens.
 
 use std::collections::BTreeMap;
 
 use crate::util::{Rng, assert_close, mesh, shared_mesh};
 use wgpu_tp::Mesh;
-use wgpu_tp::models::{CausalLm, LlamaConfig, LoadOptions};
-use wgpu_tp::nn::{AdamW, Params, Pipeline, PipelineStage, Sampling, StageDecoder};
+use wgpu_tp::models::{CausalLm, GemmaConfig, LlamaConfig, LoadOptions, Phi3Config};
+use wgpu_tp::nn::{
+    AdamW, DecoderConfig, Params, Pipeline, PipelineStage, RopeScaling, Sampling, StageDecoder,
+};
 
 type Named = BTreeMap<String, Vec<f32>>;
 const SEQ: usize = 4;
 const ROWS: usize = 4;
 
-fn config(tied: bool) -> LlamaConfig {
+fn llama(tied: bool) -> LlamaConfig {
     let mut c = LlamaConfig::new(13, 16, 24, 3, 4, 2);
     // Biases in the untied model (not the key bias: its gradient is zero in
     // exact arithmetic, so only rounding noise is left to compare).
     (c.tie_word_embeddings, c.mlp_bias, c.o_bias) = (tied, !tied, !tied);
     c.max_position_embeddings = 16;
     c
+}
+
+/// Every family's config of three layers, and whether to run it
+/// sequence-parallel.
+fn configs() -> Vec<(&'static str, Box<dyn DecoderConfig>, bool)> {
+    let mut gemma3 = GemmaConfig::gemma3(13, 16, 24, 3, (4, 2), 3);
+    gemma3.sliding = vec![true, false, true];
+    gemma3.query_pre_attn_scalar = 6.0;
+    let mut gemma2 = gemma3.clone();
+    (gemma2.model_type, gemma2.qk_norm) = ("gemma2".into(), false);
+    (
+        gemma2.attn_logit_softcapping,
+        gemma2.final_logit_softcapping,
+    ) = (Some(2.0), Some(3.0));
+    let mut phi3 = Phi3Config::new(13, 16, 24, 3, (4, 2));
+    phi3.rope.rotary_dim = 2;
+    phi3.rope.scaling = RopeScaling::LongRope {
+        short_factor: vec![1.5],
+        long_factor: vec![3.0],
+        factor: None,
+        attention_factor: None,
+        original_max_position_embeddings: 3,
+    };
+    vec![
+        ("llama tied", Box::new(llama(true)), false),
+        ("llama untied", Box::new(llama(false)), false),
+        ("llama tied", Box::new(llama(true)), true),
+        ("gemma3", Box::new(gemma3), false),
+        ("gemma2", Box::new(gemma2), false),
+        ("phi3", Box::new(phi3), true),
+    ]
 }
 
 /// AdamW with ε = 1e-4: with the default 1e-8, values whose gradient is
@@ -76,13 +111,12 @@ fn close(what: &str, got: &Named, want: &Named, tol: f64) {
 }
 
 #[test]
-fn llama_stages_equal_the_whole_model() {
-    let mut rng = Rng::fresh("llama pipeline");
+fn every_familys_stages_equal_the_whole_model() {
+    let mut rng = Rng::fresh("family pipeline");
     let seed = rng.next_u64();
     let ids: Vec<i32> = (0..ROWS * SEQ).map(|_| rng.below(13) as i32).collect();
     let targets: Vec<i32> = (0..ROWS * SEQ).map(|_| rng.below(13) as i32).collect();
-    for (tied, sp) in [(true, false), (false, false), (true, true)] {
-        let c = config(tied);
+    for (family, c, sp) in configs() {
         let mut whole = match sp {
             true => CausalLm::new_with(&mesh(1), c.clone(), seed, sp_opts(true)),
             false => CausalLm::new(&mesh(1), c.clone(), seed),
@@ -99,7 +133,7 @@ fn llama_stages_equal_the_whole_model() {
             whole.zero_grad();
         }
         for (base, pp, tp) in [(mesh(4), 2, 2), (shared_mesh(3), 3, 1)] {
-            let what = format!("tied={tied} sp={sp} pp={pp} tp={tp}");
+            let what = format!("{family} sp={sp} pp={pp} tp={tp}");
             let m: Mesh = base.with_axes(&[("pp", pp), ("tp", tp)]).unwrap();
             let p = Pipeline::new(&m, "pp", 2).unwrap();
             let mut stages: Vec<CausalLm> = m
