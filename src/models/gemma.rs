@@ -11,8 +11,6 @@
 //! Gemma 2 soft-caps the attention scores and the logits. The head is tied.
 //! Checkpoint names are Hugging Face's (`model.layers.{i}.pre_feedforward_layernorm.weight`, …).
 
-use std::any::Any;
-
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -20,11 +18,12 @@ use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
 use crate::nn::hf_config as hf;
+use crate::nn::hf_config::ConfigFile;
 use crate::nn::{
     Block, BlockBuild, DecoderConfig, DecoderSpec, FinalNorm, GatedMlp, GatedMlpConfig,
-    GqaAttention, GqaConfig, InitRng, Names, NormConfig, Params, RMSNorm, RopeConfig, Step, Stream,
+    GqaAttention, GqaBlockSizes, GqaConfig, InitRng, NormConfig, Params, RMSNorm, RopeConfig, Step,
+    Stream,
 };
-use crate::tensor::Holding;
 
 /// The `model_type`s read here (`gemma3`, the multimodal wrapper, only to
 /// say what to load instead).
@@ -144,11 +143,78 @@ impl GemmaConfig {
         }
     }
 
+    /// Every size and setting, errors naming `file`.
+    fn check_in(&self, file: &str) -> Result<()> {
+        self.sizes().check(file)?;
+        let layers = self.num_hidden_layers;
+        hf::check_context(file, self.vocab_size, layers, self.max_position_embeddings)?;
+        hf::check_sizes(file, &[("sliding_window", self.sliding_window)])?;
+        for rope in [&self.rope_global, &self.rope_local] {
+            hf::check_rope(file, rope, self.head_dim, false)?;
+        }
+        if self.sliding.len() != self.num_hidden_layers {
+            return Err(hf::bad(
+                file,
+                format!(
+                    "{} layer types for {} layers",
+                    self.sliding.len(),
+                    self.num_hidden_layers
+                ),
+            ));
+        }
+        if !(self.query_pre_attn_scalar.is_finite() && self.query_pre_attn_scalar > 0.0) {
+            return Err(hf::bad(
+                file,
+                format!(
+                    "query_pre_attn_scalar {} must be > 0",
+                    self.query_pre_attn_scalar
+                ),
+            ));
+        }
+        for (key, cap) in [
+            ("attn_logit_softcapping", self.attn_logit_softcapping),
+            ("final_logit_softcapping", self.final_logit_softcapping),
+        ] {
+            if cap.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+                return Err(hf::bad(
+                    file,
+                    format!("{key} {cap:?} must be finite and > 0, or null"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The shapes the skeleton's memory check counts.
+    fn sizes(&self) -> GqaBlockSizes {
+        GqaBlockSizes {
+            hidden: self.hidden_size,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            qkv_bias: self.attention_bias,
+            o_bias: self.attention_bias,
+            mlp_bias: false,
+            qk_norm: self.qk_norm,
+            norms: 4,
+        }
+    }
+
+    /// An RMSNorm scaling by `1 + γ`.
+    fn norm(&self, mesh: &Mesh, dim: usize) -> Result<RMSNorm> {
+        let mut n = NormConfig::rms(dim);
+        (n.eps, n.offset) = (self.rms_norm_eps, 1.0);
+        RMSNorm::new(mesh, n)
+    }
+}
+
+impl ConfigFile for GemmaConfig {
     /// Parse the text of a `config.json`; `file` names it in errors. What
     /// this crate cannot compute the same way (the multimodal `gemma3`
     /// wrapper's vision tower, bidirectional attention, the exact GELU,
     /// quantized or mixture-of-experts files) is an error naming the key.
-    pub fn from_json(text: &str, file: &str) -> Result<Self> {
+    fn from_json(text: &str, file: &str) -> Result<Self> {
         let obj = hf::object(text, file)?;
         let model_type = hf::model_type(&obj, file, &GEMMA_FAMILY)?;
         if model_type == "gemma3" || obj.contains_key("vision_config") {
@@ -243,109 +309,6 @@ impl GemmaConfig {
         c.check_in(file)?;
         Ok(c)
     }
-
-    /// Read and parse `path` (a `config.json`).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn read(path: impl AsRef<std::path::Path>) -> Result<Self> {
-        let path = path.as_ref();
-        Self::from_json(&hf::read_text(path)?, &path.display().to_string())
-    }
-
-    /// Every size and setting, errors naming `file`.
-    fn check_in(&self, file: &str) -> Result<()> {
-        let (heads, kv, d) = (
-            self.num_attention_heads,
-            self.num_key_value_heads,
-            self.head_dim,
-        );
-        hf::check_sizes(
-            file,
-            &[
-                ("vocab_size", self.vocab_size),
-                ("hidden_size", self.hidden_size),
-                ("intermediate_size", self.intermediate_size),
-                ("num_hidden_layers", self.num_hidden_layers),
-                ("num_attention_heads", heads),
-                ("num_key_value_heads", kv),
-                ("head_dim", d),
-                ("max_position_embeddings", self.max_position_embeddings),
-                ("sliding_window", self.sliding_window),
-            ],
-        )?;
-        if !heads.is_multiple_of(kv) || !d.is_multiple_of(2) {
-            return Err(hf::bad(
-                file,
-                format!(
-                    "num_attention_heads {heads} must be a multiple of num_key_value_heads {kv}, \
-                     and head_dim {d} even"
-                ),
-            ));
-        }
-        for rope in [&self.rope_global, &self.rope_local] {
-            if rope.head_dim != d || rope.rotary_dim != d {
-                return Err(hf::bad(
-                    file,
-                    "the RoPE must rotate whole heads of head_dim",
-                ));
-            }
-        }
-        if self.sliding.len() != self.num_hidden_layers {
-            return Err(hf::bad(
-                file,
-                format!(
-                    "{} layer types for {} layers",
-                    self.sliding.len(),
-                    self.num_hidden_layers
-                ),
-            ));
-        }
-        if !(self.query_pre_attn_scalar.is_finite() && self.query_pre_attn_scalar > 0.0) {
-            return Err(hf::bad(
-                file,
-                format!(
-                    "query_pre_attn_scalar {} must be > 0",
-                    self.query_pre_attn_scalar
-                ),
-            ));
-        }
-        for (key, cap) in [
-            ("attn_logit_softcapping", self.attn_logit_softcapping),
-            ("final_logit_softcapping", self.final_logit_softcapping),
-        ] {
-            if cap.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
-                return Err(hf::bad(
-                    file,
-                    format!("{key} {cap:?} must be finite and > 0, or null"),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Per layer: (split over ranks, whole on every rank, key/value held).
-    fn layer_split(&self) -> (u128, u128, u128) {
-        let [h, f, d] =
-            [self.hidden_size, self.intermediate_size, self.head_dim].map(|x| x as u128);
-        let [q, kv] = [self.num_attention_heads, self.num_key_value_heads]
-            .map(|n| (n as u128).saturating_mul(d));
-        let mul = |a: u128, b: u128| a.saturating_mul(b);
-        let flag = |b: bool, n: u128| if b { n } else { 0 };
-        let split = mul(2, mul(h, q))
-            .saturating_add(flag(self.attention_bias, q))
-            .saturating_add(mul(3, mul(h, f)));
-        let held = mul(2, mul(h, kv)).saturating_add(flag(self.attention_bias, mul(2, kv)));
-        let whole = mul(4, h)
-            .saturating_add(flag(self.attention_bias, h))
-            .saturating_add(flag(self.qk_norm, mul(2, d)));
-        (split, whole, held)
-    }
-
-    /// An RMSNorm scaling by `1 + γ`.
-    fn norm(&self, mesh: &Mesh, dim: usize) -> Result<RMSNorm> {
-        let mut n = NormConfig::rms(dim);
-        (n.eps, n.offset) = (self.rms_norm_eps, 1.0);
-        RMSNorm::new(mesh, n)
-    }
 }
 
 /// The global and local RoPE: transformers 5's `rope_parameters` per layer
@@ -427,14 +390,6 @@ impl Block for GemmaBlock {
             Ok(self.post_feedforward_layernorm.forward(&m)?.into())
         })
     }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
 }
 
 impl DecoderConfig for GemmaConfig {
@@ -443,32 +398,23 @@ impl DecoderConfig for GemmaConfig {
     }
 
     fn spec(&self) -> DecoderSpec {
+        let sizes = (
+            self.vocab_size,
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.max_position_embeddings,
+        );
+        let norm = FinalNorm::RmsPlusOne(self.rms_norm_eps);
         DecoderSpec {
-            vocab: self.vocab_size,
-            hidden: self.hidden_size,
-            layers: self.num_hidden_layers,
-            context: self.max_position_embeddings,
-            tied: self.tie_word_embeddings,
-            positions: false,
             embed_scale: Some((self.hidden_size as f64).sqrt() as f32),
-            embed_dropout: 0.0,
             padding_idx: self.pad_token_id,
-            norm: FinalNorm::RmsPlusOne(self.rms_norm_eps),
             logit_softcap: self.final_logit_softcapping.map(|c| c as f32),
-            names: Names::HF,
+            ..DecoderSpec::hf(sizes, self.tie_word_embeddings, norm)
         }
     }
 
     fn check(&self) -> Result<()> {
-        self.check_in("GemmaConfig").map_err(|e| match e {
-            Error::Checkpoint(m) => Error::invalid("GemmaConfig", m),
-            e => e,
-        })
-    }
-
-    /// q, k, v, o, then gate, up, down.
-    fn block_keys(&self) -> u64 {
-        7
+        hf::in_code("GemmaConfig", |f| self.check_in(f))
     }
 
     fn block(
@@ -511,16 +457,11 @@ impl DecoderConfig for GemmaConfig {
     }
 
     fn block_parameters(&self, _layer: usize) -> u128 {
-        let (split, whole, held) = self.layer_split();
-        split.saturating_add(whole).saturating_add(held)
+        self.sizes().parameters()
     }
 
     fn block_bytes(&self, mesh: &Mesh, _layer: usize) -> u128 {
-        let (split, whole, held) = self.layer_split();
-        let (n, p) = (self.num_key_value_heads, mesh.size());
-        let per = Holding::kv_heads(self.num_attention_heads, n, p).map_or(n, |h| h.per);
-        let held = held.saturating_mul(per as u128) / n.max(1) as u128;
-        mesh.held_bytes(split, whole.saturating_add(held), 4)
+        self.sizes().bytes(mesh)
     }
 
     fn describe(&self) -> String {
@@ -607,18 +548,6 @@ impl DecoderConfig for GemmaConfig {
         if let Some(scaling) = self.rope_global.scaling.to_hf() {
             obj.insert("rope_scaling".into(), scaling);
         }
-        if let Some(pad) = self.pad_token_id {
-            obj.insert("pad_token_id".into(), pad.into());
-        }
-        hf::insert_eos(&mut obj, eos);
-        Ok(hf::pretty(&Value::Object(obj)))
-    }
-
-    fn clone_box(&self) -> Box<dyn DecoderConfig> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
+        Ok(hf::finish_json(obj, eos, self.pad_token_id))
     }
 }

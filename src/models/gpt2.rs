@@ -18,8 +18,6 @@
 //! training mode) keys its masks on the logical tensors and the global head
 //! index, so P never changes the numbers.
 
-use std::any::Any;
-
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -28,6 +26,7 @@ use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::{Activation, PhiloxKey};
 use crate::nn::hf_config as hf;
+use crate::nn::hf_config::ConfigFile;
 use crate::nn::{
     Block, BlockBuild, Branch, ColumnParallelConfig, ColumnParallelLinear, DecoderConfig,
     DecoderSpec, Dropout, DropoutConfig, FinalNorm, Init, InitRng, LayerNorm, MlpConfig, Names,
@@ -122,54 +121,6 @@ impl Gpt2Config {
         }
     }
 
-    /// Parse the text of a `config.json`; `file` names it in errors.
-    /// Options this crate does not implement (`add_cross_attention`,
-    /// `scale_attn_weights: false`, `scale_attn_by_inverse_layer_idx`, an
-    /// erf GELU) are errors naming them.
-    pub fn from_json(text: &str, file: &str) -> Result<Self> {
-        let mut obj = hf::object(text, file)?;
-        hf::model_type(&obj, file, &["gpt2"])?;
-        hf::refuse_unsupported(&obj, file)?;
-        for (key, want) in [
-            ("add_cross_attention", false),
-            ("scale_attn_weights", true),
-            ("scale_attn_by_inverse_layer_idx", false),
-        ] {
-            if obj
-                .get(key)
-                .and_then(Value::as_bool)
-                .is_some_and(|v| v != want)
-            {
-                return Err(hf::bad(
-                    file,
-                    format!(
-                        "{key}: {} is not supported; GPT-2 here computes {want}",
-                        !want
-                    ),
-                ));
-            }
-        }
-        // `n_ctx` is the older name of `n_positions`.
-        if !obj.contains_key("n_positions") {
-            match obj.remove("n_ctx") {
-                Some(v) => {
-                    obj.insert("n_positions".into(), v);
-                }
-                None => return Err(hf::bad(file, "n_positions (or n_ctx) is missing")),
-            }
-        }
-        let c: Gpt2Config = hf::parse(strip_nulls(obj), file)?;
-        c.check_in(file)?;
-        Ok(c)
-    }
-
-    /// Read and parse `path` (a `config.json`).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn read(path: impl AsRef<std::path::Path>) -> Result<Self> {
-        let path = path.as_ref();
-        Self::from_json(&hf::read_text(path)?, &path.display().to_string())
-    }
-
     /// The feed-forward width.
     pub fn ffn(&self) -> usize {
         self.n_inner.unwrap_or(self.n_embd.saturating_mul(4))
@@ -252,6 +203,49 @@ impl Gpt2Config {
             .saturating_add(mul(2, mul(h, f)))
             .saturating_add(f);
         (split, mul(6, h))
+    }
+}
+
+impl ConfigFile for Gpt2Config {
+    /// Parse the text of a `config.json`; `file` names it in errors.
+    /// Options this crate does not implement (`add_cross_attention`,
+    /// `scale_attn_weights: false`, `scale_attn_by_inverse_layer_idx`, an
+    /// erf GELU) are errors naming them.
+    fn from_json(text: &str, file: &str) -> Result<Self> {
+        let mut obj = hf::object(text, file)?;
+        hf::model_type(&obj, file, &["gpt2"])?;
+        hf::refuse_unsupported(&obj, file)?;
+        for (key, want) in [
+            ("add_cross_attention", false),
+            ("scale_attn_weights", true),
+            ("scale_attn_by_inverse_layer_idx", false),
+        ] {
+            if obj
+                .get(key)
+                .and_then(Value::as_bool)
+                .is_some_and(|v| v != want)
+            {
+                return Err(hf::bad(
+                    file,
+                    format!(
+                        "{key}: {} is not supported; GPT-2 here computes {want}",
+                        !want
+                    ),
+                ));
+            }
+        }
+        // `n_ctx` is the older name of `n_positions`.
+        if !obj.contains_key("n_positions") {
+            match obj.remove("n_ctx") {
+                Some(v) => {
+                    obj.insert("n_positions".into(), v);
+                }
+                None => return Err(hf::bad(file, "n_positions (or n_ctx) is missing")),
+            }
+        }
+        let c: Gpt2Config = hf::parse(strip_nulls(obj), file)?;
+        c.check_in(file)?;
+        Ok(c)
     }
 }
 
@@ -429,41 +423,20 @@ pub struct Gpt2Block {
     pub drop_mlp: Dropout,
 }
 
-/// A branch through dropout: the product unfinished where dropout is off.
-fn dropped(p: RowProduct, d: &Dropout) -> Result<Branch> {
-    if !d.is_training() || d.config().p == 0.0 {
-        return Ok(p.into());
-    }
-    Ok(d.forward(&p.resolve()?)?.into())
-}
-
 impl Block for Gpt2Block {
     fn forward(&self, s: &mut Stream, step: Step<'_>) -> Result<()> {
         s.branch(Some(&self.ln_1), |n| {
-            dropped(self.attn.product(n, step)?, &self.drop_attn)
+            Branch::dropout(self.attn.product(n, step)?, &self.drop_attn)
         })?;
         s.branch(Some(&self.ln_2), |n| {
-            dropped(self.mlp.product(n)?, &self.drop_mlp)
+            Branch::dropout(self.mlp.product(n)?, &self.drop_mlp)
         })
     }
 
     fn set_mode(&mut self, training: bool, step: u64) {
-        for d in [&mut self.drop_attn, &mut self.drop_mlp] {
-            match training {
-                true => d.train(),
-                false => d.eval(),
-            }
-            d.set_step(step);
-        }
+        self.drop_attn.set_mode(training, step);
+        self.drop_mlp.set_mode(training, step);
         self.attn.set_mode(training, step);
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
     }
 }
 
@@ -496,10 +469,7 @@ impl DecoderConfig for Gpt2Config {
     }
 
     fn check(&self) -> Result<()> {
-        self.check_in("Gpt2Config").map_err(|e| match e {
-            Error::Checkpoint(m) => Error::invalid("Gpt2Config", m),
-            e => e,
-        })
+        hf::in_code("Gpt2Config", |f| self.check_in(f))
     }
 
     /// `c_attn`, `attn.c_proj`, `c_fc`, `mlp.c_proj`.
@@ -606,13 +576,10 @@ impl DecoderConfig for Gpt2Config {
         if let Some(id) = self.bos_token_id {
             obj.insert("bos_token_id".into(), id.into());
         }
-        match (eos, self.eos_token_id) {
-            ([], Some(id)) => {
-                obj.insert("eos_token_id".into(), id.into());
-            }
-            _ => hf::insert_eos(&mut obj, eos),
-        }
-        Ok(hf::pretty(&Value::Object(obj)))
+        // The config's own eos id where generation names none.
+        let own: Vec<i32> = self.eos_token_id.map(|i| i as i32).into_iter().collect();
+        let eos = if eos.is_empty() { &own[..] } else { eos };
+        Ok(hf::finish_json(obj, eos, None))
     }
 
     /// The `transformer.` prefix stripped (`GPT2LMHeadModel`'s files have
@@ -635,13 +602,5 @@ impl DecoderConfig for Gpt2Config {
             },
             _ => Stored::same(name, shape),
         }
-    }
-
-    fn clone_box(&self) -> Box<dyn DecoderConfig> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

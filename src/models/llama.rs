@@ -16,19 +16,18 @@
 //! weights summed over their holders, plus their biases (`b`) and the q/k
 //! norms (`q`); one for the head): docs/MATH.md §14.6.
 
-use std::any::Any;
-
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::device::Mesh;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::nn::hf_config as hf;
+use crate::nn::hf_config::ConfigFile;
 use crate::nn::{
     Block, BlockBuild, DecoderConfig, DecoderSpec, FinalNorm, GatedMlp, GatedMlpConfig,
-    GqaAttention, GqaConfig, InitRng, Names, NormConfig, Params, RMSNorm, RopeConfig, Step, Stream,
+    GqaAttention, GqaBlockSizes, GqaConfig, InitRng, NormConfig, Params, RMSNorm, RopeConfig, Step,
+    Stream,
 };
-use crate::tensor::Holding;
 
 /// The families this file reads, by `model_type`.
 pub const LLAMA_FAMILY: [&str; 4] = ["llama", "mistral", "qwen2", "qwen3"];
@@ -135,12 +134,65 @@ impl LlamaConfig {
         }
     }
 
+    /// Every size and setting, errors naming `file`.
+    fn check_in(&self, file: &str) -> Result<()> {
+        self.sizes().check(file)?;
+        let layers = self.num_hidden_layers;
+        hf::check_context(file, self.vocab_size, layers, self.max_position_embeddings)?;
+        hf::check_rope(file, &self.rope, self.head_dim, false)?;
+        if !self.windows.is_empty() && self.windows.len() != self.num_hidden_layers {
+            return Err(hf::bad(
+                file,
+                format!(
+                    "{} windows for {} layers: give one per layer, or none",
+                    self.windows.len(),
+                    self.num_hidden_layers
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The architecture name transformers builds.
+    fn architecture(&self) -> &'static str {
+        match self.model_type.as_str() {
+            "mistral" => "MistralForCausalLM",
+            "qwen2" => "Qwen2ForCausalLM",
+            "qwen3" => "Qwen3ForCausalLM",
+            _ => "LlamaForCausalLM",
+        }
+    }
+
+    /// The shapes the skeleton's memory check counts.
+    fn sizes(&self) -> GqaBlockSizes {
+        GqaBlockSizes {
+            hidden: self.hidden_size,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            qkv_bias: self.qkv_bias,
+            o_bias: self.o_bias,
+            mlp_bias: self.mlp_bias,
+            qk_norm: self.qk_norm,
+            norms: 2,
+        }
+    }
+
+    fn rms(&self, mesh: &Mesh, dim: usize) -> Result<RMSNorm> {
+        let mut n = NormConfig::rms(dim);
+        n.eps = self.rms_norm_eps;
+        RMSNorm::new(mesh, n)
+    }
+}
+
+impl ConfigFile for LlamaConfig {
     /// Parse the text of a `config.json`; `file` names it in errors.
     /// Anything this crate cannot compute the same way (another
     /// `model_type`, RoPE `longrope`, mixture-of-experts keys,
     /// `quantization_config`, an activation other than SiLU, a partial
     /// rotary width) is an error naming the key, before anything is built.
-    pub fn from_json(text: &str, file: &str) -> Result<Self> {
+    fn from_json(text: &str, file: &str) -> Result<Self> {
         let obj = hf::object(text, file)?;
         let model_type = hf::model_type(&obj, file, &LLAMA_FAMILY)?;
         hf::refuse_unsupported(&obj, file)?;
@@ -202,106 +254,6 @@ impl LlamaConfig {
         c.check_in(file)?;
         Ok(c)
     }
-
-    /// Read and parse `path` (a `config.json`).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn read(path: impl AsRef<std::path::Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let text = hf::read_text(path)?;
-        Self::from_json(&text, &path.display().to_string())
-    }
-
-    /// Every size and setting, errors naming `file`.
-    fn check_in(&self, file: &str) -> Result<()> {
-        let (heads, kv, d) = (
-            self.num_attention_heads,
-            self.num_key_value_heads,
-            self.head_dim,
-        );
-        hf::check_sizes(
-            file,
-            &[
-                ("vocab_size", self.vocab_size),
-                ("hidden_size", self.hidden_size),
-                ("intermediate_size", self.intermediate_size),
-                ("num_hidden_layers", self.num_hidden_layers),
-                ("num_attention_heads", heads),
-                ("num_key_value_heads", kv),
-                ("max_position_embeddings", self.max_position_embeddings),
-            ],
-        )?;
-        if !heads.is_multiple_of(kv) {
-            return Err(hf::bad(
-                file,
-                format!(
-                    "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
-                ),
-            ));
-        }
-        if d == 0
-            || !d.is_multiple_of(2)
-            || d > 1 << 16
-            || self.rope.head_dim != d
-            || self.rope.rotary_dim != d
-        {
-            return Err(hf::bad(
-                file,
-                format!(
-                    "head_dim {d} must be even, at least 2 and equal the rope's ({})",
-                    self.rope.head_dim
-                ),
-            ));
-        }
-        if !self.windows.is_empty() && self.windows.len() != self.num_hidden_layers {
-            return Err(hf::bad(
-                file,
-                format!(
-                    "{} windows for {} layers: give one per layer, or none",
-                    self.windows.len(),
-                    self.num_hidden_layers
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The architecture name transformers builds.
-    fn architecture(&self) -> &'static str {
-        match self.model_type.as_str() {
-            "mistral" => "MistralForCausalLM",
-            "qwen2" => "Qwen2ForCausalLM",
-            "qwen3" => "Qwen3ForCausalLM",
-            _ => "LlamaForCausalLM",
-        }
-    }
-
-    /// Per layer: (parameters split over ranks, held whole on every rank,
-    /// key/value projections each rank holds for its query heads).
-    fn layer_split(&self) -> (u128, u128, u128) {
-        let [h, f] = [self.hidden_size, self.intermediate_size].map(|x| x as u128);
-        let [q, kv] = [self.num_attention_heads, self.num_key_value_heads]
-            .map(|n| (n as u128).saturating_mul(self.head_dim as u128));
-        let mul = |a: u128, b: u128| a.saturating_mul(b);
-        let flag = |b: bool, n: u128| if b { n } else { 0 };
-        // Split: q_proj (and its bias), o_proj, gate / up / down (and the
-        // column biases). Whole: the norms, row-layer biases. Held: k, v.
-        let split = mul(2, mul(h, q))
-            .saturating_add(flag(self.qkv_bias, q))
-            .saturating_add(mul(3, mul(h, f)))
-            .saturating_add(flag(self.mlp_bias, mul(2, f)));
-        let kv = mul(2, mul(h, kv)).saturating_add(flag(self.qkv_bias, mul(2, kv)));
-        let whole = flag(self.o_bias, h)
-            .saturating_add(flag(self.mlp_bias, h))
-            .saturating_add(mul(2, h))
-            .saturating_add(flag(self.qk_norm, mul(2, self.head_dim as u128)));
-        (split, whole, kv)
-    }
-
-    fn rms(&self, mesh: &Mesh, dim: usize) -> Result<RMSNorm> {
-        let mut n = NormConfig::rms(dim);
-        n.eps = self.rms_norm_eps;
-        RMSNorm::new(mesh, n)
-    }
 }
 
 /// One decoder layer: pre-norm attention and pre-norm gated MLP, each with
@@ -327,14 +279,6 @@ impl Block for LlamaBlock {
             Ok(self.mlp.product(n)?.into())
         })
     }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
 }
 
 impl DecoderConfig for LlamaConfig {
@@ -343,32 +287,21 @@ impl DecoderConfig for LlamaConfig {
     }
 
     fn spec(&self) -> DecoderSpec {
+        let sizes = (
+            self.vocab_size,
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.max_position_embeddings,
+        );
+        let norm = FinalNorm::Rms(self.rms_norm_eps);
         DecoderSpec {
-            vocab: self.vocab_size,
-            hidden: self.hidden_size,
-            layers: self.num_hidden_layers,
-            context: self.max_position_embeddings,
-            tied: self.tie_word_embeddings,
-            positions: false,
-            embed_scale: None,
-            embed_dropout: 0.0,
             padding_idx: self.pad_token_id,
-            norm: FinalNorm::Rms(self.rms_norm_eps),
-            logit_softcap: None,
-            names: Names::HF,
+            ..DecoderSpec::hf(sizes, self.tie_word_embeddings, norm)
         }
     }
 
     fn check(&self) -> Result<()> {
-        self.check_in("LlamaConfig").map_err(|e| match e {
-            Error::Checkpoint(m) => Error::invalid("LlamaConfig", m),
-            e => e,
-        })
-    }
-
-    /// q, k, v, o, then gate, up, down (biases and norms start constant).
-    fn block_keys(&self) -> u64 {
-        7
+        hf::in_code("LlamaConfig", |f| self.check_in(f))
     }
 
     fn block(
@@ -398,24 +331,18 @@ impl DecoderConfig for LlamaConfig {
     }
 
     fn block_parameters(&self, _layer: usize) -> u128 {
-        let (split, whole, kv) = self.layer_split();
-        split.saturating_add(whole).saturating_add(kv)
+        self.sizes().parameters()
     }
 
     fn block_bytes(&self, mesh: &Mesh, _layer: usize) -> u128 {
-        let (split, whole, kv) = self.layer_split();
-        // Each rank holds `per` of the `n` key/value heads' rows.
-        let (n, p) = (self.num_key_value_heads, mesh.size());
-        let per = Holding::kv_heads(self.num_attention_heads, n, p).map_or(n, |h| h.per);
-        let kv = kv.saturating_mul(per as u128) / n.max(1) as u128;
-        mesh.held_bytes(split, whole.saturating_add(kv), 4)
+        self.sizes().bytes(mesh)
     }
 
     fn describe(&self) -> String {
         let c = self;
         format!(
             "{}: {} layers · hidden {} · {} query / {} key-value heads of {} · SwiGLU {} · \
-             vocab {} · context {}{}",
+             vocab {} · context {}",
             c.model_type,
             c.num_hidden_layers,
             c.hidden_size,
@@ -424,12 +351,7 @@ impl DecoderConfig for LlamaConfig {
             c.head_dim,
             c.intermediate_size,
             c.vocab_size,
-            c.max_position_embeddings,
-            if c.tie_word_embeddings {
-                " · tied head"
-            } else {
-                ""
-            }
+            c.max_position_embeddings
         )
     }
 
@@ -491,23 +413,11 @@ impl DecoderConfig for LlamaConfig {
             }
             _ => {}
         }
-        if let Some(pad) = self.pad_token_id {
-            obj.insert("pad_token_id".into(), pad.into());
-        }
-        hf::insert_eos(&mut obj, eos);
-        Ok(hf::pretty(&Value::Object(obj)))
+        Ok(hf::finish_json(obj, eos, self.pad_token_id))
     }
 
     /// Old checkpoints' `rotary_emb.inv_freq` buffers are no parameters.
     fn sanitize(&self, name: &str) -> Option<String> {
         (!name.ends_with("rotary_emb.inv_freq")).then(|| name.to_string())
-    }
-
-    fn clone_box(&self) -> Box<dyn DecoderConfig> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

@@ -30,7 +30,7 @@ pub use llama::{LLAMA_FAMILY, LlamaBlock, LlamaConfig};
 pub use phi3::{Phi3Block, Phi3Config};
 
 use crate::error::{Error, Result};
-use crate::nn::DecoderConfig;
+use crate::nn::{ConfigFile, DecoderConfig};
 
 /// A causal language model of any family: the decoder skeleton
 /// ([`Decoder`](crate::nn::Decoder)) with the family's blocks.
@@ -41,15 +41,15 @@ pub type ParseConfig = fn(&str, &str) -> Result<Box<dyn DecoderConfig>>;
 
 /// Every family this crate runs: the `model_type`s it reads, and its reader.
 pub const FAMILIES: &[(&[&str], ParseConfig)] = &[
-    (&["gpt2"], |t, f| boxed(Gpt2Config::from_json(t, f))),
-    (&LLAMA_FAMILY, |t, f| boxed(LlamaConfig::from_json(t, f))),
-    (&GEMMA_FAMILY, |t, f| boxed(GemmaConfig::from_json(t, f))),
-    (&["phi3"], |t, f| boxed(Phi3Config::from_json(t, f))),
+    (&["gpt2"], parse::<Gpt2Config>),
+    (&LLAMA_FAMILY, parse::<LlamaConfig>),
+    (&GEMMA_FAMILY, parse::<GemmaConfig>),
+    (&["phi3"], parse::<Phi3Config>),
 ];
 
-/// A family's parsed config, boxed.
-fn boxed(config: Result<impl DecoderConfig>) -> Result<Box<dyn DecoderConfig>> {
-    Ok(Box::new(config?))
+/// A family's reader of `config.json`, its config boxed.
+fn parse<C: ConfigFile + DecoderConfig>(text: &str, file: &str) -> Result<Box<dyn DecoderConfig>> {
+    Ok(Box::new(C::from_json(text, file)?))
 }
 
 /// The config a `config.json`'s text describes, read by the family its

@@ -13,20 +13,18 @@
 //! `rotate_half` pairs are transformers' and the pairs past the rotated
 //! width are left as they are.
 
-use std::any::Any;
-
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::nn::hf_config as hf;
+use crate::nn::hf_config::ConfigFile;
 use crate::nn::{
     Block, BlockBuild, Branch, DecoderConfig, DecoderSpec, Dropout, DropoutConfig, FinalNorm,
-    GatedMlp, GatedMlpConfig, GqaAttention, GqaConfig, InitRng, Names, NormConfig, Params, RMSNorm,
-    RopeConfig, Step, Stored, Stream,
+    GatedMlp, GatedMlpConfig, GqaAttention, GqaBlockSizes, GqaConfig, InitRng, NormConfig, Params,
+    RMSNorm, RopeConfig, Step, Stored, Stream,
 };
-use crate::tensor::{Holding, RowProduct};
 
 /// The Phi-3 model a `config.json` describes.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,8 +116,58 @@ impl Phi3Config {
         }
     }
 
+    fn check_in(&self, file: &str) -> Result<()> {
+        self.sizes().check(file)?;
+        let layers = self.num_hidden_layers;
+        hf::check_context(file, self.vocab_size, layers, self.max_position_embeddings)?;
+        hf::check_rope(file, &self.rope, self.head_dim, true)?;
+        for (key, p) in [
+            ("resid_pdrop", self.resid_pdrop),
+            ("embd_pdrop", self.embd_pdrop),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(hf::bad(file, format!("{key} {p} must lie in [0, 1)")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The shapes the skeleton's memory check counts.
+    fn sizes(&self) -> GqaBlockSizes {
+        GqaBlockSizes {
+            hidden: self.hidden_size,
+            intermediate: self.intermediate_size,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+            qk_norm: false,
+            norms: 2,
+        }
+    }
+
+    /// Row `j` of a query or key head in this crate's layout is row
+    /// `perm[j]` of transformers': the rotated half-pairs first, then the
+    /// passed dimensions, in each half (module doc).
+    fn head_order(&self) -> Vec<usize> {
+        let (d, r) = (self.head_dim, self.rope.rotary_dim);
+        let (r2, p2, d2) = (r / 2, (d - r) / 2, d / 2);
+        (0..d)
+            .map(|j| match j {
+                j if j < r2 => j,
+                j if j < d2 => r + (j - r2),
+                j if j < d2 + r2 => r2 + (j - d2),
+                j => r + p2 + (j - d2 - r2),
+            })
+            .collect()
+    }
+}
+
+impl ConfigFile for Phi3Config {
     /// Parse the text of a `config.json`; `file` names it in errors.
-    pub fn from_json(text: &str, file: &str) -> Result<Self> {
+    fn from_json(text: &str, file: &str) -> Result<Self> {
         let mut obj = hf::object(text, file)?;
         hf::model_type(&obj, file, &["phi3"])?;
         hf::refuse_unsupported(&obj, file)?;
@@ -178,90 +226,6 @@ impl Phi3Config {
         c.check_in(file)?;
         Ok(c)
     }
-
-    /// Read and parse `path` (a `config.json`).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn read(path: impl AsRef<std::path::Path>) -> Result<Self> {
-        let path = path.as_ref();
-        Self::from_json(&hf::read_text(path)?, &path.display().to_string())
-    }
-
-    fn check_in(&self, file: &str) -> Result<()> {
-        let (heads, kv, d) = (
-            self.num_attention_heads,
-            self.num_key_value_heads,
-            self.head_dim,
-        );
-        hf::check_sizes(
-            file,
-            &[
-                ("vocab_size", self.vocab_size),
-                ("hidden_size", self.hidden_size),
-                ("intermediate_size", self.intermediate_size),
-                ("num_hidden_layers", self.num_hidden_layers),
-                ("num_attention_heads", heads),
-                ("num_key_value_heads", kv),
-                ("head_dim", d),
-                ("max_position_embeddings", self.max_position_embeddings),
-            ],
-        )?;
-        if !heads.is_multiple_of(kv) || !d.is_multiple_of(2) {
-            return Err(hf::bad(
-                file,
-                format!(
-                    "num_attention_heads {heads} must be a multiple of num_key_value_heads {kv}, \
-                     and head_dim {d} even"
-                ),
-            ));
-        }
-        let r = self.rope.rotary_dim;
-        if self.rope.head_dim != d
-            || r == 0
-            || r > d
-            || !r.is_multiple_of(2)
-            || !(d - r).is_multiple_of(2)
-        {
-            return Err(hf::bad(
-                file,
-                format!("the RoPE rotates {r} of head_dim {d}: an even part with an even rest"),
-            ));
-        }
-        for (key, p) in [
-            ("resid_pdrop", self.resid_pdrop),
-            ("embd_pdrop", self.embd_pdrop),
-        ] {
-            if !(0.0..1.0).contains(&p) {
-                return Err(hf::bad(file, format!("{key} {p} must lie in [0, 1)")));
-            }
-        }
-        Ok(())
-    }
-
-    /// Per layer: (split over ranks, whole on every rank, key/value held).
-    fn layer_split(&self) -> (u128, u128, u128) {
-        let [h, f] = [self.hidden_size, self.intermediate_size].map(|x| x as u128);
-        let [q, kv] = [self.num_attention_heads, self.num_key_value_heads]
-            .map(|n| (n as u128).saturating_mul(self.head_dim as u128));
-        let mul = |a: u128, b: u128| a.saturating_mul(b);
-        let split = mul(2, mul(h, q)).saturating_add(mul(3, mul(h, f)));
-        (split, mul(2, h), mul(2, mul(h, kv)))
-    }
-
-    /// Row `j` of a query or key head in this crate's layout is row
-    /// `perm[j]` of transformers': the rotated half-pairs first, then the
-    /// passed dimensions, in each half (module doc).
-    fn head_order(&self) -> Vec<usize> {
-        let (d, r) = (self.head_dim, self.rope.rotary_dim);
-        let (r2, p2, d2) = (r / 2, (d - r) / 2, d / 2);
-        (0..d)
-            .map(|j| match j {
-                j if j < r2 => j,
-                j if j < d2 => r + (j - r2),
-                j if j < d2 + r2 => r2 + (j - d2),
-                j => r + p2 + (j - d2 - r2),
-            })
-            .collect()
-    }
 }
 
 /// One Phi-3 layer.
@@ -281,40 +245,19 @@ pub struct Phi3Block {
     pub resid_mlp_dropout: Dropout,
 }
 
-/// A branch through dropout: the product unfinished where dropout is off.
-fn dropped(p: RowProduct, d: &Dropout) -> Result<Branch> {
-    if !d.is_training() || d.config().p == 0.0 {
-        return Ok(p.into());
-    }
-    Ok(d.forward(&p.resolve()?)?.into())
-}
-
 impl Block for Phi3Block {
     fn forward(&self, s: &mut Stream, step: Step<'_>) -> Result<()> {
         s.branch(Some(&self.input_layernorm), |n| {
-            dropped(self.self_attn.product(n, step)?, &self.resid_attn_dropout)
+            Branch::dropout(self.self_attn.product(n, step)?, &self.resid_attn_dropout)
         })?;
         s.branch(Some(&self.post_attention_layernorm), |n| {
-            dropped(self.mlp.product(n)?, &self.resid_mlp_dropout)
+            Branch::dropout(self.mlp.product(n)?, &self.resid_mlp_dropout)
         })
     }
 
     fn set_mode(&mut self, training: bool, step: u64) {
-        for d in [&mut self.resid_attn_dropout, &mut self.resid_mlp_dropout] {
-            match training {
-                true => d.train(),
-                false => d.eval(),
-            }
-            d.set_step(step);
-        }
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
+        self.resid_attn_dropout.set_mode(training, step);
+        self.resid_mlp_dropout.set_mode(training, step);
     }
 }
 
@@ -324,32 +267,22 @@ impl DecoderConfig for Phi3Config {
     }
 
     fn spec(&self) -> DecoderSpec {
+        let sizes = (
+            self.vocab_size,
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.max_position_embeddings,
+        );
+        let norm = FinalNorm::Rms(self.rms_norm_eps);
         DecoderSpec {
-            vocab: self.vocab_size,
-            hidden: self.hidden_size,
-            layers: self.num_hidden_layers,
-            context: self.max_position_embeddings,
-            tied: self.tie_word_embeddings,
-            positions: false,
-            embed_scale: None,
             embed_dropout: self.embd_pdrop,
             padding_idx: self.pad_token_id,
-            norm: FinalNorm::Rms(self.rms_norm_eps),
-            logit_softcap: None,
-            names: Names::HF,
+            ..DecoderSpec::hf(sizes, self.tie_word_embeddings, norm)
         }
     }
 
     fn check(&self) -> Result<()> {
-        self.check_in("Phi3Config").map_err(|e| match e {
-            Error::Checkpoint(m) => Error::invalid("Phi3Config", m),
-            e => e,
-        })
-    }
-
-    /// q, k, v, o, then gate, up, down.
-    fn block_keys(&self) -> u64 {
-        7
+        hf::in_code("Phi3Config", |f| self.check_in(f))
     }
 
     fn block(
@@ -389,23 +322,18 @@ impl DecoderConfig for Phi3Config {
     }
 
     fn block_parameters(&self, _layer: usize) -> u128 {
-        let (split, whole, held) = self.layer_split();
-        split.saturating_add(whole).saturating_add(held)
+        self.sizes().parameters()
     }
 
     fn block_bytes(&self, mesh: &Mesh, _layer: usize) -> u128 {
-        let (split, whole, held) = self.layer_split();
-        let (n, p) = (self.num_key_value_heads, mesh.size());
-        let per = Holding::kv_heads(self.num_attention_heads, n, p).map_or(n, |h| h.per);
-        let held = held.saturating_mul(per as u128) / n.max(1) as u128;
-        mesh.held_bytes(split, whole.saturating_add(held), 4)
+        self.sizes().bytes(mesh)
     }
 
     fn describe(&self) -> String {
         let c = self;
         format!(
             "phi3: {} layers · hidden {} · {} query / {} key-value heads of {} (rotating {}) · \
-             SwiGLU {} · vocab {} · context {}{}",
+             SwiGLU {} · vocab {} · context {}",
             c.num_hidden_layers,
             c.hidden_size,
             c.num_attention_heads,
@@ -414,12 +342,7 @@ impl DecoderConfig for Phi3Config {
             c.rope.rotary_dim,
             c.intermediate_size,
             c.vocab_size,
-            c.max_position_embeddings,
-            if c.tie_word_embeddings {
-                " · tied head"
-            } else {
-                ""
-            }
+            c.max_position_embeddings
         )
     }
 
@@ -464,11 +387,7 @@ impl DecoderConfig for Phi3Config {
         if let Some(scaling) = self.rope.scaling.to_hf() {
             obj.insert("rope_scaling".into(), scaling);
         }
-        if let Some(pad) = self.pad_token_id {
-            obj.insert("pad_token_id".into(), pad.into());
-        }
-        hf::insert_eos(&mut obj, eos);
-        Ok(hf::pretty(&Value::Object(obj)))
+        Ok(hf::finish_json(obj, eos, self.pad_token_id))
     }
 
     /// q, k and v are rows of `qkv_proj` (q's and k's heads permuted for a
@@ -501,13 +420,5 @@ impl DecoderConfig for Phi3Config {
             _ if part("up_proj") => fused("gate_up_proj", "up_proj", 2 * f, f..2 * f),
             _ => Stored::same(name, shape),
         }
-    }
-
-    fn clone_box(&self) -> Box<dyn DecoderConfig> {
-        Box::new(self.clone())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }

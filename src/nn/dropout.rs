@@ -102,6 +102,12 @@ impl Dropout {
         self.training = false;
     }
 
+    /// Training mode (on, masks keyed by `step`) or evaluation (off).
+    pub fn set_mode(&mut self, training: bool, step: u64) {
+        self.training = training;
+        self.set_step(step);
+    }
+
     /// Whether the layer is in training mode.
     pub fn is_training(&self) -> bool {
         self.training

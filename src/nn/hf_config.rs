@@ -149,3 +149,93 @@ pub(crate) fn read_text(path: &std::path::Path) -> Result<String> {
     std::fs::read_to_string(path)
         .map_err(|e| Error::Checkpoint(format!("{file}: cannot read it ({e})")))
 }
+
+/// A config's checks, run on one built in code: errors as invalid
+/// arguments of `name` rather than as a checkpoint file's.
+pub(crate) fn in_code(name: &'static str, check: impl FnOnce(&str) -> Result<()>) -> Result<()> {
+    check(name).map_err(|e| match e {
+        Error::Checkpoint(m) => Error::invalid(name, m),
+        e => e,
+    })
+}
+
+/// `obj` with `pad_token_id` and `eos_token_id`, as the pretty JSON text
+/// `save_pretrained` writes.
+pub(crate) fn finish_json(mut obj: Map<String, Value>, eos: &[i32], pad: Option<usize>) -> String {
+    if let Some(pad) = pad {
+        obj.insert("pad_token_id".into(), pad.into());
+    }
+    insert_eos(&mut obj, eos);
+    pretty(&Value::Object(obj))
+}
+
+/// Query heads in whole groups of key/value heads, of an even width.
+pub(crate) fn check_heads(file: &str, heads: usize, kv: usize, head_dim: usize) -> Result<()> {
+    if kv == 0 || !heads.is_multiple_of(kv) || !head_dim.is_multiple_of(2) {
+        return Err(bad(
+            file,
+            format!(
+                "num_attention_heads {heads} must be a multiple of num_key_value_heads {kv}, and \
+                 head_dim {head_dim} even"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A family's config read from its `config.json`.
+pub trait ConfigFile: Sized {
+    /// Parse the text of a `config.json`; `file` names it in errors.
+    fn from_json(text: &str, file: &str) -> Result<Self>;
+
+    /// Read and parse `path` (a `config.json`), its size checked first.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn read(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        let path = path.as_ref();
+        Self::from_json(&read_text(path)?, &path.display().to_string())
+    }
+}
+
+/// The sizes every decoder's `config.json` has.
+pub(crate) fn check_context(file: &str, vocab: usize, layers: usize, context: usize) -> Result<()> {
+    check_sizes(
+        file,
+        &[
+            ("vocab_size", vocab),
+            ("num_hidden_layers", layers),
+            ("max_position_embeddings", context),
+        ],
+    )
+}
+
+/// The RoPE of heads `head_dim` wide: whole heads, or (`partial`) an even
+/// part of each with an even rest.
+pub(crate) fn check_rope(
+    file: &str,
+    rope: &super::rope::RopeConfig,
+    head_dim: usize,
+    partial: bool,
+) -> Result<()> {
+    let r = rope.rotary_dim;
+    let whole = rope.head_dim == head_dim && r == head_dim;
+    let split = rope.head_dim == head_dim
+        && r > 0
+        && r <= head_dim
+        && r.is_multiple_of(2)
+        && (head_dim - r).is_multiple_of(2);
+    if !(whole || (partial && split)) {
+        let want = if partial {
+            "an even part with an even rest"
+        } else {
+            "whole heads"
+        };
+        return Err(bad(
+            file,
+            format!(
+                "the RoPE rotates {r} of heads {} wide, for head_dim {head_dim}: {want}",
+                rope.head_dim
+            ),
+        ));
+    }
+    Ok(())
+}

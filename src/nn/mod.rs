@@ -59,10 +59,6 @@ mod sampling;
 mod tokenizer;
 mod zero;
 
-pub use crate::tensor::{
-    RowPenalty, VocabCandidates, vocab_candidates, vocab_candidates_async, vocab_penalized_row,
-    vocab_top_k, vocab_top_k_async,
-};
 #[cfg(not(target_arch = "wasm32"))]
 pub use chat::{ChatMessage, ChatTemplate};
 pub use checkpoint::{
@@ -72,8 +68,8 @@ pub use checkpoint::{
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use data_parallel::DataParallel;
 pub use decoder::{
-    Block, BlockBuild, Branch, Decoder, DecoderConfig, DecoderSpec, FinalNorm, LoadOptions, Names,
-    Stored, Stream, num_parameters,
+    AsAny, Block, BlockBuild, Branch, CloneConfig, Decoder, DecoderConfig, DecoderSpec, FinalNorm,
+    GqaBlockSizes, IntoDecoderConfig, LoadOptions, Names, Stored, Stream, num_parameters,
 };
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
@@ -81,6 +77,7 @@ pub use gated_mlp::{GatedMlp, GatedMlpConfig};
 pub use generate::{CausalDecoder, Distribution, generate, generate_uncached};
 pub use generation_config::GenerationConfig;
 pub use gqa_attention::{GqaAttention, GqaConfig};
+pub use hf_config::ConfigFile;
 pub use init::{Init, InitRng};
 pub use kv_cache::{KvCache, Step};
 pub use linear::{

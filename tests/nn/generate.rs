@@ -7,7 +7,8 @@
 
 use crate::util::{Rng, WORLD_SIZES, meshes};
 use wgpu_tp::models::{CausalLm, Gpt2Config};
-use wgpu_tp::nn::{Sampling, vocab_top_k};
+use wgpu_tp::nn::Sampling;
+use wgpu_tp::tensor::vocab_top_k;
 use wgpu_tp::{DTensor, Error, Placement};
 
 #[test]

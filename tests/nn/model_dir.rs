@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use super::tokenizer::{gpt2_dir, temp_dir};
 use crate::util::{mesh, shared_mesh};
 use wgpu_tp::models::{CausalLm, Gpt2Config};
-use wgpu_tp::nn::{Params, Sampling, Tokenizer};
+use wgpu_tp::nn::{ConfigFile, Params, Sampling, Tokenizer};
 
 const GENESIS: &str = include_str!("../../examples/data/genesis_kjv.txt");
 

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 
 use crate::util::{Rng, mesh, meshes, shared_mesh};
 use wgpu_tp::models::CausalLm;
-use wgpu_tp::nn::{RowPenalty, SampleOptions, Sampling, vocab_penalized_row};
+use wgpu_tp::nn::{SampleOptions, Sampling};
+use wgpu_tp::tensor::{RowPenalty, vocab_penalized_row};
 use wgpu_tp::{DTensor, Placement};
 
 const PS: [usize; 4] = [1, 2, 3, 4];

@@ -15,7 +15,7 @@ impl Decoder {
     /// The family's config as its own type (`model.config::<LlamaConfig>()`),
     /// or `None` for another family.
     pub fn config<C: DecoderConfig>(&self) -> Option<&C> {
-        self.config.as_any().downcast_ref()
+        self.config.as_ref().as_any().downcast_ref()
     }
 
     /// The family's config, whichever the family.
@@ -38,9 +38,10 @@ impl Decoder {
         self.config.model_type()
     }
 
-    /// One line about the model: family, sizes, heads.
+    /// One line about the model: family, sizes, heads, a tied head.
     pub fn describe(&self) -> String {
-        self.config.describe()
+        let tied = if self.spec.tied { " · tied head" } else { "" };
+        format!("{}{tied}", self.config.describe())
     }
 
     /// Vocabulary size.
@@ -76,12 +77,12 @@ impl Decoder {
     /// Block `i` (of those held) as the family's block type
     /// (`model.block::<LlamaBlock>(0)`), or `None`.
     pub fn block<B: Block>(&self, i: usize) -> Option<&B> {
-        self.blocks.get(i)?.as_any().downcast_ref()
+        self.blocks.get(i)?.as_ref().as_any().downcast_ref()
     }
 
     /// Block `i` as the family's block type, mutable.
     pub fn block_mut<B: Block>(&mut self, i: usize) -> Option<&mut B> {
-        self.blocks.get_mut(i)?.as_any_mut().downcast_mut()
+        self.blocks.get_mut(i)?.as_mut().as_any_mut().downcast_mut()
     }
 
     /// The token embedding (first stage, and the last when tied).
@@ -104,11 +105,7 @@ impl Decoder {
     /// A model read from a directory starts in evaluation mode, one built
     /// from a config in training mode (without dropout unless it asks).
     pub fn set_mode(&mut self, training: bool, step: u64) {
-        match training {
-            true => self.drop.train(),
-            false => self.drop.eval(),
-        }
-        self.drop.set_step(step);
+        self.drop.set_mode(training, step);
         for b in &mut self.blocks {
             b.set_mode(training, step);
         }

@@ -10,8 +10,7 @@
 //! decoding ([`Step`]); how each branch's sum, residual and the norm after
 //! it are fused is the stream's choice, not the block's.
 
-use std::any::Any;
-
+use super::any::AsAny;
 use super::stream::Stream;
 use crate::error::Result;
 use crate::nn::Params;
@@ -19,17 +18,11 @@ use crate::nn::kv_cache::Step;
 
 /// One decoder layer (module doc). Its parameters are named as in the
 /// family's checkpoints, under the skeleton's layer prefix.
-pub trait Block: Params + std::fmt::Debug + Send + Sync + 'static {
+pub trait Block: Params + AsAny + std::fmt::Debug + Send + Sync {
     /// Run this block on `stream`: `x ← x + branch(norm(x))` for each of
     /// its residual branches, attending as `step` says.
     fn forward(&self, stream: &mut Stream, step: Step<'_>) -> Result<()>;
 
     /// Training mode (dropout on, masks keyed by `step`) or evaluation.
     fn set_mode(&mut self, _training: bool, _step: u64) {}
-
-    /// As [`Any`], to reach the family's block type.
-    fn as_any(&self) -> &dyn Any;
-
-    /// As mutable [`Any`].
-    fn as_any_mut(&mut self) -> &mut dyn Any;
 }

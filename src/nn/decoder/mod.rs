@@ -14,18 +14,25 @@
 //! `access.rs` (accessors, mode), `options.rs` ([`LoadOptions`]).
 
 mod access;
+mod any;
 mod block;
 mod forward;
 mod generate;
 mod model;
 mod options;
 mod params;
+mod sizes;
 mod spec;
 mod stage;
 mod stream;
 
+pub use any::AsAny;
 pub use block::Block;
 pub use model::{Decoder, num_parameters};
 pub use options::LoadOptions;
-pub use spec::{BlockBuild, DecoderConfig, DecoderSpec, FinalNorm, Names, Stored};
+pub use sizes::GqaBlockSizes;
+pub use spec::{
+    BlockBuild, CloneConfig, DecoderConfig, DecoderSpec, FinalNorm, IntoDecoderConfig, Names,
+    Stored,
+};
 pub use stream::{Branch, Stream};

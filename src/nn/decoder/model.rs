@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::block::Block;
 use super::options::LoadOptions;
-use super::spec::{BlockBuild, DecoderConfig, DecoderSpec, FinalNorm};
+use super::spec::{BlockBuild, DecoderConfig, DecoderSpec, FinalNorm, IntoDecoderConfig};
 use crate::device::Mesh;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -51,7 +51,7 @@ impl Decoder {
     /// A model of `config` whose weights are drawn from `seed` (the same at
     /// every world size): N(0, 0.02²) matrices (as the family scales
     /// them), ones in the norms, zero biases.
-    pub fn new(mesh: &Mesh, config: impl DecoderConfig, seed: u64) -> Result<Decoder> {
+    pub fn new(mesh: &Mesh, config: impl IntoDecoderConfig, seed: u64) -> Result<Decoder> {
         Self::new_with(mesh, config, seed, LoadOptions::default())
     }
 
@@ -59,11 +59,11 @@ impl Decoder {
     /// activations' and the weights' dtypes).
     pub fn new_with(
         mesh: &Mesh,
-        config: impl DecoderConfig,
+        config: impl IntoDecoderConfig,
         seed: u64,
         opts: LoadOptions,
     ) -> Result<Decoder> {
-        let mut model = Self::build(mesh, Box::new(config), Some(seed), opts, None)?;
+        let mut model = Self::build(mesh, config.into_config(), Some(seed), opts, None)?;
         model.keep_weights(opts.weight_dtype)?;
         Ok(model)
     }
@@ -74,7 +74,7 @@ impl Decoder {
     /// model's names. f32 activations.
     pub fn stage(
         group: &Mesh,
-        config: impl DecoderConfig,
+        config: impl IntoDecoderConfig,
         seed: u64,
         pipeline: &Pipeline,
         opts: LoadOptions,
@@ -85,7 +85,13 @@ impl Decoder {
                 "pipeline stages pass f32 activations: use LoadOptions::activations(F32)",
             ));
         }
-        let mut model = Self::build(group, Box::new(config), Some(seed), opts, Some(pipeline))?;
+        let mut model = Self::build(
+            group,
+            config.into_config(),
+            Some(seed),
+            opts,
+            Some(pipeline),
+        )?;
         model.keep_weights(opts.weight_dtype)?;
         Ok(model)
     }

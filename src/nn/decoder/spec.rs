@@ -2,9 +2,9 @@
 //! [`DecoderConfig`] (sizes, names, its block, where its parameters live in
 //! a checkpoint) and the skeleton's part of it, [`DecoderSpec`].
 
-use std::any::Any;
 use std::ops::Range;
 
+use super::any::AsAny;
 use super::block::Block;
 use crate::device::Mesh;
 use crate::error::Result;
@@ -79,6 +79,32 @@ pub struct DecoderSpec {
     pub names: Names,
 }
 
+impl DecoderSpec {
+    /// A decoder of Hugging Face's layout (`model.embed_tokens`,
+    /// `model.layers`, `model.norm`, `lm_head`): no position table, no
+    /// embedding scale, dropout or padding row, no logit cap.
+    pub fn hf(
+        (vocab, hidden, layers, context): (usize, usize, usize, usize),
+        tied: bool,
+        norm: FinalNorm,
+    ) -> Self {
+        DecoderSpec {
+            vocab,
+            hidden,
+            layers,
+            context,
+            tied,
+            positions: false,
+            embed_scale: None,
+            embed_dropout: 0.0,
+            padding_idx: None,
+            norm,
+            logit_softcap: None,
+            names: Names::HF,
+        }
+    }
+}
+
 /// How blocks are built: drawn or zeroed, and the model-wide settings.
 #[derive(Clone, Copy, Debug)]
 pub struct BlockBuild {
@@ -133,8 +159,9 @@ impl Stored {
 }
 
 /// A model family's config, as the decoder skeleton uses it (object safe:
-/// [`Decoder`](super::Decoder) holds one whichever the family).
-pub trait DecoderConfig: std::fmt::Debug + Send + Sync + 'static {
+/// [`Decoder`](super::Decoder) holds one whichever the family). Reach the
+/// family's own type with [`AsAny::as_any`].
+pub trait DecoderConfig: AsAny + CloneConfig + std::fmt::Debug + Send + Sync {
     /// `model_type` as `config.json` spells it.
     fn model_type(&self) -> &str;
 
@@ -146,8 +173,11 @@ pub trait DecoderConfig: std::fmt::Debug + Send + Sync + 'static {
     fn check(&self) -> Result<()>;
 
     /// Keys one block draws from the [`InitRng`] (a pipeline stage skips
-    /// those of the layers it does not hold).
-    fn block_keys(&self) -> u64;
+    /// those of the layers it does not hold): by default seven, a
+    /// grouped-query block's q, k, v, o, gate, up and down.
+    fn block_keys(&self) -> u64 {
+        7
+    }
 
     /// Block `layer` on `mesh`, drawn from `rng` or zeroed.
     fn block(
@@ -186,81 +216,41 @@ pub trait DecoderConfig: std::fmt::Debug + Send + Sync + 'static {
     fn stored(&self, name: &str, shape: &[usize]) -> Stored {
         Stored::same(name, shape)
     }
+}
 
+/// A config copied into a box (every `Clone` config is).
+pub trait CloneConfig {
     /// A boxed copy.
     fn clone_box(&self) -> Box<dyn DecoderConfig>;
+}
 
-    /// As [`Any`], to reach the family's own config type.
-    fn as_any(&self) -> &dyn Any;
+impl<T: DecoderConfig + Clone> CloneConfig for T {
+    fn clone_box(&self) -> Box<dyn DecoderConfig> {
+        Box::new(self.clone())
+    }
 }
 
 impl Clone for Box<dyn DecoderConfig> {
     fn clone(&self) -> Self {
-        self.clone_box()
+        self.as_ref().clone_box()
     }
 }
 
-/// A boxed config is a config (code generic over families passes one).
-impl DecoderConfig for Box<dyn DecoderConfig> {
-    fn model_type(&self) -> &str {
-        (**self).model_type()
-    }
+/// What [`Decoder::new`](super::Decoder::new) takes: a family's config, or
+/// one already boxed (code generic over families).
+pub trait IntoDecoderConfig {
+    /// The config, boxed once.
+    fn into_config(self) -> Box<dyn DecoderConfig>;
+}
 
-    fn spec(&self) -> DecoderSpec {
-        (**self).spec()
+impl<T: DecoderConfig> IntoDecoderConfig for T {
+    fn into_config(self) -> Box<dyn DecoderConfig> {
+        Box::new(self)
     }
+}
 
-    fn check(&self) -> Result<()> {
-        (**self).check()
-    }
-
-    fn block_keys(&self) -> u64 {
-        (**self).block_keys()
-    }
-
-    fn block(
-        &self,
-        mesh: &Mesh,
-        layer: usize,
-        build: &BlockBuild,
-        rng: &mut InitRng,
-    ) -> Result<Box<dyn Block>> {
-        (**self).block(mesh, layer, build, rng)
-    }
-
-    fn block_parameters(&self, layer: usize) -> u128 {
-        (**self).block_parameters(layer)
-    }
-
-    fn block_bytes(&self, mesh: &Mesh, layer: usize) -> u128 {
-        (**self).block_bytes(mesh, layer)
-    }
-
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-
-    fn set_tied(&mut self, tied: bool) {
-        (**self).set_tied(tied)
-    }
-
-    fn to_json(&self, eos: &[i32]) -> Result<String> {
-        (**self).to_json(eos)
-    }
-
-    fn sanitize(&self, name: &str) -> Option<String> {
-        (**self).sanitize(name)
-    }
-
-    fn stored(&self, name: &str, shape: &[usize]) -> Stored {
-        (**self).stored(name, shape)
-    }
-
-    fn clone_box(&self) -> Box<dyn DecoderConfig> {
-        (**self).clone_box()
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        (**self).as_any()
+impl IntoDecoderConfig for Box<dyn DecoderConfig> {
+    fn into_config(self) -> Box<dyn DecoderConfig> {
+        self
     }
 }

@@ -9,6 +9,7 @@
 //! of the separate steps, so the stream is the same numbers either way.
 
 use crate::error::Result;
+use crate::nn::dropout::Dropout;
 use crate::nn::norm::Normalize;
 use crate::tensor::{DTensor, RowProduct};
 
@@ -43,6 +44,17 @@ impl Branch {
             Branch::Done(t) => Ok((residual.add(&t)?, None)),
             Branch::Row(p) => p.finish(Some(residual), norm),
         }
+    }
+}
+
+impl Branch {
+    /// `p` through dropout `d`: left unfinished (for the stream to fuse)
+    /// where `d` passes its input through (evaluation, or p = 0).
+    pub fn dropout(p: RowProduct, d: &Dropout) -> Result<Branch> {
+        if !d.is_training() || d.config().p == 0.0 {
+            return Ok(Branch::Row(p));
+        }
+        Ok(Branch::Done(d.forward(&p.resolve()?)?))
     }
 }
 

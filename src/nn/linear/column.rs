@@ -179,42 +179,8 @@ impl ColumnParallelLinear {
     /// their input gradients once. Output `Shard(1)`; `gather_output` and
     /// the ring are not applied.
     pub fn forward_mapped(&self, xg: &DTensor) -> Result<DTensor> {
-        self.forward_mapped_with(xg, None)
-    }
-
-    /// `act(self.forward_mapped(xg))` (SwiGLU's gate), the activation in
-    /// the product's store where nothing is recorded, as
-    /// [`Self::forward_activation`].
-    pub fn forward_mapped_activation(&self, xg: &DTensor, act: Activation) -> Result<DTensor> {
-        self.forward_mapped_with(xg, Some((act, None)))
-    }
-
-    /// `act(self.forward_mapped(xg)) ⊙ up` (SwiGLU's gate times up, `up`
-    /// placed as this layer's output): the same bits, with the activation
-    /// and the product in the kernel's store where nothing is recorded
-    /// ([`DTensor::linear_activation_mul`]).
-    pub fn forward_mapped_activation_mul(
-        &self,
-        xg: &DTensor,
-        act: Activation,
-        up: &DTensor,
-    ) -> Result<DTensor> {
-        self.forward_mapped_with(xg, Some((act, Some(up))))
-    }
-
-    fn forward_mapped_with(
-        &self,
-        xg: &DTensor,
-        epilogue: Option<(Activation, Option<&DTensor>)>,
-    ) -> Result<DTensor> {
         let (w, bias) = self.mapped_operands(xg)?;
-        let (w, bias) = (&w, bias.as_ref());
-        let opts = MatmulOptions::default();
-        match epilogue {
-            Some((act, Some(up))) => xg.linear_activation_mul(w, bias, act, up, opts),
-            Some((act, None)) => xg.linear_activation(w, bias, act, opts),
-            None => xg.linear(w, bias, opts),
-        }
+        xg.linear(&w, bias.as_ref(), MatmulOptions::default())
     }
 
     /// The weight and bias [`Self::forward_mapped`] multiplies `xg` by

@@ -4,7 +4,7 @@
 
 use wgpu_tp::kernels::Activation;
 use wgpu_tp::models::Gpt2Config;
-use wgpu_tp::nn::DecoderConfig;
+use wgpu_tp::nn::{ConfigFile, DecoderConfig};
 
 fn parse(extra: &str) -> Result<Gpt2Config, String> {
     let text = format!(

@@ -16,7 +16,7 @@ mod config;
 use crate::util::{Rng, assert_close, masters, mesh, meshes};
 use safetensors::{Dtype, SafeTensors};
 use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
-use wgpu_tp::nn::{Params, Sampling};
+use wgpu_tp::nn::{ConfigFile, Params, Sampling};
 
 const TOL: f64 = 1e-5;
 const VARIANTS: [&str; 3] = ["f32", "f16_prefixed", "bf16_sharded"];
