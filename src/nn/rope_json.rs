@@ -60,7 +60,7 @@ impl RopeConfig {
             num(obj, "partial_rotary_factor", file)?.or(num(top, "partial_rotary_factor", file)?);
         let rotary_dim = match prf {
             None => head_dim,
-            Some(f) if f == 1.0 => head_dim,
+            Some(1.0) => head_dim,
             Some(f) if !partial => {
                 return Err(bad(
                     file,
@@ -72,7 +72,12 @@ impl RopeConfig {
             }
             Some(f) => {
                 let r = (head_dim as f64 * f) as usize;
-                if !(f > 0.0 && f <= 1.0) || r == 0 || r % 2 != 0 || (head_dim - r) % 2 != 0 {
+                let fits = f > 0.0
+                    && f <= 1.0
+                    && r != 0
+                    && r.is_multiple_of(2)
+                    && (head_dim - r).is_multiple_of(2);
+                if !fits {
                     return Err(bad(
                         file,
                         format!(

@@ -157,7 +157,9 @@ fn bad_weights_name_the_file_and_tensor() {
 
 #[test]
 fn unsupported_gemma_and_phi3_variants_name_the_key() {
-    let cases: [(&str, &str, &str, Option<&str>, &[&str]); 9] = [
+    // (fixture, case, key, value, what the error names)
+    type Case<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, &'a [&'a str]);
+    let cases: [Case; 9] = [
         (
             "gemma3_sliding",
             "gemma multimodal",
