@@ -7,7 +7,8 @@
 //! wgpu's own tools do, but a mismatch is an [`Error`], never a panic.
 //! `WGPU_TP_TRACE=path.json` traces the mesh from build to drop
 //! ([`MeshBuilder::trace_to`]); `WGPU_TP_LIMITS=webgpu|downlevel` opens the
-//! devices with weaker limits ([`MeshBuilder::limits`]).
+//! devices with weaker limits ([`MeshBuilder::limits`]); both are read
+//! through the process's settings (`settings/`).
 
 use std::path::PathBuf;
 
@@ -15,6 +16,7 @@ use super::adapters::{instance_for, parse_backends};
 use super::mesh::{DeviceLayout, Mesh};
 use super::open::open;
 use super::rank::Rank;
+use super::settings::current;
 use crate::error::{Error, Result};
 
 /// Builder for a [`Mesh`]: backend, adapter, power preference and placement.
@@ -97,27 +99,18 @@ impl MeshBuilder {
     /// (what browsers' WebGPU guarantees) or `downlevel_defaults()` (GLES
     /// 3.1-class). Each limit must be within the adapter's. Kernels that need
     /// more than a limit allows fail with [`Error::DeviceLimit`] naming it.
-    /// `WGPU_TP_LIMITS=webgpu` or `downlevel` does the same.
+    /// `WGPU_TP_LIMITS=webgpu` or `downlevel` (the settings' `limits`) does
+    /// the same.
     pub fn limits(mut self, limits: wgpu::Limits) -> Self {
         self.limits = Some(limits);
         self
     }
 
-    fn resolved_limits(&self) -> Result<Option<wgpu::Limits>> {
+    fn resolved_limits(&self) -> Option<wgpu::Limits> {
         if self.limits.is_some() || !self.use_env {
-            return Ok(self.limits.clone());
+            return self.limits.clone();
         }
-        match std::env::var("WGPU_TP_LIMITS").unwrap_or_default().trim() {
-            "" | "adapter" => Ok(None),
-            "webgpu" => Ok(Some(wgpu::Limits::default())),
-            "downlevel" => Ok(Some(wgpu::Limits::downlevel_defaults())),
-            other => Err(Error::InvalidArgument {
-                op: "MeshBuilder",
-                message: format!(
-                    "WGPU_TP_LIMITS={other:?} is not known: use webgpu, downlevel or adapter"
-                ),
-            }),
-        }
+        current().limits.limits()
     }
 
     /// Number of ranks (ignored for [`DeviceLayout::PerAdapter`]).
@@ -157,7 +150,9 @@ impl MeshBuilder {
         self
     }
 
-    /// Whether `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` / `WGPU_TP_TRACE` are read (default true).
+    /// Whether `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` are read, and the
+    /// process's [`Settings`](crate::Settings) `trace` and `limits`
+    /// (`WGPU_TP_TRACE`, `WGPU_TP_LIMITS`) apply (default true).
     pub fn use_env(mut self, on: bool) -> Self {
         self.use_env = on;
         self
@@ -183,16 +178,10 @@ impl MeshBuilder {
     }
 
     fn resolved_trace_path(&self) -> Option<PathBuf> {
-        if self.trace_path.is_some() {
+        if self.trace_path.is_some() || !self.use_env {
             return self.trace_path.clone();
         }
-        if self.use_env {
-            std::env::var_os("WGPU_TP_TRACE")
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        } else {
-            None
-        }
+        current().trace.clone()
     }
 
     /// Shorthand for `layout(DeviceLayout::SharedDevice)`.
@@ -315,7 +304,7 @@ impl MeshBuilder {
             ));
         }
         let backends = self.resolved_backends()?;
-        let limits = self.resolved_limits()?;
+        let limits = self.resolved_limits();
         let limits = (limits.as_ref(), self.without_features, &self.memory_hints);
         let instance = instance_for(backends);
         let list = self.candidates(&instance, backends).await;

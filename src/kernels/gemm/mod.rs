@@ -58,9 +58,10 @@
 //! register tile, for tuning.
 //!
 //! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|buffer|tiled|coop|packed-buffer|gemv`
-//! forces one for [`gemm`] (read once per process; `cpu` and `generic` are
-//! accepted for `buffer` and `packed-buffer`); [`gemm_with`] picks one per
-//! call.
+//! forces one for [`gemm`] (`cpu` and `generic` are accepted for `buffer`
+//! and `packed-buffer`); [`gemm_with`] picks one per call. Both are read
+//! through the process's settings ([`Settings`](crate::Settings)), which
+//! code can change.
 //!
 //! Mixed precision: A and B may both be f16 (on adapters with `SHADER_F16`);
 //! the kernels widen each load and accumulate in f32, add the f32 bias and

@@ -2,86 +2,12 @@
 //! ([`GemmVariant`]) and the operands beyond A and B ([`GemmOptions`]),
 //! with the last steps a kernel cannot take in its store ([`apart`]).
 
-use crate::device::LocalTensor;
+pub use crate::device::settings::GemmVariant;
+use crate::device::{LocalTensor, settings};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
 use crate::kernels::gemv::GEMV_MAX_ROWS;
-
-/// Which GEMM kernel to run (see the `gemm` module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum GemmVariant {
-    /// `WGPU_TP_GEMM_VARIANT` if set, else `Texture` on CPU adapters and
-    /// `Tiled` on other adapters.
-    #[default]
-    Auto,
-    /// The register kernel reading A and B from RGBA textures they are
-    /// copied into (packed first where a row is not a multiple of 64 f32 /
-    /// 128 f16 elements, and where transposed unless the kernel shares rows
-    /// by subgroup and the product is large): the fastest on CPU adapters,
-    /// whose drivers fetch texels much faster than storage loads. Products
-    /// with a side over `max_texture_dimension_2d` run as parts that fit.
-    /// On CPU adapters the textures are bound as read-only storage textures
-    /// (loaded faster than sampled texels there), elsewhere as sampled ones.
-    Texture,
-    /// `Texture` with A and B bound as sampled textures (`texture_2d`).
-    SampledTexture,
-    /// `Texture` with A and B bound as read-only storage textures
-    /// (`texture_storage_2d`); sampled textures where the device cannot
-    /// bind two of them in a kernel.
-    StorageTexture,
-    /// Register-tiled, no workgroup memory, reading storage buffers. Operands
-    /// whose layout it cannot read in place (transposed, or a contiguous
-    /// dimension not a multiple of 4) are packed first.
-    Buffer,
-    /// Workgroup-memory tiled: for real GPUs; any shape (transposed operands
-    /// are packed first).
-    Tiled,
-    /// Cooperative matrices (tensor cores; `shaders/gemm_coop.wgsl`): f16 A
-    /// and B in 16×16×16 steps accumulated in f32, any shape (transposed
-    /// operands packed first). `Auto` takes it for f16 products where
-    /// [`Device::has_coop_f16`](crate::device::Device::has_coop_f16); asked
-    /// for elsewhere, or with f32 operands, it is an error.
-    Coop,
-    /// The `Buffer` kernel with both operands always packed: the path ragged
-    /// shapes take, forced (for tests and benchmarks).
-    PackedBuffer,
-    /// The small-M kernel (`shaders/gemv.wgsl`): A of at most
-    /// [`GEMV_MAX_ROWS`](crate::kernels::gemv::GEMV_MAX_ROWS) rows, B read
-    /// where it is stored (no pack; on CPU adapters a weight read again
-    /// through a kept texture copy, the same bits). `Auto` takes it for
-    /// such products on every adapter.
-    Gemv,
-}
-
-impl GemmVariant {
-    /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
-    /// `sampled-texture`, `storage-texture`, `buffer`, `tiled`, `coop` (for
-    /// the f16 products where it can run; others keep `Auto`'s choice),
-    /// `packed-buffer`, `gemv`; `cpu` and `generic`, the old names of
-    /// `buffer` and `packed-buffer`, still work; anything else means
-    /// `Auto`), read once per process.
-    pub(crate) fn from_env() -> GemmVariant {
-        static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
-        *VARIANT.get_or_init(|| {
-            match std::env::var("WGPU_TP_GEMM_VARIANT")
-                .unwrap_or_default()
-                .to_ascii_lowercase()
-                .as_str()
-            {
-                "texture" => GemmVariant::Texture,
-                "sampled-texture" => GemmVariant::SampledTexture,
-                "storage-texture" => GemmVariant::StorageTexture,
-                "buffer" | "cpu" => GemmVariant::Buffer,
-                "tiled" => GemmVariant::Tiled,
-                "coop" => GemmVariant::Coop,
-                "packed-buffer" | "generic" => GemmVariant::PackedBuffer,
-                "gemv" => GemmVariant::Gemv,
-                _ => GemmVariant::Auto,
-            }
-        })
-    }
-}
 
 /// Options for [`gemm`](super::gemm): `C = act(op(A)·op(B) (+ bias broadcast
 /// over rows) (+ accumulate)) (⊙ multiply)`.
@@ -153,7 +79,7 @@ pub(super) fn resolve(
     let coop = a.dtype() == DType::F16 && a.device().has_coop_f16();
     // `WGPU_TP_GEMM_VARIANT=coop` asks for it where it can run; the f32
     // products beside it keep Auto's choice.
-    let env = match GemmVariant::from_env() {
+    let env = match settings::current().gemm_variant {
         GemmVariant::Coop if !coop => GemmVariant::Auto,
         v => v,
     };

@@ -9,10 +9,10 @@
 
 use super::group_source::source;
 use super::{Activation, CANDIDATES, GEMV_MAX_ROWS, GUESS, TUNE_MIN_WEIGHTS};
+use crate::device::settings::{self, GemmVariant};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::GemmVariant;
 
 /// Members one dispatch takes.
 pub(crate) const GROUP: usize = super::GROUP_OF;
@@ -102,7 +102,7 @@ pub(crate) fn fits(operands: &[Operands]) -> bool {
     // Not on GPUs: there a product alone takes the split-K entry (other
     // bits), and a dispatch's fixed cost is small.
     // Nor where WGPU_TP_GEMM_VARIANT names a kernel for every product.
-    let env = GemmVariant::from_env();
+    let env = settings::current().gemm_variant;
     operands.len() >= 2
         && !dev.is_gpu()
         && matches!(env, GemmVariant::Auto | GemmVariant::Gemv)

@@ -10,8 +10,9 @@
 //! available beyond the textures kept. Measurement keeps it where it saves
 //! 10 % of the buffer kernel's time (lavapipe: weights from
 //! `TEXTURE_MIN_BYTES`); unmeasured, GL llvmpipe takes it, others do not
-//! ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=0` (or
-//! `WGPU_TP_PACK_CACHE=0`) turns it off.
+//! ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=off` (or
+//! `WGPU_TP_PACK_CACHE=off`; the settings' `gemv_texture`, `pack_cache`)
+//! turns it off.
 //!
 //! The texels are `rgba32uint` for f32 and bf16 weights alike (bits, not
 //! values: nothing on the way can flush or canonicalise a float), and the
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::{Knob, gemv_into};
 use crate::device::{
     Access, Device, KernelSpec, LocalTensor, copy_region, flat_texture_shift, host_available,
-    storage_textures_work,
+    settings, storage_textures_work,
 };
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -43,15 +44,14 @@ pub(super) const GUESS: (usize, usize) = (4, 32);
 /// Whether the small-M GEMM keeps a texture of a weight read again on
 /// `device` where measurement has not chosen: on GL llvmpipe, whose buffer
 /// loads the texture beats 1.5–3×; not on other CPU adapters (lavapipe
-/// gains 0–20 %: BENCHMARKS round 27) nor on GPUs. `WGPU_TP_GEMV_TEXTURE=1`
-/// takes it on every CPU adapter, `=0` nowhere (nor measures it).
+/// gains 0–20 %: BENCHMARKS round 27) nor on GPUs. `WGPU_TP_GEMV_TEXTURE=on`
+/// (the settings' `gemv_texture`) takes it on every CPU adapter, `off`
+/// nowhere (nor measures it).
 pub fn texture_by_default(device: &Device) -> bool {
     device.is_cpu()
-        && match std::env::var("WGPU_TP_GEMV_TEXTURE").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => device.adapter_info().backend == wgpu::Backend::Gl,
-        }
+        && settings::current()
+            .gemv_texture
+            .unwrap_or(device.adapter_info().backend == wgpu::Backend::Gl)
 }
 
 /// Bytes a weight must hold to be measured for a texture where the guess
@@ -115,14 +115,12 @@ fn unfit(
         .map(|(_, why)| why.to_string())
 }
 
-/// Whether the automatic choice may keep textures: on unless
-/// `WGPU_TP_GEMV_TEXTURE=0` or `WGPU_TP_PACK_CACHE=0`.
+/// Whether the automatic choice may keep textures: on unless the settings
+/// turn them or the pack cache off (`WGPU_TP_GEMV_TEXTURE=off`,
+/// `WGPU_TP_PACK_CACHE=off`).
 fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let off = |var| std::env::var(var).is_ok_and(|v| v == "0");
-        !off("WGPU_TP_GEMV_TEXTURE") && !off("WGPU_TP_PACK_CACHE")
-    })
+    let s = settings::current();
+    s.gemv_texture != Some(false) && s.pack_cache
 }
 
 /// Bytes of weight textures kept by this process: the memory check counts
