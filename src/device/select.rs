@@ -113,6 +113,27 @@ impl MeshBuilder {
         current().limits.limits()
     }
 
+    /// How wgpu suballocates each device's memory (default
+    /// `wgpu::MemoryHints::Performance`: blocks of 128–256 MiB). On a CPU
+    /// adapter device memory is the process's own; smaller blocks
+    /// (`MemoryUsage`, or `Manual` with a few MiB) give freed memory back
+    /// sooner, so the process peaks lower, and run slower (BENCHMARKS.md
+    /// measures both on GPT-2's training step).
+    pub fn memory_hints(mut self, hints: wgpu::MemoryHints) -> Self {
+        self.memory_hints = hints;
+        self
+    }
+
+    /// Lay the ranks out over named axes, row-major (the last axis
+    /// fastest), e.g. `axes(&[("dp", 2), ("tp", 2)])`; sets the number of
+    /// ranks to the sizes' product (over MPI or one rank per adapter, the
+    /// product must equal the number of processes or adapters). See
+    /// [`Mesh::with_axes`] and [`Mesh::axis`].
+    pub fn axes(mut self, axes: &[(&str, usize)]) -> Self {
+        self.axes = axes.iter().map(|(n, s)| (n.to_string(), *s)).collect();
+        self.ranks(axes.iter().fold(1usize, |acc, a| acc.saturating_mul(a.1)))
+    }
+
     /// Number of ranks (ignored for [`DeviceLayout::PerAdapter`]).
     pub fn ranks(mut self, n: usize) -> Self {
         self.ranks = n;
