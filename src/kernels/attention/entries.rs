@@ -10,6 +10,7 @@
 //! `WGPU_TP_ATTENTION_ENTRIES` = `scalar`, `buffers` or `textures` (the
 //! settings' `attention_entries`) picks one where it can run.
 
+use super::params::Params;
 use crate::device::settings::{self, AttentionEntries};
 use crate::device::{
     Access, Device, Dispatch, KernelSpec, LocalTensor, flat_texture_shift, storage_textures_work,
@@ -119,7 +120,7 @@ impl Entries {
     pub(super) fn record(
         self,
         entry: &'static str,
-        params: &mut super::launch::Params,
+        params: &mut Params,
         workgroups: u64,
         (inputs, any): ([Option<&LocalTensor>; 3], &LocalTensor),
         out: &LocalTensor,

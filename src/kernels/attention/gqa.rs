@@ -10,7 +10,7 @@
 use super::checks::{check_operand, check_size};
 use super::launch::{Problem, View};
 use super::shape::{AttentionShape, HeadGroups};
-use super::{Attention, ProbsDropout};
+use super::types::{Attention, ProbsDropout};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Knob, gemv_into};
+use super::knobs::Params;
 use crate::device::{
     Access, Device, KernelSpec, LocalTensor, copy_region, flat_texture_shift, host_available,
     settings, storage_textures_work,
@@ -252,7 +252,7 @@ pub(super) fn record(
     a: &LocalTensor,
     (tex, weight): (&WeightTexture, DType),
     [bias, acc, out]: [&LocalTensor; 3],
-    params: super::Params,
+    params: Params,
     rows: usize,
     (cols, wg): (usize, usize),
 ) -> Result<()> {
@@ -261,7 +261,7 @@ pub(super) fn record(
     let x = a.rank().alloc(OP, &[4 * A_VEC4S], DType::F32)?;
     copy_region(a, 0, &x, 0, a.len())?;
     let groups = (params.n as usize).div_ceil(cols).div_ceil(wg);
-    let params = super::Params {
+    let params = Params {
         groups: groups as u32,
         shift: shift(a.device()),
         ..params
@@ -279,69 +279,6 @@ pub(super) fn record(
         workgroups: groups as u64,
     }
     .record_with_textures(a.device(), &[&tex.view])
-}
-
-/// `a·bᵀ` (`b` `[N, K]`, f32 or bf16) for f32 `a` `[M, K]` by the texture
-/// entries with knob `(columns, workgroup size)` (one of
-/// [`TEXTURE_CANDIDATES`]), the weight copied into a texture for this call
-/// if none is kept: the entries the automatic choice takes for a weight
-/// read again on CPU adapters. The bits equal
-/// [`gemv_with_candidate`](super::gemv_with_candidate)'s.
-/// An error where they cannot take the product (B not f32 or bf16, or in
-/// row blocks; K not a multiple of 4, or 8 for bf16; more of A than 64
-/// KiB; a weight past one texture; a device without read-only storage
-/// textures or 64 KiB bindings). The result starts as NaN (anything the
-/// kernel did not write shows).
-pub fn gemv_texture_with(
-    a: &LocalTensor,
-    b: &LocalTensor,
-    knob: (usize, usize),
-) -> Result<LocalTensor> {
-    const OP: &str = "gemv_texture_with";
-    let ([m, k], [n, kb]) = (a.shape(), b.shape()) else {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "a must be [M, K] and b [N, K], got a {:?} and b {:?}",
-                a.shape(),
-                b.shape()
-            ),
-        ));
-    };
-    let most = a.device().limits().max_compute_invocations_per_workgroup as usize;
-    if kb != k || a.dtype() != DType::F32 {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "a must be f32 [M, K] and b [N, K] with the same K, got a {} {:?} and b {:?}",
-                a.dtype(),
-                a.shape(),
-                b.shape()
-            ),
-        ));
-    }
-    if !TEXTURE_CANDIDATES.contains(&knob) || knob.1 > most {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "the knob must be one of {TEXTURE_CANDIDATES:?} with at most {most} invocations, got {knob:?}"
-            ),
-        ));
-    }
-    a.same_rank(OP, b)?;
-    // Poisoned: an element the kernel did not write reads NaN.
-    let out = a.rank().filled(&[*m, *n], DType::F32, f32::NAN.to_bits())?;
-    let (none, mnk) = ((None, None, None, None), (*m, *n, *k));
-    gemv_into(
-        a,
-        b,
-        true,
-        none,
-        &out,
-        mnk,
-        (Some(Knob::Texture(knob)), false),
-    )?;
-    Ok(out)
 }
 
 #[cfg(test)]
