@@ -11,7 +11,8 @@
 //! steps' bits, one dispatch fewer per branch.
 
 use super::autograd::tracking;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::comm;
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;

@@ -15,7 +15,9 @@
 mod aliased;
 mod attention;
 mod autograd;
+mod checks;
 mod cross_entropy;
+mod cross_entropy_config;
 mod cross_entropy_grad;
 mod dropout;
 mod dtensor;
@@ -29,11 +31,13 @@ mod linear_residual;
 mod mappings;
 mod matmul;
 mod matmul_grad;
+mod matmul_plan;
 mod narrow;
 mod norm;
 mod overwrite;
 mod paired;
 mod pipe;
+mod placement;
 mod product;
 mod redistribute;
 mod ring;
@@ -53,13 +57,14 @@ pub(crate) use autograd::{
     GradSlot, Node, grad_placement, placed, record, record_source, tracking,
 };
 pub use autograd::{NoGradGuard, is_grad_enabled, no_grad};
-pub use cross_entropy::{CrossEntropyConfig, Reduction};
-pub use dtensor::{DTensor, Placement, local_shape, local_shape_in_units};
+pub use cross_entropy_config::{CrossEntropyConfig, Reduction};
+pub use dtensor::DTensor;
 pub use gqa::GqaSpec;
 pub use holding::Holding;
 pub use mappings::Mapping;
-pub use matmul::MatmulOptions;
+pub use matmul_plan::MatmulOptions;
 pub use pipe::Pipe;
+pub use placement::{Placement, local_shape, local_shape_in_units};
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
 };

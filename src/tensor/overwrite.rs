@@ -3,7 +3,8 @@
 //! and giving each rank a buffer of its own before an in-place update.
 
 use super::aliased::one_buffer_each;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::element::DType;
 use crate::error::Result;
 use crate::shard::{host_narrow, split_range_in_units};

@@ -8,8 +8,7 @@
 use super::autograd::tracking;
 use super::dtensor::DTensor;
 use super::elementwise::expect_placed_not_partial;
-use super::matmul::MatmulOptions;
-use super::product::plan;
+use super::matmul_plan::{MatmulOptions, Plan, plan};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -86,7 +85,7 @@ impl DTensor {
         };
         let pg = plan(self, gate.0, gate.1, opts, None)?;
         let pu = plan(self, up.0, up.1, opts, None)?;
-        let placed = |p: &super::product::Plan| (p.t, p.n, p.placement, p.unit);
+        let placed = |p: &Plan| (p.t, p.n, p.placement, p.unit);
         if placed(&pg) != placed(&pu) {
             return Err(Error::invalid(
                 OP,

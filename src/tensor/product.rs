@@ -1,110 +1,23 @@
 //! The unrecorded shard-by-shard product behind [`DTensor::matmul`] and
-//! [`DTensor::linear`] (placements and shapes checked by [`plan`]), and
+//! [`DTensor::linear`] (placements and shapes checked by `matmul_plan.rs`), and
 //! [`DTensor::linears`]: several layers of one input (attention's q, k and
 //! v) in shared small-M dispatches where nothing is recorded. Decoding
 //! Llama's shapes at one rank paid a CPU adapter's fixed cost per dispatch
 //! for each of the three, two of them products of 192 columns.
 
 use super::autograd::tracking;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
 use super::elementwise::expect_placed_not_partial;
 use super::grouped;
-use super::matmul::{MatmulOptions, check_dtypes, dims2, expect_aligned, expect_same_mesh};
+use super::matmul_plan::{MatmulOptions, Plan, plan};
 use super::paired;
-use super::rows::check_bias;
+use super::placement::Placement;
 use super::tied_head;
 use crate::device::LocalTensor;
-use crate::element::{DType, ReduceOp};
-use crate::error::{Error, Result};
+use crate::element::DType;
+use crate::error::Result;
 use crate::kernels::gemv::group::{Operands, fits, gemv_group};
 use crate::kernels::{Activation, GemmOptions};
-
-/// A checked product: y's shape `[t, n]`, its placement and shard unit.
-pub(super) struct Plan {
-    pub(super) t: usize,
-    pub(super) n: usize,
-    pub(super) placement: Placement,
-    pub(super) unit: usize,
-}
-
-/// The checks of `act(x·w (+ bias)) (⊙ up)`: shapes, dtypes, placements
-/// (which pairs multiply shard by shard) and the bias's and up's.
-pub(super) fn plan(
-    x: &DTensor,
-    w: &DTensor,
-    bias: Option<&DTensor>,
-    opts: MatmulOptions,
-    up: Option<&DTensor>,
-) -> Result<Plan> {
-    const OP: &str = "DTensor::matmul";
-    expect_same_mesh(OP, x, w)?;
-    let [t, k] = dims2(OP, "x [T, K]", x)?;
-    let w_dims = if opts.transpose_w {
-        "w [N, K]"
-    } else {
-        "w [K, N]"
-    };
-    let [w0, w1] = dims2(OP, w_dims, w)?;
-    // w's dims by role.
-    let (k_dim, n_dim) = if opts.transpose_w { (1, 0) } else { (0, 1) };
-    let (kw, n) = if opts.transpose_w { (w1, w0) } else { (w0, w1) };
-    if kw != k {
-        return Err(Error::shape(
-            OP,
-            format!("{w_dims} with K = {k} (x's columns)"),
-            w.shape(),
-        ));
-    }
-    let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
-    check_dtypes(OP, x, w, out_dtype)?;
-    let (placement, unit) = match (x.placement(), w.placement()) {
-        (Placement::Replicate, Placement::Shard(d)) if d == n_dim => {
-            (Placement::Shard(1), w.shard_unit())
-        }
-        (Placement::Shard(1), Placement::Shard(d)) if d == k_dim => {
-            expect_aligned(OP, (x, 1, "x's K (dim 1)"), (w, k_dim, "w's K"))?;
-            (Placement::Partial(ReduceOp::Sum), 1)
-        }
-        (Placement::Replicate, Placement::Replicate) => (Placement::Replicate, 1),
-        (Placement::Shard(0), Placement::Replicate) => (Placement::Shard(0), x.shard_unit()),
-        (xp, wp) => {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "no shard-by-shard product of x placed {xp:?} and w placed {wp:?} \
-                         (w's K is dim {k_dim}, its N dim {n_dim}): the pairs are x Replicate \
-                         × w Shard({n_dim}), x Shard(1) × w Shard({k_dim}), x Replicate or \
-                         Shard(0) × w Replicate; redistribute first"
-                ),
-            ));
-        }
-    };
-    if let Some(b) = bias {
-        // y's placement meets the bias's as in add_row.
-        check_bias(OP, placement, n, b, (w, n_dim, "w's rows"))?;
-    }
-    if let Some(up) = up {
-        expect_same_mesh(OP, x, up)?;
-        if up.shape() != [t, n] || up.placement() != placement || up.shard_unit() != unit {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "up must be shaped and placed as the product ([{t}, {n}], {placement:?} in \
-                     units of {unit}), got {:?}, {:?} in units of {}",
-                    up.shape(),
-                    up.placement(),
-                    up.shard_unit()
-                ),
-            ));
-        }
-    }
-    Ok(Plan {
-        t,
-        n,
-        placement,
-        unit,
-    })
-}
 
 /// The bias in f32, as the kernels read it.
 fn bias32(bias: Option<&DTensor>) -> Result<Option<DTensor>> {

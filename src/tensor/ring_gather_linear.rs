@@ -8,12 +8,13 @@
 //! moves f32 chunks.
 
 use super::autograd::{placed, record, tracking};
-use super::dtensor::{DTensor, Placement};
+use super::checks::check_bias;
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use super::ring::{
     concat_token_chunks, expect_token_chunks, ring_all_gather_fused, ring_operands,
     ring_reduce_scatter_fused, token_chunk,
 };
-use super::rows::check_bias;
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};

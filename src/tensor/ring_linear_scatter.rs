@@ -10,8 +10,9 @@
 //! moves f32 chunks.
 
 use super::autograd::{placed, record};
-use super::dtensor::{DTensor, Placement};
-use super::matmul::expect_aligned;
+use super::checks::expect_aligned;
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use super::ring::{
     concat_token_chunks, expect_token_chunks, ring_all_gather_fused, ring_operands,
     ring_reduce_scatter_fused, token_chunk,
