@@ -40,17 +40,19 @@ mod pipe;
 mod placement;
 mod product;
 mod redistribute;
+pub(crate) mod replicas;
 mod ring;
 mod ring_gather_linear;
 mod ring_linear_scatter;
 mod rotary;
 mod rows;
 mod scatter_bias;
+pub(crate) mod sliced_adamw;
 mod tied_head;
 mod topk;
 mod update;
 
-pub(crate) use aliased::{made_once, one_buffer};
+pub(crate) use aliased::made_once;
 pub use attention::AttentionDropout;
 #[allow(unused_imports)]
 pub(crate) use autograd::{
