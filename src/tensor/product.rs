@@ -1,9 +1,9 @@
 //! The unrecorded shard-by-shard product behind [`DTensor::matmul`] and
 //! [`DTensor::linear`] (placements and shapes checked by `matmul_plan.rs`), and
 //! [`DTensor::linears`]: several layers of one input (attention's q, k and
-//! v) in shared small-M dispatches where nothing is recorded. Decoding
-//! Llama's shapes at one rank paid a CPU adapter's fixed cost per dispatch
-//! for each of the three, two of them products of 192 columns.
+//! v) in shared small-M dispatches where nothing is recorded: decoding
+//! paid a CPU adapter's fixed cost per dispatch for each product, however
+//! few its columns.
 
 use super::autograd::tracking;
 use super::dtensor::DTensor;
@@ -83,9 +83,9 @@ impl DTensor {
     /// that binds 16 storage buffers, at most 8 rows, all with a bias or
     /// none), they share dispatches, four a dispatch: every layer's and
     /// rank's where the ranks share a device, else each rank's layers. On
-    /// one device that binds 20, the last two layers (a Llama's k and v, of
-    /// one shape and without biases) are read in one pass, a pair a rank,
-    /// where that takes fewer dispatches (three or more ranks).
+    /// one device that binds 20, adjacent layers whose weights share a
+    /// shape and have no biases are read in one pass, a pair a rank, where
+    /// that takes fewer dispatches (`paired.rs`).
     /// Otherwise (a GPU, the tape) each layer is [`DTensor::linear`].
     pub fn linears(&self, layers: &[(&DTensor, Option<&DTensor>)]) -> Result<Vec<DTensor>> {
         self.linears_with(layers, &[])
@@ -183,34 +183,14 @@ impl DTensor {
         }
         let outs_of = |idx: &[usize]| idx.iter().map(|&i| &made[at[i]]).collect::<Vec<_>>();
         if sets.len() == 1 {
-            // The last two layers (k and v) as pairs where that takes
-            // fewer dispatches.
-            let n = layers.len();
-            let of_layer = |l: usize| {
-                kept.iter()
-                    .copied()
-                    .filter(|&i| i / ranks == l)
-                    .collect::<Vec<_>>()
-            };
-            let (ks, vs) = (of_layer(n - 2), of_layer(n - 1));
-            let singles: Vec<usize> = kept
-                .iter()
-                .copied()
-                .filter(|&i| i / ranks < n - 2)
-                .collect();
-            let same_ranks = ks
-                .iter()
-                .map(|i| i % ranks)
-                .eq(vs.iter().map(|i| i % ranks));
-            let pairs = same_ranks
-                .then(|| paired::last_two(singles.len(), &pick(&ks), &pick(&vs)))
-                .flatten();
-            match pairs {
-                Some(pairs) => {
-                    if !singles.is_empty() {
-                        gemv_group(&pick(&singles), &outs_of(&singles), None)?;
+            // Adjacent layers whose weights share a shape read in one pass,
+            // a pair a rank, where that takes fewer dispatches.
+            match paired::adjacent(&operands, &kept, (layers.len(), ranks)) {
+                Some(p) => {
+                    if !p.singles.is_empty() {
+                        gemv_group(&pick(&p.singles), &outs_of(&p.singles), None)?;
                     }
-                    paired::both(&pairs, &outs_of(&ks), &outs_of(&vs))?;
+                    paired::both(&p.pairs, &outs_of(&p.firsts), &outs_of(&p.seconds))?;
                 }
                 None => gemv_group(&pick(&kept), &outs_of(&kept), None)?,
             }
