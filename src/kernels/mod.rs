@@ -48,7 +48,7 @@ pub use elementwise::{
     Activation, activation, activation_backward, add, add_row, add_row_add, axpby, mul, scale,
 };
 pub use embedding::{embedding_backward, embedding_lookup};
-pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_weight_with, gemm_with, matmul};
+pub use gemm::{GemmOptions, GemmVariant, gemm};
 pub use norm::{
     NormKind, RowsReduce, norm_backward, norm_forward, norm_forward_with, norm_param_grads,
 };
@@ -58,6 +58,18 @@ pub use sampling::{penalized_row, row_exp_sum};
 pub use slicing::{concat, narrow};
 pub use topk::top_k;
 pub use transpose::transpose;
+
+/// `A·B`: [`gemm`] with [`GemmOptions::new`], the one GEMM entry point.
+/// Kept, hidden, for code (and the README's tracing example) written before
+/// `gemm` took every option.
+#[doc(hidden)]
+#[deprecated(note = "use kernels::gemm(a, b, GemmOptions::new())")]
+pub fn matmul(
+    a: &crate::device::LocalTensor,
+    b: &crate::device::LocalTensor,
+) -> crate::error::Result<crate::device::LocalTensor> {
+    gemm(a, b, GemmOptions::new())
+}
 
 /// Every fixed shader family's WGSL source by name (f32); [`all_shaders`]
 /// adds the composed GEMM and f16 kernels.

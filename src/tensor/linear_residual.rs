@@ -54,13 +54,14 @@ impl DTensor {
         {
             return Ok(None);
         }
-        let y = kernels::gemm_weight(
+        let y = kernels::gemm(
             &self.shards()[0],
             &w.shards()[0],
             GemmOptions {
                 trans_b: true,
                 bias: bias.map(|b| &b.shards()[0]),
                 accumulate: Some(&residual.shards()[0]),
+                weight: true,
                 ..Default::default()
             },
         )?;

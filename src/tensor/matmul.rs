@@ -1,5 +1,5 @@
 //! [`DTensor::matmul`]: `y = x·w` (or `x·wᵀ`) shard by shard, one
-//! [`gemm_weight`](crate::kernels::gemm_weight) per rank and no
+//! [`gemm`](crate::kernels::gemm) of a weight per rank and no
 //! communication, so layers can be written on `DTensor` operations instead
 //! of per-shard GEMMs. `x` is
 //! `[T, K]`; `w` is `[K, N]`, or `[N, K]` with `transpose_w` (a layer's
@@ -86,7 +86,7 @@ impl DTensor {
     /// check (mesh, shapes, dtypes, placements, how the shards line up) runs
     /// before any kernel is recorded, so a refused call leaves the mesh as it
     /// was. w's per-rank packs are kept with its buffers until it changes
-    /// ([`gemm_weight`](crate::kernels::gemm_weight)), as the layers'
+    /// ([`GemmOptions::weight`](crate::kernels::GemmOptions::weight)), as the layers'
     /// weights are.
     pub fn matmul_with(&self, w: &DTensor, opts: MatmulOptions) -> Result<DTensor> {
         record("DTensor::matmul", &[self, w], || {

@@ -65,12 +65,13 @@ impl DTensor {
         let keep_chunks = tracking(&inputs);
         record(OP, &inputs, || {
             let done = ring_all_gather_fused(self, |i, _, chunk| {
-                let y = kernels::gemm_weight(
+                let y = kernels::gemm(
                     chunk,
                     &w.shards()[i],
                     GemmOptions {
                         trans_b: true,
                         bias: bias.map(|b| &b.shards()[i]),
+                        weight: true,
                         ..Default::default()
                     },
                 )?;
@@ -150,7 +151,7 @@ fn backward(
                 ..Default::default()
             },
         )?);
-        kernels::gemm_weight(&dy_rc, &w.shards()[i], GemmOptions::default())
+        kernels::gemm(&dy_rc, &w.shards()[i], GemmOptions::new().weight(true))
     })?;
     let dw = dw
         .into_iter()

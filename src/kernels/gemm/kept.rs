@@ -1,5 +1,5 @@
 //! What the GEMM derives from a weight B (a pack, a texture copy), kept
-//! with B's buffer until a kernel writes it in place ([`super::gemm_weight`];
+//! with B's buffer until a kernel writes it in place ([`GemmOptions::weight`](super::GemmOptions::weight);
 //! the version and the keeping are `device/derived.rs`'s).
 
 use crate::device::{LocalTensor, settings};

@@ -6,7 +6,7 @@
 //! 0.6–1.2× on lavapipe 25 (BENCHMARKS round 27). The texture is a copy of
 //! the weight, so it is made from a weight's second product between writes
 //! (decoding), where the pack cache keeps the GEMM's copies
-//! (`gemm_weight`), and kept with it, made only while the host keeps 1 GiB
+//! (`GemmOptions::weight`), and kept with it, made only while the host keeps 1 GiB
 //! available beyond the textures kept. Measurement keeps it where it saves
 //! 10 % of the buffer kernel's time (lavapipe: weights from
 //! `TEXTURE_MIN_BYTES`); unmeasured, GL llvmpipe takes it, others do not
@@ -286,7 +286,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use crate::device::tune;
-    use crate::kernels::{GemmOptions, gemm_weight};
+    use crate::kernels::{GemmOptions, gemm};
     use crate::{DType, Mesh, Tuning};
 
     /// Weight textures made by this test binary.
@@ -307,10 +307,7 @@ mod tests {
             dir: None,
             budget: std::time::Duration::ZERO,
         });
-        let opts = GemmOptions {
-            trans_b: true,
-            ..Default::default()
-        };
+        let opts = GemmOptions::new().trans_b(true).weight(true);
         let k = 512;
         let a = r.upload(&[1, k], &vec![0.5; k]).unwrap();
         for (n, choice, kept) in [(3001usize, "wg 32", 0), (5001, "texture cols 4 wg 32", 1)] {
@@ -323,7 +320,7 @@ mod tests {
             let b = r.upload(&[n, k], &vec![0.25; n * k]).unwrap();
             let made = MADE.load(Ordering::Acquire);
             for _ in 0..3 {
-                let c = gemm_weight(&a, &b, opts).unwrap();
+                let c = gemm(&a, &b, opts).unwrap();
                 assert_eq!(c.to_vec().unwrap(), vec![64.0; n], "{class}");
             }
             assert_eq!(b.derived_count(), kept, "{class} chose {choice}");
