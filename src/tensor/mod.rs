@@ -11,6 +11,14 @@
 //! shared device holds a replicated value once (`aliased.rs`), the ops on
 //! it run once for every rank outside training. Layers above talk to
 //! communication only through these.
+//!
+//! Beneath the products: `placement.rs` (how shards make up a value),
+//! `checks.rs` (the placement checks operations share) and
+//! `matmul_plan.rs` ([`MatmulOptions`] and the checks every product runs
+//! first), so `matmul.rs`, `product.rs`, `paired.rs` and `matmul_grad.rs`
+//! import them and not each other. Over a data-parallel axis:
+//! `replicas.rs` (gradients averaged in buckets) and `sliced_adamw.rs`
+//! (ZeRO-1's sliced update), so layers never index shards.
 
 mod aliased;
 mod attention;
