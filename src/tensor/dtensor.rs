@@ -9,7 +9,10 @@
 use std::sync::Arc;
 
 use super::autograd::TapeNode;
-use super::placement::{Placement, local_shape_in_units};
+use super::placement::local_shape_in_units;
+// Where it was defined before `placement.rs`: files written against that
+// path still build.
+pub(super) use super::placement::Placement;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::DType;
 use crate::error::{Error, Result};

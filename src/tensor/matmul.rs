@@ -30,7 +30,9 @@
 use super::autograd::{record, tracking};
 use super::dtensor::DTensor;
 use super::matmul_grad::product_vjp;
-use super::matmul_plan::MatmulOptions;
+// Where it was defined before `matmul_plan.rs`: files written against that
+// path still build.
+pub(super) use super::matmul_plan::MatmulOptions;
 use super::product::product;
 use crate::element::DType;
 use crate::error::Result;
