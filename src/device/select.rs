@@ -5,10 +5,9 @@
 //! environment variables `WGPU_BACKEND` (e.g. `vulkan`, `gl`) and
 //! `WGPU_ADAPTER_NAME` (case-insensitive substring) narrow the choice the way
 //! wgpu's own tools do, but a mismatch is an [`Error`], never a panic.
-//! `WGPU_TP_TRACE=path.json` traces the mesh from build to drop
-//! ([`MeshBuilder::trace_to`]); `WGPU_TP_LIMITS=webgpu|downlevel` opens the
-//! devices with weaker limits ([`MeshBuilder::limits`]); both are read
-//! through the process's settings (`settings/`).
+//! The settings' `trace` (`WGPU_TP_TRACE`) traces the mesh from build to
+//! drop ([`MeshBuilder::trace_to`]), their `limits` (`WGPU_TP_LIMITS`)
+//! open the devices with weaker limits ([`MeshBuilder::limits`]).
 
 use std::path::PathBuf;
 
