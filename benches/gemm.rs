@@ -167,11 +167,7 @@ fn main() {
         let b_shape = if tb { [n, k] } else { [k, n] };
         let at = r.upload(&a_shape, &a).unwrap();
         let bt = r.upload(&b_shape, &b).unwrap();
-        let opts = GemmOptions {
-            trans_a: ta,
-            trans_b: tb,
-            ..Default::default()
-        };
+        let opts = GemmOptions::new().trans_a(ta).trans_b(tb);
         let name = format!("gemm {m}x{n}x{k} {op}");
         let wgpu = best_time(&mut c, &format!("{name} wgpu"), || {
             kernels::gemm(&at, &bt, opts).unwrap();
@@ -217,11 +213,7 @@ fn main() {
                 kernels::cast(&a32, DType::F16).unwrap(),
                 kernels::cast(&b32, DType::F16).unwrap(),
             );
-            let opts = GemmOptions {
-                trans_a: ta,
-                trans_b: tb,
-                ..Default::default()
-            };
+            let opts = GemmOptions::new().trans_a(ta).trans_b(tb);
             let name = format!("gemm {m}x{n}x{k} {op}");
             let t16 = best_time(&mut c, &format!("{name} f16"), || {
                 kernels::gemm(&a16, &b16, opts).unwrap();

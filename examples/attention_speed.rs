@@ -1,15 +1,16 @@
 //! Causal attention's forward and backward at GPT-2 124M's training shape
 //! (2 × 256 tokens, 12 heads of 64) on each kind of entries the products
-//! can take (`WGPU_TP_ATTENTION_ENTRIES`: the scalar entries, the vec4 ones
-//! with operands in buffers, and in textures where the adapter is a CPU
-//! one), interleaved round by round in one process, best of 11 rounds each.
+//! can take (the settings' `attention_entries`, `WGPU_TP_ATTENTION_ENTRIES`:
+//! the scalar entries, the vec4 ones with operands in buffers, and in
+//! textures where the adapter is a CPU one), interleaved round by round in
+//! one process, best of 11 rounds each.
 //! Honours `WGPU_BACKEND`.
 //! `cargo run --release --example attention_speed`
 
 use std::time::Instant;
 
 use wgpu_tp::kernels::{self, AttentionShape};
-use wgpu_tp::{Mesh, Result};
+use wgpu_tp::{AttentionEntries, Mesh, Result};
 
 fn main() -> Result<()> {
     let mesh = Mesh::simulated(1)?;
@@ -22,14 +23,16 @@ fn main() -> Result<()> {
         .collect();
     let qkv = r.upload(&[b * t, 3 * h * d], &qkv)?;
     let d_out = r.upload(&[b * t, h * d], &vec![0.01; b * t * h * d])?;
-    let kinds = ["scalar", "buffers", "textures"];
+    let kinds = [
+        ("scalar", AttentionEntries::Scalar),
+        ("buffers", AttentionEntries::Buffers),
+        ("textures", AttentionEntries::Textures),
+    ];
     let mut best = [[f64::MAX; 2]; 3];
     // Round 0 builds the pipelines.
     for round in 0..12 {
-        for (kind, best) in kinds.iter().zip(&mut best) {
-            // SAFETY: this example has one thread, and nothing else reads
-            // the environment while it is written.
-            unsafe { std::env::set_var("WGPU_TP_ATTENTION_ENTRIES", kind) };
+        for ((_, kind), best) in kinds.iter().zip(&mut best) {
+            wgpu_tp::update_settings(|s| s.attention_entries = Some(*kind))?;
             let t0 = Instant::now();
             let f = kernels::attention_forward(&qkv, s)?;
             mesh.synchronize()?;
@@ -42,7 +45,7 @@ fn main() -> Result<()> {
             }
         }
     }
-    for (kind, [f, bw]) in kinds.iter().zip(best) {
+    for ((kind, _), [f, bw]) in kinds.iter().zip(best) {
         let (f0, b0) = (best[0][0], best[0][1]);
         println!(
             "{kind:>8}: forward {:.2} ms ({:.2}× scalar), backward {:.2} ms ({:.2}×)",

@@ -30,11 +30,7 @@ fn main() -> Result<()> {
         let b = if tb { b.reshape(&[n, 8])? } else { b };
         let built = r.device().pipelines_built();
         let t = Instant::now();
-        let opts = GemmOptions {
-            trans_a: ta,
-            trans_b: tb,
-            ..Default::default()
-        };
+        let opts = GemmOptions::new().trans_a(ta).trans_b(tb);
         kernels::gemm(&a, &b, opts)?.to_vec()?;
         println!(
             "first call ta={ta} tb={tb} n={n}: {:.0} ms, {} pipeline(s) built",
@@ -68,12 +64,10 @@ fn main() -> Result<()> {
             (a.clone(), a)
         };
         for (ta, tb) in [(false, false), (false, true), (true, false)] {
-            let opts = GemmOptions {
-                trans_a: ta,
-                trans_b: tb,
-                out_dtype: f16.then_some(wgpu_tp::DType::F32),
-                ..Default::default()
-            };
+            let opts = GemmOptions::new()
+                .trans_a(ta)
+                .trans_b(tb)
+                .out_dtype(f16.then_some(wgpu_tp::DType::F32));
             kernels::gemm(&a, &b, opts)?;
             mesh.synchronize()?;
             // Best of several runs: the machine may be shared.

@@ -21,7 +21,8 @@
 //!
 //! The crate is layered, each layer using only the ones below it:
 //! 1. devices: [`Mesh`], [`MeshBuilder`], [`Rank`], [`Device`], [`LocalTensor`],
-//!    and per-kernel tracing ([`Trace`]);
+//!    per-kernel tracing ([`Trace`]), and the process's [`Settings`] (every
+//!    `WGPU_TP_*` variable, read once; [`settings`], [`set_settings`]);
 //! 2. [`kernels`]: typed wrappers around the WGSL shaders in `shaders/`;
 //! 3. [`comm`]: all-reduce, all-gather, reduce-scatter, broadcast, scatter, all-to-all;
 //! 4. [`tensor`]: [`DTensor`] with its [`Placement`] and the conjugate [`Mapping`]s;
@@ -78,10 +79,11 @@ pub mod tensor;
 
 pub use comm::{Collective, CommCount, CommStats, Transport};
 pub use device::{
-    AdapterReport, AxisGroup, Device, DeviceLayout, EventKind, KernelTotal, LocalTensor,
-    MemoryStats, Mesh, MeshBuilder, Rank, Trace, TraceClock, TraceEvent, TraceTrack, Tuning,
-    adapters, adapters_async, download_many, download_many_async, parse_backends, set_tuning,
-    tuned_choices, tuning, tuning_file,
+    AdapterReport, AttentionEntries, AxisGroup, Device, DeviceLayout, EventKind, GemmTile,
+    KernelTotal, LimitsPreset, LocalTensor, MemoryStats, Mesh, MeshBuilder, Rank, Settings,
+    TileLanes, Trace, TraceClock, TraceEvent, TraceTrack, Tuning, adapters, adapters_async,
+    download_many, download_many_async, parse_backends, set_settings, set_tuning, settings,
+    tuned_choices, tuning, tuning_file, update_settings,
 };
 pub use element::{DType, ReduceOp};
 pub use error::{Error, Result, Shape};

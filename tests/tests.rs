@@ -26,6 +26,8 @@
 //!   `tokenizer` (GPT-2's ids against tiktoken, streaming decode),
 //!   `model_dir` (weights and tokenizer of one directory, the shipped model).
 //! - `models/`: model families (`llama`) against transformers' own numbers.
+//! - `layout`: no file of `src/` imports one that imports it back (each
+//!   loop printed with the paths that make it).
 //! - `shaders`: every shader the crate builds validated by naga, checked for
 //!   FXC-rejected stores, translated to MSL, HLSL, SPIR-V and GLSL, and run
 //!   through `spirv-val` and `glslangValidator` where installed.
@@ -37,6 +39,7 @@ mod util;
 mod comm;
 mod device;
 mod kernels;
+mod layout;
 mod models;
 mod nn;
 mod shaders;

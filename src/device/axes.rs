@@ -11,26 +11,10 @@
 //! made on first use and kept while anything holds them, so asking twice
 //! gives the same mesh ([`Mesh::same_as`]).
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
-use super::mesh::{Mesh, MeshInner};
+use super::mesh::{Arrangement, Mesh, MeshInner};
 use crate::error::{Error, Result};
-
-/// Where a mesh sits among named axes.
-pub(crate) struct Arrangement {
-    /// This mesh's axes (a sub-mesh: the ones it spans), in the root's order.
-    pub(super) names: Vec<String>,
-    pub(super) sizes: Vec<usize>,
-    /// The root's index of each of this mesh's ranks, in rank order.
-    pub(super) members: Vec<usize>,
-    /// The mesh the axes were given to; `None` on that mesh.
-    pub(super) root: Option<Mesh>,
-    /// On the root: sub-meshes made so far, by (axes mask, group number).
-    pub(super) subs: Mutex<Vec<(GroupKey, Weak<MeshInner>)>>,
-}
-
-/// A group of the root: (the axes it spans as a bit mask, its number).
-pub(super) type GroupKey = (u32, usize);
 
 /// A rank's group along one axis ([`Mesh::parallel_group_info`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,18 +123,6 @@ fn check_axes(op: &'static str, axes: &[(&str, usize)], world: usize) -> Result<
         ));
     }
     Ok(())
-}
-
-impl super::MeshBuilder {
-    /// Lay the ranks out over named axes, row-major (the last axis
-    /// fastest), e.g. `axes(&[("dp", 2), ("tp", 2)])`; sets the number of
-    /// ranks to the sizes' product (over MPI or one rank per adapter, the
-    /// product must equal the number of processes or adapters). See
-    /// [`Mesh::with_axes`] and [`Mesh::axis`].
-    pub fn axes(mut self, axes: &[(&str, usize)]) -> Self {
-        self.axes = axes.iter().map(|(n, s)| (n.to_string(), *s)).collect();
-        self.ranks(axes.iter().fold(1usize, |acc, a| acc.saturating_mul(a.1)))
-    }
 }
 
 impl Mesh {

@@ -4,8 +4,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::axes::{Arrangement, AxisGroup};
-use super::mesh::{Mesh, MeshInner};
+use super::axes::AxisGroup;
+use super::mesh::{Arrangement, Mesh, MeshInner};
 use super::rank::Rank;
 use crate::error::{Error, Result};
 

@@ -11,9 +11,8 @@
 //! single-process mesh every rank is addressable and the two agree.
 
 use std::any::Any;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use super::axes::Arrangement;
 use super::context::{Device, distinct_devices};
 use super::rank::Rank;
 use crate::error::{Error, Result};
@@ -59,6 +58,22 @@ impl DeviceLayout {
 }
 
 pub(super) type Extension = Arc<dyn Any + Send + Sync>;
+
+/// Where a mesh sits among named axes.
+pub(crate) struct Arrangement {
+    /// This mesh's axes (a sub-mesh: the ones it spans), in the root's order.
+    pub(super) names: Vec<String>,
+    pub(super) sizes: Vec<usize>,
+    /// The root's index of each of this mesh's ranks, in rank order.
+    pub(super) members: Vec<usize>,
+    /// The mesh the axes were given to; `None` on that mesh.
+    pub(super) root: Option<Mesh>,
+    /// On the root: sub-meshes made so far, by (axes mask, group number).
+    pub(super) subs: Mutex<Vec<(GroupKey, Weak<MeshInner>)>>,
+}
+
+/// A group of the root: (the axes it spans as a bit mask, its number).
+pub(super) type GroupKey = (u32, usize);
 
 pub(super) struct MeshInner {
     /// The ranks this process addresses (all of them in one process).

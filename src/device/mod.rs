@@ -42,6 +42,9 @@
 //!   core, blocking on native);
 //! - `tune.rs`: kernel variants chosen by timing them on the device,
 //!   remembered per adapter on disk.
+//!
+//! Beneath them all, `settings/`: [`Settings`], every `WGPU_TP_*` variable
+//! as a typed field, read once from the environment and changed in code.
 
 mod adapters;
 mod axes;
@@ -66,6 +69,7 @@ mod rank;
 mod readback;
 mod recording;
 mod select;
+pub(crate) mod settings;
 mod staging;
 mod tensor;
 mod texture;
@@ -83,10 +87,14 @@ pub use pool::MemoryStats;
 pub use rank::Rank;
 pub use readback::{download_many, download_many_async};
 pub use select::MeshBuilder;
+pub use settings::{
+    AttentionEntries, GemmTile, LimitsPreset, Settings, TileLanes, Tuning, set_settings,
+    set_tuning, settings, tuning, update_settings,
+};
 pub use tensor::LocalTensor;
 pub use timeline::{KernelTotal, Trace, TraceTrack};
 pub use trace::{EventKind, TraceClock, TraceEvent};
-pub use tune::{Tuning, set_tuning, tuned_choices, tuning, tuning_file};
+pub use tune::{tuned_choices, tuning_file};
 
 pub(crate) use blocks::{common_blocks, for_each_block, map_blocks};
 pub(crate) use budget::host_available;

@@ -22,7 +22,8 @@ impl MeshBuilder {
 
     /// How long a collective of a multi-process mesh waits for the other
     /// ranks before it fails with [`Error::Timeout`](crate::error::Error::Timeout) naming those that did
-    /// not arrive (default 300 s, or `WGPU_TP_MPI_TIMEOUT` in seconds).
+    /// not arrive (default: the settings' `mpi_timeout`, 300 s unless
+    /// `WGPU_TP_MPI_TIMEOUT` gives seconds).
     pub fn mpi_timeout(mut self, limit: Duration) -> Self {
         self.mpi_timeout = Some(limit);
         self

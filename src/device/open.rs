@@ -16,19 +16,6 @@ pub(super) type OpenWith<'a> = (
     &'a wgpu::MemoryHints,
 );
 
-impl super::MeshBuilder {
-    /// How wgpu suballocates each device's memory (default
-    /// `wgpu::MemoryHints::Performance`: blocks of 128–256 MiB). On a CPU
-    /// adapter device memory is the process's own; smaller blocks
-    /// (`MemoryUsage`, or `Manual` with a few MiB) give freed memory back
-    /// sooner, so the process peaks lower, and run slower (BENCHMARKS.md
-    /// measures both on GPT-2's training step).
-    pub fn memory_hints(mut self, hints: wgpu::MemoryHints) -> Self {
-        self.memory_hints = hints;
-        self
-    }
-}
-
 /// Open a device as its [`OpenWith`] says, with the optional features the
 /// adapter has.
 pub(super) async fn open(

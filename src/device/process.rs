@@ -17,9 +17,6 @@ use mpi::traits::AsRaw;
 
 use crate::error::{Error, Result};
 
-/// Default time a collective waits for the other ranks.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
 /// This process's place in the MPI world.
 pub(crate) struct Process {
     world: SimpleCommunicator,
@@ -78,11 +75,9 @@ impl Process {
         let rank = world.rank() as usize;
         let size = world.size() as usize;
         let local_rank = world.split_shared(world.rank()).rank() as usize;
-        let timeout = std::env::var("WGPU_TP_MPI_TIMEOUT")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
+        // `WGPU_TP_MPI_TIMEOUT` unless set in code; a builder's own
+        // limit replaces it after.
+        let timeout = super::settings::current().mpi_timeout;
         let p = Arc::new(Process {
             world,
             rank,

@@ -5,9 +5,9 @@
 //! environment variables `WGPU_BACKEND` (e.g. `vulkan`, `gl`) and
 //! `WGPU_ADAPTER_NAME` (case-insensitive substring) narrow the choice the way
 //! wgpu's own tools do, but a mismatch is an [`Error`], never a panic.
-//! `WGPU_TP_TRACE=path.json` traces the mesh from build to drop
-//! ([`MeshBuilder::trace_to`]); `WGPU_TP_LIMITS=webgpu|downlevel` opens the
-//! devices with weaker limits ([`MeshBuilder::limits`]).
+//! The settings' `trace` (`WGPU_TP_TRACE`) traces the mesh from build to
+//! drop ([`MeshBuilder::trace_to`]), their `limits` (`WGPU_TP_LIMITS`)
+//! open the devices with weaker limits ([`MeshBuilder::limits`]).
 
 use std::path::PathBuf;
 
@@ -15,6 +15,7 @@ use super::adapters::{instance_for, parse_backends};
 use super::mesh::{DeviceLayout, Mesh};
 use super::open::open;
 use super::rank::Rank;
+use super::settings::current;
 use crate::error::{Error, Result};
 
 /// Builder for a [`Mesh`]: backend, adapter, power preference and placement.
@@ -97,27 +98,39 @@ impl MeshBuilder {
     /// (what browsers' WebGPU guarantees) or `downlevel_defaults()` (GLES
     /// 3.1-class). Each limit must be within the adapter's. Kernels that need
     /// more than a limit allows fail with [`Error::DeviceLimit`] naming it.
-    /// `WGPU_TP_LIMITS=webgpu` or `downlevel` does the same.
+    /// `WGPU_TP_LIMITS=webgpu` or `downlevel` (the settings' `limits`) does
+    /// the same.
     pub fn limits(mut self, limits: wgpu::Limits) -> Self {
         self.limits = Some(limits);
         self
     }
 
-    fn resolved_limits(&self) -> Result<Option<wgpu::Limits>> {
+    fn resolved_limits(&self) -> Option<wgpu::Limits> {
         if self.limits.is_some() || !self.use_env {
-            return Ok(self.limits.clone());
+            return self.limits.clone();
         }
-        match std::env::var("WGPU_TP_LIMITS").unwrap_or_default().trim() {
-            "" | "adapter" => Ok(None),
-            "webgpu" => Ok(Some(wgpu::Limits::default())),
-            "downlevel" => Ok(Some(wgpu::Limits::downlevel_defaults())),
-            other => Err(Error::InvalidArgument {
-                op: "MeshBuilder",
-                message: format!(
-                    "WGPU_TP_LIMITS={other:?} is not known: use webgpu, downlevel or adapter"
-                ),
-            }),
-        }
+        current().limits.limits()
+    }
+
+    /// How wgpu suballocates each device's memory (default
+    /// `wgpu::MemoryHints::Performance`: blocks of 128–256 MiB). On a CPU
+    /// adapter device memory is the process's own; smaller blocks
+    /// (`MemoryUsage`, or `Manual` with a few MiB) give freed memory back
+    /// sooner, so the process peaks lower, and run slower (BENCHMARKS.md
+    /// measures both on GPT-2's training step).
+    pub fn memory_hints(mut self, hints: wgpu::MemoryHints) -> Self {
+        self.memory_hints = hints;
+        self
+    }
+
+    /// Lay the ranks out over named axes, row-major (the last axis
+    /// fastest), e.g. `axes(&[("dp", 2), ("tp", 2)])`; sets the number of
+    /// ranks to the sizes' product (over MPI or one rank per adapter, the
+    /// product must equal the number of processes or adapters). See
+    /// [`Mesh::with_axes`] and [`Mesh::axis`].
+    pub fn axes(mut self, axes: &[(&str, usize)]) -> Self {
+        self.axes = axes.iter().map(|(n, s)| (n.to_string(), *s)).collect();
+        self.ranks(axes.iter().fold(1usize, |acc, a| acc.saturating_mul(a.1)))
     }
 
     /// Number of ranks (ignored for [`DeviceLayout::PerAdapter`]).
@@ -157,7 +170,9 @@ impl MeshBuilder {
         self
     }
 
-    /// Whether `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` / `WGPU_TP_TRACE` are read (default true).
+    /// Whether `WGPU_BACKEND` / `WGPU_ADAPTER_NAME` are read, and the
+    /// process's [`Settings`](crate::Settings) `trace` and `limits`
+    /// (`WGPU_TP_TRACE`, `WGPU_TP_LIMITS`) apply (default true).
     pub fn use_env(mut self, on: bool) -> Self {
         self.use_env = on;
         self
@@ -183,16 +198,10 @@ impl MeshBuilder {
     }
 
     fn resolved_trace_path(&self) -> Option<PathBuf> {
-        if self.trace_path.is_some() {
+        if self.trace_path.is_some() || !self.use_env {
             return self.trace_path.clone();
         }
-        if self.use_env {
-            std::env::var_os("WGPU_TP_TRACE")
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from)
-        } else {
-            None
-        }
+        current().trace.clone()
     }
 
     /// Shorthand for `layout(DeviceLayout::SharedDevice)`.
@@ -315,7 +324,7 @@ impl MeshBuilder {
             ));
         }
         let backends = self.resolved_backends()?;
-        let limits = self.resolved_limits()?;
+        let limits = self.resolved_limits();
         let limits = (limits.as_ref(), self.without_features, &self.memory_hints);
         let instance = instance_for(backends);
         let list = self.candidates(&instance, backends).await;

@@ -10,8 +10,8 @@
 //! rank of a mesh over like adapters sees alike, and only their knobs are
 //! measured.
 //!
-//! Settings ([`Tuning`], read from the environment unless [`set_tuning`]
-//! replaced them): `WGPU_TP_TUNE=off` turns measuring and the disk cache
+//! Settings ([`Tuning`], the `tuning` field of the process's settings:
+//! `device/settings/`): `WGPU_TP_TUNE=off` turns measuring and the disk cache
 //! off (every kernel takes its vendor / Mesa guess, as before);
 //! `WGPU_TP_TUNE_DIR` is the cache directory (default
 //! `$XDG_CACHE_HOME/wgpu-tp/tune`, else `~/.cache/wgpu-tp/tune`; measuring
@@ -29,57 +29,11 @@ use web_time::Instant;
 
 use super::context::Device;
 use super::recording::lock;
+use super::settings::{Settings, Tuning, tuning};
 use crate::error::Result;
 
 /// Timed runs of each candidate after its warm-up (the fastest counts).
 const RUNS: usize = 3;
-
-/// How kernel variants are chosen in this process.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tuning {
-    /// Measure candidates (else every kernel takes its guess).
-    pub enabled: bool,
-    /// Where choices are kept between processes (`None`: nowhere).
-    pub dir: Option<PathBuf>,
-    /// The most time the process spends measuring, pipeline builds included.
-    pub budget: Duration,
-}
-
-impl Tuning {
-    /// The settings the environment gives (see the module docs).
-    pub fn from_env() -> Tuning {
-        let off = matches!(
-            std::env::var("WGPU_TP_TUNE").as_deref(),
-            Ok("off") | Ok("0") | Ok("false")
-        );
-        let ms = std::env::var("WGPU_TP_TUNE_BUDGET_MS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(3000u64);
-        Tuning {
-            enabled: !off && !cfg!(target_arch = "wasm32"),
-            dir: cache_dir(),
-            budget: Duration::from_millis(ms),
-        }
-    }
-}
-
-fn settings() -> &'static Mutex<Option<Tuning>> {
-    static SETTINGS: Mutex<Option<Tuning>> = Mutex::new(None);
-    &SETTINGS
-}
-
-/// This process's settings: the environment's until [`set_tuning`].
-pub fn tuning() -> Tuning {
-    lock(settings())
-        .get_or_insert_with(Tuning::from_env)
-        .clone()
-}
-
-/// Replace this process's settings (choices already made are kept).
-pub fn set_tuning(t: Tuning) {
-    *lock(settings()) = Some(t);
-}
 
 /// What the process knows: per device key, per shape class, the choice.
 #[derive(Default)]
@@ -94,18 +48,6 @@ struct Known {
 fn known() -> &'static Mutex<Known> {
     static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
     KNOWN.get_or_init(Default::default)
-}
-
-/// The cache directory, where one can be named.
-fn cache_dir() -> Option<PathBuf> {
-    if let Ok(d) = std::env::var("WGPU_TP_TUNE_DIR") {
-        return (!d.is_empty()).then(|| PathBuf::from(d));
-    }
-    let base = match std::env::var("XDG_CACHE_HOME") {
-        Ok(d) if !d.is_empty() => PathBuf::from(d),
-        _ => PathBuf::from(std::env::var("HOME").ok()?).join(".cache"),
-    };
-    Some(base.join("wgpu-tp").join("tune"))
 }
 
 /// The host CPU's model name (a CPU adapter's speed is the host's), read
@@ -140,7 +82,7 @@ pub(crate) fn device_key(device: &Device) -> String {
         info.driver_info,
         cpu,
         env!("CARGO_PKG_VERSION"),
-        env!("WGPU_TP_KERNELS_HASH")
+        Settings::kernels_hash()
     )
 }
 

@@ -2,9 +2,9 @@
 //! for a few rows, in one dispatch (`shaders/fold_norm.wgsl`): the fold and
 //! residual of `copy_fold`'s `fold_add` and the norm of
 //! [`norm_forward`](super::norm_forward)'s few-row kernel, with their bits
-//! (the same expressions, the norm's the same code). A decoded Llama
-//! token's row-parallel branches each ended in those two single-workgroup
-//! dispatches. Taken where the norm sums serially (CPU adapters, not GPUs)
+//! (the same expressions, the norm's the same code). A decoded token's
+//! row-parallel branches (in a pre-norm decoder) each ended in those two
+//! single-workgroup dispatches. Taken where the norm sums serially (CPU adapters, not GPUs)
 //! and the device binds its ten storage buffers.
 
 use super::copy_fold::{FOLD_INPUTS, fold_inputs};

@@ -23,91 +23,35 @@
 //! On CPU adapters several products share a dispatch where nothing is
 //! recorded: `group` (up to four products, such as the ranks' shards of a
 //! layer on one device) and `pair` (up to four pairs of weights of one
-//! input read in one pass: a Llama's key and value, or its gate and up).
+//! input read in one pass: two layers' weights of one shape, or a gated
+//! MLP's gate and up).
+//!
+//! Files: `knobs.rs` (limits, knobs, bindings, uniform), `run.rs` (one
+//! product recorded, its knob measured or forced), `split.rs` and
+//! `texture.rs` (the GPU and CPU entries), `group.rs` and `pair.rs` (shared
+//! dispatches), `sources.rs`, `loads.rs` and `*_source.rs` (the WGSL). This
+//! file holds the entry points that force a knob, for tests and benches.
 
 pub(crate) mod group;
 mod group_source;
+mod knobs;
 mod loads;
 pub(crate) mod pair;
 mod pair_source;
+mod run;
 mod sources;
 pub mod split;
 mod texture;
 
+pub use self::knobs::{CANDIDATES, GEMV_MAX_ROWS};
+use self::knobs::{GEMV_MAX_ROWS as MAX_ROWS, Knob};
+pub(crate) use self::run::gemv_into;
 pub(crate) use self::sources::gemv_sources;
-use self::sources::program;
-pub use self::split::{SPLIT_CANDIDATES, gemv_split_with_candidate};
-pub use self::texture::{TEXTURE_CANDIDATES, gemv_texture_with, texture_by_default};
-use super::Activation;
-use crate::device::{Access, Device, Dispatch, KernelSpec, LocalTensor, tune};
+pub use self::split::SPLIT_CANDIDATES;
+pub use self::texture::{TEXTURE_CANDIDATES, texture_by_default};
+use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
-
-/// Products one grouped dispatch takes (`group.rs`).
-const GROUP_OF: usize = 4;
-
-/// The most rows of A the GEMV kernel takes.
-pub const GEMV_MAX_ROWS: usize = 8;
-
-/// The serial kernel's knob, `c`: a workgroup of `16·c` invocations. Every
-/// `c` computes the same bits (an invocation's columns and the order of
-/// their sums do not change).
-pub const CANDIDATES: [usize; 4] = [1, 2, 4, 8];
-
-/// A variant the GEMV's measurement (`device::tune`) picks from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Knob {
-    /// The serial entries, a workgroup of `16·c` invocations ([`CANDIDATES`]).
-    Serial(usize),
-    /// The split-K entry (`B [N, K]` only), `c` columns a workgroup
-    /// ([`SPLIT_CANDIDATES`]): other bits than `Serial`, within tolerance.
-    Split(usize),
-    /// The texture entries (CPU adapters, a kept weight): (columns an
-    /// invocation, workgroup size) ([`TEXTURE_CANDIDATES`]); `Serial`'s bits.
-    Texture((usize, usize)),
-}
-
-/// `c` where nothing was measured: 32 invocations a workgroup (small, so a
-/// one-token product over a few hundred columns still spreads over several
-/// workgroups, which CPU adapters run on separate threads).
-const GUESS: usize = 2;
-
-/// Products with fewer weight elements than this take [`GUESS`]
-/// unmeasured: they take microseconds, less than measuring them would.
-const TUNE_MIN_WEIGHTS: usize = 1 << 18;
-
-const BINDINGS: &[Access] = &[
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::Read,
-    Access::ReadWrite,
-];
-
-/// How A and B are bound: the combinations the layouts need.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Binding {
-    /// A and B as vec4s (`[N, K]` B, K a multiple of 4).
-    BothVec4,
-    /// A element-wise, B as vec4s (`[K, N]` B, N a multiple of 4).
-    BVec4,
-    /// Both element-wise (ragged).
-    Scalar,
-    /// A as vec4s, bf16 B `[N, K]` eight a load (K a multiple of 8).
-    Bf16Vec8,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    flags: u32,
-    groups: u32,
-    shift: u32,
-    _pad: [u32; 2],
-}
 
 /// `a·bᵀ` (`b` `[N, K]`; `[K, N]` without `trans_b`) for `a` `[M, K]`,
 /// `M ≤` [`GEMV_MAX_ROWS`], by the small-M kernel with knob `c` (one of
@@ -158,230 +102,121 @@ pub fn gemv_with_candidate(
     Ok(out)
 }
 
-/// Record `out = act(a·op(b) (+ bias) (+ acc)) (⊙ mul)`: `a` `[M, K]` (1 ≤ M ≤
-/// [`GEMV_MAX_ROWS`], K ≥ 1), `b` `[N, K]` when `trans_b` else `[K, N]`,
-/// `out` `[M, N]` already allocated; operands checked by the caller (the
-/// GEMM) for shapes, dtypes (A and B alike, or A f32 and B a weight kept in
-/// bf16 or f16; bias, acc and mul f32) and rank; acc and mul share a
-/// binding, so at most one of them.
-/// `knob`: the variant to use (else measured or guessed, [`candidate`]).
-pub(crate) fn gemv_into(
+/// `a·bᵀ` for `a` `[M, K]` (`M ≤` [`GEMV_MAX_ROWS`]) and `b` `[N, K]` (f32,
+/// or bf16 / f16 beside an f32 `a`; f16 `a` and `b` alike) by the split
+/// entry with knob `c` (one of [`SPLIT_CANDIDATES`]), whatever the adapter:
+/// for tests and benches. The output is freshly allocated (poisoned where
+/// the device poisons), the kernel writes every element.
+pub fn gemv_split_with_candidate(
     a: &LocalTensor,
     b: &LocalTensor,
-    trans_b: bool,
-    (bias, acc, act, mul): (
-        Option<&LocalTensor>,
-        Option<&LocalTensor>,
-        Option<Activation>,
-        Option<&LocalTensor>,
-    ),
-    out: &LocalTensor,
-    (m, n, k): (usize, usize, usize),
-    (knob, cache_b): (Option<Knob>, bool),
-) -> Result<()> {
-    const OP: &str = "gemv";
-    if acc.is_some() && mul.is_some() {
-        return Err(Error::invalid(
-            OP,
-            "acc and mul share a binding: one of them",
-        ));
-    }
-    if !(1..=GEMV_MAX_ROWS).contains(&m) || k == 0 || n == 0 {
+    (bias, acc): (Option<&LocalTensor>, Option<&LocalTensor>),
+    c: usize,
+) -> Result<LocalTensor> {
+    const OP: &str = "gemv_split_with_candidate";
+    let ([m, k], [n, kb]) = (a.shape(), b.shape()) else {
+        return Err(Error::shape(OP, "a [M, K], b [N, K]", a.shape()));
+    };
+    let (m, k, n) = (*m, *k, *n);
+    if *kb != k || !SPLIT_CANDIDATES.contains(&c) || !(1..=MAX_ROWS).contains(&m) {
         return Err(Error::invalid(
             OP,
             format!(
-                "the small-M kernel takes 1..={GEMV_MAX_ROWS} rows and K, N ≥ 1, got M {m}, N {n}, K {k}"
+                "b {:?} must be [N, K = {k}], M 1..={MAX_ROWS}, c one of {SPLIT_CANDIDATES:?}",
+                b.shape()
             ),
         ));
     }
-    let binding = match (trans_b, k % 4 == 0, n % 4 == 0) {
-        (true, true, _) if k % 8 == 0 && b.dtype() == DType::BF16 => Binding::Bf16Vec8,
-        (true, true, _) => Binding::BothVec4,
-        (false, _, true) => Binding::BVec4,
-        _ => Binding::Scalar,
-    };
-    let (family, source) = program((a.dtype(), b.dtype(), out.dtype()), binding);
-    let entry = match (trans_b, binding) {
-        (true, Binding::Bf16Vec8) => "gemv_nk8",
-        (true, _) => "gemv_nk",
-        (false, _) => "gemv_kn",
-    };
-    let act = match act {
-        None => 0,
-        Some(Activation::Gelu) => 1,
-        Some(Activation::Silu) => 2,
-        Some(Activation::Relu) => 3,
-    };
-    let flags = bias.is_some() as u32
-        | (acc.is_some() as u32) << 1
-        | act << 2
-        | (mul.is_some() as u32) << 4;
-    // A weight read again is kept as a texture on CPU adapters.
-    let forced = matches!(knob, Some(Knob::Texture(_)));
-    let rows = m.next_power_of_two();
-    // Not where measurement already chose the buffer for this class: its
-    // texture would be memory for nothing.
-    // A texture (one more copy of the weight) where measurement chose one,
-    // or will measure one now, else where the driver's guess takes one.
-    let wanted = || {
-        let class = class_name(family, entry, (rows, n, k), " texture");
-        match tune::known_choice(a.device(), &class) {
-            Some(choice) => choice.starts_with("texture"),
-            None => {
-                let bytes = n.saturating_mul(k).saturating_mul(b.dtype().size_bytes());
-                (bytes >= texture::TEXTURE_MIN_BYTES && tune::can_measure())
-                    || texture::texture_by_default(a.device())
+    a.same_rank(OP, b)?;
+    let (ad, bd) = (a.dtype(), b.dtype());
+    let narrow_b = ad == DType::F32 && matches!(bd, DType::BF16 | DType::F16);
+    if !matches!(ad, DType::F32 | DType::F16) || (bd != ad && !narrow_b) {
+        return Err(Error::invalid(
+            OP,
+            format!("A {ad} and B {bd}: f32 or f16 alike, or A f32 and B bf16 or f16"),
+        ));
+    }
+    for (t, shape) in [(bias, [1, n]), (acc, [m, n])] {
+        if let Some(t) = t {
+            t.expect_dtype(OP, DType::F32)?;
+            a.same_rank(OP, t)?;
+            if t.len() != shape[0] * shape[1] {
+                return Err(Error::shape(OP, &shape[..], t.shape()));
             }
-        }
-    };
-    let auto = knob.is_none() && cache_b && a.device().is_cpu();
-    let tex = if forced || (auto && wanted()) {
-        texture::weight_texture(a, b, trans_b, out.dtype(), (m, n, k), forced)?
-    } else {
-        None
-    };
-    let record = |knob: Knob| {
-        let (bias, acc) = (bias.unwrap_or(a), acc.or(mul));
-        let params = |groups: usize| Params {
-            m: m as u32,
-            n: n as u32,
-            k: k as u32,
-            flags,
-            groups: groups as u32,
-            shift: 0,
-            _pad: [0; 2],
-        };
-        let (entry, wg, groups) = match (knob, &tex) {
-            (Knob::Serial(c), _) => (entry, 16 * c, n.div_ceil(4).div_ceil(16 * c)),
-            (Knob::Split(c), _) => (split::ENTRY, split::TEAM * c, n.div_ceil(c)),
-            (Knob::Texture(cw), Some(tex)) => {
-                let buffers = [bias, acc.unwrap_or(a), out];
-                return texture::record(a, (tex, b.dtype()), buffers, params(0), rows, cw);
-            }
-            (Knob::Texture(_), None) => {
-                return Err(Error::invalid(
-                    OP,
-                    "internal: a texture knob without a texture (please report this)",
-                ));
-            }
-        };
-        let constants = vec![("ROWS", rows as f64), ("WG", wg as f64)];
-        let spec = KernelSpec::new(family, source, BINDINGS, entry).with_constants(constants);
-        // Absent bias / acc bind `a` and `b` in their place; the flags keep them unread.
-        Dispatch {
-            spec: &spec,
-            params: bytemuck::bytes_of(&params(groups)),
-            buffers: &[a, b, bias, acc.unwrap_or(b), out],
-            workgroups: groups as u64,
-        }
-        .record(a.device())
-    };
-    match knob {
-        Some(Knob::Split(_)) if !trans_b => {
-            Err(Error::invalid(OP, "the split kernel reads B [N, K] only"))
-        }
-        Some(knob) => record(knob),
-        None => {
-            let textured = tex.is_some();
-            let chosen = candidate(a.device(), family, entry, (rows, n, k), textured, &record)?;
-            // Measured slower than the buffer: its texture is memory for nothing.
-            if textured && matches!(chosen, Knob::Serial(_)) {
-                texture::drop_texture(b, a.device());
-            }
-            record(chosen)
         }
     }
+    let out = a.rank().alloc(OP, &[m, n], ad)?;
+    gemv_into(
+        a,
+        b,
+        true,
+        (bias, acc, None, None),
+        &out,
+        (m, n, k),
+        (Some(Knob::Split(c)), false),
+    )?;
+    Ok(out)
 }
 
-/// The variant for this product: measured per shape class (layout, rows,
-/// and N and K rounded up to powers of two) where the product is large
-/// enough to matter, else guessed. On GPUs `B [N, K]` products also measure
-/// the split entry (their classes end in `split`, so choices cached before
-/// it existed are not reused) and guess it; on CPU adapters a weight with a
-/// kept texture (`textured`) measures the texture knobs beside the buffer
-/// kernel's guess (classes ending in `texture`) and guesses a texture knob,
-/// others the buffer kernel's workgroup sizes.
-fn candidate(
-    device: &Device,
-    family: &str,
-    entry: &str,
-    (rows, n, k): (usize, usize, usize),
-    textured: bool,
-    record: &dyn Fn(Knob) -> Result<()>,
-) -> Result<Knob> {
-    let split = entry != "gemv_kn" && device.is_gpu();
-    let guess = if textured {
-        Knob::Texture(texture::GUESS)
-    } else if split {
-        Knob::Split(split::GUESS)
-    } else {
-        Knob::Serial(GUESS)
+/// `a·bᵀ` (`b` `[N, K]`, f32 or bf16) for f32 `a` `[M, K]` by the texture
+/// entries with knob `(columns, workgroup size)` (one of
+/// [`TEXTURE_CANDIDATES`]), the weight copied into a texture for this call
+/// if none is kept: the entries the automatic choice takes for a weight
+/// read again on CPU adapters. The bits equal
+/// [`gemv_with_candidate`]'s.
+/// An error where they cannot take the product (B not f32 or bf16, or in
+/// row blocks; K not a multiple of 4, or 8 for bf16; more of A than 64
+/// KiB; a weight past one texture; a device without read-only storage
+/// textures or 64 KiB bindings). The result starts as NaN (anything the
+/// kernel did not write shows).
+pub fn gemv_texture_with(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    knob: (usize, usize),
+) -> Result<LocalTensor> {
+    const OP: &str = "gemv_texture_with";
+    let ([m, k], [n, kb]) = (a.shape(), b.shape()) else {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "a must be [M, K] and b [N, K], got a {:?} and b {:?}",
+                a.shape(),
+                b.shape()
+            ),
+        ));
     };
-    if n.saturating_mul(k) < TUNE_MIN_WEIGHTS {
-        return Ok(guess);
+    let most = a.device().limits().max_compute_invocations_per_workgroup as usize;
+    if kb != k || a.dtype() != DType::F32 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "a must be f32 [M, K] and b [N, K] with the same K, got a {} {:?} and b {:?}",
+                a.dtype(),
+                a.shape(),
+                b.shape()
+            ),
+        ));
     }
-    let most = device.limits().max_compute_invocations_per_workgroup as usize;
-    // On a GPU only split-K knobs are measured: they all give one set of
-    // bits, so processes measuring apart (MPI) still compute alike; the
-    // family itself follows the adapter type, which every rank sees alike.
-    // A kept texture: its knobs and the buffer's guess, all one set of bits.
-    let knobs: Vec<Knob> = if textured {
-        TEXTURE_CANDIDATES
-            .into_iter()
-            .filter(|&(_, wg)| wg <= most)
-            .map(Knob::Texture)
-            .chain([Knob::Serial(GUESS)])
-            .collect()
-    } else if split {
-        SPLIT_CANDIDATES
-            .into_iter()
-            .filter(|&c| split::TEAM * c <= most)
-            .map(Knob::Split)
-            .collect()
-    } else {
-        CANDIDATES
-            .into_iter()
-            .filter(|&c| 16 * c <= most)
-            .map(Knob::Serial)
-            .collect()
-    };
-    let names: Vec<String> = knobs
-        .iter()
-        .map(|k| match k {
-            Knob::Serial(c) => format!("wg {}", 16 * c),
-            Knob::Split(c) => format!("split wg {}", split::TEAM * c),
-            Knob::Texture((c, wg)) => format!("texture cols {c} wg {wg}"),
-        })
-        .collect();
-    let suffix = if textured {
-        " texture"
-    } else if split {
-        " split"
-    } else {
-        ""
-    };
-    let class = class_name(family, entry, (rows, n, k), suffix);
-    // A texture is one more copy of the weight in memory: it must save
-    // TEXTURE_MARGIN of the buffer kernel's time to be kept.
-    let cost = |i: usize| match knobs[i] {
-        Knob::Texture(_) => 1.0 / (1.0 - texture::TEXTURE_MARGIN),
-        _ => 1.0,
-    };
-    let chosen = tune::choose(device, &class, &names, cost, |i| record(knobs[i]))?;
-    Ok(chosen.map_or(guess, |i| knobs[i]))
-}
-
-/// The shape class measured for a product: layout, rows, and N and K
-/// rounded up to powers of two; `suffix` names the candidates' set.
-fn class_name(
-    family: &str,
-    entry: &str,
-    (rows, n, k): (usize, usize, usize),
-    suffix: &str,
-) -> String {
-    format!(
-        "{family} {entry} rows {rows} n {} k {}{suffix}",
-        n.next_power_of_two(),
-        k.next_power_of_two(),
-    )
+    if !TEXTURE_CANDIDATES.contains(&knob) || knob.1 > most {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "the knob must be one of {TEXTURE_CANDIDATES:?} with at most {most} invocations, got {knob:?}"
+            ),
+        ));
+    }
+    a.same_rank(OP, b)?;
+    // Poisoned: an element the kernel did not write reads NaN.
+    let out = a.rank().filled(&[*m, *n], DType::F32, f32::NAN.to_bits())?;
+    let (none, mnk) = ((None, None, None, None), (*m, *n, *k));
+    gemv_into(
+        a,
+        b,
+        true,
+        none,
+        &out,
+        mnk,
+        (Some(Knob::Texture(knob)), false),
+    )?;
+    Ok(out)
 }

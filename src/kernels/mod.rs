@@ -49,7 +49,7 @@ pub use elementwise::{
     softcap, softcap_backward,
 };
 pub use embedding::{embedding_backward, embedding_lookup};
-pub use gemm::{GemmOptions, GemmVariant, gemm, gemm_weight, gemm_weight_with, gemm_with, matmul};
+pub use gemm::{GemmOptions, GemmVariant, gemm};
 pub use norm::{
     NormKind, RowsReduce, norm_backward, norm_forward, norm_forward_with, norm_param_grads,
 };
@@ -59,6 +59,18 @@ pub use sampling::{penalized_row, row_exp_sum};
 pub use slicing::{concat, narrow};
 pub use topk::top_k;
 pub use transpose::transpose;
+
+/// `A·B`: [`gemm`] with [`GemmOptions::new`], the one GEMM entry point.
+/// Kept, hidden, for code (and the README's tracing example) written before
+/// `gemm` took every option.
+#[doc(hidden)]
+#[deprecated(note = "use kernels::gemm(a, b, GemmOptions::new())")]
+pub fn matmul(
+    a: &crate::device::LocalTensor,
+    b: &crate::device::LocalTensor,
+) -> crate::error::Result<crate::device::LocalTensor> {
+    gemm(a, b, GemmOptions::new())
+}
 
 /// Every fixed shader family's WGSL source by name (f32); [`all_shaders`]
 /// adds the composed GEMM and f16 kernels.

@@ -13,40 +13,35 @@
 
 use std::ops::Range;
 
-mod shards;
-
 use super::{Parameter, Params};
-use crate::device::{LocalTensor, Mesh};
-use crate::element::{DType, ReduceOp};
+use crate::device::Mesh;
 use crate::error::{Error, Result};
-use crate::tensor::{DTensor, Placement};
+use crate::tensor::DTensor;
+use crate::tensor::replicas::Replicas;
 
 /// Default bucket: 25 MiB of gradient per rank, PyTorch DDP's default.
 const DEFAULT_BUCKET_BYTES: u64 = 25 << 20;
 
+const OP: &str = "DataParallel::average_gradients";
+
 /// Averages replicas' gradients over one axis of a mesh (see the module doc).
 #[derive(Clone, Debug)]
 pub struct DataParallel {
-    root: Mesh,
-    axis: String,
-    size: usize,
+    replicas: Replicas,
     bucket_bytes: u64,
-    /// The axis's groups this process drives, held so that each stays one
-    /// mesh (and keeps its communication counts) between steps.
-    _groups: Vec<Mesh>,
 }
+
+/// The gradients to average: each parameter's index and `(name, its
+/// gradient in every replica)`, last parameters first (backward makes
+/// them first).
+pub(super) type Gradients = (Vec<usize>, Vec<(String, Vec<DTensor>)>);
 
 impl DataParallel {
     /// Data parallelism over axis `axis` of `mesh` (or of the mesh `mesh`
     /// was taken from).
     pub fn new(mesh: &Mesh, axis: &str) -> Result<DataParallel> {
-        let root = mesh.root();
-        let size = root.axis_size(axis)?;
         Ok(DataParallel {
-            _groups: root.axis_groups(axis)?,
-            root,
-            axis: axis.to_string(),
-            size,
+            replicas: Replicas::new(mesh, axis)?,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
         })
     }
@@ -60,32 +55,77 @@ impl DataParallel {
 
     /// The number of replicas (the axis's size).
     pub fn size(&self) -> usize {
-        self.size
+        self.replicas.size()
+    }
+
+    /// The replicas along the axis (the tensor floor's view of them).
+    pub(super) fn replicas(&self) -> &Replicas {
+        &self.replicas
     }
 
     /// The rows of a global batch of `rows` sequences that replica `index`
     /// (its coordinate along the axis) takes: an equal contiguous slice.
     pub fn batch_rows(&self, rows: usize, index: usize) -> Result<Range<usize>> {
-        if index >= self.size {
+        let size = self.size();
+        if index >= size {
             return Err(Error::OutOfRange {
                 op: "DataParallel::batch_rows",
                 what: "replica",
                 value: index as i64,
-                bound: self.size,
+                bound: size,
             });
         }
-        if rows == 0 || !rows.is_multiple_of(self.size) {
+        if rows == 0 || !rows.is_multiple_of(size) {
             return Err(Error::invalid(
                 "DataParallel::batch_rows",
                 format!(
-                    "a global batch of {rows} sequences does not split evenly over {} {:?} replicas; \
-                     use a batch that is a multiple of {}",
-                    self.size, self.axis, self.size
+                    "a global batch of {rows} sequences does not split evenly over {size} {:?} replicas; \
+                     use a batch that is a multiple of {size}",
+                    self.replicas.axis()
                 ),
             ));
         }
-        let per = rows / self.size;
+        let per = rows / size;
         Ok(index * per..(index + 1) * per)
+    }
+
+    /// Every parameter with a gradient in the replicas `lists` (built alike:
+    /// the same names and shapes), with those gradients; a parameter with a
+    /// gradient in some replicas only is an error.
+    pub(super) fn gradients(&self, lists: &[Vec<(String, &mut Parameter)>]) -> Result<Gradients> {
+        let Some(first) = lists.first() else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        for list in lists {
+            let same = list.len() == first.len()
+                && (list.iter().zip(first))
+                    .all(|((a, p), (b, q))| a == b && p.value.shape() == q.value.shape());
+            if !same {
+                return Err(Error::invalid(
+                    OP,
+                    "the replicas' parameters differ in names or shapes; build every replica alike",
+                ));
+            }
+        }
+        let (mut params, mut items) = (Vec::new(), Vec::new());
+        for i in (0..first.len()).rev() {
+            let grads: Vec<Option<DTensor>> = lists.iter().map(|l| l[i].1.grad()).collect();
+            if grads.iter().all(Option::is_none) {
+                continue;
+            }
+            let Some(grads) = grads.into_iter().collect::<Option<Vec<_>>>() else {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "{:?} has a gradient in some replicas only; run backward on every replica first",
+                        first[i].0
+                    ),
+                ));
+            };
+            params.push(i);
+            items.push((first[i].0.clone(), grads));
+        }
+        Ok((params, items))
     }
 
     /// Replace every gradient of `replicas` (this process's replicas, one
@@ -93,44 +133,20 @@ impl DataParallel {
     /// without a gradient in every replica are left alone. Checks everything
     /// before anything moves; on an error no gradient has changed.
     pub fn average_gradients(&self, replicas: &mut [&mut dyn Params]) -> Result<()> {
-        if self.size == 1 {
+        if self.size() == 1 {
             return Ok(());
         }
         let mut lists: Vec<Vec<(String, &mut Parameter)>> = replicas
             .iter_mut()
             .map(|r| r.named_parameters_mut())
             .collect();
-        let (entries, groups) = self.entries(&lists)?;
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let mut out: Vec<Option<LocalTensor>> = vec![None; entries.len()];
-        for (g, group) in groups.iter().enumerate() {
-            let mine: Vec<usize> = (0..entries.len())
-                .filter(|&e| entries[e].group == g)
-                .collect();
-            for bucket in self.buckets(&entries, &mine, group)? {
-                for (e, t) in self.reduce_bucket(&entries, &bucket, group)? {
-                    out[e] = Some(t);
-                }
-            }
-        }
-        // Every reduction has been recorded: now swap the gradients in.
-        for (k, list) in lists.iter_mut().enumerate() {
-            for (i, (_, p)) in list.iter_mut().enumerate() {
-                let Some(grad) = p.grad() else { continue };
-                let shards: Option<Vec<LocalTensor>> = entries
-                    .iter()
-                    .zip(&out)
-                    .filter(|(e, _)| e.replica == k && e.param == i)
-                    .map(|(e, t)| {
-                        t.as_ref()
-                            .map(|t| t.retagged(grad.shards()[e.shard].rank_index()))
-                    })
-                    .collect();
-                let Some(shards) = shards else { continue };
-                let (shape, placement) = (grad.shape().to_vec(), grad.placement());
-                p.set_grad(Some(grad.with_shards(shards, shape, placement)))?;
+        let (params, items) = self.gradients(&lists)?;
+        let places = self.replicas.places(OP, &items)?;
+        // Every reduction is recorded before any gradient is swapped in.
+        let averaged = self.replicas.mean(&places, self.bucket_bytes)?;
+        for (&i, per_replica) in params.iter().zip(averaged) {
+            for (list, grad) in lists.iter_mut().zip(per_replica) {
+                list[i].1.set_grad(Some(grad))?;
             }
         }
         Ok(())
@@ -141,53 +157,6 @@ impl DataParallel {
     /// `average_losses_across_data_parallel_group`: one all-reduce over the
     /// axis, the same value on every process.
     pub fn mean(&self, values: &[DTensor]) -> Result<f32> {
-        const OP: &str = "DataParallel::mean";
-        let mut group: Option<Mesh> = None;
-        let mut shards: Vec<(usize, LocalTensor)> = Vec::new();
-        for v in values {
-            if v.shape().iter().product::<usize>() != 1
-                || v.dtype() != DType::F32
-                || v.placement() != Placement::Replicate
-            {
-                return Err(Error::invalid(
-                    OP,
-                    format!(
-                        "takes one replicated f32 value per replica (a loss), got {:?} placed {:?}",
-                        v.shape(),
-                        v.placement()
-                    ),
-                ));
-            }
-            // Each replica's first rank here: its value's copy on that rank.
-            let s = &v.shards()[0];
-            let root_rank = v.mesh().root_rank(s.rank_index())?;
-            let g = self.root.group_of(&[self.axis.as_str()], root_rank)?;
-            let pos = g
-                .members()
-                .and_then(|m| m.iter().position(|&r| r == root_rank))
-                .unwrap_or(0);
-            match &group {
-                None => group = Some(g),
-                Some(first) if first.same_as(&g) => {}
-                Some(_) => continue,
-            }
-            shards.push((pos, s.retagged(pos).reshape(&[1])?));
-        }
-        let Some(group) = group else {
-            return Err(Error::invalid(
-                OP,
-                "give the loss of every replica this process drives",
-            ));
-        };
-        if shards.len() != group.ranks().len() {
-            return Err(Error::invalid(
-                OP,
-                "give the loss of every replica this process drives, one per rank of the axis",
-            ));
-        }
-        shards.sort_by_key(|s| s.0);
-        let shards = shards.into_iter().map(|s| s.1).collect();
-        let sum = DTensor::from_shards(&group, shards, &[1], Placement::Partial(ReduceOp::Sum))?;
-        Ok(sum.redistribute(Placement::Replicate)?.to_host()?[0] / self.size as f32)
+        self.replicas.mean_of_values("DataParallel::mean", values)
     }
 }

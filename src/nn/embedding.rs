@@ -20,7 +20,7 @@ use super::parameter::Parameter;
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::shard::split_range;
-use crate::tensor::{DTensor, Mapping, Placement, one_buffer};
+use crate::tensor::{DTensor, Mapping, Placement};
 
 /// Settings of an embedding layer.
 #[derive(Clone, Debug)]
@@ -150,26 +150,7 @@ impl Table {
             .init
             .parameter(mesh, &[rows, dim], rng, split.placement(), (1, 1))?;
         if let Some(pad) = config.padding_idx {
-            let shards = weight.value.shards();
-            if one_buffer(shards) {
-                // A replicated table whose ranks share one buffer: zeroed once.
-                let width = shards[0].shape()[1];
-                shards[0].write_f32_at_every_rank(op, pad * width, &vec![0.0; width])?;
-            } else {
-                for (local, r) in shards.iter().zip(mesh.ranks()) {
-                    let row = match split {
-                        Split::Vocab => {
-                            let range = split_range(rows, mesh.size(), r.index());
-                            range.contains(&pad).then(|| pad - range.start)
-                        }
-                        Split::Dim | Split::Replicated => Some(pad),
-                    };
-                    if let Some(row) = row {
-                        let width = local.shape()[1];
-                        local.write_f32_at(op, row * width, &vec![0.0; width])?;
-                    }
-                }
-            }
+            weight.value.zero_row(op, pad)?;
         }
         Ok(Table {
             weight,

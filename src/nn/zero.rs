@@ -10,29 +10,17 @@
 //! what unsharded AdamW does, on the same inputs, so the parameters are the
 //! same bits; the moments take 1/dp of the memory.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::data_parallel::DataParallel;
 use super::optim::check_trainable;
 use super::{ParamId, Parameter, Params};
-use crate::device::{LocalTensor, Mesh, copy_region};
-use crate::element::DType;
 use crate::error::Result;
-use crate::kernels::optim::{AdamWStep, adamw_step};
-use crate::shard::split_range;
-use crate::tensor::{DTensor, Placement};
+use crate::kernels::optim::AdamWStep;
+use crate::tensor::DTensor;
+use crate::tensor::sliced_adamw::SlicedAdamW;
 
 const OP: &str = "ZeroAdamW::step";
-
-/// A rank's slice of one parameter shard: step count and moments m, v.
-struct Slice {
-    step: u32,
-    m: LocalTensor,
-    v: LocalTensor,
-    /// The root rank holding it (for [`ZeroAdamW::state_bytes`]).
-    root_rank: usize,
-}
 
 /// AdamW whose state and update are sharded over a data-parallel axis (see
 /// the module doc). Settings as [`AdamW`](super::AdamW)'s.
@@ -48,7 +36,7 @@ pub struct ZeroAdamW {
     /// Decoupled weight decay.
     pub weight_decay: f32,
     dp: DataParallel,
-    state: HashMap<(ParamId, usize), Slice>,
+    state: SlicedAdamW<ParamId>,
 }
 
 impl ZeroAdamW {
@@ -62,17 +50,13 @@ impl ZeroAdamW {
             eps: 1e-8,
             weight_decay: 0.01,
             dp: dp.clone(),
-            state: HashMap::new(),
+            state: SlicedAdamW::default(),
         }
     }
 
     /// Bytes of optimiser state each rank holds, by root rank.
     pub fn state_bytes(&self) -> BTreeMap<usize, u64> {
-        let mut out = BTreeMap::new();
-        for s in self.state.values() {
-            *out.entry(s.root_rank).or_default() += s.m.byte_len() + s.v.byte_len();
-        }
-        out
+        self.state.state_bytes()
     }
 
     /// Update every parameter that has a gradient in `replicas` (this
@@ -91,95 +75,31 @@ impl ZeroAdamW {
                 check_trainable(OP, name, p)?;
             }
         }
-        let (entries, groups) = self.dp.entries(&lists)?;
-        let dp = self.dp.size();
-        for e in &entries {
-            let p = &lists[e.replica][e.param].1;
-            let want = split_range(e.tensor.len(), dp, e.pos).len();
-            if let Some(s) = self
-                .state
-                .get(&(p.id(), e.shard))
-                .filter(|s| s.m.len() != want)
-            {
-                return Err(crate::error::Error::invalid(
-                    OP,
-                    format!(
-                        "optimiser state for {:?} holds {} values, its slice now {want} (was the parameter replaced?); use a new ZeroAdamW",
-                        lists[e.replica][e.param].0,
-                        s.m.len()
-                    ),
-                ));
+        let (params, items) = self.dp.gradients(&lists)?;
+        let places = (self.dp.replicas()).places("DataParallel::average_gradients", &items)?;
+        // Per parameter and replica: its identity (the state's key).
+        let keys: Vec<Vec<ParamId>> = (params.iter())
+            .map(|&i| lists.iter().map(|l| l[i].1.id()).collect())
+            .collect();
+        let names: Vec<&str> = items.iter().map(|(n, _)| n.as_str()).collect();
+        (self.state).check(OP, self.dp.replicas(), &places, (&keys, &names))?;
+        for list in lists.iter_mut() {
+            for &i in &params {
+                list[i].1.own_buffers()?;
             }
         }
-        for e in &entries {
-            lists[e.replica][e.param].1.own_buffers()?;
-        }
-        for (g, group) in groups.iter().enumerate() {
-            let mut params: Vec<usize> = entries
-                .iter()
-                .filter(|e| e.group == g)
-                .map(|e| e.param)
-                .collect();
-            params.dedup();
-            for i in params {
-                let mut members: Vec<_> = entries
-                    .iter()
-                    .filter(|e| e.group == g && e.param == i)
-                    .collect();
-                members.sort_by_key(|e| e.pos);
-                let n = members[0].tensor.len();
-                let mut slices = Vec::with_capacity(members.len());
-                for e in &members {
-                    let p = &lists[e.replica][i].1;
-                    let r = &group.ranks()[group
-                        .ranks()
-                        .iter()
-                        .position(|r| r.index() == e.pos)
-                        .unwrap_or(0)];
-                    let range = split_range(n, dp, e.pos);
-                    let w = p.value.shards()[e.shard].retagged(e.pos);
-                    let w_s = r.alloc(OP, &[range.len()], DType::F32)?;
-                    let g_s = r.alloc(OP, &[range.len()], DType::F32)?;
-                    copy_region(&w, range.start, &w_s, 0, range.len())?;
-                    copy_region(&e.tensor.retagged(e.pos), range.start, &g_s, 0, range.len())?;
-                    let key = (p.id(), e.shard);
-                    let s = match self.state.entry(key) {
-                        Entry::Occupied(o) => o.into_mut(),
-                        Entry::Vacant(v) => v.insert(Slice {
-                            step: 0,
-                            m: r.zeros_persistent(&[range.len()], DType::F32)?,
-                            v: r.zeros_persistent(&[range.len()], DType::F32)?,
-                            root_rank: group.root_rank(e.pos)?,
-                        }),
-                    };
-                    s.step += 1;
-                    if !range.is_empty() {
-                        let step = AdamWStep {
-                            lr: self.lr,
-                            beta1: self.beta1,
-                            beta2: self.beta2,
-                            eps: self.eps,
-                            weight_decay: self.weight_decay,
-                            step: s.step,
-                        };
-                        adamw_step(&w_s, &g_s, &s.m, &s.v, step)?;
-                    }
-                    slices.push(w_s);
-                }
-                let whole = gather(group, slices, n)?;
-                for (e, full) in members.iter().zip(whole.shards()) {
-                    let w = lists[e.replica][i].1.value.shards()[e.shard].retagged(e.pos);
-                    copy_region(full, 0, &w, 0, n)?;
-                }
-            }
-        }
-        Ok(())
+        let weights: Vec<Vec<DTensor>> = (params.iter())
+            .map(|&i| lists.iter().map(|l| l[i].1.value.clone()).collect())
+            .collect();
+        let step = AdamWStep {
+            lr: self.lr,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            step: 0,
+        };
+        let state = &mut self.state;
+        state.step(OP, self.dp.replicas(), &places, (&weights, &keys), step)
     }
-}
-
-/// The updated slices of one parameter shard (`n` values), all-gathered
-/// over the axis's group.
-fn gather(group: &Mesh, slices: Vec<LocalTensor>, n: usize) -> Result<DTensor> {
-    DTensor::from_shards(group, slices, &[n], Placement::Shard(0))?
-        .redistribute(Placement::Replicate)
 }

@@ -17,7 +17,8 @@
 //! global head index, so it is the same at any P.
 
 use super::autograd::record;
-use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use super::dtensor::DTensor;
+use super::placement::{Placement, local_shape_in_units};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};

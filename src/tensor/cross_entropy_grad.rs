@@ -4,8 +4,9 @@
 //! no communication.
 
 use super::autograd::placed;
-use super::cross_entropy::{CrossEntropyConfig, Reduction, vocab_shard};
-use super::dtensor::{DTensor, Placement};
+use super::cross_entropy_config::{CrossEntropyConfig, Reduction, vocab_shard};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};

@@ -9,7 +9,8 @@
 //! rank. The VJP applies the same mask to `dy`. Nothing is communicated.
 
 use super::autograd::{placed, record};
-use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use super::dtensor::DTensor;
+use super::placement::{Placement, local_shape_in_units};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};

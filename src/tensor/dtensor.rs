@@ -1,28 +1,21 @@
 //! [`DTensor`]: one logical tensor held as one shard per rank of a mesh (per
 //! rank this process addresses, in a multi-process mesh), with a
-//! [`Placement`] saying how the shards make up the logical value, and
+//! [`Placement`] (`placement.rs`) saying how the shards make up the logical
+//! value, and
 //! [`DTensor::redistribute`] (in `redistribute.rs`) to move between
 //! placements with collectives. Moving its value to and from the host
 //! (`from_host*`, `to_host*`) is in `host.rs`.
 
 use std::sync::Arc;
 
-use super::autograd::Node;
+use super::autograd::TapeNode;
+use super::placement::local_shape_in_units;
+// Where it was defined before `placement.rs`: files written against that
+// path still build.
+pub(super) use super::placement::Placement;
 use crate::device::{LocalTensor, Mesh};
-use crate::element::{DType, ReduceOp};
+use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::shard::split_range_in_units;
-
-/// How the shards of a [`DTensor`] make up its logical value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Placement {
-    /// Every rank holds the whole tensor.
-    Replicate,
-    /// Rank r holds the r-th slice along this dimension (first ranks take one more).
-    Shard(usize),
-    /// Every rank holds a full-shape tensor; the element-wise op over ranks is the value.
-    Partial(ReduceOp),
-}
 
 /// A tensor distributed over the ranks of a mesh. Cloning is cheap.
 #[derive(Clone, Debug)]
@@ -35,27 +28,7 @@ pub struct DTensor {
     /// a layer keeps whole attention heads per rank); 1 for other placements.
     unit: usize,
     /// Its node on the autodiff tape when tracked (`autograd/`).
-    pub(super) node: Option<Arc<Node>>,
-}
-
-/// The shape rank `r` of `p` holds for a tensor of `shape` placed `placement`.
-pub fn local_shape(shape: &[usize], placement: Placement, p: usize, r: usize) -> Vec<usize> {
-    local_shape_in_units(shape, placement, p, r, 1)
-}
-
-/// [`local_shape`] when a `Shard(d)` dim is split in whole units of `unit`.
-pub fn local_shape_in_units(
-    shape: &[usize],
-    placement: Placement,
-    p: usize,
-    r: usize,
-    unit: usize,
-) -> Vec<usize> {
-    let mut s = shape.to_vec();
-    if let Placement::Shard(d) = placement {
-        s[d] = split_range_in_units(shape[d], p, r, unit).len();
-    }
-    s
+    pub(super) node: Option<Arc<TapeNode<DTensor>>>,
 }
 
 impl DTensor {

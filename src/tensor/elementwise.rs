@@ -18,7 +18,8 @@
 
 use super::aliased::per_shard1;
 use super::autograd::{placed, record};
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::device::LocalTensor;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};

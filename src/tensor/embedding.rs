@@ -15,7 +15,8 @@
 
 use super::aliased::{made_once, one_buffer, per_shard1};
 use super::autograd::{placed, record, tracking};
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};

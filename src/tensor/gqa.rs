@@ -22,8 +22,9 @@
 
 use super::attention::AttentionDropout;
 use super::autograd::record;
-use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use super::dtensor::DTensor;
 use super::holding::Holding;
+use super::placement::{Placement, local_shape_in_units};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels::attention::{Step, decode_steps};

@@ -10,7 +10,8 @@
 //! `r·per..(r+1)·per`). A row held by several ranks appears once per holder.
 
 use super::autograd::record;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 use crate::kernels;

@@ -5,7 +5,8 @@
 //! `to_host` gives every process the whole value.
 
 use super::aliased::made_once;
-use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use super::dtensor::DTensor;
+use super::placement::{Placement, local_shape_in_units};
 use crate::device::{LocalTensor, Mesh, Rank, block_on, download_many_async};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};

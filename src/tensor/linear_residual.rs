@@ -11,7 +11,8 @@
 //! steps' bits, one dispatch fewer per branch.
 
 use super::autograd::tracking;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::comm;
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;
@@ -53,13 +54,14 @@ impl DTensor {
         {
             return Ok(None);
         }
-        let y = kernels::gemm_weight(
+        let y = kernels::gemm(
             &self.shards()[0],
             &w.shards()[0],
             GemmOptions {
                 trans_b: true,
                 bias: bias.map(|b| &b.shards()[0]),
                 accumulate: Some(&residual.shards()[0]),
+                weight: true,
                 ..Default::default()
             },
         )?;

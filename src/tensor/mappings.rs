@@ -14,7 +14,8 @@
 //! multiplies gradients by P.
 
 use super::autograd::record;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 

@@ -1,5 +1,5 @@
 //! [`DTensor::matmul`]: `y = x·w` (or `x·wᵀ`) shard by shard, one
-//! [`gemm_weight`](crate::kernels::gemm_weight) per rank and no
+//! [`gemm`](crate::kernels::gemm) of a weight per rank and no
 //! communication, so layers can be written on `DTensor` operations instead
 //! of per-shard GEMMs. `x` is
 //! `[T, K]`; `w` is `[K, N]`, or `[N, K]` with `transpose_w` (a layer's
@@ -28,97 +28,15 @@
 //! (`tied_head.rs`); a bias is refused there.
 
 use super::autograd::{record, tracking};
-use super::dtensor::{DTensor, local_shape_in_units};
+use super::dtensor::DTensor;
 use super::matmul_grad::product_vjp;
+// Where it was defined before `matmul_plan.rs`: files written against that
+// path still build.
+pub(super) use super::matmul_plan::MatmulOptions;
 use super::product::product;
 use crate::element::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernels::Activation;
-
-/// How [`DTensor::matmul_with`] multiplies.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MatmulOptions {
-    /// `w` is stored `[N, K]` and used transposed (a layer's `[out, in]` weight).
-    pub transpose_w: bool,
-    /// y's dtype (f32 or f16); `None` means x's. Products accumulate in f32
-    /// either way and are rounded once when stored.
-    pub out_dtype: Option<DType>,
-}
-
-/// Both tensors live on one mesh (their shards pair up rank by rank).
-pub(super) fn expect_same_mesh(op: &'static str, a: &DTensor, b: &DTensor) -> Result<()> {
-    if !a.mesh().same_as(b.mesh()) {
-        return Err(Error::invalid(op, "the operands live on different meshes"));
-    }
-    Ok(())
-}
-
-/// Every global rank's size of dim `d` of `t`, from its shape and placement
-/// (not the addressable shards: every process must reach the same verdict).
-pub(super) fn local_sizes(t: &DTensor, d: usize) -> Vec<usize> {
-    let p = t.mesh().size();
-    (0..p)
-        .map(|r| local_shape_in_units(t.shape(), t.placement(), p, r, t.shard_unit())[d])
-        .collect()
-}
-
-/// The per-rank sizes of `a`'s dim `da` and `b`'s dim `db` agree (both split
-/// the same logical dim the same way), else an error naming both splits.
-pub(super) fn expect_aligned(
-    op: &'static str,
-    (a, da, what_a): (&DTensor, usize, &str),
-    (b, db, what_b): (&DTensor, usize, &str),
-) -> Result<()> {
-    let (sa, sb) = (local_sizes(a, da), local_sizes(b, db));
-    if sa != sb {
-        return Err(Error::invalid(
-            op,
-            format!(
-                "{what_a} is split {sa:?} over the ranks (shard unit {}) but {what_b} is split \
-                 {sb:?} (shard unit {}): the shards must line up; redistribute or shard both \
-                 in the same units",
-                a.shard_unit(),
-                b.shard_unit()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A 2-D tensor, or a shape error naming it.
-pub(super) fn dims2(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]> {
-    match *t.shape() {
-        [a, b] => Ok([a, b]),
-        ref s => Err(Error::shape(op, format!("{what} as a 2-D tensor"), s)),
-    }
-}
-
-/// Both operands f32, or both f16, or x f32 and w a weight kept in bf16 or
-/// f16; the output f32 or f16.
-pub(super) fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DType) -> Result<()> {
-    if !matches!(x.dtype(), DType::F32 | DType::F16) {
-        return Err(Error::DTypeMismatch {
-            op,
-            expected: DType::F32,
-            got: x.dtype(),
-        });
-    }
-    let narrow_w = x.dtype() == DType::F32 && matches!(w.dtype(), DType::BF16 | DType::F16);
-    if w.dtype() != x.dtype() && !narrow_w {
-        return Err(Error::DTypeMismatch {
-            op,
-            expected: x.dtype(),
-            got: w.dtype(),
-        });
-    }
-    if !matches!(out, DType::F32 | DType::F16) {
-        return Err(Error::invalid(
-            op,
-            format!("out_dtype must be F32 or F16, got {out:?}"),
-        ));
-    }
-    Ok(())
-}
 
 impl DTensor {
     /// `self · w` (`self · wᵀ` when `transpose_w`), shard by shard with no
@@ -170,7 +88,7 @@ impl DTensor {
     /// check (mesh, shapes, dtypes, placements, how the shards line up) runs
     /// before any kernel is recorded, so a refused call leaves the mesh as it
     /// was. w's per-rank packs are kept with its buffers until it changes
-    /// ([`gemm_weight`](crate::kernels::gemm_weight)), as the layers'
+    /// ([`GemmOptions::weight`](crate::kernels::GemmOptions::weight)), as the layers'
     /// weights are.
     pub fn matmul_with(&self, w: &DTensor, opts: MatmulOptions) -> Result<DTensor> {
         record("DTensor::matmul", &[self, w], || {

@@ -24,8 +24,9 @@
 //! communication here: a `Partial` dx is reduced by the mapping before it.
 
 use super::autograd::placed;
-use super::dtensor::{DTensor, Placement};
-use super::matmul::MatmulOptions;
+use super::dtensor::DTensor;
+use super::matmul_plan::MatmulOptions;
+use super::placement::Placement;
 use super::tied_head;
 use crate::element::{DType, ReduceOp};
 use crate::error::Result;

@@ -4,7 +4,8 @@
 //! in its window with zeros around it.
 
 use super::autograd::{placed, record};
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::error::{Error, Result};
 use crate::kernels;
 

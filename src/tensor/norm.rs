@@ -25,8 +25,9 @@
 
 use super::aliased::per_shard;
 use super::autograd::{linear_dy, placed, record};
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
 use super::mappings::Mapping;
+use super::placement::Placement;
 use crate::device::LocalTensor;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};

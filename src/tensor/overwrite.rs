@@ -1,14 +1,44 @@
 //! Writing into a tensor's own buffers: host values over each rank's shard
 //! (checkpoint loading without a second copy of the model on the devices),
-//! and giving each rank a buffer of its own before an in-place update.
+//! zeros over one row (an embedding's padding row), and giving each rank a
+//! buffer of its own before an in-place update.
 
-use super::aliased::one_buffer_each;
-use super::dtensor::{DTensor, Placement};
+use super::aliased::{one_buffer, one_buffer_each};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::element::DType;
 use crate::error::Result;
 use crate::shard::{host_narrow, split_range_in_units};
 
 impl DTensor {
+    /// Zero global row `row` of a 2-D f32 tensor in place, wherever its
+    /// shards hold it: the rank whose rows hold it under `Shard(0)`, every
+    /// rank's columns of it otherwise, once where a replicated value's
+    /// ranks share one buffer.
+    pub(crate) fn zero_row(&self, op: &'static str, row: usize) -> Result<()> {
+        let shards = self.shards();
+        if one_buffer(shards) {
+            let width = shards[0].shape()[1];
+            return shards[0].write_f32_at_every_rank(op, row * width, &vec![0.0; width]);
+        }
+        let (rows, p) = (self.shape()[0], self.mesh().size());
+        for local in shards {
+            let at = match self.placement() {
+                Placement::Shard(0) => {
+                    let r = local.rank_index();
+                    let range = split_range_in_units(rows, p, r, self.shard_unit());
+                    range.contains(&row).then(|| row - range.start)
+                }
+                _ => Some(row),
+            };
+            if let Some(at) = at {
+                let width = local.shape()[1];
+                local.write_f32_at(op, at * width, &vec![0.0; width])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Overwrite the value in place from host `data` of the logical shape,
     /// split like [`DTensor::from_host_in_units`] splits it in units of
     /// `unit`, so views and clones sharing these buffers see the new values.

@@ -1,15 +1,15 @@
 //! Two layers of one input in one small-M pass over both weights
-//! (`kernels::gemv::pair`) where nothing is recorded: SwiGLU's gate and up
-//! ([`DTensor::linear_gated`]) and the key and value projections that
-//! [`DTensor::linears`] takes last. Decoding a Llama on a CPU adapter paid
-//! a fixed cost per dispatch for each, and at four ranks its k and v, 128
-//! columns a rank, kept few of the adapter's threads busy.
+//! (`kernels::gemv::pair`) where nothing is recorded: a gated MLP's gate
+//! and up ([`DTensor::linear_gated`]) and adjacent layers of one shape
+//! among those [`DTensor::linears`] takes (attention's key and value
+//! projections). Decoding on a CPU adapter paid a fixed cost per dispatch
+//! for each, and small products (128 columns a rank) kept few of the
+//! adapter's threads busy.
 
 use super::autograd::tracking;
 use super::dtensor::DTensor;
 use super::elementwise::expect_placed_not_partial;
-use super::matmul::MatmulOptions;
-use super::product::plan;
+use super::matmul_plan::{MatmulOptions, Plan, plan};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -20,32 +20,76 @@ use crate::kernels::gemv::pair::{Pair, Store, fits, gemv_pairs};
 /// Products one dispatch takes in the grouped and the paired kernels.
 const PER_DISPATCH: usize = crate::kernels::gemv::group::GROUP;
 
-/// The pairs of the last two layers' products `ks` and `vs` (a rank's each,
-/// alike ranks; one device; `singles` other products in the dispatches)
-/// where they pair up (no bias, one shape a rank) and pairing them takes
-/// fewer dispatches than grouping every product: a Llama's k and v at
-/// three or more ranks.
-pub(super) fn last_two<'a>(
-    singles: usize,
-    ks: &[Operands<'a>],
-    vs: &[Operands<'a>],
-) -> Option<Vec<Pair<'a>>> {
-    let grouped = (singles + 2 * ks.len()).div_ceil(PER_DISPATCH);
-    let paired = singles.div_ceil(PER_DISPATCH) + ks.len().div_ceil(PER_DISPATCH);
-    // The group takes two or more products.
-    if ks.is_empty() || ks.len() != vs.len() || paired >= grouped || singles == 1 {
-        return None;
-    }
-    let pairs: Vec<Pair> = (ks.iter().zip(vs))
-        .map(|(k, v)| {
-            (k.bias.is_none() && v.bias.is_none()).then_some(Pair {
-                a: k.a,
-                first: k.b,
-                second: v.b,
+/// Products read in one pass with a neighbour's ([`adjacent`]): the pairs,
+/// their first and second products and the products left single, as
+/// operand indices.
+pub(super) struct Pairing<'a> {
+    pub(super) pairs: Vec<Pair<'a>>,
+    pub(super) firsts: Vec<usize>,
+    pub(super) seconds: Vec<usize>,
+    pub(super) singles: Vec<usize>,
+}
+
+/// The products `kept` of `operands` (operand `i` is layer `i / ranks` on
+/// rank `i % ranks`; all on one device) with adjacent layers paired where
+/// pairing takes fewer dispatches than grouping every product: from the
+/// last layer back, layers `l` and `l + 1` pair up where both are kept on
+/// the same ranks, neither has a bias and each rank's two weights share a
+/// shape (`pair::fits`); `None` where grouping them all takes as few.
+pub(super) fn adjacent<'a>(
+    operands: &[Operands<'a>],
+    kept: &[usize],
+    (layers, ranks): (usize, usize),
+) -> Option<Pairing<'a>> {
+    let of_layer =
+        |l: usize| -> Vec<usize> { (kept.iter().copied()).filter(|&i| i / ranks == l).collect() };
+    let pair_of = |firsts: &[usize], seconds: &[usize]| -> Option<Vec<Pair<'a>>> {
+        let same_ranks = (firsts.iter().map(|i| i % ranks)).eq(seconds.iter().map(|i| i % ranks));
+        if firsts.is_empty() || !same_ranks {
+            return None;
+        }
+        let pairs: Vec<Pair> = (firsts.iter().zip(seconds))
+            .map(|(&i, &j)| {
+                let (x, y) = (operands[i], operands[j]);
+                (x.bias.is_none() && y.bias.is_none()).then_some(Pair {
+                    a: x.a,
+                    first: x.b,
+                    second: y.b,
+                })
             })
-        })
-        .collect::<Option<_>>()?;
-    fits(&pairs).then_some(pairs)
+            .collect::<Option<_>>()?;
+        fits(&pairs).then_some(pairs)
+    };
+    let mut p = Pairing {
+        pairs: Vec::new(),
+        firsts: Vec::new(),
+        seconds: Vec::new(),
+        singles: Vec::new(),
+    };
+    let mut paired_layer = vec![false; layers];
+    let mut l = layers;
+    while l >= 2 {
+        let (firsts, seconds) = (of_layer(l - 2), of_layer(l - 1));
+        match pair_of(&firsts, &seconds) {
+            Some(pairs) => {
+                p.pairs.extend(pairs);
+                p.firsts.extend(firsts);
+                p.seconds.extend(seconds);
+                paired_layer[l - 2] = true;
+                paired_layer[l - 1] = true;
+                l -= 2;
+            }
+            None => l -= 1,
+        }
+    }
+    p.singles = (kept.iter().copied())
+        .filter(|&i| !paired_layer[i / ranks])
+        .collect();
+    let grouped = kept.len().div_ceil(PER_DISPATCH);
+    let paired = p.singles.len().div_ceil(PER_DISPATCH) + p.pairs.len().div_ceil(PER_DISPATCH);
+    // The group takes two or more products.
+    let worth = !p.pairs.is_empty() && paired < grouped && p.singles.len() != 1;
+    (worth && fits(&p.pairs)).then_some(p)
 }
 
 /// Record `pairs` storing both products into `firsts` and `seconds`.
@@ -86,7 +130,7 @@ impl DTensor {
         };
         let pg = plan(self, gate.0, gate.1, opts, None)?;
         let pu = plan(self, up.0, up.1, opts, None)?;
-        let placed = |p: &super::product::Plan| (p.t, p.n, p.placement, p.unit);
+        let placed = |p: &Plan| (p.t, p.n, p.placement, p.unit);
         if placed(&pg) != placed(&pu) {
             return Err(Error::invalid(
                 OP,
@@ -142,8 +186,8 @@ mod tests {
     use crate::device::{DeviceLayout, MeshBuilder};
     use crate::tensor::{DTensor, Placement};
 
-    /// Ranks 1 to 3 holding one copy of k's and v's rows (as SmolLM2's 3
-    /// key/value heads on 4 ranks are held) take rank 1's products, aliased,
+    /// Ranks 1 to 3 holding one copy of k's and v's rows (as 3 key/value
+    /// heads on 4 ranks are held) take rank 1's products, aliased,
     /// with the bits `linears` gives each rank; not where x is split, nor
     /// where products do not share dispatches.
     #[test]

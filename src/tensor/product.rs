@@ -1,110 +1,23 @@
 //! The unrecorded shard-by-shard product behind [`DTensor::matmul`] and
-//! [`DTensor::linear`] (placements and shapes checked by [`plan`]), and
+//! [`DTensor::linear`] (placements and shapes checked by `matmul_plan.rs`), and
 //! [`DTensor::linears`]: several layers of one input (attention's q, k and
-//! v) in shared small-M dispatches where nothing is recorded. Decoding
-//! Llama's shapes at one rank paid a CPU adapter's fixed cost per dispatch
-//! for each of the three, two of them products of 192 columns.
+//! v) in shared small-M dispatches where nothing is recorded: decoding
+//! paid a CPU adapter's fixed cost per dispatch for each product, however
+//! few its columns.
 
 use super::autograd::tracking;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
 use super::elementwise::expect_placed_not_partial;
 use super::grouped;
-use super::matmul::{MatmulOptions, check_dtypes, dims2, expect_aligned, expect_same_mesh};
+use super::matmul_plan::{MatmulOptions, Plan, plan};
 use super::paired;
-use super::rows::check_bias;
+use super::placement::Placement;
 use super::tied_head;
 use crate::device::LocalTensor;
-use crate::element::{DType, ReduceOp};
-use crate::error::{Error, Result};
+use crate::element::DType;
+use crate::error::Result;
 use crate::kernels::gemv::group::{Operands, fits, gemv_group};
 use crate::kernels::{Activation, GemmOptions};
-
-/// A checked product: y's shape `[t, n]`, its placement and shard unit.
-pub(super) struct Plan {
-    pub(super) t: usize,
-    pub(super) n: usize,
-    pub(super) placement: Placement,
-    pub(super) unit: usize,
-}
-
-/// The checks of `act(x·w (+ bias)) (⊙ up)`: shapes, dtypes, placements
-/// (which pairs multiply shard by shard) and the bias's and up's.
-pub(super) fn plan(
-    x: &DTensor,
-    w: &DTensor,
-    bias: Option<&DTensor>,
-    opts: MatmulOptions,
-    up: Option<&DTensor>,
-) -> Result<Plan> {
-    const OP: &str = "DTensor::matmul";
-    expect_same_mesh(OP, x, w)?;
-    let [t, k] = dims2(OP, "x [T, K]", x)?;
-    let w_dims = if opts.transpose_w {
-        "w [N, K]"
-    } else {
-        "w [K, N]"
-    };
-    let [w0, w1] = dims2(OP, w_dims, w)?;
-    // w's dims by role.
-    let (k_dim, n_dim) = if opts.transpose_w { (1, 0) } else { (0, 1) };
-    let (kw, n) = if opts.transpose_w { (w1, w0) } else { (w0, w1) };
-    if kw != k {
-        return Err(Error::shape(
-            OP,
-            format!("{w_dims} with K = {k} (x's columns)"),
-            w.shape(),
-        ));
-    }
-    let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
-    check_dtypes(OP, x, w, out_dtype)?;
-    let (placement, unit) = match (x.placement(), w.placement()) {
-        (Placement::Replicate, Placement::Shard(d)) if d == n_dim => {
-            (Placement::Shard(1), w.shard_unit())
-        }
-        (Placement::Shard(1), Placement::Shard(d)) if d == k_dim => {
-            expect_aligned(OP, (x, 1, "x's K (dim 1)"), (w, k_dim, "w's K"))?;
-            (Placement::Partial(ReduceOp::Sum), 1)
-        }
-        (Placement::Replicate, Placement::Replicate) => (Placement::Replicate, 1),
-        (Placement::Shard(0), Placement::Replicate) => (Placement::Shard(0), x.shard_unit()),
-        (xp, wp) => {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "no shard-by-shard product of x placed {xp:?} and w placed {wp:?} \
-                         (w's K is dim {k_dim}, its N dim {n_dim}): the pairs are x Replicate \
-                         × w Shard({n_dim}), x Shard(1) × w Shard({k_dim}), x Replicate or \
-                         Shard(0) × w Replicate; redistribute first"
-                ),
-            ));
-        }
-    };
-    if let Some(b) = bias {
-        // y's placement meets the bias's as in add_row.
-        check_bias(OP, placement, n, b, (w, n_dim, "w's rows"))?;
-    }
-    if let Some(up) = up {
-        expect_same_mesh(OP, x, up)?;
-        if up.shape() != [t, n] || up.placement() != placement || up.shard_unit() != unit {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "up must be shaped and placed as the product ([{t}, {n}], {placement:?} in \
-                     units of {unit}), got {:?}, {:?} in units of {}",
-                    up.shape(),
-                    up.placement(),
-                    up.shard_unit()
-                ),
-            ));
-        }
-    }
-    Ok(Plan {
-        t,
-        n,
-        placement,
-        unit,
-    })
-}
 
 /// The bias in f32, as the kernels read it.
 fn bias32(bias: Option<&DTensor>) -> Result<Option<DTensor>> {
@@ -170,9 +83,9 @@ impl DTensor {
     /// that binds 16 storage buffers, at most 8 rows, all with a bias or
     /// none), they share dispatches, four a dispatch: every layer's and
     /// rank's where the ranks share a device, else each rank's layers. On
-    /// one device that binds 20, the last two layers (a Llama's k and v, of
-    /// one shape and without biases) are read in one pass, a pair a rank,
-    /// where that takes fewer dispatches (three or more ranks).
+    /// one device that binds 20, adjacent layers whose weights share a
+    /// shape and have no biases are read in one pass, a pair a rank, where
+    /// that takes fewer dispatches (`paired.rs`).
     /// Otherwise (a GPU, the tape) each layer is [`DTensor::linear`].
     pub fn linears(&self, layers: &[(&DTensor, Option<&DTensor>)]) -> Result<Vec<DTensor>> {
         self.linears_with(layers, &[])
@@ -270,34 +183,14 @@ impl DTensor {
         }
         let outs_of = |idx: &[usize]| idx.iter().map(|&i| &made[at[i]]).collect::<Vec<_>>();
         if sets.len() == 1 {
-            // The last two layers (k and v) as pairs where that takes
-            // fewer dispatches.
-            let n = layers.len();
-            let of_layer = |l: usize| {
-                kept.iter()
-                    .copied()
-                    .filter(|&i| i / ranks == l)
-                    .collect::<Vec<_>>()
-            };
-            let (ks, vs) = (of_layer(n - 2), of_layer(n - 1));
-            let singles: Vec<usize> = kept
-                .iter()
-                .copied()
-                .filter(|&i| i / ranks < n - 2)
-                .collect();
-            let same_ranks = ks
-                .iter()
-                .map(|i| i % ranks)
-                .eq(vs.iter().map(|i| i % ranks));
-            let pairs = same_ranks
-                .then(|| paired::last_two(singles.len(), &pick(&ks), &pick(&vs)))
-                .flatten();
-            match pairs {
-                Some(pairs) => {
-                    if !singles.is_empty() {
-                        gemv_group(&pick(&singles), &outs_of(&singles), None)?;
+            // Adjacent layers whose weights share a shape read in one pass,
+            // a pair a rank, where that takes fewer dispatches.
+            match paired::adjacent(&operands, &kept, (layers.len(), ranks)) {
+                Some(p) => {
+                    if !p.singles.is_empty() {
+                        gemv_group(&pick(&p.singles), &outs_of(&p.singles), None)?;
                     }
-                    paired::both(&pairs, &outs_of(&ks), &outs_of(&vs))?;
+                    paired::both(&p.pairs, &outs_of(&p.firsts), &outs_of(&p.seconds))?;
                 }
                 None => gemv_group(&pick(&kept), &outs_of(&kept), None)?,
             }

@@ -14,7 +14,8 @@
 //! 32-bit words, and a Partial sum is then accumulated in f32 and rounded once.
 
 use super::autograd::record;
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::comm;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};

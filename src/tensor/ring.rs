@@ -13,7 +13,8 @@
 //! all-gather or reduce-scatter collective is issued: each step counts one
 //! [`Collective::SendRecv`](crate::comm::Collective::SendRecv).
 
-use super::dtensor::{DTensor, Placement, local_shape_in_units};
+use super::dtensor::DTensor;
+use super::placement::{Placement, local_shape_in_units};
 use crate::comm::RingShift;
 use crate::device::{LocalTensor, Mesh};
 use crate::element::DType;

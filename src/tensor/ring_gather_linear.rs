@@ -8,12 +8,13 @@
 //! moves f32 chunks.
 
 use super::autograd::{placed, record, tracking};
-use super::dtensor::{DTensor, Placement};
+use super::checks::check_bias;
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use super::ring::{
     concat_token_chunks, expect_token_chunks, ring_all_gather_fused, ring_operands,
     ring_reduce_scatter_fused, token_chunk,
 };
-use super::rows::check_bias;
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -64,12 +65,13 @@ impl DTensor {
         let keep_chunks = tracking(&inputs);
         record(OP, &inputs, || {
             let done = ring_all_gather_fused(self, |i, _, chunk| {
-                let y = kernels::gemm_weight(
+                let y = kernels::gemm(
                     chunk,
                     &w.shards()[i],
                     GemmOptions {
                         trans_b: true,
                         bias: bias.map(|b| &b.shards()[i]),
+                        weight: true,
                         ..Default::default()
                     },
                 )?;
@@ -149,7 +151,7 @@ fn backward(
                 ..Default::default()
             },
         )?);
-        kernels::gemm_weight(&dy_rc, &w.shards()[i], GemmOptions::default())
+        kernels::gemm(&dy_rc, &w.shards()[i], GemmOptions::new().weight(true))
     })?;
     let dw = dw
         .into_iter()

@@ -10,8 +10,9 @@
 //! moves f32 chunks.
 
 use super::autograd::{placed, record};
-use super::dtensor::{DTensor, Placement};
-use super::matmul::expect_aligned;
+use super::checks::expect_aligned;
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use super::ring::{
     concat_token_chunks, expect_token_chunks, ring_all_gather_fused, ring_operands,
     ring_reduce_scatter_fused, token_chunk,
@@ -76,13 +77,10 @@ impl DTensor {
             // Each chunk's partial product is computed while the running sum travels.
             let y = ring_reduce_scatter_fused(self.mesh(), &[t, n], |i, c| {
                 let x_rc = token_chunk(&self.shards()[i], p, c)?;
-                kernels::gemm_weight(
+                kernels::gemm(
                     &x_rc,
                     &w.shards()[i],
-                    GemmOptions {
-                        trans_b: true,
-                        ..Default::default()
-                    },
+                    GemmOptions::new().trans_b(true).weight(true),
                 )
             })?;
             // The replicated bias, once, on each rank's rows of the reduced sum.
@@ -162,7 +160,7 @@ fn backward(
                 ..Default::default()
             },
         )?);
-        let dx_c = kernels::gemm_weight(dy_c, &w.shards()[i], GemmOptions::default())?;
+        let dx_c = kernels::gemm(dy_c, &w.shards()[i], GemmOptions::new().weight(true))?;
         Ok((dx_c, dy_c.clone()))
     })?;
     let (dxs, dys): (Vec<Vec<_>>, Vec<Vec<_>>) = gathered

@@ -11,7 +11,8 @@
 //! share of a replicated key's gradient), else like the input.
 
 use super::autograd::{linear_dy, record, tracking};
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels;

@@ -20,9 +20,10 @@
 
 use super::aliased::per_shard1;
 use super::autograd::{placed, record};
-use super::dtensor::{DTensor, Placement};
+use super::checks::{check_bias, expect_float, expect_same_mesh};
+use super::dtensor::DTensor;
 use super::elementwise::expect_alike;
-use super::matmul::{expect_aligned, expect_same_mesh};
+use super::placement::Placement;
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::kernels;
@@ -41,17 +42,6 @@ fn expect_matrix(op: &'static str, what: &str, t: &DTensor) -> Result<[usize; 2]
     };
     expect_float(op, t)?;
     Ok(dims)
-}
-
-fn expect_float(op: &'static str, t: &DTensor) -> Result<()> {
-    if !matches!(t.dtype(), DType::F32 | DType::F16) {
-        return Err(Error::DTypeMismatch {
-            op,
-            expected: DType::F32,
-            got: t.dtype(),
-        });
-    }
-    Ok(())
 }
 
 impl DTensor {
@@ -184,41 +174,4 @@ fn broadcast_rows(x: &DTensor, dy: &DTensor) -> Result<DTensor> {
         .map(|(xs, d)| kernels::add_row(&xs.rank().zeros(xs.shape(), DType::F32)?, d))
         .collect::<Result<Vec<_>>>()?;
     Ok(x.with_shards(shards, x.shape().to_vec(), placement))
-}
-
-/// A bias `[n]` meets a `[T, n]` product placed `y`: `Shard(1)` takes a
-/// `Shard(0)` bias split like `like` (the tensor and dim whose split y's
-/// columns follow); `Replicate` and `Shard(0)` take a `Replicate` bias.
-pub(super) fn check_bias(
-    op: &'static str,
-    y: Placement,
-    n: usize,
-    bias: &DTensor,
-    like: (&DTensor, usize, &str),
-) -> Result<()> {
-    if bias.shape() != [n] {
-        return Err(Error::shape(op, [n], bias.shape()));
-    }
-    expect_float(op, bias)?;
-    match (y, bias.placement()) {
-        (Placement::Shard(1), Placement::Shard(0)) => {
-            expect_aligned(op, like, (bias, 0, "the bias"))
-        }
-        (Placement::Replicate | Placement::Shard(0), Placement::Replicate) => Ok(()),
-        (yp @ Placement::Partial(_), bp) => Err(Error::invalid(
-            op,
-            format!(
-                "y placed {yp:?} (bias {bp:?}) would get the bias once per rank; \
-                 reduce y first (redistribute to Replicate or Shard)"
-            ),
-        )),
-        (yp, bp) => Err(Error::invalid(
-            op,
-            format!(
-                "no shard-by-shard bias add of y placed {yp:?} and a bias placed {bp:?}: \
-                 the pairs are y Shard(1) + bias Shard(0), y Replicate or Shard(0) + \
-                 bias Replicate; redistribute first"
-            ),
-        )),
-    }
 }

@@ -8,10 +8,10 @@
 //! all-reduce (docs/MATH.md §5.4).
 
 use super::autograd::{placed, record};
-use super::dtensor::{DTensor, Placement};
+use super::checks::{check_bias, expect_same_mesh};
+use super::dtensor::DTensor;
 use super::mappings::Mapping;
-use super::matmul::expect_same_mesh;
-use super::rows::check_bias;
+use super::placement::Placement;
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 

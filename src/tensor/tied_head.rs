@@ -33,14 +33,14 @@ fn rows(x: &LocalTensor, dim: usize, start: usize, n: usize) -> Result<LocalTens
     }
 }
 
-/// `x · w` as [`kernels::gemm_weight`] with `opts`, or, where `w` is used
+/// `x · w` as [`kernels::gemm`] with `opts` (w a weight), or, where `w` is used
 /// transposed and it or the product is past one binding, block by block
 /// ([`logits`]; no bias there).
 pub(super) fn product(x: &LocalTensor, w: &LocalTensor, opts: GemmOptions) -> Result<LocalTensor> {
     let out = [x.shape()[0], w.shape()[0]];
     let out_dtype = opts.out_dtype.unwrap_or(x.dtype());
     if !opts.trans_b || !(w.is_blocked() || x.rank().row_blocks(&out, out_dtype)?.is_some()) {
-        return kernels::gemm_weight(x, w, opts);
+        return kernels::gemm(x, w, opts.weight(true));
     }
     if opts.bias.is_some() || opts.multiply.is_some() {
         return Err(Error::invalid(
@@ -75,7 +75,7 @@ pub(super) fn product_vjp(
         };
         return Ok((dx, dw));
     }
-    let dx = kernels::gemm_weight(dy, w, dx_opts)?;
+    let dx = kernels::gemm(dy, w, dx_opts.weight(true))?;
     let (a, b) = if transposed { (dy, x) } else { (x, dy) };
     Ok((dx, kernels::gemm(a, b, dw_opts)?))
 }
@@ -91,7 +91,7 @@ fn logits(h: &LocalTensor, e: &LocalTensor, opts: GemmOptions) -> Result<LocalTe
         let parts = e
             .blocks()
             .iter()
-            .map(|b| kernels::gemm_weight(&h_t, b, opts))
+            .map(|b| kernels::gemm(&h_t, b, opts.weight(true)))
             .collect::<Result<Vec<_>>>()?;
         token_blocks.push(join(parts, 1)?);
         start += n;
@@ -122,7 +122,7 @@ fn backward(
     if tb.len() == 1 && !e.is_blocked() {
         return Ok((
             kernels::gemm(dl, h, grad)?,
-            kernels::gemm_weight(dl, e, partial)?,
+            kernels::gemm(dl, e, partial.weight(true))?,
         ));
     }
     let (width, chunk) = (e.shape()[1], vocab_chunk(e));

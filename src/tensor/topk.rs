@@ -3,7 +3,8 @@
 //! host. Generation's greedy, top-k and top-p choice ([`vocab_candidates`],
 //! with the repetition penalty and the softmax normaliser on the device).
 
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::device::{LocalTensor, block_on, download_many_async};
 use crate::element::DType;
 use crate::error::{Error, Result};

@@ -5,7 +5,8 @@
 //! so the first step's temporaries stay pooled and later steps allocate
 //! nothing.
 
-use super::dtensor::{DTensor, Placement};
+use super::dtensor::DTensor;
+use super::placement::Placement;
 use crate::device::LocalTensor;
 use crate::error::Result;
 use crate::kernels::optim::{AdamWStep, SgdStep, adamw_step, sgd_step};

@@ -100,12 +100,13 @@ fn downlevel_limits_run_what_fits_and_name_the_limit_otherwise() {
     // On CPU adapters the GEMM reads its operands from textures and binds
     // three storage buffers: it fits.
     if r.device().is_cpu() {
-        let c = kernels::matmul(&a, &b).unwrap();
+        let c = kernels::gemm(&a, &b, GemmOptions::new()).unwrap();
         assert_eq!(c.to_vec().unwrap(), vec![3.0; 4]);
     }
     // The storage-buffer GEMM binds five: a clear error, not a wgpu panic or
     // validation dump.
-    let err = kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Buffer).unwrap_err();
+    let err =
+        kernels::gemm(&a, &b, GemmOptions::default().variant(GemmVariant::Buffer)).unwrap_err();
     match &err {
         Error::DeviceLimit {
             op,

@@ -1,12 +1,14 @@
 //! Adapter selection: clear errors (never panics) for names and backends that
 //! match nothing or make no sense, and software adapters that work without a GPU;
-//! `limits` (weaker device limits), `memory` (bytes the pools hold) and `trace`
+//! `limits` (weaker device limits), `memory` (bytes the pools hold), `settings`
+//! (the `WGPU_TP_*` variables parsed, checked and documented) and `trace`
 //! (the per-kernel timeline).
 
 mod axes;
 mod blocks;
 mod limits;
 mod memory;
+mod settings;
 mod trace;
 mod tune;
 

@@ -53,7 +53,7 @@ fn workload(mesh: &Mesh) -> Vec<LocalTensor> {
         let b: Vec<f32> = (0..K * N).map(|i| (i % 3) as f32).collect();
         let a = rank.upload(&[M, K], &a).unwrap();
         let b = rank.upload(&[K, N], &b).unwrap();
-        let c = kernels::matmul(&a, &b).unwrap();
+        let c = kernels::gemm(&a, &b, kernels::GemmOptions::new()).unwrap();
         sums.push(kernels::add(&c, &c).unwrap());
     }
     let reduced = comm::all_reduce(mesh, &sums, ReduceOp::Sum).unwrap();

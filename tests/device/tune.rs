@@ -49,10 +49,7 @@ fn a_large_one_row_product_is_measured_once_and_its_choice_kept_on_disk() {
     let (a, b) = (rng.vec(m * k), rng.vec(n * k));
     let a_t = r.upload(&[m, k], &a).unwrap();
     let b_t = r.upload(&[n, k], &b).unwrap();
-    let opts = GemmOptions {
-        trans_b: true,
-        ..Default::default()
-    };
+    let opts = GemmOptions::new().trans_b(true);
     let got = kernels::gemm(&a_t, &b_t, opts).unwrap().to_vec().unwrap();
     let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
     let want = reference::gemm(&a, &b, m, n, k, false, true);
@@ -128,10 +125,7 @@ fn texture_class(
     class: &str,
 ) -> Vec<(String, String, String)> {
     let k = 512;
-    let opts = GemmOptions {
-        trans_b: true,
-        ..Default::default()
-    };
+    let opts = GemmOptions::new().trans_b(true);
     let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<_>>();
     let (a, b) = (rng.vec(k), rng.vec(n * k));
     let a_t = r.upload(&[1, k], &a).unwrap();
@@ -139,7 +133,7 @@ fn texture_class(
     let want = reference::gemm(&a, &b, 1, n, k, false, true);
     let scale = reference::gemm(&abs(&a), &abs(&b), 1, n, k, false, true);
     for pass in 0..3 {
-        let got = kernels::gemm_weight(&a_t, &b_t, opts).unwrap();
+        let got = kernels::gemm(&a_t, &b_t, opts.weight(true)).unwrap();
         let what = format!("tuned gemv, a weight [{n}, {k}] read again, pass {pass}");
         assert_close_cancelling(&what, &got.to_vec().unwrap(), &want, &scale, 1e-5);
     }

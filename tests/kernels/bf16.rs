@@ -161,13 +161,11 @@ fn check_narrow_weights(dtype: DType, label: &str, rows: &[usize]) {
             let bias_t = r.upload(&[n], &bias).unwrap();
             let acc_t = r.upload(&[m, n], &acc).unwrap();
             for with_acc in [false, true] {
-                let opts = GemmOptions {
-                    trans_b: tb,
-                    bias: Some(&bias_t),
-                    accumulate: with_acc.then_some(&acc_t),
-                    ..Default::default()
-                };
-                let got = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
+                let opts = GemmOptions::new()
+                    .trans_b(tb)
+                    .bias(&bias_t)
+                    .accumulate(with_acc.then_some(&acc_t));
+                let got = kernels::gemm(&a_t, &b_t, opts.variant(variant)).unwrap();
                 assert_eq!(got.dtype(), DType::F32);
                 let acc_ref = with_acc.then_some(&acc[..]);
                 let (w, scale) = want(&a, &b, (m, n, k), tb, &bias, acc_ref);

@@ -139,16 +139,13 @@ fn f16_gemm_accumulates_in_f32_every_layout_and_variant() {
                         if large && (variant != GemmVariant::Texture || out == DType::F16) {
                             continue;
                         }
-                        let opts = GemmOptions {
-                            trans_a: ta,
-                            trans_b: tb,
-                            bias: with_bias.then_some(&bias_t),
-                            accumulate: with_acc.then_some(&acc_t),
-                            out_dtype: Some(out),
-                            activation: None,
-                            multiply: None,
-                        };
-                        let c = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
+                        let opts = GemmOptions::new()
+                            .trans_a(ta)
+                            .trans_b(tb)
+                            .bias(with_bias.then_some(&bias_t))
+                            .accumulate(with_acc.then_some(&acc_t))
+                            .out_dtype(out);
+                        let c = kernels::gemm(&a_t, &b_t, opts.variant(variant)).unwrap();
                         assert_eq!((c.dtype(), c.shape()), (out, &[mm, n][..]));
                         let what = format!(
                             "f16 gemm {variant:?} -> {out} {mm}x{n}x{k} ta={ta} tb={tb} bias={with_bias} acc={with_acc}"
@@ -182,15 +179,9 @@ fn f16_gemm_refuses_mixed_operands_and_keeps_working() {
         err(GemmOptions::default(), &b32),
         Error::DTypeMismatch { .. }
     ));
-    let opts = GemmOptions {
-        bias: Some(&bias16),
-        ..Default::default()
-    };
+    let opts = GemmOptions::new().bias(&bias16);
     assert!(matches!(err(opts, &b16), Error::DTypeMismatch { .. }));
-    let opts = GemmOptions {
-        out_dtype: Some(DType::I32),
-        ..Default::default()
-    };
+    let opts = GemmOptions::new().out_dtype(DType::I32);
     assert!(matches!(err(opts, &b16), Error::InvalidArgument { .. }));
     let c = kernels::gemm(&a16, &b16, GemmOptions::default()).unwrap();
     assert_eq!(c.to_vec().unwrap(), vec![4.0; 6]);

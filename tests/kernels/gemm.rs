@@ -82,16 +82,12 @@ fn check_variant(
     let b_t = r.upload(&tb_shape, &b).unwrap();
     let bias_t = r.upload(&[n], &bias).unwrap();
     let acc_t = r.upload(&[m, n], &acc).unwrap();
-    let opts = GemmOptions {
-        trans_a: ta,
-        trans_b: tb,
-        bias: with_bias.then_some(&bias_t),
-        accumulate: with_acc.then_some(&acc_t),
-        out_dtype: None,
-        activation: None,
-        multiply: None,
-    };
-    let out = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
+    let opts = GemmOptions::new()
+        .trans_a(ta)
+        .trans_b(tb)
+        .bias(with_bias.then_some(&bias_t))
+        .accumulate(with_acc.then_some(&acc_t));
+    let out = kernels::gemm(&a_t, &b_t, opts.variant(variant)).unwrap();
     assert_eq!(out.shape(), &[m, n]);
     let got = out.to_vec().unwrap();
     let want = reference(
@@ -276,12 +272,8 @@ fn traced_gemm(
     let a = r.upload(&a_shape, &rng.vec(m * k)).unwrap();
     let b_shape = if trans_b { [n, k] } else { [k, n] };
     let b = r.upload(&b_shape, &rng.vec(k * n)).unwrap();
-    let opts = GemmOptions {
-        trans_a,
-        trans_b,
-        ..Default::default()
-    };
-    kernels::gemm_with(&a, &b, opts, variant).unwrap();
+    let opts = GemmOptions::new().trans_a(trans_a).trans_b(trans_b);
+    kernels::gemm(&a, &b, opts.variant(variant)).unwrap();
     let trace = mesh.stop_trace().unwrap();
     trace.kernels().map(|e| e.name.clone()).collect()
 }
@@ -454,12 +446,13 @@ fn gemm_square_256_each_layout() {
             check_case(r, &mut rng, (256, 256, 256), ta, tb, ta, tb);
         }
     }
-    // matmul is gemm without options.
+    // GemmOptions::new(): the plain product.
     let a = rng.vec(5 * 6);
     let b = rng.vec(6 * 3);
-    let got = kernels::matmul(
+    let got = kernels::gemm(
         &r.upload(&[5, 6], &a).unwrap(),
         &r.upload(&[6, 3], &b).unwrap(),
+        GemmOptions::new(),
     )
     .unwrap()
     .to_vec()
@@ -490,15 +483,7 @@ fn gemm_empty_dimensions() {
         let a = r.upload(&[mm, kk], &vec![1.0; mm * kk]).unwrap();
         let b = r.upload(&[kk, nn], &vec![1.0; kk * nn]).unwrap();
         let bias = r.upload(&[nn], &vec![1.0; nn]).unwrap();
-        let out = kernels::gemm(
-            &a,
-            &b,
-            GemmOptions {
-                bias: Some(&bias),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        let out = kernels::gemm(&a, &b, GemmOptions::new().bias(&bias)).unwrap();
         assert_eq!(out.shape(), &[mm, nn]);
         assert!(out.to_vec().unwrap().is_empty());
     }
@@ -573,34 +558,29 @@ fn gemm_errors_leave_mesh_usable() {
     let a = r0.upload(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
     let b = r0.upload(&[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
     let works = |a: &wgpu_tp::LocalTensor, b: &wgpu_tp::LocalTensor| {
-        let got = kernels::matmul(a, b).unwrap().to_vec().unwrap();
+        let got = kernels::gemm(a, b, GemmOptions::new())
+            .unwrap()
+            .to_vec()
+            .unwrap();
         assert_eq!(got, vec![4.0, 5.0, 10.0, 11.0]);
     };
     // Mismatched K.
     let bad_k = r0.upload(&[2, 2], &[1.0; 4]).unwrap();
-    let e = kernels::matmul(&a, &bad_k).unwrap_err();
+    let e = kernels::gemm(&a, &bad_k, GemmOptions::new()).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "gemm", .. }), "{e}");
     works(&a, &b);
     // Transposed B must be [N, K].
-    let e = kernels::gemm(
-        &a,
-        &b,
-        GemmOptions {
-            trans_b: true,
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let e = kernels::gemm(&a, &b, GemmOptions::new().trans_b(true)).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
     // Not 2-D.
     let v = r0.upload(&[3], &[1.0; 3]).unwrap();
     assert!(matches!(
-        kernels::matmul(&a, &v),
+        kernels::gemm(&a, &v, GemmOptions::new()),
         Err(Error::ShapeMismatch { .. })
     ));
     let cube = r0.upload(&[1, 2, 3], &[1.0; 6]).unwrap();
     assert!(matches!(
-        kernels::matmul(&cube, &b),
+        kernels::gemm(&cube, &b, GemmOptions::new()),
         Err(Error::ShapeMismatch { .. })
     ));
     assert!(matches!(
@@ -610,31 +590,15 @@ fn gemm_errors_leave_mesh_usable() {
     works(&a, &b);
     // Wrong bias / accumulate shapes.
     let bias3 = r0.upload(&[3], &[1.0; 3]).unwrap();
-    let e = kernels::gemm(
-        &a,
-        &b,
-        GemmOptions {
-            bias: Some(&bias3),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let e = kernels::gemm(&a, &b, GemmOptions::new().bias(&bias3)).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
     let acc = r0.upload(&[2, 3], &[1.0; 6]).unwrap();
-    let e = kernels::gemm(
-        &a,
-        &b,
-        GemmOptions {
-            accumulate: Some(&acc),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let e = kernels::gemm(&a, &b, GemmOptions::new().accumulate(&acc)).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
     // Wrong dtype.
     let ids = r0.upload_i32(&[3, 2], &[1; 6]).unwrap();
     assert!(matches!(
-        kernels::matmul(&a, &ids),
+        kernels::gemm(&a, &ids, GemmOptions::new()),
         Err(Error::DTypeMismatch { .. })
     ));
     assert!(matches!(
@@ -644,19 +608,11 @@ fn gemm_errors_leave_mesh_usable() {
     // Operands (or options) on different ranks.
     let b1 = r1.upload(&[3, 2], &[1.0; 6]).unwrap();
     assert!(matches!(
-        kernels::matmul(&a, &b1),
+        kernels::gemm(&a, &b1, GemmOptions::new()),
         Err(Error::RankMismatch { .. })
     ));
     let bias1 = r1.upload(&[2], &[1.0; 2]).unwrap();
-    let e = kernels::gemm(
-        &a,
-        &b,
-        GemmOptions {
-            bias: Some(&bias1),
-            ..Default::default()
-        },
-    )
-    .unwrap_err();
+    let e = kernels::gemm(&a, &b, GemmOptions::new().bias(&bias1)).unwrap_err();
     assert!(matches!(e, Error::RankMismatch { .. }), "{e}");
     works(&a, &b);
     // Rank 1 still works too.
@@ -666,4 +622,42 @@ fn gemm_errors_leave_mesh_usable() {
     let s = kernels::sum_rows(&a1).unwrap().to_vec().unwrap();
     assert_eq!(s, vec![5.0, 7.0, 9.0]);
     assert_eq!(a1.dtype(), DType::F32);
+}
+
+/// The options' setters fill the fields they name (and take an `Option`
+/// where a field is one); a kernel asked for what it cannot take refuses,
+/// naming it: the small-M kernel a product of more than 8 rows. The
+/// process-wide variant falls back to `Auto` for those instead.
+#[test]
+fn options_are_built_by_setters_and_a_kernel_refuses_what_it_cannot_take() {
+    let m = mesh(1);
+    let r = &m.ranks()[0];
+    let (a, b) = (
+        r.zeros(&[9, 4], DType::F32).unwrap(),
+        r.zeros(&[3, 4], DType::F32).unwrap(),
+    );
+    let bias = r.zeros(&[3], DType::F32).unwrap();
+    let o = GemmOptions::new()
+        .trans_b(true)
+        .bias(&bias)
+        .out_dtype(DType::F32)
+        .activation(wgpu_tp::kernels::Activation::Relu)
+        .variant(GemmVariant::Gemv)
+        .weight(true);
+    assert!(o.trans_b && !o.trans_a && o.weight && o.bias.is_some());
+    assert_eq!(
+        (o.out_dtype, o.variant),
+        (Some(DType::F32), GemmVariant::Gemv)
+    );
+    assert!(o.bias(None).bias.is_none() && o.accumulate(Some(&bias)).accumulate.is_some());
+    let e = kernels::gemm(&a, &b, o).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("at most 8 rows"),
+        "{e}"
+    );
+    // Eight rows it takes; Auto takes any.
+    let a8 = r.zeros(&[8, 4], DType::F32).unwrap();
+    assert_eq!(kernels::gemm(&a8, &b, o).unwrap().shape(), [8, 3]);
+    let auto = o.variant(GemmVariant::Auto);
+    assert_eq!(kernels::gemm(&a, &b, auto).unwrap().shape(), [9, 3]);
 }

@@ -52,7 +52,12 @@ fn the_coop_gemm_is_refused_without_tensor_cores_or_f16_and_the_rank_keeps_worki
     let r = &m.ranks()[0];
     let a32 = r.upload(&[16, 16], &vec![1.0; 256]).unwrap();
     // f32 operands: no adapter multiplies them on cooperative matrices here.
-    let e = kernels::gemm_with(&a32, &a32, GemmOptions::default(), GemmVariant::Coop).unwrap_err();
+    let e = kernels::gemm(
+        &a32,
+        &a32,
+        GemmOptions::default().variant(GemmVariant::Coop),
+    )
+    .unwrap_err();
     assert!(
         matches!(
             e,
@@ -66,12 +71,19 @@ fn the_coop_gemm_is_refused_without_tensor_cores_or_f16_and_the_rank_keeps_worki
     assert!(e.to_string().contains("f16 operands"), "{e}");
     if r.device().has_f16() && !r.device().has_coop_f16() {
         let a16 = f16_operand(r, (16, 16), &[1.0; 256], false);
-        let e =
-            kernels::gemm_with(&a16, &a16, GemmOptions::default(), GemmVariant::Coop).unwrap_err();
+        let e = kernels::gemm(
+            &a16,
+            &a16,
+            GemmOptions::default().variant(GemmVariant::Coop),
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     }
     // Nothing was recorded: the rank still multiplies.
-    let c = kernels::matmul(&a32, &a32).unwrap().to_vec().unwrap();
+    let c = kernels::gemm(&a32, &a32, GemmOptions::new())
+        .unwrap()
+        .to_vec()
+        .unwrap();
     assert_eq!(c, vec![16.0; 256]);
 }
 
@@ -141,18 +153,16 @@ fn the_coop_gemm_matches_f64_on_f16_operands_every_layout() {
                 }
             }
             for out in [DType::F32, DType::F16] {
-                let opts = GemmOptions {
-                    trans_a: ta,
-                    trans_b: tb,
-                    bias: with_bias.then_some(&bias_t),
-                    accumulate: with_acc.then_some(&acc_t),
-                    out_dtype: Some(out),
-                    ..Default::default()
-                };
+                let opts = GemmOptions::new()
+                    .trans_a(ta)
+                    .trans_b(tb)
+                    .bias(with_bias.then_some(&bias_t))
+                    .accumulate(with_acc.then_some(&acc_t))
+                    .out_dtype(out);
                 let what = format!(
                     "coop gemm -> {out} {mm}x{n}x{k} ta={ta} tb={tb} bias={with_bias} acc={with_acc}"
                 );
-                let c = kernels::gemm_with(&a_t, &b_t, opts, GemmVariant::Coop).unwrap();
+                let c = kernels::gemm(&a_t, &b_t, opts.variant(GemmVariant::Coop)).unwrap();
                 assert_eq!((c.dtype(), c.shape()), (out, &[mm, n][..]), "{what}");
                 let got = c.to_vec().unwrap();
                 if out == DType::F16 {

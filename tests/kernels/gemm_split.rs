@@ -40,13 +40,11 @@ fn products_past_the_texture_limit_split_into_parts_that_fit() {
             let abs_b: Vec<f32> = bv.iter().map(|x| x.abs()).collect();
             let scale = reference::gemm(&abs_a, &abs_b, mm, n, k, ta, tb);
             for extras in [false, true] {
-                let opts = GemmOptions {
-                    trans_a: ta,
-                    trans_b: tb,
-                    bias: extras.then_some(&tbias),
-                    accumulate: extras.then_some(&tacc),
-                    ..Default::default()
-                };
+                let opts = GemmOptions::new()
+                    .trans_a(ta)
+                    .trans_b(tb)
+                    .bias(extras.then_some(&tbias))
+                    .accumulate(extras.then_some(&tacc));
                 let got = kernels::gemm(&a, &b, opts).unwrap();
                 assert_eq!(got.shape(), [mm, n]);
                 let want: Vec<f64> = (0..mm * n)

@@ -54,16 +54,12 @@ fn check(
         r.upload(&[m, n], &acc).unwrap(),
     );
     for (with_bias, with_acc) in [(false, false), (true, false), (true, true)] {
-        let opts = GemmOptions {
-            trans_a: ta,
-            trans_b: tb,
-            bias: with_bias.then_some(&bias_t),
-            accumulate: with_acc.then_some(&acc_t),
-            out_dtype: None,
-            activation: None,
-            multiply: None,
-        };
-        let got = kernels::gemm_with(&a_t, &b_t, opts, variant).unwrap();
+        let opts = GemmOptions::new()
+            .trans_a(ta)
+            .trans_b(tb)
+            .bias(with_bias.then_some(&bias_t))
+            .accumulate(with_acc.then_some(&acc_t));
+        let got = kernels::gemm(&a_t, &b_t, opts.variant(variant)).unwrap();
         assert_eq!(got.shape(), &[m, n]);
         let (w, scale) = want(
             &a,
@@ -119,10 +115,10 @@ fn gemv_refuses_more_rows_than_it_takes() {
     let r = &mesh.ranks()[0];
     let a = r.upload(&[9, 4], &[0.5; 36]).unwrap();
     let b = r.upload(&[4, 4], &[0.5; 16]).unwrap();
-    let err = kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Gemv).unwrap_err();
+    let err = kernels::gemm(&a, &b, GemmOptions::default().variant(GemmVariant::Gemv)).unwrap_err();
     assert!(err.to_string().contains("rows"), "{err}");
     // The device stays usable.
-    let ok = kernels::gemm_with(&a, &b, GemmOptions::default(), GemmVariant::Auto).unwrap();
+    let ok = kernels::gemm(&a, &b, GemmOptions::default().variant(GemmVariant::Auto)).unwrap();
     assert_eq!(ok.to_vec().unwrap(), vec![1.0; 36]);
 }
 
@@ -148,13 +144,8 @@ fn gemv_f16_operands_accumulate_in_f32() {
             let bias_t = r.upload(&[n], &bias).unwrap();
             let (w, scale) = want(&a, &b, (m, n, k), (false, tb), Some(&bias), None);
             for out in [DType::F32, DType::F16] {
-                let opts = GemmOptions {
-                    trans_b: tb,
-                    bias: Some(&bias_t),
-                    out_dtype: Some(out),
-                    ..Default::default()
-                };
-                let got = kernels::gemm_with(&a_t, &b_t, opts, GemmVariant::Gemv).unwrap();
+                let opts = GemmOptions::new().trans_b(tb).bias(&bias_t).out_dtype(out);
+                let got = kernels::gemm(&a_t, &b_t, opts.variant(GemmVariant::Gemv)).unwrap();
                 assert_eq!(got.dtype(), out);
                 let got = kernels::cast(&got, DType::F32).unwrap().to_vec().unwrap();
                 // f32 output: f32 accumulation; f16 output: one rounding at the end.

@@ -59,16 +59,9 @@ fn the_activation_in_the_store_gives_the_two_kernels_bits() {
                 let shape = if trans_b { [n, k] } else { [k, n] };
                 let tb = weight(r, &shape, &b, bf16);
                 let tbias = bias.as_ref().map(|v| r.upload(&[n], v).unwrap());
-                let opts = GemmOptions {
-                    trans_b,
-                    bias: tbias.as_ref(),
-                    ..Default::default()
-                };
+                let opts = GemmOptions::new().trans_b(trans_b).bias(tbias.as_ref());
                 let what = format!("{m}x{k}x{n} {act:?} bf16 {bf16} trans_b {trans_b}");
-                let fused = GemmOptions {
-                    activation: Some(act),
-                    ..opts
-                };
+                let fused = opts.activation(act);
                 let got = kernels::gemm(&ta, &tb, fused).unwrap().to_vec().unwrap();
                 let y = kernels::gemm(&ta, &tb, opts).unwrap();
                 let two = kernels::activation(&y, act).unwrap().to_vec().unwrap();
@@ -98,22 +91,16 @@ fn an_activation_needs_an_f32_output() {
         r.upload(&[2, 4], &[0.5; 8]).unwrap(),
         r.upload(&[3, 4], &[0.25; 12]).unwrap(),
     );
-    let opts = GemmOptions {
-        trans_b: true,
-        out_dtype: Some(DType::F16),
-        activation: Some(Activation::Gelu),
-        ..Default::default()
-    };
+    let opts = GemmOptions::new()
+        .trans_b(true)
+        .out_dtype(DType::F16)
+        .activation(Activation::Gelu);
     let e = kernels::gemm(&a, &b, opts).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("f32"),
         "{e}"
     );
-    let ok = GemmOptions {
-        out_dtype: None,
-        activation: Some(Activation::Relu),
-        ..opts
-    };
+    let ok = opts.out_dtype(None).activation(Activation::Relu);
     assert_eq!(
         kernels::gemm(&a, &b, ok).unwrap().to_vec().unwrap(),
         vec![0.5; 6]
@@ -143,20 +130,14 @@ fn the_multiply_in_the_store_gives_the_separate_kernels_bits() {
                 let tb = weight(r, &shape, &b, bf16);
                 let tup = r.upload(&[m, n], &up).unwrap();
                 let tacc = acc.as_ref().map(|v| r.upload(&[m, n], v).unwrap());
-                let opts = GemmOptions {
-                    trans_b,
-                    accumulate: tacc.as_ref(),
-                    ..Default::default()
-                };
+                let opts = GemmOptions::new()
+                    .trans_b(trans_b)
+                    .accumulate(tacc.as_ref());
                 let what = format!(
                     "{m}x{k}x{n} {act:?} bf16 {bf16} trans_b {trans_b} acc {}",
                     case == 2
                 );
-                let fused = GemmOptions {
-                    activation: act,
-                    multiply: Some(&tup),
-                    ..opts
-                };
+                let fused = opts.activation(act).multiply(&tup);
                 let got = kernels::gemm(&ta, &tb, fused).unwrap().to_vec().unwrap();
                 let y = kernels::gemm(&ta, &tb, opts).unwrap();
                 let y = match act {
@@ -193,27 +174,16 @@ fn a_multiply_is_shaped_like_c_and_needs_an_f32_output() {
     );
     let wrong = r.upload(&[3, 2], &[2.0; 6]).unwrap();
     let right = r.upload(&[2, 3], &[2.0; 6]).unwrap();
-    let opts = GemmOptions {
-        trans_b: true,
-        multiply: Some(&wrong),
-        ..Default::default()
-    };
+    let opts = GemmOptions::new().trans_b(true).multiply(&wrong);
     let e = kernels::gemm(&a, &b, opts).unwrap_err();
     assert!(e.to_string().contains("[2, 3]"), "{e}");
-    let f16 = GemmOptions {
-        multiply: Some(&right),
-        out_dtype: Some(DType::F16),
-        ..opts
-    };
+    let f16 = opts.multiply(&right).out_dtype(DType::F16);
     let e = kernels::gemm(&a, &b, f16).unwrap_err();
     assert!(
         matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("f32"),
         "{e}"
     );
-    let ok = GemmOptions {
-        out_dtype: None,
-        ..f16
-    };
+    let ok = f16.out_dtype(None);
     assert_eq!(
         kernels::gemm(&a, &b, ok).unwrap().to_vec().unwrap(),
         vec![1.0; 6]

@@ -105,33 +105,18 @@ fn a_weight_read_again_is_kept_as_a_texture_with_the_same_bits() {
         let acc_t = r.upload(&[m, n], &acc).unwrap();
         let b = round_bf16(&rng.vec(n * k));
         let b_t = upload_weight(r, &[n, k], &b, dtype);
-        let plain = GemmOptions {
-            trans_b: true,
-            ..Default::default()
-        };
+        let plain = GemmOptions::new().trans_b(true);
         let cases = [
-            GemmOptions {
-                bias: Some(&bias_t),
-                accumulate: Some(&acc_t),
-                ..plain
-            },
-            GemmOptions {
-                bias: Some(&bias_t),
-                activation: Some(Activation::Gelu),
-                ..plain
-            },
-            GemmOptions {
-                activation: Some(Activation::Silu),
-                multiply: Some(&acc_t),
-                ..plain
-            },
+            plain.bias(&bias_t).accumulate(&acc_t),
+            plain.bias(&bias_t).activation(Activation::Gelu),
+            plain.activation(Activation::Silu).multiply(&acc_t),
             plain,
         ];
         for (i, opts) in cases.into_iter().enumerate() {
             let what = format!("m {m} n {n} k {k} {dtype:?} case {i}");
             m1.start_trace().unwrap();
-            let first = kernels::gemm_weight(&a_t, &b_t, opts).unwrap();
-            let again = kernels::gemm_weight(&a_t, &b_t, opts).unwrap();
+            let first = kernels::gemm(&a_t, &b_t, opts.weight(true)).unwrap();
+            let again = kernels::gemm(&a_t, &b_t, opts.weight(true)).unwrap();
             let trace = m1.stop_trace().unwrap();
             assert_eq!(bits(&again), bits(&first), "{what}");
             // A texture from the second product on, kept from then on.
@@ -147,7 +132,7 @@ fn a_weight_read_again_is_kept_as_a_texture_with_the_same_bits() {
             assert_eq!(b_t.derived_count(), usize::from(cpu), "{what}: kept");
         }
         let (w, scale) = want(&a, &b, (m, n, k), (false, true), None, None);
-        let got = kernels::gemm_weight(&a_t, &b_t, plain).unwrap();
+        let got = kernels::gemm(&a_t, &b_t, plain.weight(true)).unwrap();
         assert_close_cancelling("before the write", &got.to_vec().unwrap(), &w, &scale, 1e-5);
         if dtype != DType::F32 {
             continue;
@@ -168,7 +153,7 @@ fn a_weight_read_again_is_kept_as_a_texture_with_the_same_bits() {
         let b2: Vec<f32> = b.iter().zip(&grad).map(|(w, g)| w - 0.5 * g).collect();
         let (w2, scale2) = want(&a, &b2, (m, n, k), (false, true), None, None);
         for pass in 0..3 {
-            let got = kernels::gemm_weight(&a_t, &b_t, plain).unwrap();
+            let got = kernels::gemm(&a_t, &b_t, plain.weight(true)).unwrap();
             let what = format!("m {m} n {n} k {k} after the write, pass {pass}");
             assert_close_cancelling(&what, &got.to_vec().unwrap(), &w2, &scale2, 1e-5);
         }

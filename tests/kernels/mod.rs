@@ -5,7 +5,7 @@
 //! - `gemv`: the small-M GEMM reading B as stored; `gemv_split`: its
 //!   split-K entry for GPUs, forced; `gemv_texture`: its texture entries
 //!   (CPU adapters, a weight read again);
-//! - `pack_cache`: the packs `gemm_weight` keeps, dropped by in-place writes;
+//! - `pack_cache`: the packs `GemmOptions::weight` keeps, dropped by in-place writes;
 //! - `elementwise`: add/scale/axpby and activations with their backward;
 //! - `embedding`: one shard's lookup and deterministic scatter-add backward;
 //! - `cross_entropy`: softmax cross-entropy pieces on a padded vocab shard,

@@ -1,4 +1,4 @@
-//! The GEMM's kept packs of a weight (`kernels::gemm_weight`): kept from
+//! The GEMM's kept packs of a weight (`GemmOptions::weight`): kept from
 //! their second use, reused while
 //! the weight is unchanged, dropped when a kernel writes it in place (the
 //! optimiser's step), and the product after the write uses the new values,
@@ -12,12 +12,9 @@ use wgpu_tp::{DType, LocalTensor};
 fn check(what: &str, x: &[f32], w: &LocalTensor, (m, n, k): (usize, usize, usize), tb: bool) {
     let r = w.rank();
     let xt = r.upload(&[m, k], x).unwrap();
-    let opts = GemmOptions {
-        trans_b: tb,
-        ..Default::default()
-    };
+    let opts = GemmOptions::new().trans_b(tb);
     // The texture kernel packs B on every adapter (Auto only on CPU ones).
-    let got = kernels::gemm_weight_with(&xt, w, opts, GemmVariant::Texture)
+    let got = kernels::gemm(&xt, w, opts.variant(GemmVariant::Texture).weight(true))
         .unwrap()
         .to_vec()
         .unwrap();

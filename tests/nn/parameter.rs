@@ -116,11 +116,8 @@ fn load_master_writes_in_place_p1_2_3_4() {
                 let gemm = || {
                     let r = s0.rank();
                     let xt = r.upload(&[16, s0.shape()[1]], &x).unwrap();
-                    let opts = GemmOptions {
-                        trans_b: true,
-                        ..Default::default()
-                    };
-                    kernels::gemm_weight(&xt, s0, opts)
+                    let opts = GemmOptions::new().trans_b(true);
+                    kernels::gemm(&xt, s0, opts.weight(true))
                         .unwrap()
                         .to_vec()
                         .unwrap()

@@ -32,15 +32,11 @@ async fn gemm_every_layout_matches_f64() {
                     r.upload(&[n], &bias).unwrap(),
                     r.upload(&[mm, n], &acc).unwrap(),
                 );
-                let opts = GemmOptions {
-                    trans_a: ta,
-                    trans_b: tb,
-                    bias: Some(&gbias),
-                    accumulate: Some(&gacc),
-                    out_dtype: None,
-                    activation: None,
-                    multiply: None,
-                };
+                let opts = GemmOptions::new()
+                    .trans_a(ta)
+                    .trans_b(tb)
+                    .bias(&gbias)
+                    .accumulate(&gacc);
                 let c = kernels::gemm(&ga, &gb, opts).unwrap();
                 let got = c.to_vec_async().await.unwrap();
                 let want: Vec<f64> = (0..mm * n)
@@ -85,10 +81,7 @@ async fn gemm_and_lookup_read_bf16_weights() {
                 let gb = r
                     .upload_bf16(&if tb { [n, k] } else { [k, n] }, &b)
                     .unwrap();
-                let opts = GemmOptions {
-                    trans_b: tb,
-                    ..Default::default()
-                };
+                let opts = GemmOptions::new().trans_b(tb);
                 let got = kernels::gemm(&ga, &gb, opts)
                     .unwrap()
                     .to_vec_async()

@@ -2,12 +2,12 @@
 //! one-token step (`decode_one.rs`) where it fits, else the write and the
 //! forward pass's kernels; and the grouped-query decoding entries.
 
-use super::Decoded;
 use super::checks::{check_operand, check_size};
 use super::decode_one::{self, Rope};
 use super::gqa::{Src, check, forward_into, views};
 use super::launch::{Problem, View};
 use super::shape::{AttentionShape, HeadGroups};
+use super::types::Decoded;
 use crate::device::{LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};

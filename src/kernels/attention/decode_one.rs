@@ -9,7 +9,8 @@
 //! views are whole vec4s (whole vec8s to rotate) and the device binds eight
 //! storage buffers; the separate kernels otherwise.
 
-use super::launch::{Params, Problem, View};
+use super::launch::{Problem, View};
+use super::params::Params;
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::error::Result;
 

@@ -7,9 +7,11 @@
 //! once but loads a buffer lane by lane), copied for the call: only where
 //! enough queries read each key to repay the copy, so not when decoding.
 //! All three give the same bits.
-//! `WGPU_TP_ATTENTION_ENTRIES` = `scalar`, `buffers` or `textures` picks
-//! one where it can run.
+//! `WGPU_TP_ATTENTION_ENTRIES` = `scalar`, `buffers` or `textures` (the
+//! settings' `attention_entries`) picks one where it can run.
 
+use super::params::Params;
+use crate::device::settings::{self, AttentionEntries};
 use crate::device::{
     Access, Device, Dispatch, KernelSpec, LocalTensor, flat_texture_shift, storage_textures_work,
 };
@@ -72,15 +74,13 @@ impl Entries {
         let forced = FORCE.with(|c| c.get());
         #[cfg(not(test))]
         let forced = None;
-        let wanted =
-            forced.or_else(
-                || match std::env::var("WGPU_TP_ATTENTION_ENTRIES").as_deref() {
-                    Ok("scalar") => Some(Entries::Scalar),
-                    Ok("buffers") => Some(Entries::Buffers),
-                    Ok("textures") => Some(Entries::Textures),
-                    _ => None,
-                },
-            );
+        let wanted = forced.or_else(|| {
+            settings::current().attention_entries.map(|e| match e {
+                AttentionEntries::Scalar => Entries::Scalar,
+                AttentionEntries::Buffers => Entries::Buffers,
+                AttentionEntries::Textures => Entries::Textures,
+            })
+        });
         let textures = || textures_fit(device, inputs);
         match wanted {
             _ if !aligned => Entries::Scalar,
@@ -120,7 +120,7 @@ impl Entries {
     pub(super) fn record(
         self,
         entry: &'static str,
-        params: &mut super::launch::Params,
+        params: &mut Params,
         workgroups: u64,
         (inputs, any): ([Option<&LocalTensor>; 3], &LocalTensor),
         out: &LocalTensor,

@@ -10,11 +10,11 @@
 use super::checks::{check_operand, check_size};
 use super::launch::{Problem, View};
 use super::shape::{AttentionShape, HeadGroups};
-use super::{Attention, ProbsDropout};
+use super::types::{Attention, ProbsDropout};
 use crate::device::{LocalTensor, copy_region};
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::{softcap, softcap_backward};
+use crate::kernels::elementwise::{softcap, softcap_backward};
 
 /// A tensor and where a head's rows live in it.
 pub(super) type Src<'a> = (&'a LocalTensor, View);

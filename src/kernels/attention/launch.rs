@@ -3,6 +3,7 @@
 //! entry points for one rank's [`Problem`].
 
 use super::entries::Entries;
+use super::params::Params;
 use super::shape::{AttentionShape, HeadGroups, elements};
 use crate::device::LocalTensor;
 use crate::error::Result;
@@ -85,32 +86,6 @@ impl View {
     pub(super) fn words(&self) -> [u32; 4] {
         [self.base, self.sb, self.sh, self.st].map(|x| x as u32)
     }
-}
-
-/// The shader's `Params`. Every index the kernels form is below the length of
-/// a tensor [`check_size`] accepted, so the `u32` casts cannot truncate.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(super) struct Params {
-    batch: u32,
-    heads: u32,
-    tq: u32,
-    tk: u32,
-    d: u32,
-    past: u32,
-    scale: f32,
-    trans: u32,
-    a: [u32; 4],
-    b: [u32; 4],
-    o: [u32; 4],
-    pub(super) n: u32,
-    group: u32,
-    q0: u32,
-    kv0: u32,
-    window: u32,
-    kv_heads: u32,
-    pub(super) shift: u32,
-    pub(super) rotate: u32,
 }
 
 /// One rank's problem: `s.seq` queries per sequence after `past` cached

@@ -1,8 +1,8 @@
 //! The gradient of the loss w.r.t. one shard's logits (`grad` and `grad4`
 //! in `shaders/cross_entropy.wgsl`).
 
+use super::launch::{logits_shape, row_operand, run};
 use super::options::{CrossEntropyOptions, Params, VocabShard};
-use super::{logits_shape, row_operand, run};
 use crate::device::LocalTensor;
 use crate::element::DType;
 use crate::error::Result;

@@ -1,8 +1,8 @@
 //! What the GEMM derives from a weight B (a pack, a texture copy), kept
-//! with B's buffer until a kernel writes it in place ([`super::gemm_weight`];
+//! with B's buffer until a kernel writes it in place ([`GemmOptions::weight`](super::GemmOptions::weight);
 //! the version and the keeping are `device/derived.rs`'s).
 
-use crate::device::LocalTensor;
+use crate::device::{LocalTensor, settings};
 use crate::error::Result;
 
 /// `make()`, kept with `b`'s buffer under `key` when `cache` (B is a weight)
@@ -13,9 +13,8 @@ pub(super) fn of_b<T: Clone + Send + Sync + 'static>(
     key: impl FnOnce() -> String,
     make: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("WGPU_TP_PACK_CACHE").map_or(true, |v| v != "0"));
-    if !(cache && on) {
+    // `WGPU_TP_PACK_CACHE`.
+    if !(cache && settings::current().pack_cache) {
         return make();
     }
     // The view's shape and rank are part of what was derived.

@@ -51,16 +51,18 @@
 //!   B read as stored, on every adapter: one token's product streams each
 //!   weight once, where a pack or texture copy would stream it twice more.
 //!
-//! [`gemm_weight`] keeps what the kernels derive from B (a weight: packs,
-//! texture copies) with B's buffer until a kernel writes it in place.
+//! [`GemmOptions::weight`] keeps what the kernels derive from B (a weight:
+//! packs, texture copies) with B's buffer until a kernel writes it in place.
 //!
 //! `WGPU_TP_GEMM_TILE=TMxTN/WG[m|n|s]` (e.g. `32x8/8s`) overrides the
 //! register tile, for tuning.
 //!
 //! `WGPU_TP_GEMM_VARIANT=texture|sampled-texture|storage-texture|buffer|tiled|coop|packed-buffer|gemv`
-//! forces one for [`gemm`] (read once per process; `cpu` and `generic` are
-//! accepted for `buffer` and `packed-buffer`); [`gemm_with`] picks one per
-//! call.
+//! forces one for [`gemm`] (`cpu` and `generic` are accepted for `buffer`
+//! and `packed-buffer`); [`GemmOptions::variant`] picks one per call. Both
+//! are read
+//! through the process's settings ([`Settings`](crate::Settings)), which
+//! code can change.
 //!
 //! Mixed precision: A and B may both be f16 (on adapters with `SHADER_F16`);
 //! the kernels widen each load and accumulate in f32, add the f32 bias and
@@ -129,42 +131,24 @@ fn fits_u32(op: &'static str, t: &LocalTensor) -> Result<()> {
 /// f16 (read as stored by the small-M kernel, widened for one call by the
 /// others); bias and accumulate f32, C of [`GemmOptions::out_dtype`].
 /// [`GemmOptions::activation`] and [`GemmOptions::multiply`] are applied
-/// last, in that order.
+/// last, in that order; [`GemmOptions::variant`] picks the kernel and
+/// [`GemmOptions::weight`] keeps what it derives from B. The one GEMM
+/// entry point: e.g. `gemm(&x, &w, GemmOptions::new().trans_b(true).weight(true))`
+/// for a layer's `x·Wᵀ`.
 pub fn gemm(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
-    gemm_with(a, b, opts, GemmVariant::Auto)
+    gemm_impl(a, b, opts, opts.variant, opts.weight)
 }
 
-/// [`gemm`] with the kernel chosen by `variant` instead of by the adapter
-/// (for tests and benchmarks; every variant gives the same result up to
-/// rounding).
-pub fn gemm_with(
+/// One part of a product split for the device's textures (`split.rs`), on
+/// the variant already resolved; what is derived from a part is not kept
+/// (the part is a fresh copy).
+fn gemm_part(
     a: &LocalTensor,
     b: &LocalTensor,
     opts: GemmOptions<'_>,
     variant: GemmVariant,
 ) -> Result<LocalTensor> {
     gemm_impl(a, b, opts, variant, false)
-}
-
-/// [`gemm`] where B is a weight, used again before it changes (a layer's
-/// `x·Wᵀ` and `dy·W`): the pack or texture copy a kernel makes of B is kept
-/// with B's buffer and reused until B is written in place (an optimiser
-/// step bumps its [`LocalTensor::version`]), so evaluation and prefill
-/// stop re-packing every weight per call. Costs the kept copies' memory
-/// (about one more weight per layout used) until then;
-/// `WGPU_TP_PACK_CACHE=0` turns the keeping off.
-pub fn gemm_weight(a: &LocalTensor, b: &LocalTensor, opts: GemmOptions<'_>) -> Result<LocalTensor> {
-    gemm_impl(a, b, opts, GemmVariant::Auto, true)
-}
-
-/// [`gemm_weight`] with the kernel chosen by `variant` (as [`gemm_with`]).
-pub fn gemm_weight_with(
-    a: &LocalTensor,
-    b: &LocalTensor,
-    opts: GemmOptions<'_>,
-    variant: GemmVariant,
-) -> Result<LocalTensor> {
-    gemm_impl(a, b, opts, variant, true)
 }
 
 fn gemm_impl(
@@ -281,7 +265,7 @@ fn gemm_impl(
                 return Ok(out);
             }
             if let Some(c) =
-                split::split_for_textures(a, b.0, &opts, variant, (m, n, k), gemm_with)?
+                split::split_for_textures(a, b.0, &opts, variant, (m, n, k), gemm_part)?
             {
                 return Ok(c);
             }
@@ -364,9 +348,4 @@ fn gemm_impl(
     }
     .record(a.device())?;
     Ok(out)
-}
-
-/// `A·B` for A `[M,K]` and B `[K,N]`: [`gemm`] without transposes, bias or accumulate.
-pub fn matmul(a: &LocalTensor, b: &LocalTensor) -> Result<LocalTensor> {
-    gemm(a, b, GemmOptions::default())
 }

@@ -1,91 +1,25 @@
-//! What a caller asks of [`gemm`](super::gemm): the kernel
-//! ([`GemmVariant`]) and the operands beyond A and B ([`GemmOptions`]),
-//! with the last steps a kernel cannot take in its store ([`apart`]).
+//! What a caller asks of [`gemm`](super::gemm) ([`GemmOptions`]: the
+//! operands beyond A and B, the kernel, whether B is a weight), the kernel
+//! an `Auto` variant resolves to and what a forced one refuses
+//! ([`resolve`]), and the last steps a kernel cannot take in its store
+//! ([`apart`]).
 
-use crate::device::LocalTensor;
+pub use crate::device::settings::GemmVariant;
+use crate::device::{LocalTensor, settings};
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
 use crate::kernels::gemv::GEMV_MAX_ROWS;
 
-/// Which GEMM kernel to run (see the `gemm` module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum GemmVariant {
-    /// `WGPU_TP_GEMM_VARIANT` if set, else `Texture` on CPU adapters and
-    /// `Tiled` on other adapters.
-    #[default]
-    Auto,
-    /// The register kernel reading A and B from RGBA textures they are
-    /// copied into (packed first where a row is not a multiple of 64 f32 /
-    /// 128 f16 elements, and where transposed unless the kernel shares rows
-    /// by subgroup and the product is large): the fastest on CPU adapters,
-    /// whose drivers fetch texels much faster than storage loads. Products
-    /// with a side over `max_texture_dimension_2d` run as parts that fit.
-    /// On CPU adapters the textures are bound as read-only storage textures
-    /// (loaded faster than sampled texels there), elsewhere as sampled ones.
-    Texture,
-    /// `Texture` with A and B bound as sampled textures (`texture_2d`).
-    SampledTexture,
-    /// `Texture` with A and B bound as read-only storage textures
-    /// (`texture_storage_2d`); sampled textures where the device cannot
-    /// bind two of them in a kernel.
-    StorageTexture,
-    /// Register-tiled, no workgroup memory, reading storage buffers. Operands
-    /// whose layout it cannot read in place (transposed, or a contiguous
-    /// dimension not a multiple of 4) are packed first.
-    Buffer,
-    /// Workgroup-memory tiled: for real GPUs; any shape (transposed operands
-    /// are packed first).
-    Tiled,
-    /// Cooperative matrices (tensor cores; `shaders/gemm_coop.wgsl`): f16 A
-    /// and B in 16×16×16 steps accumulated in f32, any shape (transposed
-    /// operands packed first). `Auto` takes it for f16 products where
-    /// [`Device::has_coop_f16`](crate::device::Device::has_coop_f16); asked
-    /// for elsewhere, or with f32 operands, it is an error.
-    Coop,
-    /// The `Buffer` kernel with both operands always packed: the path ragged
-    /// shapes take, forced (for tests and benchmarks).
-    PackedBuffer,
-    /// The small-M kernel (`shaders/gemv.wgsl`): A of at most
-    /// [`GEMV_MAX_ROWS`](crate::kernels::gemv::GEMV_MAX_ROWS) rows, B read
-    /// where it is stored (no pack; on CPU adapters a weight read again
-    /// through a kept texture copy, the same bits). `Auto` takes it for
-    /// such products on every adapter.
-    Gemv,
-}
-
-impl GemmVariant {
-    /// The variant named by `WGPU_TP_GEMM_VARIANT` (`texture`,
-    /// `sampled-texture`, `storage-texture`, `buffer`, `tiled`, `coop` (for
-    /// the f16 products where it can run; others keep `Auto`'s choice),
-    /// `packed-buffer`, `gemv`; `cpu` and `generic`, the old names of
-    /// `buffer` and `packed-buffer`, still work; anything else means
-    /// `Auto`), read once per process.
-    pub(crate) fn from_env() -> GemmVariant {
-        static VARIANT: std::sync::OnceLock<GemmVariant> = std::sync::OnceLock::new();
-        *VARIANT.get_or_init(|| {
-            match std::env::var("WGPU_TP_GEMM_VARIANT")
-                .unwrap_or_default()
-                .to_ascii_lowercase()
-                .as_str()
-            {
-                "texture" => GemmVariant::Texture,
-                "sampled-texture" => GemmVariant::SampledTexture,
-                "storage-texture" => GemmVariant::StorageTexture,
-                "buffer" | "cpu" => GemmVariant::Buffer,
-                "tiled" => GemmVariant::Tiled,
-                "coop" => GemmVariant::Coop,
-                "packed-buffer" | "generic" => GemmVariant::PackedBuffer,
-                "gemv" => GemmVariant::Gemv,
-                _ => GemmVariant::Auto,
-            }
-        })
-    }
-}
-
-/// Options for [`gemm`](super::gemm): `C = act(op(A)·op(B) (+ bias broadcast
-/// over rows) (+ accumulate)) (⊙ multiply)`.
+/// What [`gemm`](super::gemm) computes beyond `A·B`, and how: `C =
+/// act(op(A)·op(B) (+ bias broadcast over rows) (+ accumulate)) (⊙
+/// multiply)`, on the kernel `variant` names. Built with
+/// [`GemmOptions::new`] and its setters, e.g.
+/// `GemmOptions::new().trans_b(true).bias(&b)`; every option works with
+/// every kernel except where its setter says otherwise, and asking a
+/// kernel for what it cannot do is an error, never ignored.
 #[derive(Clone, Copy, Default, Debug)]
+#[non_exhaustive]
 pub struct GemmOptions<'a> {
     /// Use Aᵀ: A is stored `[K, M]`.
     pub trans_a: bool,
@@ -109,6 +43,101 @@ pub struct GemmOptions<'a> {
     /// token and layer), by [`mul`](crate::kernels::mul) after the others;
     /// the same bits either way.
     pub multiply: Option<&'a LocalTensor>,
+    /// The kernel: `Auto` (the default) chooses by adapter and shape, or
+    /// takes the settings' `gemm_variant` (`WGPU_TP_GEMM_VARIANT`); any
+    /// other variant is used for this call (for tests and benchmarks;
+    /// every variant gives the same result up to rounding).
+    pub variant: GemmVariant,
+    /// B is a weight, used again before it changes (a layer's `x·Wᵀ` and
+    /// `dy·W`): the pack or texture copy a kernel makes of B is kept with
+    /// B's buffer and reused until B is written in place (an optimiser
+    /// step bumps its [`LocalTensor::version`]), so evaluation and prefill
+    /// stop re-packing every weight per call. Costs the kept copies'
+    /// memory (about one more weight per layout used) until then; the
+    /// settings' `pack_cache` (`WGPU_TP_PACK_CACHE=off`) turns the keeping
+    /// off.
+    pub weight: bool,
+}
+
+impl<'a> GemmOptions<'a> {
+    /// `A·B` on the kernel the adapter and shape choose: no transposes,
+    /// bias, accumulate, activation or multiply; C in A's dtype.
+    pub fn new() -> GemmOptions<'a> {
+        GemmOptions::default()
+    }
+
+    /// Use Aᵀ (A stored `[K, M]`) when `on`.
+    pub fn trans_a(self, on: bool) -> Self {
+        GemmOptions {
+            trans_a: on,
+            ..self
+        }
+    }
+
+    /// Use Bᵀ (B stored `[N, K]`, a layer's weight) when `on`.
+    pub fn trans_b(self, on: bool) -> Self {
+        GemmOptions {
+            trans_b: on,
+            ..self
+        }
+    }
+
+    /// Add `bias` (`[N]`, f32) to every row of C (a tensor, or an
+    /// `Option` of one: `None` adds none).
+    pub fn bias(self, bias: impl Into<Option<&'a LocalTensor>>) -> Self {
+        GemmOptions {
+            bias: bias.into(),
+            ..self
+        }
+    }
+
+    /// Add `acc` (`[M, N]`, f32) to C (or an `Option` of it).
+    pub fn accumulate(self, acc: impl Into<Option<&'a LocalTensor>>) -> Self {
+        GemmOptions {
+            accumulate: acc.into(),
+            ..self
+        }
+    }
+
+    /// Store C as `dtype` (f32 or f16; anything else is an error; `None`:
+    /// A's dtype).
+    pub fn out_dtype(self, dtype: impl Into<Option<DType>>) -> Self {
+        GemmOptions {
+            out_dtype: dtype.into(),
+            ..self
+        }
+    }
+
+    /// Apply `act` to C last (f32 C only, else an error; `None`: none).
+    pub fn activation(self, act: impl Into<Option<Activation>>) -> Self {
+        GemmOptions {
+            activation: act.into(),
+            ..self
+        }
+    }
+
+    /// Multiply C by `m` (`[M, N]`, f32) element by element after the
+    /// activation (f32 C only, else an error; `None`: no multiply).
+    pub fn multiply(self, m: impl Into<Option<&'a LocalTensor>>) -> Self {
+        GemmOptions {
+            multiply: m.into(),
+            ..self
+        }
+    }
+
+    /// Run on `variant`. `Coop` takes f16 A and B on an adapter with
+    /// cooperative matrices, `Gemv` A of at most
+    /// [`GEMV_MAX_ROWS`](crate::kernels::gemv::GEMV_MAX_ROWS) rows: asked
+    /// for anything else they are an error.
+    pub fn variant(self, variant: GemmVariant) -> Self {
+        GemmOptions { variant, ..self }
+    }
+
+    /// B is a weight used again before it changes: keep what the kernels
+    /// derive from it ([`GemmOptions::weight`]).
+    pub fn weight(self, on: bool) -> Self {
+        GemmOptions { weight: on, ..self }
+    }
 }
 
 /// The last steps of `opts` that the kernel cannot take in its store, run
@@ -151,10 +180,11 @@ pub(super) fn resolve(
     k: usize,
 ) -> Result<GemmVariant> {
     let coop = a.dtype() == DType::F16 && a.device().has_coop_f16();
-    // `WGPU_TP_GEMM_VARIANT=coop` asks for it where it can run; the f32
-    // products beside it keep Auto's choice.
-    let env = match GemmVariant::from_env() {
+    // `WGPU_TP_GEMM_VARIANT=coop` (or `gemv`) asks for it where it can
+    // run; the products beside it keep Auto's choice.
+    let env = match settings::current().gemm_variant {
         GemmVariant::Coop if !coop => GemmVariant::Auto,
+        GemmVariant::Gemv if m > GEMV_MAX_ROWS => GemmVariant::Auto,
         v => v,
     };
     let v = match variant {
@@ -183,6 +213,15 @@ pub(super) fn resolve(
         },
         v => v,
     };
+    if v == GemmVariant::Gemv && m > GEMV_MAX_ROWS {
+        return Err(Error::invalid(
+            "gemm",
+            format!(
+                "GemmVariant::Gemv takes A of at most {GEMV_MAX_ROWS} rows, got M = {m}: leave \
+                 the variant to Auto, or pick one that takes any shape"
+            ),
+        ));
+    }
     if v == GemmVariant::Coop && !coop {
         return Err(Error::Unsupported {
             op: "gemm",

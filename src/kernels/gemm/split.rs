@@ -5,7 +5,7 @@
 //!
 //! M and N are split into column or row blocks of C (joined with `concat`),
 //! K into partial products summed through `accumulate` in f32. Each part is
-//! an ordinary [`gemm_with`](super::gemm_with) call, so it may split again
+//! an ordinary GEMM call (`gemm_part` in `mod.rs`), so it may split again
 //! along another dimension; the caller passes that function in, so this
 //! file does not import the dispatch that calls it.
 
@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::kernels::cast::cast;
 use crate::kernels::slicing::{concat, narrow};
 
-/// [`gemm_with`](super::gemm_with), which runs each part.
+/// The GEMM on a given variant, which runs each part.
 pub(super) type GemmWith =
     fn(&LocalTensor, &LocalTensor, GemmOptions<'_>, GemmVariant) -> Result<LocalTensor>;
 
@@ -40,7 +40,8 @@ fn parts(len: usize, max: usize) -> Vec<(usize, usize)> {
 
 /// `C = op(A)·op(B) …` as parts that fit the device's textures, or `None`
 /// when every dimension fits already (the caller then takes the buffer
-/// kernel). Each part runs through `gemm_with`.
+/// kernel). Each part runs through `gemm_with` (the GEMM on a given
+/// variant), on `variant`.
 pub(super) fn split_for_textures(
     a: &LocalTensor,
     b: &LocalTensor,

@@ -4,8 +4,7 @@
 //! ([`Tile::for_device`]). The WGSL each tile compiles to is generated in
 //! `register.rs`.
 
-use std::sync::OnceLock;
-
+use crate::device::settings::{self, GemmTile, TileLanes};
 use crate::device::{Device, intel_cpu, old_mesa};
 
 /// Where the register kernel reads A and B: storage buffers of vec4s, or
@@ -107,38 +106,29 @@ impl Tile {
         }
     }
 
-    /// Parse `TMxTN/WG[m|n|s]`, e.g. `4x16/8m` (TN a multiple of 4; see
-    /// [`Lanes`] for the suffix).
-    fn parse(s: &str) -> Option<Tile> {
-        let (tile, rest) = s.split_once('/')?;
-        let (tm, tn) = tile.split_once('x')?;
-        let lanes = match rest.chars().last()? {
-            'm' => Lanes::Rows,
-            's' => Lanes::SharedRows,
-            _ => Lanes::Columns,
+    /// The tile a [`GemmTile`] setting names.
+    fn from_setting(t: GemmTile) -> Tile {
+        let lanes = match t.lanes {
+            TileLanes::Rows => Lanes::Rows,
+            TileLanes::Columns => Lanes::Columns,
+            TileLanes::SharedRows => Lanes::SharedRows,
         };
-        let wg = rest.trim_end_matches(['m', 'n', 's']);
-        let t = Tile::new(tm.parse().ok()?, tn.parse().ok()?, wg.parse().ok()?, lanes);
-        (t.tm > 0 && t.tnv > 0 && t.wg > 0).then_some(t)
+        Tile::new(t.rows, t.columns, t.workgroup, lanes)
     }
 
     /// The tile for this device reading this way for an M×N×K product
-    /// (`trans_a`: A stored `[K, M]`), or `WGPU_TP_GEMM_TILE` when set (a
-    /// shared-rows tile only where the device can run it).
+    /// (`trans_a`: A stored `[K, M]`), or the settings' `gemm_tile`
+    /// (`WGPU_TP_GEMM_TILE`) when set (a shared-rows tile only where the
+    /// device can run it).
     pub(crate) fn for_device(
         device: &Device,
         reads: Reads,
         (m, n, k): (usize, usize, usize),
         trans_a: bool,
     ) -> Tile {
-        static ENV: OnceLock<Option<Tile>> = OnceLock::new();
         let subgroup = fixed_subgroup_size(device);
-        let env = ENV.get_or_init(|| {
-            std::env::var("WGPU_TP_GEMM_TILE")
-                .ok()
-                .and_then(|s| Tile::parse(&s))
-        });
-        match (*env, subgroup) {
+        let env = settings::current().gemm_tile.map(Tile::from_setting);
+        match (env, subgroup) {
             (Some(t), Some(size)) if t.lanes == Lanes::SharedRows => return t.with_wg(size),
             (Some(t), _) if t.lanes != Lanes::SharedRows => return t,
             _ => {}
@@ -284,21 +274,15 @@ mod tests {
     use super::{Lanes, Reads, Stored, Tile};
 
     #[test]
-    fn tiles_are_parsed_from_their_names() {
-        assert_eq!(
-            Tile::parse("32x8/8s"),
-            Some(Tile::new(32, 8, 8, Lanes::SharedRows))
-        );
-        assert_eq!(
-            Tile::parse("4x16/8m"),
-            Some(Tile::new(4, 16, 8, Lanes::Rows))
-        );
-        assert_eq!(
-            Tile::parse("4x16/16n"),
-            Some(Tile::new(4, 16, 16, Lanes::Columns))
-        );
-        for bad in ["", "32x8", "32x2/8s", "0x8/8s", "ax8/8m", "32x8/s"] {
-            assert_eq!(Tile::parse(bad), None, "{bad:?}");
+    fn tile_settings_name_their_tiles() {
+        use crate::device::settings::GemmTile;
+        for (name, tile) in [
+            ("32x8/8s", Tile::new(32, 8, 8, Lanes::SharedRows)),
+            ("4x16/8m", Tile::new(4, 16, 8, Lanes::Rows)),
+            ("4x16/16n", Tile::new(4, 16, 16, Lanes::Columns)),
+        ] {
+            let setting = GemmTile::parse(name).expect(name);
+            assert_eq!(Tile::from_setting(setting), tile, "{name}");
         }
     }
 

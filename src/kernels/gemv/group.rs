@@ -8,14 +8,15 @@
 //! device binds [`BINDINGS`] storage buffers: [`fits`] says so first.
 
 use super::group_source::source;
-use super::{Activation, CANDIDATES, GEMV_MAX_ROWS, GUESS, TUNE_MIN_WEIGHTS};
+use super::knobs::{CANDIDATES, GEMV_MAX_ROWS, GROUP_OF, GUESS, TUNE_MIN_WEIGHTS};
+use crate::device::settings::{self, GemmVariant};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, tune};
 use crate::element::DType;
 use crate::error::{Error, Result};
-use crate::kernels::GemmVariant;
+use crate::kernels::Activation;
 
 /// Members one dispatch takes.
-pub(crate) const GROUP: usize = super::GROUP_OF;
+pub(crate) const GROUP: usize = GROUP_OF;
 
 /// a, b, bias and c of each of the [`GROUP`] members, in that order.
 const BINDINGS: &[Access] = &{
@@ -102,7 +103,7 @@ pub(crate) fn fits(operands: &[Operands]) -> bool {
     // Not on GPUs: there a product alone takes the split-K entry (other
     // bits), and a dispatch's fixed cost is small.
     // Nor where WGPU_TP_GEMM_VARIANT names a kernel for every product.
-    let env = GemmVariant::from_env();
+    let env = settings::current().gemm_variant;
     operands.len() >= 2
         && !dev.is_gpu()
         && matches!(env, GemmVariant::Auto | GemmVariant::Gemv)

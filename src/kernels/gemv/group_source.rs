@@ -6,7 +6,7 @@
 //! on the member at every load instead made lavapipe's loads a third
 //! slower than the product alone (BENCHMARKS.md, round 31).
 
-use super::GROUP_OF;
+use super::knobs::GROUP_OF;
 use super::loads::{A_VEC4, B_VEC4, B_VEC8_BF16};
 use crate::kernels::member_source::{function_names, items, member_entry, specialise};
 

@@ -1,7 +1,8 @@
 //! Pairs of small-M products of one input in one dispatch
-//! (`shaders/gemv_pair.wgsl`), up to [`GROUP`] pairs a dispatch: a Llama
-//! layer's key and value projections, both stored, or its MLP's gate and
-//! up, stored as SwiGLU's `act(x·gateᵀ) ⊙ x·upᵀ`. Each column is summed
+//! (`shaders/gemv_pair.wgsl`), up to [`GROUP`] pairs a dispatch: two
+//! layers of one input whose weights share a shape (an attention's key and
+//! value projections), both stored, or a gated MLP's gate and up, stored as
+//! SwiGLU's `act(x·gateᵀ) ⊙ x·upᵀ`. Each column is summed
 //! as [`gemv_nk`](super) sums it alone, so the same bits. An invocation
 //! owns two columns of each product: four weight rows in flight, as
 //! `gemv_nk`'s four columns of one; with four of each, the pair read its
@@ -13,11 +14,12 @@
 //! of 128 columns each kept few of its threads busy.
 
 use super::group::{GROUP, Operands, Params, act_code, measured_wg};
+use super::knobs::GEMV_MAX_ROWS;
 use super::pair_source::source;
-use super::{Activation, GEMV_MAX_ROWS};
 use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::kernels::Activation;
 
 /// a, b (first weight), d (second weight), c and e (outputs) of each of
 /// the [`GROUP`] pairs, in that order.

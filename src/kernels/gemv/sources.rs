@@ -2,7 +2,7 @@
 //! dtypes, binding) combination, composed from the loads (`loads.rs`), the
 //! header and the entries.
 
-use super::Binding;
+use super::knobs::Binding;
 use super::loads::{
     A_SCALAR, A_VEC4, B_SCALAR, B_SCALAR_BF16, B_VEC4, B_VEC4_BF16, B_VEC8_BF16, B8_FROM_4,
 };

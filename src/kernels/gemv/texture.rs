@@ -6,12 +6,13 @@
 //! 0.6–1.2× on lavapipe 25 (BENCHMARKS round 27). The texture is a copy of
 //! the weight, so it is made from a weight's second product between writes
 //! (decoding), where the pack cache keeps the GEMM's copies
-//! (`gemm_weight`), and kept with it, made only while the host keeps 1 GiB
+//! (`GemmOptions::weight`), and kept with it, made only while the host keeps 1 GiB
 //! available beyond the textures kept. Measurement keeps it where it saves
 //! 10 % of the buffer kernel's time (lavapipe: weights from
 //! `TEXTURE_MIN_BYTES`); unmeasured, GL llvmpipe takes it, others do not
-//! ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=0` (or
-//! `WGPU_TP_PACK_CACHE=0`) turns it off.
+//! ([`texture_by_default`]). `WGPU_TP_GEMV_TEXTURE=off` (or
+//! `WGPU_TP_PACK_CACHE=off`; the settings' `gemv_texture`, `pack_cache`)
+//! turns it off.
 //!
 //! The texels are `rgba32uint` for f32 and bf16 weights alike (bits, not
 //! values: nothing on the way can flush or canonicalise a float), and the
@@ -21,10 +22,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Knob, gemv_into};
+use super::knobs::Params;
 use crate::device::{
     Access, Device, KernelSpec, LocalTensor, copy_region, flat_texture_shift, host_available,
-    storage_textures_work,
+    settings, storage_textures_work,
 };
 use crate::element::DType;
 use crate::error::{Error, Result};
@@ -43,15 +44,14 @@ pub(super) const GUESS: (usize, usize) = (4, 32);
 /// Whether the small-M GEMM keeps a texture of a weight read again on
 /// `device` where measurement has not chosen: on GL llvmpipe, whose buffer
 /// loads the texture beats 1.5–3×; not on other CPU adapters (lavapipe
-/// gains 0–20 %: BENCHMARKS round 27) nor on GPUs. `WGPU_TP_GEMV_TEXTURE=1`
-/// takes it on every CPU adapter, `=0` nowhere (nor measures it).
+/// gains 0–20 %: BENCHMARKS round 27) nor on GPUs. `WGPU_TP_GEMV_TEXTURE=on`
+/// (the settings' `gemv_texture`) takes it on every CPU adapter, `off`
+/// nowhere (nor measures it).
 pub fn texture_by_default(device: &Device) -> bool {
     device.is_cpu()
-        && match std::env::var("WGPU_TP_GEMV_TEXTURE").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => device.adapter_info().backend == wgpu::Backend::Gl,
-        }
+        && settings::current()
+            .gemv_texture
+            .unwrap_or(device.adapter_info().backend == wgpu::Backend::Gl)
 }
 
 /// Bytes a weight must hold to be measured for a texture where the guess
@@ -115,14 +115,12 @@ fn unfit(
         .map(|(_, why)| why.to_string())
 }
 
-/// Whether the automatic choice may keep textures: on unless
-/// `WGPU_TP_GEMV_TEXTURE=0` or `WGPU_TP_PACK_CACHE=0`.
+/// Whether the automatic choice may keep textures: on unless the settings
+/// turn them or the pack cache off (`WGPU_TP_GEMV_TEXTURE=off`,
+/// `WGPU_TP_PACK_CACHE=off`).
 fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        let off = |var| std::env::var(var).is_ok_and(|v| v == "0");
-        !off("WGPU_TP_GEMV_TEXTURE") && !off("WGPU_TP_PACK_CACHE")
-    })
+    let s = settings::current();
+    s.gemv_texture != Some(false) && s.pack_cache
 }
 
 /// Bytes of weight textures kept by this process: the memory check counts
@@ -254,7 +252,7 @@ pub(super) fn record(
     a: &LocalTensor,
     (tex, weight): (&WeightTexture, DType),
     [bias, acc, out]: [&LocalTensor; 3],
-    params: super::Params,
+    params: Params,
     rows: usize,
     (cols, wg): (usize, usize),
 ) -> Result<()> {
@@ -263,7 +261,7 @@ pub(super) fn record(
     let x = a.rank().alloc(OP, &[4 * A_VEC4S], DType::F32)?;
     copy_region(a, 0, &x, 0, a.len())?;
     let groups = (params.n as usize).div_ceil(cols).div_ceil(wg);
-    let params = super::Params {
+    let params = Params {
         groups: groups as u32,
         shift: shift(a.device()),
         ..params
@@ -283,75 +281,12 @@ pub(super) fn record(
     .record_with_textures(a.device(), &[&tex.view])
 }
 
-/// `a·bᵀ` (`b` `[N, K]`, f32 or bf16) for f32 `a` `[M, K]` by the texture
-/// entries with knob `(columns, workgroup size)` (one of
-/// [`TEXTURE_CANDIDATES`]), the weight copied into a texture for this call
-/// if none is kept: the entries the automatic choice takes for a weight
-/// read again on CPU adapters. The bits equal
-/// [`gemv_with_candidate`](super::gemv_with_candidate)'s.
-/// An error where they cannot take the product (B not f32 or bf16, or in
-/// row blocks; K not a multiple of 4, or 8 for bf16; more of A than 64
-/// KiB; a weight past one texture; a device without read-only storage
-/// textures or 64 KiB bindings). The result starts as NaN (anything the
-/// kernel did not write shows).
-pub fn gemv_texture_with(
-    a: &LocalTensor,
-    b: &LocalTensor,
-    knob: (usize, usize),
-) -> Result<LocalTensor> {
-    const OP: &str = "gemv_texture_with";
-    let ([m, k], [n, kb]) = (a.shape(), b.shape()) else {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "a must be [M, K] and b [N, K], got a {:?} and b {:?}",
-                a.shape(),
-                b.shape()
-            ),
-        ));
-    };
-    let most = a.device().limits().max_compute_invocations_per_workgroup as usize;
-    if kb != k || a.dtype() != DType::F32 {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "a must be f32 [M, K] and b [N, K] with the same K, got a {} {:?} and b {:?}",
-                a.dtype(),
-                a.shape(),
-                b.shape()
-            ),
-        ));
-    }
-    if !TEXTURE_CANDIDATES.contains(&knob) || knob.1 > most {
-        return Err(Error::invalid(
-            OP,
-            format!(
-                "the knob must be one of {TEXTURE_CANDIDATES:?} with at most {most} invocations, got {knob:?}"
-            ),
-        ));
-    }
-    a.same_rank(OP, b)?;
-    // Poisoned: an element the kernel did not write reads NaN.
-    let out = a.rank().filled(&[*m, *n], DType::F32, f32::NAN.to_bits())?;
-    let (none, mnk) = ((None, None, None, None), (*m, *n, *k));
-    gemv_into(
-        a,
-        b,
-        true,
-        none,
-        &out,
-        mnk,
-        (Some(Knob::Texture(knob)), false),
-    )?;
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use crate::device::tune;
-    use crate::kernels::{GemmOptions, gemm_weight};
+    use crate::kernels::{GemmOptions, gemm};
     use crate::{DType, Mesh, Tuning};
 
     /// Weight textures made by this test binary.
@@ -372,10 +307,7 @@ mod tests {
             dir: None,
             budget: std::time::Duration::ZERO,
         });
-        let opts = GemmOptions {
-            trans_b: true,
-            ..Default::default()
-        };
+        let opts = GemmOptions::new().trans_b(true).weight(true);
         let k = 512;
         let a = r.upload(&[1, k], &vec![0.5; k]).unwrap();
         for (n, choice, kept) in [(3001usize, "wg 32", 0), (5001, "texture cols 4 wg 32", 1)] {
@@ -388,7 +320,7 @@ mod tests {
             let b = r.upload(&[n, k], &vec![0.25; n * k]).unwrap();
             let made = MADE.load(Ordering::Acquire);
             for _ in 0..3 {
-                let c = gemm_weight(&a, &b, opts).unwrap();
+                let c = gemm(&a, &b, opts).unwrap();
                 assert_eq!(c.to_vec().unwrap(), vec![64.0; n], "{class}");
             }
             assert_eq!(b.derived_count(), kept, "{class} chose {choice}");

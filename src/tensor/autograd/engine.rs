@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::accumulate;
 use super::mode::NoGradGuard;
-use super::node::{GradSlot, Node};
+use super::tape::{GradSlot, Node};
 use crate::element::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::tensor::{DTensor, Placement};

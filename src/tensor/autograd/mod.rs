@@ -35,11 +35,13 @@ mod accumulate;
 mod engine;
 mod mode;
 mod node;
+mod tape;
 
 use std::sync::Arc;
 
 pub use mode::{NoGradGuard, is_grad_enabled, no_grad};
-pub(crate) use node::{
+pub(crate) use node::TapeNode;
+pub(crate) use tape::{
     GradSlot, Node, grad_placement, in_taped_forward, linear_dy, placed, record, record_source,
     tracking,
 };
