@@ -60,18 +60,6 @@ pub use slicing::{concat, narrow};
 pub use topk::top_k;
 pub use transpose::transpose;
 
-/// `A·B`: [`gemm`] with [`GemmOptions::new`], the one GEMM entry point.
-/// Kept, hidden, for code (and the README's tracing example) written before
-/// `gemm` took every option.
-#[doc(hidden)]
-#[deprecated(note = "use kernels::gemm(a, b, GemmOptions::new())")]
-pub fn matmul(
-    a: &crate::device::LocalTensor,
-    b: &crate::device::LocalTensor,
-) -> crate::error::Result<crate::device::LocalTensor> {
-    gemm(a, b, GemmOptions::new())
-}
-
 /// Every fixed shader family's WGSL source by name (f32); [`all_shaders`]
 /// adds the composed GEMM and f16 kernels.
 pub const SHADERS: &[(&str, &str)] = &[
