@@ -99,3 +99,16 @@ pub use tensor::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// So do the examples of the docs beside it.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/ARCHITECTURE.md")]
+struct ArchitectureDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/PLATFORMS.md")]
+struct PlatformsDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/PERFORMANCE.md")]
+struct PerformanceDoctests;
