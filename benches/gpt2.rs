@@ -4,11 +4,11 @@
 //!
 //! Model: vocab 50257, context 1024, width 768, 12 heads, 12 layers (random
 //! weights, seed 0); or with `WGPU_TP_TRAIN_MODEL=smollm2` SmolLM2-135M's
-//! shape (vocab 49152, width 576, 30 layers, 9 / 3 heads, ffn 1536, tied;
-//! `Llama::new`). Batch 2 × 256 tokens; `loss` + `loss.backward()` +
-//! AdamW step + zero-grad, then `Mesh::synchronize`. One untimed step
-//! compiles the pipelines and creates the AdamW moments; the figure is the
-//! best and the median of N steps.
+//! shape (vocab 49152, width 576, 30 layers, 9 / 3 heads, ffn 1536, tied; a
+//! `CausalLm` of a `LlamaConfig`). Batch 2 × 256 tokens; `loss` +
+//! `loss.backward()` + AdamW step + zero-grad, then `Mesh::synchronize`. One
+//! untimed step compiles the pipelines and creates the AdamW moments; the
+//! figure is the best and the median of N steps.
 //!
 //! Memory, per configuration:
 //! - `state`: what must exist, summed over ranks: parameters, gradients and
@@ -40,9 +40,9 @@
 
 use std::time::{Duration, Instant};
 
-use wgpu_tp::models::{Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LlamaConfig, LoadOptions};
 use wgpu_tp::nn::{AdamW, Params};
-use wgpu_tp::{DTensor, DeviceLayout, Mesh, MeshBuilder};
+use wgpu_tp::{DeviceLayout, Mesh, MeshBuilder};
 
 const BATCH: usize = 2;
 const SEQ: usize = 256;
@@ -54,14 +54,19 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn config() -> GptConfig {
-    let mut c = GptConfig::new(50257, 1024, 768, 12, env_usize("WGPU_TP_GPT2_LAYERS", 12));
-    // Mixed precision (f16 activations, f32 masters): on GPUs with
-    // cooperative matrices its products run on the tensor cores.
-    if std::env::var("WGPU_TP_GPT2_DTYPE").is_ok_and(|d| d == "f16") {
-        c.dtype = wgpu_tp::DType::F16;
+fn config() -> Gpt2Config {
+    Gpt2Config::new(50257, 1024, 768, 12, env_usize("WGPU_TP_GPT2_LAYERS", 12))
+}
+
+/// How GPT-2 is built: f32, or with `WGPU_TP_GPT2_DTYPE=f16` mixed
+/// precision (f16 activations, f32 masters): on GPUs with cooperative
+/// matrices its products run on the tensor cores.
+fn options() -> LoadOptions {
+    let opts = LoadOptions::default();
+    match std::env::var("WGPU_TP_GPT2_DTYPE").is_ok_and(|d| d == "f16") {
+        true => opts.activations(wgpu_tp::DType::F16),
+        false => opts,
     }
-    c
 }
 
 /// SmolLM2-135M's shape (`WGPU_TP_TRAIN_MODEL=smollm2`), else `None`.
@@ -74,33 +79,15 @@ fn smollm2() -> Option<LlamaConfig> {
     })
 }
 
-/// A model the bench trains: GPT-2's or the Llama family's.
-trait Trained: Params {
-    /// Mean cross-entropy of `targets` after `ids`.
-    fn loss_of(&self, ids: &[i32], targets: &[i32], seq: usize) -> wgpu_tp::Result<DTensor>;
-}
-
-impl Trained for Gpt {
-    fn loss_of(&self, ids: &[i32], targets: &[i32], seq: usize) -> wgpu_tp::Result<DTensor> {
-        self.loss(ids, targets, seq)
-    }
-}
-
-impl Trained for Llama {
-    fn loss_of(&self, ids: &[i32], targets: &[i32], seq: usize) -> wgpu_tp::Result<DTensor> {
-        self.loss(ids, targets, seq)
-    }
-}
-
-/// The model of this run on `mesh`, and its vocabulary.
-fn build(mesh: &Mesh) -> wgpu_tp::Result<(Box<dyn Trained>, usize)> {
-    Ok(match smollm2() {
-        Some(c) => {
-            let vocab = c.vocab_size;
-            (Box::new(Llama::new(mesh, c, 0)?), vocab)
-        }
-        None => (Box::new(Gpt::new(mesh, config(), 0)?), config().vocab),
-    })
+/// The model of this run on `mesh` (GPT-2's or the Llama family's), and
+/// its vocabulary.
+fn build(mesh: &Mesh) -> wgpu_tp::Result<(CausalLm, usize)> {
+    let model = match smollm2() {
+        Some(c) => CausalLm::new(mesh, c, 0)?,
+        None => CausalLm::new_with(mesh, config(), 0, options())?,
+    };
+    let vocab = model.vocab_size();
+    Ok((model, vocab))
 }
 
 /// The same LCG batch for every configuration (and the JAX peer).
@@ -206,14 +193,14 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
     for i in 0..=steps {
         let t = Instant::now();
         let before = in_use(&mesh);
-        let l = gpt.loss_of(&ids, &targets, SEQ)?;
+        let l = gpt.loss(&ids, &targets, SEQ)?;
         if i == 0 {
             // Only the untimed step waits here to read what forward holds.
             mesh.synchronize()?;
             activations = in_use(&mesh).saturating_sub(before);
         }
         l.backward()?;
-        opt.step(gpt.as_mut())?;
+        opt.step(&mut gpt)?;
         gpt.zero_grad();
         loss = l.to_host()?[0];
         mesh.synchronize()?;
@@ -233,7 +220,7 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
         .ok()
         .and_then(|v| v.parse().ok())
     {
-        traced_step(&mesh, gpt.as_mut(), &mut opt, (&ids, &targets), top)?;
+        traced_step(&mesh, &mut gpt, &mut opt, (&ids, &targets), top)?;
     }
     let device_max = mesh
         .devices()
@@ -260,13 +247,13 @@ fn run(p: usize, steps: usize) -> wgpu_tp::Result<Figures> {
 /// its span, the kernels' summed time and dispatches, and the top N kernels.
 fn traced_step(
     mesh: &Mesh,
-    model: &mut dyn Trained,
+    model: &mut CausalLm,
     opt: &mut AdamW,
     (ids, targets): (&[i32], &[i32]),
     top: usize,
 ) -> wgpu_tp::Result<()> {
     mesh.start_trace()?;
-    let l = model.loss_of(ids, targets, SEQ)?;
+    let l = model.loss(ids, targets, SEQ)?;
     l.backward()?;
     opt.step(model)?;
     model.zero_grad();
@@ -285,20 +272,21 @@ fn traced_step(
     Ok(())
 }
 
-/// With `WGPU_TP_GPT2_LOAD=1`: `Gpt::from_pretrained` of this model saved
-/// in Hugging Face layout (to a temporary directory): its time, the device
-/// bytes held after it (pools included) against the parameters, and the peak RSS while
-/// loading (which counts the memory-mapped file's pages read).
+/// With `WGPU_TP_GPT2_LOAD=1`: `CausalLm::from_pretrained` of this model
+/// saved in Hugging Face layout (to a temporary directory): its time, the
+/// device bytes held after it (pools included) against the parameters, and
+/// the peak RSS while loading (which counts the memory-mapped file's pages
+/// read).
 fn load(p: usize) -> wgpu_tp::Result<String> {
     let dir = std::env::temp_dir().join(format!("wgpu-tp-gpt2-load-{}", std::process::id()));
     {
         let mesh = MeshBuilder::new().ranks(p).build()?;
-        Gpt::new(&mesh, config(), 0)?.save_pretrained(&dir)?;
+        CausalLm::new_with(&mesh, config(), 0, options())?.save_pretrained(&dir)?;
     }
     reset_peak_rss();
     let t = Instant::now();
     let mesh = MeshBuilder::new().ranks(p).build()?;
-    let gpt = Gpt::from_pretrained(&mesh, &dir)?;
+    let gpt = CausalLm::from_pretrained(&mesh, &dir)?;
     mesh.synchronize()?;
     let took = t.elapsed();
     let _ = std::fs::remove_dir_all(&dir);
@@ -343,7 +331,7 @@ fn main() {
             let c = config();
             println!(
                 "GPT-2: vocab {}, ctx {}, width {}, {} heads, {} layers; batch {BATCH} x {SEQ}; AdamW; {steps} timed steps",
-                c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
+                c.vocab_size, c.n_positions, c.n_embd, c.n_head, c.n_layer
             );
         }
     }

@@ -118,7 +118,7 @@ fn sampling(args: &Args, vocab: usize) -> Sampling {
 
 /// Generate after `prompt`, streaming the text; returns the new ids.
 fn stream_answer(
-    model: &mut CausalLm,
+    model: &CausalLm,
     tok: &Tokenizer,
     prompt: &[i32],
     max_new: usize,
@@ -146,7 +146,7 @@ fn stream_answer(
 /// `--chat`: each line of standard input is a user message; the answer is
 /// streamed, and the conversation grows (oldest turns dropped when it no
 /// longer fits the context).
-fn chat(args: &Args, model: &mut CausalLm, tok: &Tokenizer) -> wgpu_tp::Result<()> {
+fn chat(args: &Args, model: &CausalLm, tok: &Tokenizer) -> wgpu_tp::Result<()> {
     let sampling = sampling(args, model.vocab_size());
     let mut messages: Vec<ChatMessage> = args.system.iter().map(ChatMessage::system).collect();
     let pinned = messages.len();
@@ -198,7 +198,7 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
         _ => DType::F32,
     };
     let opts = LoadOptions::default().weights(dtype);
-    let mut model = CausalLm::from_pretrained_with(&mesh, &dir, opts)?;
+    let model = CausalLm::from_pretrained_with(&mesh, &dir, opts)?;
     eprintln!(
         "{}: {}; loaded in {:.0} ms",
         dir.display(),
@@ -222,7 +222,7 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
         });
     }
     if args.chat {
-        return chat(args, &mut model, &tok);
+        return chat(args, &model, &tok);
     }
     let prompt = tok.encode(&args.prompt)?;
     if prompt.is_empty() {
@@ -245,7 +245,7 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
     let mut prompt_comm = CommStats::new();
     mesh.reset_comm_stats();
     let t0 = Instant::now();
-    stream_answer(&mut model, &tok, &prompt, max_new, sampling, || {
+    stream_answer(&model, &tok, &prompt, max_new, sampling, || {
         stamps.push(t0.elapsed());
         if stamps.len() == 1 {
             // The first token's step ran the whole prompt: counted apart.

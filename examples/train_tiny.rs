@@ -3,10 +3,11 @@
 //!
 //! Learns a GPT-2-style byte-level BPE tokenizer on Genesis 1–11 of the King
 //! James Version (`examples/data/genesis_kjv.txt`, public domain), trains a
-//! small [`Gpt`] on the tokens with AdamW on P simulated ranks, and writes a
-//! Hugging Face GPT-2 directory: `config.json`, `model.safetensors` (via
-//! [`Gpt::save_pretrained`]) and `tokenizer.json`. It then loads the
-//! directory back with [`Gpt::from_pretrained`] and prints a greedy sample.
+//! small GPT-2 (a [`CausalLm`] of a [`Gpt2Config`]) on the tokens with AdamW
+//! on P simulated ranks, and writes a Hugging Face GPT-2 directory:
+//! `config.json`, `model.safetensors` (via [`CausalLm::save_pretrained`])
+//! and `tokenizer.json`. It then loads the directory back with
+//! [`CausalLm::from_pretrained`] and prints a greedy sample.
 //!
 //! Run: `cargo run --release --example train_tiny` (a few minutes on two
 //! CPU cores with lavapipe; `-- --help` lists the flags).
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config};
 use wgpu_tp::nn::{AdamW, Params, Sampling, Tokenizer};
 use wgpu_tp::{Mesh, MeshBuilder};
 
@@ -69,7 +70,7 @@ struct Args {
 }
 
 /// Mean loss over consecutive windows of `data` (no gradients kept).
-fn eval_loss(model: &mut Gpt, data: &[i32], seq: usize) -> wgpu_tp::Result<f32> {
+fn eval_loss(model: &mut CausalLm, data: &[i32], seq: usize) -> wgpu_tp::Result<f32> {
     let mut losses = Vec::new();
     for w in data.windows(seq + 1).step_by(seq) {
         losses.push(model.loss(&w[..seq], &w[1..], seq)?.to_host()?[0]);
@@ -93,7 +94,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         train.len(),
         held.len()
     );
-    let cfg = GptConfig::new(
+    let cfg = Gpt2Config::new(
         tok.vocab_size(),
         args.ctx,
         args.hidden,
@@ -102,7 +103,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
     let mesh: Mesh = MeshBuilder::new().ranks(args.ranks).build()?;
     println!("adapter {}; {} ranks", mesh.adapter_summary(), mesh.size());
-    let mut model = Gpt::new(&mesh, cfg, args.seed)?;
+    let mut model = CausalLm::new(&mesh, cfg.clone(), args.seed)?;
     let params: usize = model
         .named_parameters()
         .iter()
@@ -110,7 +111,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         .sum();
     println!(
         "model: {} layers, hidden {}, {} heads, context {}: {params} parameters",
-        cfg.layers, cfg.hidden, cfg.heads, cfg.n_ctx
+        cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.n_positions
     );
     let mut opt = AdamW::new(args.lr).with_weight_decay(0.01);
     let mut windows = common::Windows(args.seed);
@@ -123,7 +124,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         model.zero_grad();
         Ok(loss.to_host()?[0])
     })?;
-    let fell = common::report_curve(&losses, cfg.vocab);
+    let fell = common::report_curve(&losses, cfg.vocab_size);
     let held_loss = eval_loss(&mut model, held, args.seq)?;
     println!("held-out loss {held_loss:.3}");
 
@@ -133,7 +134,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     println!("wrote {}", args.out.display());
 
     // Read back as `generate` will, and show a greedy sample.
-    let mut loaded = Gpt::from_pretrained(&mesh, &args.out)?;
+    let loaded = CausalLm::from_pretrained(&mesh, &args.out)?;
     let tok = Tokenizer::from_dir(&args.out)?;
     let prompt = tok.encode("And God said")?;
     let out = loaded.generate(&prompt, 48, Sampling::Greedy)?;

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use wgpu_tp::models::{Llama, LlamaConfig};
+use wgpu_tp::models::{CausalLm, LlamaConfig};
 use wgpu_tp::nn::{AdamW, Params, Sampling, Tokenizer};
 use wgpu_tp::{Mesh, MeshBuilder};
 
@@ -115,7 +115,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     cfg.rope.max_position_embeddings = 512;
     let mesh: Mesh = MeshBuilder::new().ranks(args.ranks).build()?;
     println!("adapter {}; {} ranks", mesh.adapter_summary(), mesh.size());
-    let mut model = Llama::new(&mesh, cfg, args.seed)?;
+    let mut model = CausalLm::new(&mesh, cfg, args.seed)?;
     model.generation_config_mut().eos_token_ids = vec![eos];
     let params: usize = model
         .named_parameters()
@@ -152,7 +152,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     println!("wrote {}", args.out.display());
 
     // Read back as `generate --chat` will, and answer one question greedily.
-    let loaded = Llama::from_pretrained(&mesh, &args.out)?;
+    let loaded = CausalLm::from_pretrained(&mesh, &args.out)?;
     let prompt = tok.encode(
         "<|im_start|>user\nAnd God said, Let there be light: and there was light.<|im_end|>\n<|im_start|>assistant\n",
     )?;

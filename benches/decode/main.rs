@@ -4,9 +4,10 @@
 //!
 //! Models (random weights, f32; `WGPU_TP_DECODE_MODEL`):
 //! - `gpt2` (the default): GPT-2 124M's shape (vocab 50257, context 1024,
-//!   width 768, 12 heads, 12 layers; `Gpt::new`), prompt 8;
+//!   width 768, 12 heads, 12 layers; a `CausalLm` of a `Gpt2Config`),
+//!   prompt 8;
 //! - `smollm2`: SmolLM2-135M's (vocab 49152, width 576, 30 layers, 9 query
-//!   / 3 key-value heads, ffn 1536, tied; `Llama::new`), prompt 128;
+//!   / 3 key-value heads, ffn 1536, tied; of a `LlamaConfig`), prompt 128;
 //! - `qwen2.5`: Qwen2.5-0.5B's (vocab 151936, width 896, 24 layers, 14 / 2
 //!   heads, ffn 4864, q/k/v biases, tied), prompt 128;
 //! - `llama3.2-1b`: Llama-3.2-1B's (vocab 128256, width 2048, 16 layers,
@@ -74,10 +75,7 @@ use wgpu_tp::{DType, DeviceLayout, Mesh, MeshBuilder, Trace};
 
 /// The model as `nn::generate` takes it.
 fn decoder(m: &CausalLm) -> &dyn CausalDecoder {
-    match m {
-        CausalLm::Gpt2(g) => g,
-        CausalLm::Llama(l) => l,
-    }
+    m
 }
 
 const TOP_KERNELS: usize = 8;

@@ -1,12 +1,13 @@
 //! The model shapes the decode bench builds (`WGPU_TP_DECODE_MODEL`).
 
 use wgpu_tp::Mesh;
-use wgpu_tp::models::{CausalLm, Gpt, GptConfig, Llama, LlamaConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LlamaConfig};
+use wgpu_tp::nn::num_parameters;
 
 /// A model shape to build at each world size.
 #[derive(Clone)]
 pub enum Shape {
-    Gpt(GptConfig),
+    Gpt(Gpt2Config),
     Llama(LlamaConfig),
 }
 
@@ -18,7 +19,11 @@ pub fn config() -> (&'static str, Shape, usize) {
         c
     };
     match std::env::var("WGPU_TP_DECODE_MODEL").as_deref() {
-        Ok("small") => ("small", Shape::Gpt(GptConfig::new(4096, 256, 256, 4, 2)), 8),
+        Ok("small") => (
+            "small",
+            Shape::Gpt(Gpt2Config::new(4096, 256, 256, 4, 2)),
+            8,
+        ),
         Ok("smollm2") => {
             let c = llama(49152, 576, 1536, 30, 9, 3, 100000.0);
             ("SmolLM2-135M", Shape::Llama(c), 128)
@@ -34,7 +39,7 @@ pub fn config() -> (&'static str, Shape, usize) {
         }
         _ => (
             "GPT-2 124M",
-            Shape::Gpt(GptConfig::new(50257, 1024, 768, 12, 12)),
+            Shape::Gpt(Gpt2Config::new(50257, 1024, 768, 12, 12)),
             8,
         ),
     }
@@ -45,7 +50,7 @@ impl Shape {
         match self {
             Shape::Gpt(c) => format!(
                 "vocab {}, context {}, width {}, {} heads, {} layers",
-                c.vocab, c.n_ctx, c.hidden, c.heads, c.layers
+                c.vocab_size, c.n_positions, c.n_embd, c.n_head, c.n_layer
             ),
             Shape::Llama(c) => format!(
                 "vocab {}, width {}, {} layers, {} / {} heads, ffn {}, tied",
@@ -60,18 +65,20 @@ impl Shape {
     }
 
     pub fn build(&self, mesh: &Mesh) -> wgpu_tp::Result<CausalLm> {
-        Ok(match self {
-            Shape::Gpt(c) => CausalLm::Gpt2(Gpt::new(mesh, *c, 0)?),
-            Shape::Llama(c) => CausalLm::Llama(Llama::new(mesh, c.clone(), 0)?),
-        })
+        match self {
+            Shape::Gpt(c) => CausalLm::new(mesh, c.clone(), 0),
+            Shape::Llama(c) => CausalLm::new(mesh, c.clone(), 0),
+        }
     }
 
     /// Bytes one token reads from the weights: all of them but GPT-2's
     /// `wpe` (one row).
     pub fn weight_bytes(&self) -> u64 {
         match self {
-            Shape::Gpt(c) => 4 * (c.num_parameters() as u64 - ((c.n_ctx - 1) * c.hidden) as u64),
-            Shape::Llama(c) => 4 * c.num_parameters() as u64,
+            Shape::Gpt(c) => {
+                4 * (num_parameters(c) as u64 - ((c.n_positions - 1) * c.n_embd) as u64)
+            }
+            Shape::Llama(c) => 4 * num_parameters(c) as u64,
         }
     }
 }

@@ -19,7 +19,7 @@
 //!   step data-parallel (`small-dp`: axes dp 2 × tp 1, each rank the whole
 //!   model and half the batch, gradients averaged over dp) and pipelined
 //!   (`small-pp`: pp 2 × tp 1, each rank one stage, two micro-batches 1F1B).
-//!   Every layout runs as `GptStage`s (one stage when pp = 1).
+//!   Every layout runs as `CausalLm::stage`s (one stage when pp = 1).
 //!
 //! `cargo bench --features mpi --bench mpi_collectives` launches itself under
 //! `mpirun` at np = 2 and 4 on this host. Under `mpirun` it runs as one rank
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::SimpleCommunicator;
 use wgpu_tp::comm::{self, ReduceOp};
-use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline};
 use wgpu_tp::{Collective, LocalTensor, Mesh, MeshBuilder};
 
@@ -247,7 +247,7 @@ fn gpt_step(
     mesh: &Mesh,
     world: &SimpleCommunicator,
     name: &str,
-    cfg: GptConfig,
+    cfg: &Gpt2Config,
     (batch, seq): (usize, usize),
     reps: usize,
     layout: Layout,
@@ -265,8 +265,9 @@ fn gpt_step(
     // one pass over the batch, as measured before.
     let micro = if layout == Layout::Pp { 2 } else { 1 };
     let pipeline = Pipeline::new(&axes, "pp", micro)?;
-    let mut stage = GptStage::new(&model_mesh, cfg, 0, &pipeline)?;
-    let vocab = cfg.vocab as u64;
+    let opts = LoadOptions::default();
+    let mut stage = CausalLm::stage(&model_mesh, cfg.clone(), 0, &pipeline, opts)?;
+    let vocab = cfg.vocab_size as u64;
     let tokens = |k: u64| -> Vec<i32> {
         (0..(batch * seq) as u64)
             .map(|i| ((i * 2654435761 + k) % vocab) as i32)
@@ -360,21 +361,21 @@ fn main() {
         );
     }
     collectives(&mesh, &world).expect("collectives");
-    let mut small = GptConfig::new(512, 128, 256, 8, 2);
-    small.ffn = 1024;
-    gpt_step(&mesh, &world, "small", small, (2, 128), 3, Layout::Tp).expect("gpt step");
+    let mut small = Gpt2Config::new(512, 128, 256, 8, 2);
+    small.n_inner = Some(1024);
+    gpt_step(&mesh, &world, "small", &small, (2, 128), 3, Layout::Tp).expect("gpt step");
     if mesh.size() == 2 {
         for layout in [Layout::Dp, Layout::Pp] {
-            gpt_step(&mesh, &world, "small", small, (2, 128), 3, layout).expect("gpt dp/pp step");
+            gpt_step(&mesh, &world, "small", &small, (2, 128), 3, layout).expect("gpt dp/pp step");
         }
     }
     if std::env::var_os("WGPU_TP_BENCH_GPT2").is_some() {
         // GPT-2 124M's shapes (random weights), 2 × 256 tokens as benches/gpt2.rs.
-        let gpt2 = GptConfig::new(50257, 1024, 768, 12, 12);
-        gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, Layout::Tp).expect("gpt2 step");
+        let gpt2 = Gpt2Config::new(50257, 1024, 768, 12, 12);
+        gpt_step(&mesh, &world, "gpt2", &gpt2, (2, 256), 1, Layout::Tp).expect("gpt2 step");
         if mesh.size() == 2 {
             for layout in [Layout::Dp, Layout::Pp] {
-                gpt_step(&mesh, &world, "gpt2", gpt2, (2, 256), 1, layout)
+                gpt_step(&mesh, &world, "gpt2", &gpt2, (2, 256), 1, layout)
                     .expect("gpt2 dp/pp step");
             }
         }

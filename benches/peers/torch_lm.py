@@ -11,8 +11,8 @@ wgpu-tp's sampler does. Prints the best and median ms between tokens.
 step: batch 2 x 256 tokens, mean cross-entropy, backward, AdamW step,
 zero-grad, then a synchronize. Prints the best and median of --steps steps
 after one untimed step. --amp runs forward and loss under
-`torch.autocast(float16)` (f32 masters, as wgpu-tp's `GptConfig::dtype =
-F16`), with a GradScaler on CUDA.
+`torch.autocast(float16)` (f32 masters, as wgpu-tp's
+`LoadOptions::activations(F16)`), with a GradScaler on CUDA.
 
     python3 benches/peers/torch_lm.py decode --model gpt2 --threads 2
     python3 benches/peers/torch_lm.py decode --model smollm2 --prompt 128

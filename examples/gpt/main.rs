@@ -1,13 +1,13 @@
 //! A character-level GPT trained on P simulated ranks.
 //!
-//! Trains a GPT (`GptStage`s: GPT-2's structure: vocab-parallel `wte` tied to the
-//! output head, replicated `wpe`, pre-LN blocks with attention heads split
-//! over ranks, vocab-parallel cross-entropy) on Genesis 1–11 of the King
-//! James Version (`examples/data/genesis_kjv.txt`, public domain). At step 0
-//! it checks the loss and every gradient against the same model on one rank,
-//! then trains with AdamW, shows a progress bar and the loss curve, prints
-//! what one step communicates, and ends with a sample decoded with the
-//! key/value cache.
+//! Trains a GPT (`CausalLm`s of a `Gpt2Config`: GPT-2's structure:
+//! vocab-parallel `wte` tied to the output head, replicated `wpe`, pre-LN
+//! blocks with attention heads split over ranks, vocab-parallel
+//! cross-entropy) on Genesis 1–11 of the King James Version
+//! (`examples/data/genesis_kjv.txt`, public domain). At step 0 it checks the
+//! loss and every gradient against the same model on one rank, then trains
+//! with AdamW, shows a progress bar and the loss curve, prints what one step
+//! communicates, and ends with a sample decoded with the key/value cache.
 //!
 //! Run: `cargo run --release --example gpt` (`-- --help` lists the flags;
 //! `--axes dp=2,tp=2` trains 2 data-parallel replicas of 2 tensor-parallel
@@ -32,7 +32,7 @@ use clap::Parser;
 use replicas::{Optimiser, axes, build_replicas, dp_step, pipeline};
 use wgpu_tp::DType;
 use wgpu_tp::Mesh;
-use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{DataParallel, Params, Sampling, StageDecoder};
 
 const TEXT: &str = include_str!("../data/genesis_kjv.txt");
@@ -143,15 +143,15 @@ impl Vocab {
 /// process of P ranks, on process 0 only): the loss and every gradient must
 /// agree. Every process reads the model's gradients (that gathers them).
 fn parity(
-    model: &[GptStage],
-    serial: Option<&[GptStage]>,
+    model: &[CausalLm],
+    serial: Option<&[CausalLm]>,
     (loss_p, loss_1): (f32, f32),
     tol: f64,
 ) -> wgpu_tp::Result<bool> {
     let loss_err = common::rel_err(&[loss_p], &[loss_1]);
     say!("  loss                      {loss_p:.6} vs {loss_1:.6}  rel {loss_err:.2e}");
     let mut worst = loss_err;
-    let grads = |stages: &[GptStage]| -> wgpu_tp::Result<BTreeMap<String, Option<Vec<f32>>>> {
+    let grads = |stages: &[CausalLm]| -> wgpu_tp::Result<BTreeMap<String, Option<Vec<f32>>>> {
         let mut all = BTreeMap::new();
         for s in stages {
             for (name, p) in s.named_parameters() {
@@ -193,16 +193,17 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let started = Instant::now();
     let vocab = Vocab::new(TEXT);
     let data = vocab.encode(TEXT);
-    let mut cfg = GptConfig::new(
+    let cfg = Gpt2Config::new(
         vocab.chars.len(),
         args.seq.max(args.prompt.chars().count() + args.sample_len),
         args.hidden,
         args.heads,
         args.layers,
     );
-    if args.f16 {
-        cfg.dtype = DType::F16;
-    }
+    let opts = match args.f16 {
+        true => LoadOptions::default().activations(DType::F16),
+        false => LoadOptions::default(),
+    };
     let world: usize = axes(args).iter().map(|a| a.1).product();
     let mesh = common::build_mesh(
         world,
@@ -222,11 +223,11 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
     say!(
         "  model     {} layers · hidden {} · {} heads · vocab {} · context {}",
-        cfg.layers,
-        cfg.hidden,
-        cfg.heads,
-        cfg.vocab,
-        cfg.n_ctx
+        cfg.n_layer,
+        cfg.n_embd,
+        cfg.n_head,
+        cfg.vocab_size,
+        cfg.n_positions
     );
     if args.f16 {
         say!("  precision f16 activations, f32 accumulation and master weights");
@@ -240,7 +241,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     );
 
     let pipe = pipeline(&mesh)?;
-    let mut replicas = build_replicas(&mesh, &pipe, cfg, args.seed)?;
+    let mut replicas = build_replicas(&mesh, &pipe, (&cfg, opts), args.seed)?;
     let dp = DataParallel::new(&mesh, "dp")?;
     let mut windows = common::Windows(args.seed);
     let (ids, targets) = windows.batch(&data, args.batch, args.seq);
@@ -267,7 +268,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
             }
         };
         let serial_pipe = pipeline(&serial_mesh)?;
-        let mut serial = build_replicas(&serial_mesh, &serial_pipe, cfg, args.seed)?;
+        let mut serial = build_replicas(&serial_mesh, &serial_pipe, (&cfg, opts), args.seed)?;
         let serial_dp = DataParallel::new(&serial_mesh, "dp")?;
         let both = (&serial_pipe, &serial_dp);
         let loss_1 = dp_step(&mut serial, both, (&ids, &targets), args.seq)?;
@@ -318,7 +319,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
     let train_s = train_started.elapsed().as_secs_f64();
 
     say!("\nloss curve ({} steps):", losses.len());
-    let fell = common::report_loss(&losses, cfg.vocab, 5, 0.8);
+    let fell = common::report_loss(&losses, cfg.vocab_size, 5, 0.8);
     say!(
         "  {:.1} ms per step (forward + backward + AdamW + loss readback)",
         train_s * 1e3 / (args.steps.max(2) - 1) as f64

@@ -1,13 +1,13 @@
 //! Parallelism beyond tensor parallelism in the GPT example: `--axes
 //! pp=S,dp=D,tp=T` splits the model into S pipeline stages (each a
-//! `GptStage` on its own T tensor-parallel ranks, S micro-batches a step,
-//! 1F1B) and makes D data-parallel replicas of that, each on its own slice
+//! `CausalLm::stage` on its own T tensor-parallel ranks, S micro-batches a
+//! step, 1F1B) and makes D data-parallel replicas of that, each on its own slice
 //! of the batch, gradients averaged over `dp`; `--zero` shards AdamW over
 //! `dp` (ZeRO-1). Without `pp` every stage is the whole model.
 
 use std::collections::BTreeMap;
 
-use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline, PipelineStage, ZeroAdamW};
 use wgpu_tp::{DTensor, Mesh, Placement};
 
@@ -56,20 +56,25 @@ pub fn pipeline(mesh: &Mesh) -> wgpu_tp::Result<Pipeline> {
 
 /// One stage per tensor-parallel group this process drives (every stage of
 /// every replica in one process, its own with --mpi), initialised alike.
+/// Without `pp` each is the whole model, which may compute in f16
+/// (`--f16`); pipeline stages pass f32 activations.
 pub fn build_replicas(
     mesh: &Mesh,
     pipeline: &Pipeline,
-    cfg: GptConfig,
+    (cfg, opts): (&Gpt2Config, LoadOptions),
     seed: u64,
-) -> wgpu_tp::Result<Vec<GptStage>> {
+) -> wgpu_tp::Result<Vec<CausalLm>> {
     mesh.axis_groups("tp")?
         .iter()
-        .map(|g| GptStage::new(g, cfg, seed, pipeline))
+        .map(|g| match pipeline.stages() {
+            1 => CausalLm::new_with(g, cfg.clone(), seed, opts),
+            _ => CausalLm::stage(g, cfg.clone(), seed, pipeline, opts),
+        })
         .collect()
 }
 
 /// A stage's data-parallel index.
-fn dp_index(stage: &GptStage) -> wgpu_tp::Result<usize> {
+fn dp_index(stage: &CausalLm) -> wgpu_tp::Result<usize> {
     let g = stage.stage_mesh();
     let root = g.root();
     let at = root.axes().iter().position(|a| a.0 == "dp").unwrap_or(0);
@@ -80,7 +85,7 @@ fn dp_index(stage: &GptStage) -> wgpu_tp::Result<usize> {
 /// (1F1B over micro-batches), the gradients averaged over `dp` per stage;
 /// returns the mean loss over the batch.
 pub fn dp_step(
-    stages: &mut [GptStage],
+    stages: &mut [CausalLm],
     (pipeline, dp): (&Pipeline, &DataParallel),
     (ids, targets): (&[i32], &[i32]),
     seq: usize,
@@ -114,12 +119,12 @@ pub fn dp_step(
 
 /// Call `f` with the replicas of each pipeline stage this process drives.
 fn for_each_stage(
-    stages: &mut [GptStage],
+    stages: &mut [CausalLm],
     mut f: impl FnMut(&mut [&mut dyn Params]) -> wgpu_tp::Result<()>,
 ) -> wgpu_tp::Result<()> {
     let mut by_stage: BTreeMap<usize, Vec<&mut dyn Params>> = BTreeMap::new();
     for s in stages.iter_mut() {
-        let k = s.stage().0;
+        let k = s.stage_index().0;
         by_stage.entry(k).or_default().push(s);
     }
     by_stage.values_mut().try_for_each(|reps| f(reps))
@@ -140,7 +145,7 @@ impl Optimiser {
     }
 
     /// One update of every stage, then zero their gradients.
-    pub fn step(&mut self, stages: &mut [GptStage]) -> wgpu_tp::Result<()> {
+    pub fn step(&mut self, stages: &mut [CausalLm]) -> wgpu_tp::Result<()> {
         match self {
             Optimiser::Plain(opts) => {
                 for (s, opt) in stages.iter_mut().zip(opts) {

@@ -11,7 +11,7 @@
 use wasm_bindgen::prelude::*;
 use web_time::Instant;
 use wgpu_tp::MeshBuilder;
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config};
 use wgpu_tp::nn::{AdamW, Params, Sampling};
 
 use page::{Fail, Page, comm_rows, esc, human_bytes, url_param, yield_to_browser};
@@ -111,14 +111,14 @@ async fn demo(page: &Page) -> Result<bool, Fail> {
     let vocab = Vocab::new(TEXT);
     let data = vocab.encode(TEXT);
     let prompt = vocab.encode(PROMPT);
-    let cfg = GptConfig::new(
+    let cfg = Gpt2Config::new(
         vocab.0.len(),
         SEQ.max(prompt.len() + SAMPLE_LEN),
         HIDDEN,
         HEADS,
         LAYERS,
     );
-    let ln_vocab = (cfg.vocab as f64).ln();
+    let ln_vocab = (cfg.vocab_size as f64).ln();
     let mut windows = Windows(SEED);
     let (ids, targets) = windows.batch(&data, BATCH, SEQ);
 
@@ -132,7 +132,7 @@ async fn demo(page: &Page) -> Result<bool, Fail> {
         a => a.to_string(),
     };
     page.text("adapter", &adapter)?;
-    let serial = Gpt::new(&serial_mesh, cfg, SEED)?;
+    let serial = CausalLm::new(&serial_mesh, cfg.clone(), SEED)?;
     page.status("Step 0 on one rank (the first run compiles the shaders)…")?;
     let loss = serial.loss(&ids, &targets, SEQ)?;
     loss.backward()?;
@@ -140,7 +140,7 @@ async fn demo(page: &Page) -> Result<bool, Fail> {
 
     page.status("Building the 4-rank mesh…")?;
     let mesh = MeshBuilder::new().ranks(RANKS).build_async().await?;
-    let mut model = Gpt::new(&mesh, cfg, SEED)?;
+    let mut model = CausalLm::new(&mesh, cfg.clone(), SEED)?;
     let n_params: usize = model
         .named_parameters()
         .iter()
@@ -154,7 +154,7 @@ async fn demo(page: &Page) -> Result<bool, Fail> {
             mesh.layout()
         ),
     )?;
-    page.text("model", &format!("{LAYERS} layers · hidden {HIDDEN} · {HEADS} heads · vocab {} · context {} · {n_params} parameters", cfg.vocab, cfg.n_ctx))?;
+    page.text("model", &format!("{LAYERS} layers · hidden {HIDDEN} · {HEADS} heads · vocab {} · context {} · {n_params} parameters", cfg.vocab_size, cfg.n_positions))?;
     page.text("data", &format!("Genesis 1–11 (KJV), {} characters; {steps} steps of {BATCH} × {SEQ} characters, AdamW lr {lr}", data.len()))?;
     page.status("Step 0 on four ranks, then every gradient against one rank…")?;
     let loss = model.loss(&ids, &targets, SEQ)?;

@@ -10,7 +10,7 @@
 //!   and the other group is not held up.
 
 use wgpu_tp::comm;
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config};
 use wgpu_tp::nn::{AdamW, DataParallel, Params};
 use wgpu_tp::{CommStats, Error, Mesh, MeshBuilder, ReduceOp};
 
@@ -34,12 +34,12 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// Two steps of every replica this process drives (one per tp group), the
 /// gradients averaged over `dp`; the run of the replica at `keep`'s rank.
 fn train(m: &Mesh, keep: usize) -> wgpu_tp::Result<(Run, CommStats, CommStats)> {
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    cfg.ffn = 20;
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
     let groups = m.axis_groups("tp")?;
     let mut reps = groups
         .iter()
-        .map(|g| Gpt::new(g, cfg, 7))
+        .map(|g| CausalLm::new(g, cfg.clone(), 7))
         .collect::<wgpu_tp::Result<Vec<_>>>()?;
     let dp = DataParallel::new(m, "dp")?;
     let mut opts: Vec<AdamW> = reps.iter().map(|_| AdamW::new(1e-2)).collect();

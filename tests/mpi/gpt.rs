@@ -4,7 +4,7 @@
 //! mesh of the same size (built and run on rank 0), with the same
 //! communication counts.
 
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{
     AdamW, ColumnParallelConfig, ColumnParallelLinear, Overlap, Params, RowParallelConfig,
     RowParallelLinear, load_safetensors, save_safetensors, to_safetensors_bytes,
@@ -32,13 +32,13 @@ enum Variant {
 
 fn train(mesh: &Mesh, v: Variant) -> wgpu_tp::Result<Run> {
     // Uneven on purpose: 11 tokens of vocabulary, 3 heads, 14 tokens.
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    cfg.ffn = 20;
-    cfg.sequence_parallel = matches!(v, Variant::SequenceParallel);
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
+    let opts = LoadOptions::default().sequence_parallel(matches!(v, Variant::SequenceParallel));
     if matches!(v, Variant::Dropout) {
-        (cfg.dropout, cfg.attn_dropout) = (0.2, 0.1);
+        (cfg.embd_pdrop, cfg.resid_pdrop, cfg.attn_pdrop) = (0.2, 0.2, 0.1);
     }
-    let mut gpt = Gpt::new(mesh, cfg, 7)?;
+    let mut gpt = CausalLm::new_with(mesh, cfg, 7, opts)?;
     gpt.set_mode(matches!(v, Variant::Dropout), 3);
     let ids: Vec<i32> = data(1, 0, 14)
         .iter()
@@ -129,9 +129,9 @@ pub fn run(mesh: &Mesh) -> Result<usize, String> {
 /// key/value heads at P = 2 and 4): loss, every gradient and the parameters
 /// after two AdamW steps bit-identical to the single-process mesh.
 fn llama(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
-    use wgpu_tp::models::{Llama, LlamaConfig};
+    use wgpu_tp::models::LlamaConfig;
     let run = |m: &Mesh| -> wgpu_tp::Result<Run> {
-        let mut model = Llama::new(m, LlamaConfig::new(13, 18, 20, 2, 9, 3), 5)?;
+        let mut model = CausalLm::new(m, LlamaConfig::new(13, 18, 20, 2, 9, 3), 5)?;
         let ids: Vec<i32> = (0..10).map(|i| (i * 7 + 3) % 13).collect();
         let targets: Vec<i32> = (0..10).map(|i| (i * 5 + 1) % 13).collect();
         let mut opt = AdamW::new(1e-2);
@@ -238,9 +238,9 @@ fn ring_mlp(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
 /// loads it back into a differently seeded model.
 fn checkpoint(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
     let e = |e: wgpu_tp::Error| e.to_string();
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    cfg.ffn = 20;
-    let gpt = Gpt::new(mesh, cfg, 7).map_err(e)?;
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
+    let gpt = CausalLm::new(mesh, cfg.clone(), 7).map_err(e)?;
     let bytes = to_safetensors_bytes(&gpt).map_err(e)?;
     let dir = std::env::var("WGPU_TP_MPI_TMP").map_err(|_| "WGPU_TP_MPI_TMP is not set")?;
     let path = std::path::Path::new(&dir).join("gpt.safetensors");
@@ -248,13 +248,13 @@ fn checkpoint(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
     // The file is complete on every process once process 0 is past this.
     let one = mesh.ranks()[0].upload(&[1], &[1.0]).map_err(e)?;
     wgpu_tp::comm::all_reduce(mesh, &[one], wgpu_tp::ReduceOp::Sum).map_err(e)?;
-    let mut other = Gpt::new(mesh, cfg, 8).map_err(e)?;
+    let mut other = CausalLm::new(mesh, cfg.clone(), 8).map_err(e)?;
     load_safetensors(&mut other, &path).map_err(e)?;
     if to_safetensors_bytes(&other).map_err(e)? != bytes {
         return Err("the loaded checkpoint differs from the saved one".into());
     }
     if let Some(single) = single {
-        let want = to_safetensors_bytes(&Gpt::new(single, cfg, 7).map_err(e)?).map_err(e)?;
+        let want = to_safetensors_bytes(&CausalLm::new(single, cfg, 7).map_err(e)?).map_err(e)?;
         let file = std::fs::read(&path).map_err(|e| e.to_string())?;
         if bytes != want || file != want {
             return Err("the checkpoint differs from the single-process one".into());

@@ -15,7 +15,7 @@
 //!   0 one naming `pp`: never a hang.
 
 use wgpu_tp::comm;
-use wgpu_tp::models::{GptConfig, GptStage};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{AdamW, DataParallel, Params, Pipeline, PipelineStage, Sampling, StageDecoder};
 use wgpu_tp::{Collective, CommStats, Error, Mesh, MeshBuilder};
 
@@ -44,13 +44,13 @@ fn digest_stats(s: &CommStats, h: &mut u32) {
     }
 }
 
-fn stages(m: &Mesh, pipeline: &Pipeline) -> wgpu_tp::Result<(Vec<Mesh>, Vec<GptStage>)> {
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    cfg.ffn = 20;
+fn stages(m: &Mesh, pipeline: &Pipeline) -> wgpu_tp::Result<(Vec<Mesh>, Vec<CausalLm>)> {
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
     let groups = m.axis_groups("tp")?;
     let stages = groups
         .iter()
-        .map(|g| GptStage::new(g, cfg, 7, pipeline))
+        .map(|g| CausalLm::stage(g, cfg.clone(), 7, pipeline, LoadOptions::default()))
         .collect::<wgpu_tp::Result<Vec<_>>>()?;
     Ok((groups, stages))
 }

@@ -5,23 +5,23 @@
 //! the adapter has no `shader-f16`.
 
 use wasm_bindgen_test::wasm_bindgen_test;
-use wgpu_tp::models::{Gpt, GptConfig};
+use wgpu_tp::models::{CausalLm, Gpt2Config, LoadOptions};
 use wgpu_tp::nn::{Params, Sampling, Sgd};
 use wgpu_tp::{DTensor, Error, Placement};
 
 use crate::{Rng, TOL, limit_sets, log, mesh, rel_err};
 
-fn config(sequence_parallel: bool) -> GptConfig {
+fn config() -> Gpt2Config {
     // 3 heads: P = 4 splits them unevenly and one rank holds none.
-    let mut cfg = GptConfig::new(11, 8, 12, 3, 2);
-    (cfg.ffn, cfg.sequence_parallel) = (20, sequence_parallel);
+    let mut cfg = Gpt2Config::new(11, 8, 12, 3, 2);
+    cfg.n_inner = Some(20);
     cfg
 }
 
 /// With dropout on activations and attention probabilities: the masks
 /// follow global positions, so they are the same at every P.
-fn with_dropout(mut cfg: GptConfig) -> GptConfig {
-    (cfg.dropout, cfg.attn_dropout) = (0.1, 0.1);
+fn with_dropout(mut cfg: Gpt2Config) -> Gpt2Config {
+    (cfg.embd_pdrop, cfg.resid_pdrop, cfg.attn_pdrop) = (0.1, 0.1, 0.1);
     cfg
 }
 
@@ -34,7 +34,7 @@ fn f64s(v: &[f32]) -> Vec<f64> {
 /// rounding-level gradient into a ±lr step, so its parameters differ by
 /// more than the gradients do (tests/nn/blocked.rs).
 async fn step(
-    model: &mut Gpt,
+    model: &mut CausalLm,
     ids: &[i32],
     targets: &[i32],
     seq: usize,
@@ -62,22 +62,19 @@ async fn gpt_step_on_4_ranks_equals_1_rank() {
     for (label, limits) in limit_sets() {
         for sp in [false, true] {
             // The sequence-parallel run also has dropout.
-            let cfg = if sp {
-                with_dropout(config(sp))
-            } else {
-                config(sp)
-            };
+            let cfg = if sp { with_dropout(config()) } else { config() };
+            let opts = LoadOptions::default().sequence_parallel(sp);
             let seq = 8;
             let ids: Vec<i32> = (0..2 * seq).map(|_| (rng.next_u64() % 11) as i32).collect();
             let targets: Vec<i32> = (0..2 * seq).map(|_| (rng.next_u64() % 11) as i32).collect();
             let seed = rng.next_u64();
             let m1 = mesh(1, limits.clone()).await;
-            let (l1, g1, p1) =
-                step(&mut Gpt::new(&m1, cfg, seed).unwrap(), &ids, &targets, seq).await;
+            let mut model = CausalLm::new_with(&m1, cfg.clone(), seed, opts).unwrap();
+            let (l1, g1, p1) = step(&mut model, &ids, &targets, seq).await;
             let m4 = mesh(4, limits.clone()).await;
             m4.reset_comm_stats();
-            let (l4, g4, p4) =
-                step(&mut Gpt::new(&m4, cfg, seed).unwrap(), &ids, &targets, seq).await;
+            let mut model = CausalLm::new_with(&m4, cfg, seed, opts).unwrap();
+            let (l4, g4, p4) = step(&mut model, &ids, &targets, seq).await;
             let e = rel_err(&[l4], &[l1 as f64]);
             assert!(e <= TOL, "{label} sp {sp}: loss {l4} vs {l1}");
             let mut worst = e;
@@ -109,7 +106,7 @@ async fn cached_generation_equals_recomputation() {
     for (label, limits) in limit_sets() {
         for p in [1, 4] {
             let m = mesh(p, limits.clone()).await;
-            let mut model = Gpt::new(&m, config(false), rng.next_u64()).unwrap();
+            let model = CausalLm::new(&m, config(), rng.next_u64()).unwrap();
             let prompt = [3, 1, 4];
             for sampling in [
                 Sampling::Greedy,
@@ -133,7 +130,7 @@ async fn cached_generation_equals_recomputation() {
                 matches!(
                     err,
                     Error::WouldBlock {
-                        op: "Gpt::generate"
+                        op: "Decoder::generate"
                     }
                 ),
                 "{err}"
