@@ -2,6 +2,8 @@
 //! [`ReduceOp`]. Pure values, no GPU, so every layer (and the error type) can
 //! name them.
 
+use crate::quant::QuantType;
+
 /// Element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -20,14 +22,45 @@ pub enum DType {
     /// `SHADER_F16` needed). The small-M GEMM and the embedding lookup read
     /// it directly; other products widen it first. Collectives refuse it.
     BF16,
+    /// A weight in one of llama.cpp's block-quantized formats: a `[N, K]`
+    /// tensor stored as `ceil(K / block)` blocks a row (see
+    /// [`crate::quant::layout`] for where their fields sit), read by the
+    /// products, the embedding lookup and the tied head, which dequantize
+    /// as they load and accumulate in f32. Such a weight is frozen: no
+    /// gradient, no optimiser state.
+    Quant(QuantType),
 }
 
 impl DType {
-    /// Bytes per element.
+    /// Bytes per element; 0 for a quantized type, whose elements are
+    /// stored in blocks ([`DType::storage_bytes`]).
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::Quant(_) => 0,
+        }
+    }
+
+    /// Bytes a row-major tensor of `shape` takes on the device, a whole
+    /// number of 32-bit words: a quantized one is its rows' blocks.
+    pub fn storage_bytes(self, shape: &[usize]) -> usize {
+        let len: usize = shape.iter().product();
+        match self {
+            DType::Quant(q) => {
+                let k = shape.last().copied().unwrap_or(1);
+                let rows = if k == 0 { 0 } else { len / k };
+                crate::quant::layout::device_bytes(q, rows * q.blocks_per_row(k))
+            }
+            d => (len * d.size_bytes()).next_multiple_of(4),
+        }
+    }
+
+    /// The quantized format, for a quantized dtype.
+    pub fn quant(self) -> Option<QuantType> {
+        match self {
+            DType::Quant(q) => Some(q),
+            _ => None,
         }
     }
 }
@@ -39,6 +72,7 @@ impl std::fmt::Display for DType {
             DType::I32 => "i32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::Quant(q) => return q.fmt(f),
         })
     }
 }
@@ -59,7 +93,7 @@ impl ReduceOp {
     #[inline]
     pub(crate) fn combine_words(self, dtype: DType, a: u32, b: u32) -> u32 {
         match (dtype, self) {
-            (DType::F16 | DType::BF16, _) => {
+            (DType::F16 | DType::BF16 | DType::Quant(_), _) => {
                 debug_assert!(
                     false,
                     "collectives refuse 16-bit floats before combining words"

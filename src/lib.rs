@@ -74,6 +74,7 @@ mod error;
 pub mod kernels;
 pub mod models;
 pub mod nn;
+pub mod quant;
 pub mod shard;
 pub mod tensor;
 

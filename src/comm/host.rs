@@ -117,7 +117,12 @@ fn combine(acc: &mut [u32], x: &[u32], dtype: DType, op: ReduceOp) {
         (DType::I32, ReduceOp::Sum) => zip::<false, true>(acc, x),
         (DType::I32, ReduceOp::Max) => zip::<false, false>(acc, x),
         // Refused by `group::check_group` before any bytes move.
-        (DType::F16 | DType::BF16, _) => debug_assert!(false, "collectives refuse 16-bit floats"),
+        (DType::F16 | DType::BF16 | DType::Quant(_), _) => {
+            debug_assert!(
+                false,
+                "collectives refuse 16-bit floats and quantized weights"
+            )
+        }
     }
 }
 

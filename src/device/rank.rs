@@ -137,7 +137,7 @@ impl Rank {
             } else {
                 let word = match t.dtype() {
                     DType::F16 | DType::BF16 => bits * 0x1_0001,
-                    DType::F32 | DType::I32 => bits,
+                    DType::F32 | DType::I32 | DType::Quant(_) => bits,
                 };
                 let data = vec![word; words as usize / 4];
                 self.device

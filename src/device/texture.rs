@@ -20,7 +20,7 @@ pub(crate) fn texel_format(op: &'static str, dtype: DType) -> Result<wgpu::Textu
     match dtype {
         DType::F32 => Ok(wgpu::TextureFormat::Rgba32Float),
         DType::F16 => Ok(wgpu::TextureFormat::Rgba16Float),
-        DType::I32 | DType::BF16 => Err(Error::invalid(
+        DType::I32 | DType::BF16 | DType::Quant(_) => Err(Error::invalid(
             op,
             "textures hold f32 or f16 matrices; widen bf16 first (kernels::cast)",
         )),

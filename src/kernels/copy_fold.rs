@@ -210,7 +210,7 @@ pub(crate) fn fold_block(
         (DType::F32, ReduceOp::Max) => 1.0,
         (DType::I32, ReduceOp::Sum) => 2.0,
         (DType::I32, ReduceOp::Max) => 3.0,
-        (DType::F16 | DType::BF16, _) => {
+        (DType::F16 | DType::BF16 | DType::Quant(_), _) => {
             return Err(Error::invalid(
                 OP,
                 "folds f32 and i32 words; cast f16 and bf16 to f32 first",

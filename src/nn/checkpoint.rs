@@ -31,9 +31,11 @@ pub fn to_safetensors_bytes_as(model: &dyn Params, dtype: DType) -> Result<Vec<u
         DType::F32 => Dtype::F32,
         DType::F16 => Dtype::F16,
         DType::BF16 => Dtype::BF16,
-        DType::I32 => {
+        DType::I32 | DType::Quant(_) => {
             return Err(Error::Checkpoint(
-                "parameters are saved as F32, F16 or BF16, not I32".into(),
+                "safetensors parameters are saved as F32, F16 or BF16 (quantized weights: \
+                 save_gguf)"
+                    .into(),
             ));
         }
     };

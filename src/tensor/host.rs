@@ -82,6 +82,10 @@ impl DTensor {
                     let v: Vec<half::bf16> = d.iter().map(|&x| half::bf16::from_f32(x)).collect();
                     r.upload_bf16(s, &v)
                 }
+                DType::Quant(q) => Err(Error::invalid(
+                    OP,
+                    format!("{q} weights are made by quantizing (Parameter::store_as)"),
+                )),
             }
         };
         // Ranks on one device read one buffer of a whole value (`aliased.rs`).

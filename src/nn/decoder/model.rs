@@ -243,7 +243,7 @@ fn check_spec(op: &'static str, mesh: &Mesh, s: &DecoderSpec, opts: LoadOptions)
             }
             Ok(())
         }
-        DType::I32 | DType::BF16 => Err(Error::invalid(
+        DType::I32 | DType::BF16 | DType::Quant(_) => Err(Error::invalid(
             op,
             "the activation dtype must be F32 or F16 (bf16 is for weights: \
              LoadOptions::weights, Params::store_weights_as)",
