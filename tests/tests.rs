@@ -26,6 +26,8 @@
 //!   `tokenizer` (GPT-2's ids against tiktoken, streaming decode),
 //!   `model_dir` (weights and tokenizer of one directory, the shipped model).
 //! - `models/`: model families (`llama`) against transformers' own numbers.
+//! - `quant/`: host quantization and dequantization against gguf-py and
+//!   ggml's reference C code, bit for bit (`tests/fixtures/quant/`).
 //! - `layout`: no file of `src/` imports one that imports it back (each
 //!   loop printed with the paths that make it).
 //! - `shaders`: every shader the crate builds validated by naga, checked for
@@ -42,5 +44,6 @@ mod kernels;
 mod layout;
 mod models;
 mod nn;
+mod quant;
 mod shaders;
 mod tensor;
