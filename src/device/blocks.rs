@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 pub(crate) fn row_layout(
     device: &Device,
     op: &'static str,
-    shape: &[usize],
+    (shape, dtype): (&[usize], DType),
     bytes: u64,
 ) -> Result<Option<Vec<usize>>> {
     let (limit, limit_name) = device.block_limit();
@@ -38,7 +38,12 @@ pub(crate) fn row_layout(
         return Ok(None);
     }
     let row: usize = shape[1..].iter().product();
-    let row_bytes = (row as u64).saturating_mul(4);
+    // Four bytes an element (what a widening cast or pack of the block
+    // needs), or a quantized row's blocks, which are never widened.
+    let row_bytes = match dtype {
+        DType::Quant(_) => dtype.storage_bytes(&shape[1..]) as u64,
+        _ => (row as u64).saturating_mul(4),
+    };
     if row_bytes > limit {
         return Err(Error::TooLarge {
             op,
@@ -163,11 +168,11 @@ impl LocalTensor {
     /// (a copy), or itself when it is blocked already or `dtype` needs none:
     /// how a cast to a wider dtype finds room for its output.
     pub(crate) fn blocked_as(&self, op: &'static str, dtype: DType) -> Result<LocalTensor> {
-        let bytes = (self.len() as u64 * dtype.size_bytes() as u64).next_multiple_of(4);
+        let bytes = dtype.storage_bytes(self.shape()) as u64;
         if self.is_blocked() {
             return Ok(self.clone());
         }
-        let Some(rows) = row_layout(self.device(), op, self.shape(), bytes)? else {
+        let Some(rows) = row_layout(self.device(), op, (self.shape(), dtype), bytes)? else {
             return Ok(self.clone());
         };
         let rank = self.rank();

@@ -11,6 +11,7 @@ use super::copy::copy_region;
 use super::tensor::{LocalTensor, Storage};
 use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::quant::QuantType;
 
 /// One rank: a logical device with its own index in the mesh.
 #[derive(Clone, Debug)]
@@ -64,6 +65,12 @@ impl Rank {
         dtype: DType,
         bytes: &[u8],
     ) -> Result<LocalTensor> {
+        if let DType::Quant(q) = dtype {
+            return Err(Error::invalid(
+                op,
+                format!("{q} weights are uploaded from their blocks (Rank::upload_quant)"),
+            ));
+        }
         let n: usize = shape.iter().product();
         let size = dtype.size_bytes();
         if bytes.len() != n * size {
@@ -93,6 +100,46 @@ impl Rank {
                 padded.resize(part.len().next_multiple_of(4), 0);
                 self.device.queue.write_buffer(buf, 0, &padded);
             }
+        }
+        Ok(t)
+    }
+
+    /// A quantized `[rows, k]` weight from its blocks in GGUF order
+    /// (`q.bytes_for(rows, k)` bytes: each row `q.blocks_per_row(k)`
+    /// blocks), laid out for the kernels (`quant::layout`); past one
+    /// binding it is stored in row blocks, each laid out on its own.
+    pub fn upload_quant(
+        &self,
+        shape: &[usize],
+        q: QuantType,
+        blocks: &[u8],
+    ) -> Result<LocalTensor> {
+        const OP: &str = "Rank::upload_quant";
+        let &[rows, k] = shape else {
+            return Err(Error::shape(OP, "a 2-D weight [rows, K]", shape));
+        };
+        let row_bytes = q.bytes_for(1, k);
+        if blocks.len() != rows * row_bytes {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "a {q} weight [{rows}, {k}] is {} bytes of blocks, got {}",
+                    rows * row_bytes,
+                    blocks.len()
+                ),
+            ));
+        }
+        self.device.check()?;
+        let t = self.alloc_raw(OP, shape, DType::Quant(q))?;
+        let mut at = 0;
+        for b in t.blocks() {
+            let part = &blocks[at..at + b.shape()[0] * row_bytes];
+            at += part.len();
+            if part.is_empty() {
+                continue;
+            }
+            let bytes = crate::quant::layout::to_device(q, part);
+            self.device.queue.write_buffer(b.buffer(OP)?, 0, &bytes);
         }
         Ok(t)
     }
@@ -151,9 +198,8 @@ impl Rank {
     /// Rows of each block a tensor of `shape` and `dtype` is stored in on
     /// this rank (`None`: one buffer); see `blocks.rs`.
     pub(crate) fn row_blocks(&self, shape: &[usize], dtype: DType) -> Result<Option<Vec<usize>>> {
-        let n: usize = shape.iter().product();
-        let bytes = (n as u64 * dtype.size_bytes() as u64).next_multiple_of(4);
-        row_layout(&self.device, "row_blocks", shape, bytes)
+        let bytes = dtype.storage_bytes(shape) as u64;
+        row_layout(&self.device, "row_blocks", (shape, dtype), bytes)
     }
 
     /// An uninitialised tensor for a kernel to write (poisoned when the
@@ -187,10 +233,13 @@ impl Rank {
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| Error::invalid(op, format!("shape {shape:?} overflows usize")))?;
         self.device.check_dtype(op, dtype)?;
-        let bytes = (n as u64)
-            .saturating_mul(dtype.size_bytes() as u64)
-            .next_multiple_of(4);
-        if let Some(rows) = row_layout(&self.device, op, shape, bytes)? {
+        let bytes = match dtype {
+            DType::Quant(_) => dtype.storage_bytes(shape) as u64,
+            _ => (n as u64)
+                .saturating_mul(dtype.size_bytes().max(1) as u64)
+                .next_multiple_of(4),
+        };
+        if let Some(rows) = row_layout(&self.device, op, (shape, dtype), bytes)? {
             let blocks = rows
                 .into_iter()
                 .map(|r| {

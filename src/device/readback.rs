@@ -46,13 +46,20 @@ pub async fn download_many_async(tensors: &[&LocalTensor]) -> Result<Vec<Vec<u8>
 
 impl LocalTensor {
     /// Read back as f32 (waits for the device); f16 and bf16 tensors are widened,
-    /// which is exact.
+    /// which is exact; a quantized one is dequantized on the host as ggml
+    /// does.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
         block_on("LocalTensor::to_vec", self.to_vec_async())
     }
 
     /// [`LocalTensor::to_vec`] as a future.
     pub async fn to_vec_async(&self) -> Result<Vec<f32>> {
+        if let DType::Quant(q) = self.dtype() {
+            let k = self.shape().last().copied().unwrap_or(0);
+            let rows = self.len().checked_div(k).unwrap_or(0);
+            let blocks = self.to_quant_blocks_async().await?;
+            return crate::quant::dequantize_rows(q, &blocks, rows, k);
+        }
         if self.dtype() == DType::F16 {
             let h = self.read_async("to_vec_f16", DType::F16).await?;
             let h: Vec<half::f16> = bytemuck::pod_collect_to_vec(&h);
@@ -65,6 +72,34 @@ impl LocalTensor {
         }
         let raw = self.read_async("to_vec", DType::F32).await?;
         Ok(bytemuck::pod_collect_to_vec(&raw))
+    }
+
+    /// A quantized tensor's blocks in GGUF order, as uploaded
+    /// ([`Rank::upload_quant`](super::Rank::upload_quant)); waits for the device.
+    pub fn to_quant_blocks(&self) -> Result<Vec<u8>> {
+        block_on("LocalTensor::to_quant_blocks", self.to_quant_blocks_async())
+    }
+
+    /// [`LocalTensor::to_quant_blocks`] as a future.
+    pub async fn to_quant_blocks_async(&self) -> Result<Vec<u8>> {
+        let Some(q) = self.dtype().quant() else {
+            return Err(crate::error::Error::invalid(
+                "LocalTensor::to_quant_blocks",
+                format!("a {} tensor has no quantized blocks", self.dtype()),
+            ));
+        };
+        let k = self.shape().last().copied().unwrap_or(0);
+        let mut x = Exchange::with_capacity(self.blocks().len(), 0);
+        for b in self.blocks() {
+            x.read(b)?;
+        }
+        let mapped = x.map_async().await?;
+        let mut out = Vec::new();
+        for (i, b) in self.blocks().iter().enumerate() {
+            let n = b.shape()[0] * q.blocks_per_row(k);
+            out.extend(crate::quant::layout::from_device(q, mapped.input(i), n));
+        }
+        Ok(out)
     }
 
     /// Read back an f16 tensor (waits for the device).

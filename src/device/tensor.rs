@@ -162,9 +162,13 @@ impl LocalTensor {
         }
     }
 
-    /// Bytes of data (len × the dtype's size).
+    /// Bytes of data (len × the dtype's size; a quantized tensor's
+    /// blocks, in the device layout).
     pub fn byte_len(&self) -> u64 {
-        self.len() as u64 * self.dtype.size_bytes() as u64
+        match self.dtype {
+            DType::Quant(_) => self.dtype.storage_bytes(&self.shape) as u64,
+            d => self.len() as u64 * d.size_bytes() as u64,
+        }
     }
 
     /// [`LocalTensor::byte_len`] rounded up to whole 32-bit words: what
@@ -201,6 +205,9 @@ impl LocalTensor {
         let Body::Buffer(s) = &self.body else {
             return None;
         };
+        if self.dtype.quant().is_some() {
+            return None;
+        }
         let n: usize = shape.iter().product();
         let bytes = (n as u64 * self.dtype.size_bytes() as u64).next_multiple_of(4);
         if n < self.len() || bytes > s.size {

@@ -62,7 +62,7 @@ fn start_i32(op: &'static str, start: i64, rows: usize) -> Result<i32> {
 }
 
 /// Look up `ids` (I32, any shape, flattened to `n`) in `table` (F32, or
-/// BF16 read as stored, `[rows, dim]`, global rows `[start, start + rows)`):
+/// BF16 or quantized, read as stored, `[rows, dim]`, global rows `[start, start + rows)`):
 /// returns f32 `[n, dim]`,
 /// with zero rows for ids this table does not own. A blocked table is looked
 /// up block by block and the partial lookups summed (each row comes from
@@ -81,7 +81,7 @@ pub fn embedding_lookup(table: &LocalTensor, ids: &LocalTensor, start: i64) -> R
 
 fn lookup_one(table: &LocalTensor, ids: &LocalTensor, start: i64) -> Result<LocalTensor> {
     const OP: &str = "embedding_lookup";
-    if table.dtype() != DType::BF16 {
+    if !matches!(table.dtype(), DType::BF16 | DType::Quant(_)) {
         table.expect_dtype(OP, DType::F32)?;
     }
     ids.expect_dtype(OP, DType::I32)?;
@@ -104,6 +104,10 @@ fn lookup_one(table: &LocalTensor, ids: &LocalTensor, start: i64) -> Result<Loca
     };
     let spec = match table.dtype() {
         DType::BF16 => KernelSpec::new("embedding_bf16", SOURCE_BF16, BINDINGS, "lookup"),
+        DType::Quant(q) => {
+            let (family, source) = super::quant::lookup_program(q);
+            KernelSpec::new(family, source, BINDINGS, "lookup")
+        }
         _ => spec("lookup"),
     };
     Dispatch {

@@ -35,7 +35,7 @@
 pub(crate) mod group;
 mod group_source;
 mod knobs;
-mod loads;
+pub(crate) mod loads;
 pub(crate) mod pair;
 mod pair_source;
 mod run;

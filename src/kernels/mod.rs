@@ -14,10 +14,12 @@ pub(crate) mod fold_norm;
 pub mod gemm;
 pub mod gemv;
 mod grid;
+mod interned;
 mod loops;
 pub(crate) mod member_source;
 pub mod norm;
 pub mod optim;
+pub mod quant;
 pub mod random;
 pub mod reduce;
 pub mod rope;
@@ -93,6 +95,7 @@ pub fn all_shaders() -> Vec<(&'static str, &'static str)> {
     out.extend(gemm::tiled_sources());
     out.extend(gemm::register_sources());
     out.extend(gemv::gemv_sources());
+    out.extend(quant::quant_sources());
     out.extend(attention::decode_sources());
     out.push(("fold_norm", fold_norm::source()));
     // f16 families (used only where the adapter has SHADER_F16).

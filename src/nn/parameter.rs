@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::held::Held;
 
 mod dtype;
+mod quant;
 use crate::device::{Mesh, block_on};
 use crate::error::{Error, Result};
 use crate::shard::{outer_dim_inner, split_range_in_units};

@@ -94,6 +94,22 @@ impl QuantType {
         rows * self.blocks_per_row(k) * self.block_bytes()
     }
 
+    /// The format llama.cpp's quantizer gives a row of `k` weights asked
+    /// for this one: itself where `k` is whole blocks, else its fallback
+    /// (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, `llama-quant.cpp`), and
+    /// `None` where even 32 does not divide `k` (llama.cpp keeps F16 there;
+    /// the crate keeps the value as it is).
+    pub fn for_row(self, k: usize) -> Option<QuantType> {
+        let q = match self {
+            _ if k.is_multiple_of(self.block_len()) => self,
+            QuantType::Q4K => QuantType::Q5_0,
+            QuantType::Q5K => QuantType::Q5_1,
+            QuantType::Q6K => QuantType::Q8_0,
+            other => other,
+        };
+        k.is_multiple_of(q.block_len()).then_some(q)
+    }
+
     /// llama.cpp's name of the type (`"Q4_K"`), as its tools print it.
     pub fn ggml_name(self) -> &'static str {
         match self {

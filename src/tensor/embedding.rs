@@ -93,14 +93,15 @@ impl DTensor {
     /// [`Mapping::ReduceFromParallel`](crate::tensor::Mapping)); `Shard(1)`
     /// gives `Shard(1)`; `Replicate` gives `Replicate`. The row `padding_idx`
     /// gets no gradient. Tables blocked past one binding are looked up block
-    /// by block. The table is f32, or bf16 (read as stored, the output f32).
+    /// by block. The table is f32, or bf16 or quantized (read as stored, the
+    /// output f32; a quantized table is frozen and gets no gradient).
     pub fn embedding(&self, ids: &[i32], padding_idx: Option<usize>) -> Result<DTensor> {
         let table = self;
         let &[vocab, dim] = table.shape() else {
             return Err(Error::shape(OP, "a 2-D table [vocab, dim]", table.shape()));
         };
-        // A bf16 table (weights kept narrow) is read as stored.
-        if !matches!(table.dtype(), DType::F32 | DType::BF16) {
+        // A bf16 or quantized table (weights kept narrow) is read as stored.
+        if !matches!(table.dtype(), DType::F32 | DType::BF16 | DType::Quant(_)) {
             return Err(Error::DTypeMismatch {
                 op: OP,
                 expected: DType::F32,
@@ -133,6 +134,10 @@ impl DTensor {
             };
             let table = table.detach();
             Ok((y, move |dy: &DTensor| {
+                // A quantized table is frozen: no gradient.
+                if table.dtype().quant().is_some() {
+                    return Ok(vec![None]);
+                }
                 Ok(vec![Some(scatter_add(&table, &ids_dev, dy, placement)?)])
             }))
         })

@@ -155,7 +155,9 @@ impl DTensor {
                 _ => wide,
             });
         }
-        self.shards()[0].expect_dtype("DTensor::to_host", DType::F32)?;
+        if self.dtype().quant().is_none() {
+            self.shards()[0].expect_dtype("DTensor::to_host", DType::F32)?;
+        }
         let bytes = self.host_words().await?;
         Ok(bytes.into_iter().map(f32::from_bits).collect())
     }
@@ -179,11 +181,25 @@ impl DTensor {
             Placement::Replicate => vec![&self.shards()[0]],
             _ => self.shards().iter().collect(),
         };
-        let raw = download_many_async(&refs).await?;
-        let mut words: Vec<Vec<u32>> = raw
-            .iter()
-            .map(|b| bytemuck::pod_collect_to_vec(b))
-            .collect();
+        let mut words: Vec<Vec<u32>> = if self.dtype().quant().is_some() {
+            // Dequantized shard by shard on the host, as ggml does.
+            let mut words = Vec::with_capacity(refs.len());
+            for t in refs {
+                words.push(
+                    t.to_vec_async()
+                        .await?
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect(),
+                );
+            }
+            words
+        } else {
+            let raw = download_many_async(&refs).await?;
+            raw.iter()
+                .map(|b| bytemuck::pod_collect_to_vec(b))
+                .collect()
+        };
         if self.mesh().is_multi_process() && self.placement() != Placement::Replicate {
             // Each process holds its own shard: every process gets them all.
             let mine = words.pop().unwrap_or_default();

@@ -96,7 +96,7 @@ impl DTensor {
             let (x, w) = (self.detach(), w.detach());
             Ok((y, move |dy: &DTensor| {
                 let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
-                Ok(vec![Some(dx), Some(dw)])
+                Ok(vec![Some(dx), dw])
             }))
         })
     }
@@ -128,7 +128,7 @@ impl DTensor {
             Ok((y, move |dy: &DTensor| {
                 let (dx, dw) = product_vjp(&x, &w, dy, opts)?;
                 let db = dy.sum_rows()?;
-                Ok(vec![Some(dx), Some(dw), Some(db)])
+                Ok(vec![Some(dx), dw, Some(db)])
             }))
         })
     }

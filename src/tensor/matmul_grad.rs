@@ -32,13 +32,14 @@ use crate::element::{DType, ReduceOp};
 use crate::error::Result;
 use crate::kernels::GemmOptions;
 
-/// `(dx, dw)` for `y = x·w(ᵀ)` given `dy`.
+/// `(dx, dw)` for `y = x·w(ᵀ)` given `dy`; no `dw` for a quantized `w`
+/// (frozen: the gradient still reaches `x`).
 pub(super) fn product_vjp(
     x: &DTensor,
     w: &DTensor,
     dy: &DTensor,
     opts: MatmulOptions,
-) -> Result<(DTensor, DTensor)> {
+) -> Result<(DTensor, Option<DTensor>)> {
     const SUM: Placement = Placement::Partial(ReduceOp::Sum);
     let t = opts.transpose_w;
     let (dy_at, dx_placement, dw_placement) = match (x.placement(), w.placement()) {
@@ -92,9 +93,10 @@ pub(super) fn product_vjp(
         );
         let (dxr, dwr) = tied_head::product_vjp(dys, xs, ws, t, opts)?;
         dx.push(dxr);
-        dw.push(dwr);
+        dw.extend(dwr);
     }
     let dx = x.with_shards_in_units(dx, x.shape().to_vec(), dx_placement, x.shard_unit());
-    let dw = w.with_shards_in_units(dw, w.shape().to_vec(), dw_placement, w.shard_unit());
+    let dw = (dw.len() == n)
+        .then(|| w.with_shards_in_units(dw, w.shape().to_vec(), dw_placement, w.shard_unit()));
     Ok((dx, dw))
 }

@@ -21,8 +21,8 @@ pub struct MatmulOptions {
     pub out_dtype: Option<DType>,
 }
 
-/// Both operands f32, or both f16, or x f32 and w a weight kept in bf16 or
-/// f16; the output f32 or f16.
+/// Both operands f32, or both f16, or x f32 and w a weight kept in bf16,
+/// f16 or a quantized type; the output f32 or f16.
 pub(super) fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DType) -> Result<()> {
     if !matches!(x.dtype(), DType::F32 | DType::F16) {
         return Err(Error::DTypeMismatch {
@@ -31,7 +31,8 @@ pub(super) fn check_dtypes(op: &'static str, x: &DTensor, w: &DTensor, out: DTyp
             got: x.dtype(),
         });
     }
-    let narrow_w = x.dtype() == DType::F32 && matches!(w.dtype(), DType::BF16 | DType::F16);
+    let narrow_w =
+        x.dtype() == DType::F32 && matches!(w.dtype(), DType::BF16 | DType::F16 | DType::Quant(_));
     if w.dtype() != x.dtype() && !narrow_w {
         return Err(Error::DTypeMismatch {
             op,

@@ -47,6 +47,7 @@ mod paired;
 mod pipe;
 mod placement;
 mod product;
+mod quant;
 mod redistribute;
 pub(crate) mod replicas;
 mod ring;
@@ -76,6 +77,7 @@ pub use mappings::Mapping;
 pub use matmul_plan::MatmulOptions;
 pub use pipe::Pipe;
 pub use placement::{Placement, local_shape, local_shape_in_units};
+pub(crate) use quant::k_unit;
 pub use ring::{
     concat_token_chunks, ring_all_gather_fused, ring_reduce_scatter_fused, token_chunk,
 };

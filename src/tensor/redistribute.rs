@@ -28,9 +28,16 @@ impl DTensor {
     /// `Partial(Sum)` tensor's gradient is `Replicate`): the conjugate
     /// collective, as a [`Mapping`](super::Mapping)'s backward.
     pub fn redistribute(&self, to: Placement) -> Result<DTensor> {
+        self.redistribute_in_units(to, 1)
+    }
+
+    /// [`DTensor::redistribute`] with a `Shard(d)` result split in whole
+    /// units of `unit` (the first ranks take one more): e.g. an attention
+    /// output split by heads re-split in a quantized weight's blocks.
+    pub fn redistribute_in_units(&self, to: Placement, unit: usize) -> Result<DTensor> {
         Self::check_placement("DTensor::redistribute", self.shape(), to)?;
         record("DTensor::redistribute", &[self], || {
-            let y = self.move_to(to, 1)?;
+            let y = self.move_to(to, unit)?;
             let (from, unit) = (self.placement(), self.shard_unit());
             Ok((y, move |dy: &DTensor| {
                 let back = match from {

@@ -61,7 +61,10 @@ pub(super) fn product_vjp(
     w: &LocalTensor,
     transposed: bool,
     (dx_opts, dw_opts): (GemmOptions, GemmOptions),
-) -> Result<(LocalTensor, LocalTensor)> {
+) -> Result<(LocalTensor, Option<LocalTensor>)> {
+    if w.dtype().quant().is_some() {
+        return Ok((frozen_dx(dy, w, transposed, dx_opts)?, None));
+    }
     if transposed && (dy.is_blocked() || w.is_blocked()) {
         // dx sums over the vocab blocks: accumulated in f32, rounded once.
         let wide = GemmOptions {
@@ -73,11 +76,55 @@ pub(super) fn product_vjp(
             Some(d) if d != DType::F32 => kernels::cast(&dx, d)?,
             _ => dx,
         };
-        return Ok((dx, dw));
+        return Ok((dx, Some(dw)));
     }
     let dx = kernels::gemm(dy, w, dx_opts.weight(true))?;
     let (a, b) = if transposed { (dy, x) } else { (x, dy) };
-    Ok((dx, kernels::gemm(a, b, dw_opts)?))
+    Ok((dx, Some(kernels::gemm(a, b, dw_opts)?)))
+}
+
+/// `dx = dy·w` for a quantized (frozen) `w` `[N, K]` used transposed: by
+/// blocks of `dy`'s rows (tokens) and of `w`'s rows (a vocabulary past one
+/// binding), the vocabulary blocks' products summed in f32.
+fn frozen_dx(
+    dy: &LocalTensor,
+    w: &LocalTensor,
+    transposed: bool,
+    dx_opts: GemmOptions,
+) -> Result<LocalTensor> {
+    if !transposed {
+        return Err(crate::error::Error::invalid(
+            "DTensor::matmul (backward)",
+            "a quantized weight is used as a layer's [out, in] (transpose_w)",
+        ));
+    }
+    let mut token_blocks = Vec::with_capacity(dy.blocks().len());
+    for dyt in dy.blocks() {
+        let mut sum: Option<LocalTensor> = None;
+        let mut start = 0;
+        for wb in w.blocks() {
+            let n = wb.shape()[0];
+            let part = match w.blocks().len() {
+                1 => dyt.clone(),
+                _ => kernels::slicing::narrow(dyt, 1, start, n)?,
+            };
+            let opts = GemmOptions {
+                accumulate: sum.as_ref(),
+                out_dtype: Some(DType::F32),
+                ..dx_opts
+            };
+            sum = Some(kernels::gemm(&part, wb, opts)?);
+            start += n;
+        }
+        let dx = sum.ok_or_else(|| {
+            crate::error::Error::invalid("DTensor::matmul (backward)", "a weight without rows")
+        })?;
+        token_blocks.push(match dx_opts.out_dtype {
+            Some(d) if d != DType::F32 => kernels::cast(&dx, d)?,
+            _ => dx,
+        });
+    }
+    LocalTensor::from_blocks(token_blocks)
 }
 
 /// `h · eᵀ` (`opts` has `trans_b`), in token-row blocks where the logits

@@ -47,6 +47,7 @@ mod gqa;
 mod loop_limit;
 mod norm_rows;
 mod pack_cache;
+mod quant;
 mod random;
 mod rope;
 mod slicing;

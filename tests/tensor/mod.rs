@@ -54,6 +54,7 @@ mod mappings;
 mod matmul;
 mod norm;
 mod ops_vs_layers;
+mod quant;
 mod reduce_residual;
 mod row_residual;
 mod rows;

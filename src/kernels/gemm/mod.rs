@@ -176,7 +176,12 @@ fn gemm_impl(
     // A weight kept in bf16 (or f16 beside f32 activations): the small-M
     // kernel reads it as stored, the others take it widened.
     let narrow_b = input == DType::F32 && matches!(b.dtype(), DType::BF16 | DType::F16);
-    let weight = if narrow_b { b.dtype() } else { input };
+    let quant_b = input == DType::F32 && b.dtype().quant().is_some();
+    let weight = if narrow_b || quant_b {
+        b.dtype()
+    } else {
+        input
+    };
     let mut operands = vec![(a, input), (b, weight)];
     operands.extend(opts.bias.map(|t| (t, DType::F32)));
     operands.extend(opts.accumulate.map(|t| (t, DType::F32)));
@@ -214,6 +219,9 @@ fn gemm_impl(
             OP,
             "an activation or a multiply needs an f32 C",
         ));
+    }
+    if quant_b {
+        return quant_gemm(a, b, opts, (m, n, k), output);
     }
     let variant = resolve(variant, a, m, k)?;
     let in_store = variant == GemmVariant::Gemv && k > 0;
@@ -348,4 +356,83 @@ fn gemm_impl(
     }
     .record(a.device())?;
     Ok(out)
+}
+
+/// A product with a quantized B (checked by [`gemm_impl`]): every M by the
+/// quantized kernels, which dequantize what they load; the epilogue in
+/// their store as the small-M kernel's. A `K = 0` product (a rank holding
+/// none of a row-parallel weight's blocks) is its bias and accumulator.
+fn quant_gemm(
+    a: &LocalTensor,
+    b: &LocalTensor,
+    opts: GemmOptions<'_>,
+    (m, n, k): (usize, usize, usize),
+    output: DType,
+) -> Result<LocalTensor> {
+    const OP: &str = "gemm";
+    if output != DType::F32 {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "a product on a {} weight gives f32 (out_dtype F32)",
+                b.dtype()
+            ),
+        ));
+    }
+    if k == 0 {
+        let shape = if opts.trans_b { [n, 0] } else { [0, n] };
+        let empty = a.rank().zeros(&shape, DType::F32)?;
+        return gemm_impl(a, &empty, opts, GemmVariant::Auto, false);
+    }
+    if b.is_blocked() && !opts.trans_b {
+        return Err(Error::invalid(
+            OP,
+            "a·B with a quantized B past one binding: split the weight's rows",
+        ));
+    }
+    // The forward's store takes the epilogue as the small-M kernel's does.
+    if let Some(c) = apart(opts, opts.trans_b, |o| {
+        quant_gemm(a, b, o, (m, n, k), output)
+    })? {
+        return Ok(c);
+    }
+    // A transposed is packed to [M, K] first.
+    let a = if opts.trans_a {
+        &pack(OP, a, true, m, k)?
+    } else {
+        a
+    };
+    if m == 0 || n == 0 || !b.is_blocked() {
+        let out = a.rank().alloc(OP, &[m, n], DType::F32)?;
+        if m > 0 && n > 0 {
+            let epilogue = (opts.bias, opts.accumulate, opts.activation, opts.multiply);
+            super::quant::matmul_into(a, b, opts.trans_b, epilogue, &out, (m, n, k))?;
+        }
+        return Ok(out);
+    }
+    // Row blocks of B are blocks of C's columns: each product alone, then
+    // joined (a vocabulary's head).
+    let mut parts = Vec::with_capacity(b.blocks().len());
+    for blk in b.blocks() {
+        let rows = blk.shape()[0];
+        let start = parts
+            .iter()
+            .map(|p: &LocalTensor| p.shape()[1])
+            .sum::<usize>();
+        let bias = match opts.bias {
+            Some(t) => Some(super::slicing::narrow(t, 0, start, rows)?),
+            None => None,
+        };
+        let side = |t: Option<&LocalTensor>| match t {
+            Some(t) => super::slicing::narrow(t, 1, start, rows).map(Some),
+            None => Ok(None),
+        };
+        let (acc, mul) = (side(opts.accumulate)?, side(opts.multiply)?);
+        let part = a.rank().alloc(OP, &[m, rows], DType::F32)?;
+        let epi = (bias.as_ref(), acc.as_ref(), opts.activation, mul.as_ref());
+        super::quant::matmul_into(a, blk, true, epi, &part, (m, rows, k))?;
+        parts.push(part);
+    }
+    let refs: Vec<&LocalTensor> = parts.iter().collect();
+    super::slicing::concat(&refs, 1)
 }

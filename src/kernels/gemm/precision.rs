@@ -3,6 +3,7 @@
 //! the register kernels in `register.rs`.
 
 use crate::element::DType;
+pub(crate) use crate::kernels::interned::interned;
 
 /// Element types of one GEMM pipeline: of A and B (`input`) and of C
 /// (`output`); f32 or f16. Arithmetic is f32 in every case.
@@ -74,22 +75,4 @@ impl Precision {
                 + include_str!("../../../shaders/gemm_coop.wgsl")
         })
     }
-}
-
-/// A generated WGSL source (or entry name), built once per process under
-/// `key` and kept for the program's life: pipeline specs take `&'static str`.
-pub(super) fn interned(key: &str, build: impl FnOnce() -> String) -> &'static str {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static CACHE: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(s) = cache.get(key) {
-        return s;
-    }
-    let s: &'static str = Box::leak(build().into_boxed_str());
-    cache.insert(key.to_string(), s);
-    s
 }

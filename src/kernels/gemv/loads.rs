@@ -5,13 +5,13 @@
 //! in `B_VEC8_BF16`.
 
 /// A read as vec4s (rows of whole vec4s).
-pub(super) const A_VEC4: &str = "alias AV = vec4<AIn>;
+pub(crate) const A_VEC4: &str = "alias AV = vec4<AIn>;
 fn lda4(m: u32, q: u32) -> vec4<f32> { return vec4<f32>(a_ld(arow(m) * (p.k / 4u) + q)); }
 fn lda(m: u32, k: u32) -> f32 { let i = arow(m) * p.k + k; return f32(a_ld(i / 4u)[i % 4u]); }
 ";
 
 /// A read element by element.
-pub(super) const A_SCALAR: &str = "alias AV = AIn;
+pub(crate) const A_SCALAR: &str = "alias AV = AIn;
 fn lda4(m: u32, q: u32) -> vec4<f32> {
     let i = arow(m) * p.k + 4u * q;
     return vec4<f32>(f32(a_ld(i)), f32(a_ld(i + 1u)), f32(a_ld(i + 2u)), f32(a_ld(i + 3u)));

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
 use crate::nn::parameter::Parameter;
+use crate::shard::split_range_in_units;
 use crate::tensor::{DTensor, Mapping, Placement, RowProduct, RowReduce};
 
 /// Settings of a [`RowParallelLinear`].
@@ -153,6 +154,13 @@ impl RowParallelLinear {
             ));
         }
         let w = self.weight.operand_for(x.dtype())?;
+        // A quantized weight's K is split in whole blocks, which the
+        // input's split (whole heads) may not follow: re-split the input.
+        let x = if w.shard_unit() != x.shard_unit() && !same_split(&x, &w) {
+            x.redistribute_in_units(Placement::Shard(1), w.shard_unit())?
+        } else {
+            x
+        };
         let bias = self.bias.as_ref().map(|b| b.value.clone());
         let reduce = match (self.ring(), self.config.sequence_parallel) {
             (true, _) => RowReduce::Ring,
@@ -164,3 +172,12 @@ impl RowParallelLinear {
 }
 
 linear_common!(RowParallelLinear, RowParallelConfig);
+
+/// Whether `x`'s columns are split over the ranks as `w`'s (both `Shard(1)`).
+fn same_split(x: &DTensor, w: &DTensor) -> bool {
+    let (k, p) = (x.shape()[1], x.mesh().size());
+    (0..p).all(|r| {
+        split_range_in_units(k, p, r, x.shard_unit())
+            == split_range_in_units(k, p, r, w.shard_unit())
+    })
+}

@@ -13,7 +13,10 @@ impl Parameter {
     /// as stored), else cast to the activations' dtype (f32 masters for f16
     /// activations). Recorded on the tape like the value.
     pub fn operand_for(&self, activations: DType) -> Result<DTensor> {
-        let narrow = matches!(self.value.dtype(), DType::BF16 | DType::F16);
+        let narrow = matches!(
+            self.value.dtype(),
+            DType::BF16 | DType::F16 | DType::Quant(_)
+        );
         if activations == DType::F32 && narrow {
             return Ok(self.value.clone());
         }
@@ -23,9 +26,13 @@ impl Parameter {
     /// Keep the value in `dtype`: bf16 (or f16 on adapters with
     /// `SHADER_F16`) halves a weight's memory and the bytes a decoding token
     /// reads, for generation; f32 (exact from either) to train again.
-    /// Rounds to nearest, ties to even; the gradient is dropped. Optimisers
-    /// refuse parameters not kept in f32, and layers with `Overlap::Ring`
-    /// multiply f32 weights only. On error nothing changes.
+    /// Rounds to nearest, ties to even; the gradient is dropped. A
+    /// quantized dtype quantizes a 2-D weight as llama.cpp does (see
+    /// [`QuantType::for_row`](crate::quant::QuantType::for_row)); the
+    /// weight is then frozen (no gradient, optimisers skip it) and stays
+    /// quantized. Optimisers refuse other parameters not kept in f32, and
+    /// layers with `Overlap::Ring` multiply f32 weights only. On error
+    /// nothing changes.
     pub fn store_as(&mut self, dtype: DType) -> Result<()> {
         if self.value.dtype() == dtype {
             return Ok(());
@@ -33,7 +40,20 @@ impl Parameter {
         if dtype == DType::I32 {
             return Err(Error::invalid(
                 "Parameter::store_as",
-                "parameters are kept in f32, bf16 or f16, not i32",
+                "parameters are kept in f32, bf16, f16 or a quantized type, not i32",
+            ));
+        }
+        if let DType::Quant(q) = dtype {
+            return self.quantize(q);
+        }
+        if self.value.dtype().quant().is_some() {
+            return Err(Error::invalid(
+                "Parameter::store_as",
+                format!(
+                    "a {} weight stays quantized (its f32 values are lost): load the model \
+                     again to keep it in {dtype}",
+                    self.value.dtype()
+                ),
             ));
         }
         let value = self.value.detach().cast(dtype)?;

@@ -1,0 +1,12 @@
+// Q4_0: an f16 scale d and 32 nibbles (weights 0..16 low, 16..32 high);
+// w = (q − 8)·d.
+const BL: u32 = 32u;
+const MAIN_VEC4S: u32 = 1u;
+const EXTRA_WORDS: u32 = 0u;
+
+fn chunk(blk: u32, h: u32) -> mat4x4<f32> {
+    let q = nib(wv(blk), 4u * h);
+    let d = half1(blk);
+    let o = vec4<f32>(8.0);
+    return mat4x4<f32>((q[0] - o) * d, (q[1] - o) * d, (q[2] - o) * d, (q[3] - o) * d);
+}

@@ -1,0 +1,10 @@
+// Q8_0: an f16 scale d and 32 signed bytes; w = q·d.
+const BL: u32 = 32u;
+const MAIN_VEC4S: u32 = 2u;
+const EXTRA_WORDS: u32 = 0u;
+
+fn chunk(blk: u32, h: u32) -> mat4x4<f32> {
+    let v = wv(2u * blk + h);
+    let d = half1(blk);
+    return mat4x4<f32>(i8x4(v.x) * d, i8x4(v.y) * d, i8x4(v.z) * d, i8x4(v.w) * d);
+}
