@@ -23,7 +23,7 @@
 //!   stages along a pipeline axis, run 1F1B over micro-batches);
 //! - files: `checkpoint.rs` (the crate's own safetensors checkpoints),
 //!   `pretrained/` (Hugging Face weight files, read and written for any
-//!   family) and [`gguf`] (llama.cpp's GGUF container).
+//!   family) and [`gguf`] (llama.cpp's GGUF container, read and written).
 
 #[cfg(not(target_arch = "wasm32"))]
 mod chat;
