@@ -21,9 +21,9 @@
 //!   mesh's data-parallel axis), `zero.rs` ([`ZeroAdamW`]: AdamW's state
 //!   and update sharded over that axis), `pipeline.rs` ([`Pipeline`]:
 //!   stages along a pipeline axis, run 1F1B over micro-batches);
-//! - files: `checkpoint.rs` (the crate's own safetensors checkpoints) and
+//! - files: `checkpoint.rs` (the crate's own safetensors checkpoints),
 //!   `pretrained/` (Hugging Face weight files, read and written for any
-//!   family).
+//!   family) and [`gguf`] (llama.cpp's GGUF container, read and written).
 
 #[cfg(not(target_arch = "wasm32"))]
 mod chat;
@@ -36,6 +36,7 @@ mod embedding;
 mod gated_mlp;
 mod generate;
 mod generation_config;
+pub mod gguf;
 mod gqa_attention;
 mod held;
 pub(crate) mod hf_config;

@@ -34,7 +34,9 @@
 //!   shipped tiny GPT-2 decodes the same text at every world size; GPT-2's
 //!   vocab.json + merges.txt stream generated text;
 //! - `tokenizer`: GPT-2's vocabulary against tiktoken's `r50k_base`, round
-//!   trips, streaming decode, bad files.
+//!   trips, streaming decode, bad files;
+//! - `gguf`: the GGUF container against gguf-py's files and reader, the
+//!   writer's pinned output, truncated and malformed files.
 
 /// Relative tolerance of every layer-level f64 comparison (docs/MATH.md,
 /// "How it is tested: tolerances and coverage").
@@ -50,6 +52,7 @@ mod dropout;
 mod embedding;
 mod fused_decode;
 mod generate;
+mod gguf;
 mod gpt;
 mod init;
 mod kv_heads;
