@@ -49,7 +49,7 @@ impl DType {
         match self {
             DType::Quant(q) => {
                 let k = shape.last().copied().unwrap_or(1);
-                let rows = if k == 0 { 0 } else { len / k };
+                let rows = len.checked_div(k).unwrap_or(0);
                 crate::quant::layout::device_bytes(q, rows * q.blocks_per_row(k))
             }
             d => (len * d.size_bytes()).next_multiple_of(4),
