@@ -34,7 +34,9 @@
 //!   shipped tiny GPT-2 decodes the same text at every world size; GPT-2's
 //!   vocab.json + merges.txt stream generated text;
 //! - `tokenizer`: GPT-2's vocabulary against tiktoken's `r50k_base`, round
-//!   trips, streaming decode, bad files.
+//!   trips, streaming decode, bad files;
+//! - `tokenizer_gguf`: tokenizers from and to GGUF metadata against the
+//!   original tokenizer.json, llama.cpp and llama.cpp's converter.
 
 /// Relative tolerance of every layer-level f64 comparison (docs/MATH.md,
 /// "How it is tested: tolerances and coverage").
@@ -69,4 +71,5 @@ mod sampling;
 mod sequence_parallel;
 mod shard_units;
 mod tokenizer;
+mod tokenizer_gguf;
 mod zero;
