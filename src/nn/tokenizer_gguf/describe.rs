@@ -98,7 +98,7 @@ impl Tokenizer {
     /// should fill in any left `None` (and [`GgufVocab::pad_to`] its vocabulary
     /// size). A tokenizer llama.cpp cannot reproduce (another model type or
     /// pre-tokenizer, a normaliser, stripping added tokens, Metaspace) is an
-    /// [`Error::Tokenizer`] saying why.
+    /// [`Error::Tokenizer`](crate::error::Error::Tokenizer) saying why.
     pub fn to_gguf_vocab(&self) -> Result<GgufVocab> {
         let fail = |why: String| {
             err(
