@@ -88,6 +88,8 @@ pub struct ChatTemplate {
     /// Where it came from, for error messages.
     source: String,
     tokens: BTreeMap<String, String>,
+    /// The Jinja text as given (the environment holds a rewritten copy).
+    text: Arc<str>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -260,7 +262,8 @@ impl ChatTemplate {
         Ok(Some(template))
     }
 
-    fn compile(text: String, source: String) -> Result<ChatTemplate> {
+    /// Compiles `text`; `source` names where it came from in messages.
+    pub(crate) fn compile(text: String, source: String) -> Result<ChatTemplate> {
         let env = compat::environment(&text).map_err(|e| {
             err(&source, format!("is not a valid chat template: {}; fix the Jinja, or set another template with Tokenizer::with_chat_template", describe(&e)))
         })?;
@@ -268,7 +271,13 @@ impl ChatTemplate {
             env: Arc::new(env),
             source,
             tokens: BTreeMap::new(),
+            text: text.into(),
         })
+    }
+
+    /// The template's Jinja text, as given.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
     }
 
     /// Sets a special token the template sees, e.g. `("bos_token", "<s>")`.

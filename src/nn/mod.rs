@@ -14,7 +14,8 @@
 //!   ([`ParallelMlp`]), `gated_mlp.rs` ([`GatedMlp`]), `cross_entropy.rs`
 //!   (the vocab-parallel loss), `model.rs` (a small [`MlpLanguageModel`]);
 //! - decoding: `kv_cache.rs`, `generate.rs` ([`CausalDecoder`] and the
-//!   generation loop), `sampling.rs`, `tokenizer.rs`, `chat.rs`, `chat/`;
+//!   generation loop), `sampling.rs`, `tokenizer.rs`, `tokenizer_gguf.rs`
+//!   (GGUF tokenizer metadata), `chat.rs`, `chat/`;
 //! - parameters and training: `parameter.rs`, `params.rs`
 //!   (`#[derive(Params)]` names), `module.rs`, `init.rs`, `optim.rs`,
 //!   `data_parallel.rs` ([`DataParallel`]: gradients averaged over a
@@ -58,6 +59,8 @@ mod rope_json;
 mod sampling;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer;
+#[cfg(not(target_arch = "wasm32"))]
+mod tokenizer_gguf;
 mod zero;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -97,6 +100,8 @@ pub use rope::{RopeConfig, RopeScaling};
 pub use sampling::{SampleOptions, Sampling};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokenizer::{TokenStream, Tokenizer};
+#[cfg(not(target_arch = "wasm32"))]
+pub use tokenizer_gguf::GgufVocab;
 /// `#[derive(Params)]`: see the [`Params`] trait.
 pub use wgpu_tp_derive::Params;
 pub use zero::ZeroAdamW;

@@ -29,6 +29,18 @@ pub struct Tokenizer {
     /// Where it was read from, for error messages.
     source: String,
     chat: Chat,
+    /// Special token ids given with the vocabulary (GGUF metadata names
+    /// them; a `tokenizer.json` does not).
+    special: SpecialIds,
+}
+
+/// The ids of a tokenizer's special tokens, where known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SpecialIds {
+    pub(crate) bos: Option<u32>,
+    pub(crate) eos: Option<u32>,
+    pub(crate) unk: Option<u32>,
+    pub(crate) pad: Option<u32>,
 }
 
 /// The chat template of a tokenizer, if it has one.
@@ -193,7 +205,7 @@ impl Tokenizer {
     }
 
     /// Refuses tokenizers whose ids would not fit an `i32`.
-    fn checked(inner: tokenizers::Tokenizer, source: String) -> Result<Tokenizer> {
+    pub(crate) fn checked(inner: tokenizers::Tokenizer, source: String) -> Result<Tokenizer> {
         let max_id = inner.get_vocab(true).into_values().max();
         if max_id.is_some_and(|id| i32::try_from(id).is_err()) {
             return Err(err(&source, "has token ids beyond i32::MAX"));
@@ -205,7 +217,47 @@ impl Tokenizer {
             inner,
             source,
             chat: Chat::Missing(None),
+            special: SpecialIds::default(),
         })
+    }
+
+    /// The `tokenizers` tokenizer inside.
+    pub(crate) fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// This tokenizer with known special token ids.
+    pub(crate) fn with_special_ids(mut self, special: SpecialIds) -> Tokenizer {
+        self.special = special;
+        self
+    }
+
+    /// The special token ids given with the vocabulary.
+    pub(crate) fn special_ids(&self) -> SpecialIds {
+        self.special
+    }
+
+    /// This tokenizer with `template`, or, if it did not load, its error
+    /// kept for [`Tokenizer::apply_chat_template`] (as [`Tokenizer::from_dir`] does).
+    pub(crate) fn with_chat_result(mut self, template: Result<ChatTemplate>) -> Tokenizer {
+        self.chat = match template {
+            Ok(template) => Chat::Ready(template),
+            Err(Error::Tokenizer { file, message }) => Chat::Broken { file, message },
+            Err(e) => Chat::Broken {
+                file: self.source.clone(),
+                message: e.to_string(),
+            },
+        };
+        self
+    }
+
+    /// The chat template if there is one; its load error if it did not load.
+    pub(crate) fn chat_state(&self) -> Result<Option<&ChatTemplate>> {
+        match &self.chat {
+            Chat::Ready(template) => Ok(Some(template)),
+            Chat::Broken { file, message } => Err(err(file, message)),
+            Chat::Missing(_) => Ok(None),
+        }
     }
 
     /// This tokenizer with `template` as its chat template (replacing any).

@@ -37,6 +37,8 @@
 //!   trips, streaming decode, bad files;
 //! - `gguf`: the GGUF container against gguf-py's files and reader, the
 //!   writer's pinned output, truncated and malformed files.
+//! - `tokenizer_gguf`: tokenizers from and to GGUF metadata against the
+//!   original tokenizer.json, llama.cpp and llama.cpp's converter.
 
 /// Relative tolerance of every layer-level f64 comparison (docs/MATH.md,
 /// "How it is tested: tolerances and coverage").
@@ -72,4 +74,5 @@ mod sampling;
 mod sequence_parallel;
 mod shard_units;
 mod tokenizer;
+mod tokenizer_gguf;
 mod zero;

@@ -121,7 +121,7 @@ pub(super) fn gpt2_dir() -> &'static Path {
     })
 }
 
-fn gpt2() -> &'static Tokenizer {
+pub(super) fn gpt2() -> &'static Tokenizer {
     static TOK: OnceLock<Tokenizer> = OnceLock::new();
     TOK.get_or_init(|| Tokenizer::from_dir(gpt2_dir()).unwrap())
 }
@@ -152,7 +152,7 @@ fn tiktoken_ids(text: &str) -> Vec<i32> {
 
 /// Our ids equal tiktoken's for GPT-2 on the shipped text (line by line and
 /// whole), the tricky strings and random ones; decode gives the text back.
-fn check_against_tiktoken(tok: &Tokenizer, rng: &mut Rng) {
+pub(super) fn check_against_tiktoken(tok: &Tokenizer, rng: &mut Rng) {
     let mut texts: Vec<String> = TRICKY.iter().map(|s| s.to_string()).collect();
     texts.extend(GENESIS.lines().take(150).map(str::to_string));
     texts.push(GENESIS.to_string());
