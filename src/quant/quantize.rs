@@ -202,3 +202,30 @@ fn pack(y: &mut [u8], mut at: usize, q: &[u8; 32], max: u8) {
         y[at + j] = (q[j] & 0xF) | (q[j + 16] << 4);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As x86-64's `cvttss2si`, which the references' casts compile to.
+    #[test]
+    fn trunc_i32_is_cvttss2si() {
+        assert_eq!(trunc_i32(16.99), 16);
+        assert_eq!(trunc_i32(-0.99), 0);
+        assert_eq!(trunc_i32(-2147483648.0), i32::MIN);
+        assert_eq!(trunc_i32(2147483520.0), 2147483520);
+        for v in [
+            2147483648.0,
+            -2147483904.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ] {
+            assert_eq!(trunc_i32(v), i32::MIN, "{v}");
+        }
+        // The byte kept for those is 0, as numpy's and C's casts give.
+        assert_eq!(level(f32::NAN, 15), 0);
+        assert_eq!(level(f32::INFINITY, 31), 0);
+        assert_eq!(level(300.0, 15), 15);
+    }
+}
