@@ -47,9 +47,15 @@ pub fn quantize_rows(q: QuantType, x: &[f32], rows: usize, k: usize) -> Result<V
             format!("{rows} rows of {k} weights do not fit {} values", x.len()),
         ));
     }
-    // At most 34/32 bytes a weight plus one block a row: no overflow.
     let row_bytes = q.blocks_per_row(k) * q.block_bytes();
-    let mut out = vec![0u8; rows * row_bytes];
+    // Rows far shorter than a block take a whole block each.
+    let Some(bytes) = rows.checked_mul(row_bytes) else {
+        return Err(Error::invalid(
+            "quantize_rows",
+            format!("{rows} rows of {row_bytes} bytes overflow usize"),
+        ));
+    };
+    let mut out = vec![0u8; bytes];
     if x.is_empty() {
         return Ok(out);
     }
