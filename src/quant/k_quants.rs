@@ -1,10 +1,18 @@
 //! The K-quant quantizers, ported from ggml's `quantize_row_q4_K_ref`,
 //! `_q5_K_ref` and `_q6_K_ref` (`ggml-quants.c`) with the same f32
 //! operations in the same order: every sum accumulates in index order and
-//! no multiply-add is fused, or the searches pick other scales. (A
-//! llama.cpp built with `-march=native` lets the C compiler fuse them, so
-//! its bytes can differ from these and from its own reference in a few
-//! blocks.)
+//! no multiply-add is fused, or the searches pick other scales. (C
+//! compilers fuse them by default where the target has FMA: ggml-quants.c
+//! built with gcc 12 `-march=native` on x86-64 gives other bytes in 5% of
+//! Q4_K, 29% of Q5_K and 0.5% of Q6_K blocks of N(0, 0.02²) weights, and
+//! an ARM64 build of llama.cpp may likewise differ from its x86 one.)
+//!
+//! The searches run on a block's sub-blocks side by side: `t[i][s]` is
+//! weight `i` of sub-block `s`, and each step does one sub-block's
+//! operations for all of them, as vector lanes, with the reference's
+//! branches as per-lane choices. The sums of one sub-block keep their
+//! order, so the bytes are the reference's, several times faster than one
+//! sub-block after another (whose sums wait on each addition).
 
 use half::f16;
 
@@ -21,81 +29,131 @@ fn nearest_int(f: f32) -> i32 {
 /// ggml's `GROUP_MAX_EPS`: a Q6_K group below it is all zero.
 const GROUP_MAX_EPS: f32 = 1e-15;
 
-/// `make_qkx2_quants` (with `use_mad = false`, `rdelta = 0.1`): the
-/// weighted least-squares scale and minimum of one sub-block of 32 for
-/// levels `0..=nmax`, searched over `nstep + 1` trial scales from
-/// `nmax + rmin`. Leaves the levels in `l`; returns `(scale, -min)`.
+/// `S` sub-blocks of `N` weights side by side: `t[i][s] = x[N * s + i]`.
+fn lanes<const N: usize, const S: usize, T: Copy + Default>(x: &[T]) -> [[T; S]; N] {
+    let mut t = [[T::default(); S]; N];
+    for (i, row) in t.iter_mut().enumerate() {
+        for (s, v) in row.iter_mut().enumerate() {
+            *v = x[N * s + i];
+        }
+    }
+    t
+}
+
+/// Back from side by side: `x[N * s + i] = t[i][s]`.
+fn unlanes<const N: usize, const S: usize, T: Copy>(t: &[[T; S]; N], x: &mut [T]) {
+    for (i, row) in t.iter().enumerate() {
+        for (s, &v) in row.iter().enumerate() {
+            x[N * s + i] = v;
+        }
+    }
+}
+
+/// `make_qkx2_quants` (with `use_mad = false`, `rdelta = 0.1`) for the 8
+/// sub-blocks of 32 of a block: each one's weighted least-squares scale and
+/// minimum for levels `0..=nmax`, searched over `nstep + 1` trial scales
+/// from `nmax + rmin`. Leaves the levels in `l`; returns each sub-block's
+/// `(scale, -min)`.
 fn make_qkx2_quants(
     nmax: i32,
-    x: &[f32; 32],
-    w: &[f32; 32],
-    l: &mut [u8; 32],
+    x: &[[f32; 8]; 32],
+    w: &[[f32; 8]; 32],
+    l: &mut [[u8; 8]; 32],
     rmin: f32,
     nstep: i32,
-) -> (f32, f32) {
-    let (mut min, mut max) = (x[0], x[0]);
-    let mut sum_w = w[0];
-    let mut sum_x = sum_w * x[0];
+) -> ([f32; 8], [f32; 8]) {
+    let (mut min, mut max, mut sum_w) = (x[0], x[0], w[0]);
+    let mut sum_x: [f32; 8] = std::array::from_fn(|s| w[0][s] * x[0][s]);
     for i in 1..32 {
-        if x[i] < min {
-            min = x[i];
+        for s in 0..8 {
+            if x[i][s] < min[s] {
+                min[s] = x[i][s];
+            }
+            if x[i][s] > max[s] {
+                max[s] = x[i][s];
+            }
+            sum_w[s] += w[i][s];
+            sum_x[s] += w[i][s] * x[i][s];
         }
-        if x[i] > max {
-            max = x[i];
+    }
+    for m in &mut min {
+        if *m > 0.0 {
+            *m = 0.0;
         }
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
     }
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max == min {
-        *l = [0; 32];
-        return (0.0, -min);
-    }
-    let mut iscale = nmax as f32 / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_error = 0.0f32;
+    // Where max == min the reference stops here; such lanes run on with
+    // infinities (harmless) and get the early answer at the end.
+    let (min0, flat): ([f32; 8], [bool; 8]) = (min, std::array::from_fn(|s| max[s] == min[s]));
+    let iscale: [f32; 8] = std::array::from_fn(|s| nmax as f32 / (max[s] - min[s]));
+    let mut scale: [f32; 8] = std::array::from_fn(|s| 1.0 / iscale[s]);
+    let mut best_error = [0.0f32; 8];
     for i in 0..32 {
-        let li = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        l[i] = li as u8;
-        let diff = scale * li as f32 + min - x[i];
-        best_error += w[i] * (diff * diff);
+        for s in 0..8 {
+            let li = nearest_int(iscale[s] * (x[i][s] - min[s])).clamp(0, nmax);
+            l[i][s] = li as u8;
+            let diff = scale[s] * li as f32 + min[s] - x[i][s];
+            best_error[s] += w[i][s] * (diff * diff);
+        }
     }
-    let mut aux = [0u8; 32];
+    let mut aux = [[0u8; 8]; 32];
     for is in 0..=nstep {
-        iscale = (rmin + 0.1 * is as f32 + nmax as f32) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        // `min` is the best fit's so far, as in the reference.
+        let iscale: [f32; 8] =
+            std::array::from_fn(|s| (rmin + 0.1 * is as f32 + nmax as f32) / (max[s] - min[s]));
+        let (mut sum_l, mut sum_l2, mut sum_xl) = ([0.0f32; 8], [0.0f32; 8], [0.0f32; 8]);
         for i in 0..32 {
-            let li = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            aux[i] = li as u8;
-            let lf = li as f32;
-            sum_l += w[i] * lf;
-            sum_l2 += w[i] * lf * lf;
-            sum_xl += w[i] * lf * x[i];
+            for s in 0..8 {
+                let li = nearest_int(iscale[s] * (x[i][s] - min[s])).clamp(0, nmax);
+                aux[i][s] = li as u8;
+                let lf = li as f32;
+                sum_l[s] += w[i][s] * lf;
+                sum_l2[s] += w[i][s] * lf * lf;
+                sum_xl[s] += w[i][s] * lf * x[i][s];
+            }
         }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
+        let d: [f32; 8] = std::array::from_fn(|s| sum_w[s] * sum_l2[s] - sum_l[s] * sum_l[s]);
+        let mut this_scale: [f32; 8] =
+            std::array::from_fn(|s| (sum_w[s] * sum_xl[s] - sum_x[s] * sum_l[s]) / d[s]);
+        let mut this_min: [f32; 8] =
+            std::array::from_fn(|s| (sum_l2[s] * sum_x[s] - sum_l[s] * sum_xl[s]) / d[s]);
+        for s in 0..8 {
+            if this_min[s] > 0.0 {
+                this_min[s] = 0.0;
+                this_scale[s] = sum_xl[s] / sum_l2[s];
             }
-            let mut cur_error = 0.0f32;
-            for i in 0..32 {
-                let diff = this_scale * aux[i] as f32 + this_min - x[i];
-                cur_error += w[i] * (diff * diff);
+        }
+        // The reference computes the error only where d > 0; elsewhere it
+        // is computed and not used.
+        let mut cur_error = [0.0f32; 8];
+        for i in 0..32 {
+            for s in 0..8 {
+                let diff = this_scale[s] * aux[i][s] as f32 + this_min[s] - x[i][s];
+                cur_error[s] += w[i][s] * (diff * diff);
             }
-            if cur_error < best_error {
-                *l = aux;
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
+        }
+        let take: [bool; 8] = std::array::from_fn(|s| d[s] > 0.0 && cur_error[s] < best_error[s]);
+        for s in 0..8 {
+            if take[s] {
+                best_error[s] = cur_error[s];
+                scale[s] = this_scale[s];
+                min[s] = this_min[s];
+            }
+        }
+        for (l, aux) in l.iter_mut().zip(&aux) {
+            for s in 0..8 {
+                if take[s] {
+                    l[s] = aux[s];
+                }
             }
         }
     }
-    (scale, -min)
+    for s in 0..8 {
+        if flat[s] {
+            (scale[s], min[s]) = (0.0, min0[s]);
+            l.iter_mut().for_each(|l| l[s] = 0);
+        }
+    }
+    (scale, min.map(|m| -m))
 }
 
 /// Q4_K and Q5_K's common part for levels `0..=nmax`: each sub-block's
@@ -104,17 +162,22 @@ fn make_qkx2_quants(
 /// from those (kept from the fit where a sub-block's scale is 0). Returns
 /// the 16-byte head `d | dmin | scales` and the levels.
 fn scale_min_fit(x: &[f32; 256], nmax: i32, rmin: f32, nstep: i32) -> ([u8; 16], [u8; 256]) {
+    let xt: [[f32; 8]; 32] = lanes(x);
+    let mut sum_x2 = [0.0f32; 8];
+    for row in &xt {
+        for s in 0..8 {
+            sum_x2[s] += row[s] * row[s];
+        }
+    }
+    let av_x = sum_x2.map(|v| (v / 32.0).sqrt());
+    let w = xt.map(|row| std::array::from_fn(|s| av_x[s] + row[s].abs()));
+    let mut lt = [[0u8; 8]; 32];
+    let (scales, mins) = make_qkx2_quants(nmax, &xt, &w, &mut lt, rmin, nstep);
     let mut levels = [0u8; 256];
-    let (mut scales, mut mins) = ([0.0f32; 8], [0.0f32; 8]);
+    unlanes(&lt, &mut levels);
+
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    let subs = x.as_chunks::<32>().0;
-    let l_subs = levels.as_chunks_mut::<32>().0;
     for j in 0..8 {
-        let xs = &subs[j];
-        let sum_x2 = xs.iter().fold(0.0f32, |s, v| s + v * v);
-        let av_x = (sum_x2 / 32.0).sqrt();
-        let w: [f32; 32] = std::array::from_fn(|l| av_x + xs[l].abs());
-        (scales[j], mins[j]) = make_qkx2_quants(nmax, xs, &w, &mut l_subs[j], rmin, nstep);
         if scales[j] > max_scale {
             max_scale = scales[j];
         }
@@ -147,14 +210,15 @@ fn scale_min_fit(x: &[f32; 256], nmax: i32, rmin: f32, nstep: i32) -> ([u8; 16],
     let dmin = f16::from_f32(max_min / 63.0);
     head[0..2].copy_from_slice(&d.to_le_bytes());
     head[2..4].copy_from_slice(&dmin.to_le_bytes());
-    for j in 0..8 {
+    let subs = x.as_chunks::<32>().0;
+    for (j, l) in levels.as_chunks_mut::<32>().0.iter_mut().enumerate() {
         let (s, m) = scale_min_k4(j, &head[4..16]);
         let dj = d.to_f32() * s as f32;
         if dj == 0.0 {
             continue;
         }
         let dm = dmin.to_f32() * m as f32;
-        for (l, &v) in l_subs[j].iter_mut().zip(&subs[j]) {
+        for (l, &v) in l.iter_mut().zip(&subs[j]) {
             *l = nearest_int((v + dm) / dj).clamp(0, nmax) as u8;
         }
     }
@@ -186,43 +250,67 @@ pub(super) fn q5_k(x: &[f32; 256], y: &mut [u8; 176]) {
     }
 }
 
-/// `make_qx_quants(16, 32, x, L, rmse_type = 1, NULL)`: the symmetric
-/// scale of a group of 16 for levels -32..=31 weighted by x², searched
-/// over 18 trial scales around `-32 / max`. Leaves `level + 32` in `l`.
-fn make_qx_quants(x: &[f32; 16], l: &mut [u8; 16]) -> f32 {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
+/// `make_qx_quants(16, 32, x, L, rmse_type = 1, NULL)` for the 16 groups
+/// of 16 of a block: each one's symmetric scale for levels -32..=31
+/// weighted by x², searched over 18 trial scales around `-32 / max`.
+/// Leaves `level + 32` in `l`; returns the scales.
+fn make_qx_quants(x: &[[f32; 16]; 16], l: &mut [[u8; 16]; 16]) -> [f32; 16] {
+    let (mut amax, mut max) = ([0.0f32; 16], [0.0f32; 16]);
+    for row in x {
+        for g in 0..16 {
+            if row[g].abs() > amax[g] {
+                amax[g] = row[g].abs();
+                max[g] = row[g];
+            }
         }
     }
-    if amax < GROUP_MAX_EPS {
-        *l = [0; 16];
-        return 0.0;
-    }
-    // Returns sum(w x l), sum(w l l) for w = x², writing `level + 32`.
-    let fit = |iscale: f32, l: &mut [u8; 16]| {
-        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-        for i in 0..16 {
-            let li = nearest_int(iscale * x[i]).clamp(-32, 31);
-            l[i] = (li + 32) as u8;
-            let (w, lf) = (x[i] * x[i], li as f32);
-            sumlx += w * x[i] * lf;
-            suml2 += w * lf * lf;
+    // Sums of w·x·l and w·l·l for w = x², writing `level + 32` to `l`.
+    let fit = |iscale: [f32; 16], l: &mut [[u8; 16]; 16]| {
+        let (mut sumlx, mut suml2) = ([0.0f32; 16], [0.0f32; 16]);
+        for (row, l) in x.iter().zip(l) {
+            for g in 0..16 {
+                let li = nearest_int(iscale[g] * row[g]).clamp(-32, 31);
+                l[g] = (li + 32) as u8;
+                let (w, lf) = (row[g] * row[g], li as f32);
+                sumlx[g] += w * row[g] * lf;
+                suml2[g] += w * lf * lf;
+            }
         }
         (sumlx, suml2)
     };
-    let (sumlx, suml2) = fit(-32.0 / max, l);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    let mut aux = [0u8; 16];
+    let (sumlx, suml2) = fit(max.map(|m| -32.0 / m), l);
+    let mut scale: [f32; 16] = std::array::from_fn(|g| {
+        if suml2[g] != 0.0 {
+            sumlx[g] / suml2[g]
+        } else {
+            0.0
+        }
+    });
+    let mut best: [f32; 16] = std::array::from_fn(|g| scale[g] * sumlx[g]);
+    let mut aux = [[0u8; 16]; 16];
     for is in (-9..=9).filter(|&is| is != 0) {
-        let (sumlx, suml2) = fit(-(32.0 + 0.1 * is as f32) / max, &mut aux);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            *l = aux;
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+        let (sumlx, suml2) = fit(max.map(|m| -(32.0 + 0.1 * is as f32) / m), &mut aux);
+        let take: [bool; 16] =
+            std::array::from_fn(|g| suml2[g] > 0.0 && sumlx[g] * sumlx[g] > best[g] * suml2[g]);
+        for g in 0..16 {
+            if take[g] {
+                scale[g] = sumlx[g] / suml2[g];
+                best[g] = scale[g] * sumlx[g];
+            }
+        }
+        for (l, aux) in l.iter_mut().zip(&aux) {
+            for g in 0..16 {
+                if take[g] {
+                    l[g] = aux[g];
+                }
+            }
+        }
+    }
+    // Groups below GROUP_MAX_EPS stop at once in the reference: all zero.
+    for g in 0..16 {
+        if amax[g] < GROUP_MAX_EPS {
+            scale[g] = 0.0;
+            l.iter_mut().for_each(|l| l[g] = 0);
         }
     }
     scale
@@ -230,13 +318,12 @@ fn make_qx_quants(x: &[f32; 16], l: &mut [u8; 16]) -> f32 {
 
 /// `quantize_row_q6_K_ref` for one block of 256.
 pub(super) fn q6_k(x: &[f32; 256], y: &mut [u8; 210]) {
+    let mut lt = [[0u8; 16]; 16];
+    let scales = make_qx_quants(&lanes(x), &mut lt);
     let mut l = [0u8; 256];
-    let mut scales = [0.0f32; 16];
+    unlanes(&lt, &mut l);
     let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
-    let subs = x.as_chunks::<16>().0;
-    for (ib, l) in l.as_chunks_mut::<16>().0.iter_mut().enumerate() {
-        let s = make_qx_quants(&subs[ib], l);
-        scales[ib] = s;
+    for &s in &scales {
         if s.abs() > max_abs_scale {
             max_abs_scale = s.abs();
             max_scale = s;
@@ -253,6 +340,7 @@ pub(super) fn q6_k(x: &[f32; 256], y: &mut [u8; 210]) {
         y[192 + ib] = nearest_int(iscale * scales[ib]).min(127) as i8 as u8;
     }
     y[208..210].copy_from_slice(&d.to_le_bytes());
+    let subs = x.as_chunks::<16>().0;
     for (j, l) in l.as_chunks_mut::<16>().0.iter_mut().enumerate() {
         let dj = d.to_f32() * (y[192 + j] as i8) as f32;
         if dj == 0.0 {
@@ -270,5 +358,39 @@ pub(super) fn q6_k(x: &[f32; 256], y: &mut [u8; 210]) {
             y[ql + i + 32] = (q[1] & 0xF) | ((q[3] & 0xF) << 4);
             y[qh + i] = (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_int_rounds_half_to_even() {
+        for f in [
+            0.0f32, -0.0, 0.5, 1.5, 2.5, -0.5, -1.5, 2.4999998, 31.5, -32.5, 4194303.0,
+        ] {
+            assert_eq!(nearest_int(f), f.round_ties_even() as i32, "{f}");
+        }
+        for i in -70_000..70_000 {
+            let f = i as f32 * 0.37;
+            assert_eq!(nearest_int(f), f.round_ties_even() as i32, "{f}");
+        }
+        // Outside its range (inf, NaN) it returns something, not a panic.
+        let _ = (
+            nearest_int(f32::INFINITY),
+            nearest_int(f32::NAN),
+            nearest_int(-1e30),
+        );
+    }
+
+    #[test]
+    fn lanes_round_trip() {
+        let x: [f32; 256] = std::array::from_fn(|i| i as f32);
+        let t: [[f32; 8]; 32] = lanes(&x);
+        assert_eq!((t[3][2], t[31][7]), (67.0, 255.0));
+        let mut back = [0.0; 256];
+        unlanes(&t, &mut back);
+        assert_eq!(back, x);
     }
 }

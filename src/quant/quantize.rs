@@ -47,9 +47,15 @@ pub fn quantize_rows(q: QuantType, x: &[f32], rows: usize, k: usize) -> Result<V
             format!("{rows} rows of {k} weights do not fit {} values", x.len()),
         ));
     }
-    // At most 34/32 bytes a weight plus one block a row: no overflow.
     let row_bytes = q.blocks_per_row(k) * q.block_bytes();
-    let mut out = vec![0u8; rows * row_bytes];
+    // Rows far shorter than a block take a whole block each.
+    let Some(bytes) = rows.checked_mul(row_bytes) else {
+        return Err(Error::invalid(
+            "quantize_rows",
+            format!("{rows} rows of {row_bytes} bytes overflow usize"),
+        ));
+    };
+    let mut out = vec![0u8; bytes];
     if x.is_empty() {
         return Ok(out);
     }
@@ -200,5 +206,32 @@ fn pack(y: &mut [u8], mut at: usize, q: &[u8; 32], max: u8) {
     }
     for j in 0..16 {
         y[at + j] = (q[j] & 0xF) | (q[j + 16] << 4);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As x86-64's `cvttss2si`, which the references' casts compile to.
+    #[test]
+    fn trunc_i32_is_cvttss2si() {
+        assert_eq!(trunc_i32(16.99), 16);
+        assert_eq!(trunc_i32(-0.99), 0);
+        assert_eq!(trunc_i32(-2147483648.0), i32::MIN);
+        assert_eq!(trunc_i32(2147483520.0), 2147483520);
+        for v in [
+            2147483648.0,
+            -2147483904.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ] {
+            assert_eq!(trunc_i32(v), i32::MIN, "{v}");
+        }
+        // The byte kept for those is 0, as numpy's and C's casts give.
+        assert_eq!(level(f32::NAN, 15), 0);
+        assert_eq!(level(f32::INFINITY, 31), 0);
+        assert_eq!(level(300.0, 15), 15);
     }
 }

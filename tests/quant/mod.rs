@@ -6,11 +6,13 @@
 //! - `reference`: every fixture case (weight-like, heavy-tailed, offset,
 //!   zero, tiny, huge, ragged and signed-zero rows) quantized and
 //!   dequantized, and blocks of random bytes dequantized;
+//! - `bulk`: hashes of 2^18 weights' bytes and floats, regenerated here;
 //! - `golden`: the SHA-256-checked golden vectors of the GGUF notes §2.8,
 //!   and the -0 scale of a Q4_0 block of zeros;
 //! - `threads`: rows split over threads give the bytes of one row at a time;
 //! - `errors`: wrong lengths and non-finite weights are errors, not panics.
 
+mod bulk;
 mod errors;
 mod golden;
 mod reference;
