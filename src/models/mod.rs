@@ -12,6 +12,9 @@
 //! - `phi3.rs`: Phi-3, Phi-3.5, Phi-4-mini ([`Phi3Config`], [`Phi3Block`]).
 //! - `causal.rs`: [`CausalLm::from_pretrained`], the family chosen by
 //!   `config.json`'s `model_type` from [`FAMILIES`].
+//! - `gguf.rs`: [`CausalLm::from_gguf`], a llama.cpp file's architecture,
+//!   metadata and tensor names as the families' config and names
+//!   ([`GGUF_ARCHITECTURES`]).
 //!
 //! Adding a family is adding its file, its `mod` and `pub use` lines here,
 //! and one line in [`FAMILIES`].
@@ -19,12 +22,16 @@
 #[cfg(not(target_arch = "wasm32"))]
 mod causal;
 mod gemma;
+#[cfg(not(target_arch = "wasm32"))]
+mod gguf;
 mod gpt2;
 mod llama;
 mod phi3;
 
 pub use crate::nn::{GenerationConfig, LoadOptions};
 pub use gemma::{GEMMA_FAMILY, GemmaBlock, GemmaConfig};
+#[cfg(not(target_arch = "wasm32"))]
+pub use gguf::{GGUF_ARCHITECTURES, gguf_config, gguf_name};
 pub use gpt2::{Gpt2Attention, Gpt2AttentionConfig, Gpt2Block, Gpt2Config};
 pub use llama::{LLAMA_FAMILY, LlamaBlock, LlamaConfig};
 pub use phi3::{Phi3Block, Phi3Config};

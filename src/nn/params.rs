@@ -84,7 +84,9 @@ pub trait Params {
     fn store_weights_as(&mut self, dtype: DType) -> Result<()> {
         let mut out = Ok(());
         self.visit_params_mut("", &mut |_, p| {
-            if out.is_ok() && p.shape().len() >= 2 {
+            // A quantized weight (from a GGUF file, or quantized as it was
+            // loaded) keeps its blocks.
+            if out.is_ok() && p.shape().len() >= 2 && p.value.dtype().quant().is_none() {
                 out = p.store_as(dtype);
             }
         });

@@ -14,6 +14,7 @@
 mod build;
 mod describe;
 mod pre;
+mod read;
 mod spm;
 
 use tokenizers::AddedToken;

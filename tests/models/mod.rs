@@ -12,6 +12,9 @@
 //!   across P; `save_pretrained` read back across P.
 //! - `bad_dirs`: unsupported configs and bad weight files are errors
 //!   naming the key, file and tensor; the mesh still works.
+//! - `gguf`: `.gguf` files of every architecture (quantized, mixed
+//!   types) against transformers on the dequantized weights, at P = 1..4,
+//!   and bad files.
 //! - `pipeline`: pipeline stages of every family equal the whole model.
 //! - `bf16_weights`: models loaded with weights kept in bf16, equal bit for
 //!   bit to f32 weights rounded to bf16, and greedy tokens as f32's.
@@ -21,5 +24,6 @@
 mod bad_dirs;
 mod bf16_weights;
 mod families;
+mod gguf;
 mod pipeline;
 mod sizes;

@@ -18,10 +18,15 @@ use crate::element::DType;
 pub struct LoadOptions {
     /// The dtype weight matrices (projections, embeddings, the head) are
     /// kept in: `F32` (the default; needed to train), `BF16` (any adapter,
-    /// GL and browsers included) or `F16` (adapters with `SHADER_F16`).
-    /// Norm weights and biases stay f32; activations and accumulation are
-    /// f32 either way. Loading builds f32 values first, so its peak memory
-    /// is the f32 model's; the pools are trimmed afterwards.
+    /// GL and browsers included), `F16` (adapters with `SHADER_F16`) or a
+    /// quantized type (`DType::Quant(QuantType::Q8_0)`, `Q4_0`, `Q4_K`,
+    /// ...: llama.cpp's blocks, dequantized inside the products; frozen).
+    /// A row whose length is no multiple of the type's block takes
+    /// llama.cpp's fallback type, or stays f32 where none fits. Norm
+    /// weights and biases stay f32; activations and accumulation are f32
+    /// either way. Building a model draws f32 values first, so its peak
+    /// memory is the f32 model's; loading a checkpoint quantizes each
+    /// tensor on the host as it is read. The pools are trimmed afterwards.
     pub weight_dtype: DType,
     /// Sequence parallelism (activations split along tokens between the
     /// tensor-parallel pairs; for training).

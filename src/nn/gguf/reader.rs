@@ -196,6 +196,11 @@ impl GgufFile {
             .ok_or_else(|| bad(&self.name, format!("has no tensor {name:?}")))
     }
 
+    /// The whole file's bytes (tensor infos' byte ranges index them).
+    pub(crate) fn data(&self) -> &[u8] {
+        self.data.bytes()
+    }
+
     /// The bytes of tensor `name`, as stored (little-endian, blocks for a
     /// quantized type).
     pub fn tensor_bytes(&self, name: &str) -> Result<&[u8]> {

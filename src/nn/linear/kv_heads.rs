@@ -187,7 +187,7 @@ impl KvHeadLinear {
         }
         let w = self.weight.value.share_replicas(&self.rows)?;
         // A weight kept in bf16 / f16 is read as stored by f32 activations.
-        let narrow = matches!(w.dtype(), DType::BF16 | DType::F16);
+        let narrow = matches!(w.dtype(), DType::BF16 | DType::F16 | DType::Quant(_));
         let w = if narrow && xg.dtype() == DType::F32 {
             w
         } else {

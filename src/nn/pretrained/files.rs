@@ -4,12 +4,17 @@
 //! indexes tensors by the names the files give them; a family whose files
 //! name tensors otherwise than its parameters re-keys them
 //! ([`WeightFiles::rename`], [`WeightFiles::without`]). Data is read one
-//! tensor (or block) at a time and widened to f32.
+//! tensor (or block) at a time and widened to f32, or as its raw rows of
+//! quantized blocks. A GGUF file is opened into the same index
+//! (`gguf.rs`), its tensors carrying how they differ from the Hugging Face
+//! tensor they stand for (rows permuted, a constant added, transposed).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+
+use std::sync::Arc;
 
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
@@ -17,7 +22,10 @@ use serde_json::Value;
 
 use super::json::read_json_file;
 use super::{INDEX_FILE, MODEL_FILE};
+use crate::element::DType;
 use crate::error::{Error, Result};
+use crate::nn::gguf::GgufFile;
+use crate::quant::dequantize_rows;
 
 /// `message` about `path` as a checkpoint error.
 pub(crate) fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
@@ -36,21 +44,69 @@ fn twice(path: &Path, name: &str, other: &Found, at: &Path) -> Error {
     )
 }
 
-/// One memory-mapped weight file.
-struct WeightFile {
-    path: PathBuf,
-    map: Mmap,
+/// Where a weight file's bytes are.
+pub(crate) enum Backing {
+    /// A memory-mapped safetensors file.
+    Map(Mmap),
+    /// A parsed GGUF file (itself mapped).
+    Gguf(GgufFile),
 }
 
-/// Where a tensor lives: file, its name there, dtype, shape, byte range.
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Map(map) => map,
+            Backing::Gguf(file) => file.data(),
+        }
+    }
+}
+
+/// One weight file.
+pub(crate) struct WeightFile {
+    pub(crate) path: PathBuf,
+    pub(crate) map: Backing,
+}
+
+/// Where a tensor lives: file, its name there, dtype, shape, byte range,
+/// and how the stored rows differ from the tensor the key names.
 #[derive(Clone, Debug)]
 pub(crate) struct Found {
-    file: usize,
+    pub(crate) file: usize,
     /// The name in the file (with any prefix).
     pub(crate) name: String,
-    pub(crate) dtype: Dtype,
+    /// Its element type; `None` for one that does not load ([`Found::type_name`]).
+    pub(crate) dtype: Option<DType>,
+    /// The file's name of its type, for messages.
+    pub(crate) type_name: String,
+    /// The shape of the tensor the key names (the Hugging Face one).
     pub(crate) shape: Vec<usize>,
-    bytes: (usize, usize),
+    pub(crate) bytes: (usize, usize),
+    /// Row `r` of the named tensor is the file's row `perm[r]` (GGUF's
+    /// Llama q and k, whose rows llama.cpp's converter interleaves).
+    pub(crate) perm: Option<Arc<Vec<usize>>>,
+    /// Added to every value read (GGUF's Gemma norms hold `1 + w`).
+    pub(crate) add: f32,
+    /// The file holds the transpose of the named tensor (GGUF's GPT-2
+    /// weights are `[out, in]`, Hugging Face's `Conv1D` ones `[in, out]`).
+    pub(crate) transposed: bool,
+}
+
+impl Found {
+    /// Elements in one of the file's rows: its innermost dimension.
+    fn file_cols(&self) -> usize {
+        let cols = if self.transposed {
+            self.shape.first()
+        } else {
+            self.shape.last()
+        };
+        cols.copied().unwrap_or(1).max(1)
+    }
+
+    /// Bytes of one of the file's rows.
+    fn row_bytes(&self) -> usize {
+        let rows = self.shape.iter().product::<usize>() / self.file_cols();
+        (self.bytes.1 - self.bytes.0) / rows.max(1)
+    }
 }
 
 /// Every weight file of a directory and the tensors they hold.
@@ -79,17 +135,28 @@ fn open_weights(path: &Path) -> Result<(WeightFile, Vec<(String, Found)>)> {
         .into_iter()
         .map(|(name, info)| {
             let (b, e) = info.data_offsets;
+            let dtype = match info.dtype {
+                Dtype::F32 => Some(DType::F32),
+                Dtype::F16 => Some(DType::F16),
+                Dtype::BF16 => Some(DType::BF16),
+                _ => None,
+            };
             let found = Found {
                 file: 0,
                 name: name.clone(),
-                dtype: info.dtype,
+                dtype,
+                type_name: format!("{:?}", info.dtype),
                 shape: info.shape.clone(),
                 bytes: (start + b, start + e),
+                perm: None,
+                add: 0.0,
+                transposed: false,
             };
             (name, found)
         })
         .collect();
     let path = path.to_path_buf();
+    let map = Backing::Map(map);
     Ok((WeightFile { path, map }, tensors))
 }
 
@@ -169,6 +236,11 @@ impl WeightFiles {
         Ok(WeightFiles { files, tensors })
     }
 
+    /// Weight files from their parts (another format's reader).
+    pub(crate) fn from_parts(files: Vec<WeightFile>, tensors: HashMap<String, Found>) -> Self {
+        WeightFiles { files, tensors }
+    }
+
     /// Every tensor under the key `key(name in the file)`: a family's names
     /// for its parameters. Two tensors given one key are an error naming both.
     pub(crate) fn rename(self, key: impl Fn(&str) -> String) -> Result<Self> {
@@ -231,37 +303,110 @@ impl WeightFiles {
         format!("{}: tensor {:?}", self.files[f.file].path.display(), f.name)
     }
 
-    /// Elements `range` of tensor `f`, widened to f32.
-    pub(crate) fn values(&self, f: &Found, range: Range<usize>) -> Vec<f32> {
-        let size = f.dtype.bitsize() / 8;
-        let (start, end) = (f.bytes.0 + range.start * size, f.bytes.0 + range.end * size);
-        let map = &self.files[f.file].map;
-        let bytes = &map[start..end];
-        let values = match f.dtype {
-            Dtype::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => bytes
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            _ => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-        };
-        // Give the file's pages back now rather than when the map is dropped,
-        // so loading adds one tensor, not the whole file, to the resident set
-        // (on a CPU adapter the model itself lives in host memory too).
-        #[cfg(target_os = "linux")]
-        // SAFETY: the map is a read-only shared file mapping and `bytes` is
-        // not used after this point: dropped pages are read again from the
-        // file on the next access, so no reference sees changed memory.
-        unsafe {
-            let _ =
-                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start);
+    /// Elements `range` of tensor `f` (the named tensor's, row-major;
+    /// for a transposed one, the file's order), widened to f32: rows
+    /// permuted, dequantized and offset as `f` says.
+    pub(crate) fn values(&self, f: &Found, range: Range<usize>) -> Result<Vec<f32>> {
+        let cols = f.file_cols();
+        let quant = f.dtype.and_then(DType::quant);
+        if f.perm.is_none() && quant.is_none() {
+            let size = f.dtype.map_or(4, DType::size_bytes);
+            let bytes = self.raw(f, range.start * size..range.end * size);
+            let mut values = widen(f.dtype, bytes);
+            offset(&mut values, f.add);
+            return Ok(values);
         }
-        values
+        // Whole rows, one at a time through the permutation.
+        let rows = range.start / cols..range.end.div_ceil(cols);
+        let mut out = Vec::with_capacity(rows.len() * cols);
+        for r in rows.clone() {
+            let bytes = self.rows(f, r..r + 1);
+            match quant {
+                Some(q) => out.extend(dequantize_rows(q, bytes, 1, cols)?),
+                None => out.extend(widen(f.dtype, bytes)),
+            }
+        }
+        let skip = range.start - rows.start * cols;
+        out.drain(..skip);
+        out.truncate(range.len());
+        offset(&mut out, f.add);
+        Ok(out)
+    }
+
+    /// The stored bytes of rows `rows` of `f` (the named tensor's rows,
+    /// through any permutation): for a quantized tensor, its blocks.
+    pub(crate) fn rows(&self, f: &Found, rows: Range<usize>) -> &[u8] {
+        let rb = f.row_bytes();
+        match &f.perm {
+            Some(perm) if rows.len() == 1 => {
+                let r = perm[rows.start];
+                self.raw(f, r * rb..(r + 1) * rb)
+            }
+            _ => self.raw(f, rows.start * rb..rows.end * rb),
+        }
+    }
+
+    /// The stored bytes of rows `rows` of `f`, through any permutation, as
+    /// one owned buffer.
+    pub(crate) fn rows_owned(&self, f: &Found, rows: Range<usize>) -> Vec<u8> {
+        if f.perm.is_none() {
+            return self.rows(f, rows).to_vec();
+        }
+        rows.flat_map(|r| self.rows(f, r..r + 1).iter().copied())
+            .collect()
+    }
+
+    /// Bytes `range` of `f`'s data.
+    fn raw(&self, f: &Found, range: Range<usize>) -> &[u8] {
+        let (start, end) = (f.bytes.0 + range.start, f.bytes.0 + range.end);
+        &self.files[f.file].map.bytes()[start..end]
+    }
+
+    /// Give the file's pages of `f` back now rather than when the map is
+    /// dropped, so loading adds one tensor, not the whole file, to the
+    /// resident set (on a CPU adapter the model itself lives in host
+    /// memory too).
+    pub(crate) fn release(&self, f: &Found) {
+        #[cfg(target_os = "linux")]
+        if let Backing::Map(map) = &self.files[f.file].map {
+            let (start, end) = f.bytes;
+            // SAFETY: the map is a read-only shared file mapping, and no
+            // slice of it outlives the read that made it: dropped pages
+            // are read again from the file on the next access.
+            unsafe {
+                let _ = map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start,
+                    end - start,
+                );
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = f;
+    }
+}
+
+/// Little-endian `bytes` of `dtype` (f32 where unknown) widened to f32.
+fn widen(dtype: Option<DType>, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        Some(DType::F16) => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Some(DType::BF16) => bytes
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    }
+}
+
+/// `add` added to every value.
+fn offset(values: &mut [f32], add: f32) {
+    if add != 0.0 {
+        values.iter_mut().for_each(|v| *v += add);
     }
 }

@@ -11,16 +11,18 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use safetensors::Dtype;
-
 use super::CONFIG_FILE;
 use super::files::{Found, WeightFiles, bad};
+use super::gguf::GgufName;
 use super::json::read_json_file;
 use crate::device::Mesh;
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::nn::decoder::{Decoder, DecoderConfig, LoadOptions, Stored};
 use crate::nn::generation_config::{GenerationConfig, eos_ids};
+use crate::nn::gguf::GgufFile;
 use crate::nn::params::Params;
+use crate::quant::{QuantType, quantize_rows};
 
 /// A parameter's tensor and where in it the parameter lies.
 struct Planned {
@@ -37,7 +39,7 @@ impl Decoder {
     /// defaults.
     pub fn from_pretrained_as(
         mesh: &Mesh,
-        mut config: Box<dyn DecoderConfig>,
+        config: Box<dyn DecoderConfig>,
         dir: impl AsRef<Path>,
         opts: LoadOptions,
     ) -> Result<Decoder> {
@@ -52,13 +54,49 @@ impl Decoder {
         let json = read_json_file(&dir.join(CONFIG_FILE))?;
         let generation = GenerationConfig::read(dir, &eos_ids(json.get("eos_token_id")))?;
         let weights = WeightFiles::open(dir)?.sanitize(|n| config.sanitize(n))?;
+        Decoder::from_weights(mesh, config, &weights, generation, opts)
+    }
+
+    /// Load the tensors of GGUF `file` (opened from `path`) into a model
+    /// of `config` on `mesh`, each under the Hugging Face name `name`
+    /// gives it (a family's mapping of llama.cpp's names; a tensor it
+    /// gives none is skipped). Quantized tensors stay quantized on the
+    /// device: each 2-D weight keeps the file's blocks, split over the
+    /// ranks in whole blocks; other tensors are widened to f32. The head
+    /// is tied when the file holds none.
+    pub fn from_gguf_as(
+        mesh: &Mesh,
+        config: Box<dyn DecoderConfig>,
+        path: &Path,
+        file: GgufFile,
+        name: impl Fn(&str) -> Option<GgufName>,
+        generation: GenerationConfig,
+        opts: LoadOptions,
+    ) -> Result<Decoder> {
+        // Then the family's own renaming, as for its safetensors names.
+        let weights = WeightFiles::from_gguf(path, file, |n| {
+            let g = name(n)?;
+            let key = config.sanitize(&g.key)?;
+            Some(GgufName { key, ..g })
+        })?;
+        Decoder::from_weights(mesh, config, &weights, generation, opts)
+    }
+
+    /// A model of `config` built on `mesh` with `weights` loaded.
+    fn from_weights(
+        mesh: &Mesh,
+        mut config: Box<dyn DecoderConfig>,
+        weights: &WeightFiles,
+        generation: GenerationConfig,
+        opts: LoadOptions,
+    ) -> Result<Decoder> {
         let head = format!("{}.weight", config.spec().names.head);
         if weights.get(&head).is_none() {
             config.set_tied(true);
         }
         let mut model = Decoder::build(mesh, config, None, opts, None)?;
-        let plan = plan(&weights, &model)?;
-        load(&weights, &plan, &mut model)?;
+        let plan = plan(weights, &model)?;
+        load(weights, &plan, &mut model, opts.weight_dtype.quant())?;
         model.keep_weights(opts.weight_dtype)?;
         model.set_mode(false, 0);
         model.generation = generation;
@@ -92,7 +130,7 @@ impl Decoder {
         }
         let weights = WeightFiles::open(dir)?.sanitize(|n| self.config.sanitize(n))?;
         let plan = plan(&weights, self)?;
-        load(&weights, &plan, self)
+        load(&weights, &plan, self, None)
     }
 }
 
@@ -112,11 +150,25 @@ fn plan(weights: &WeightFiles, model: &Decoder) -> Result<HashMap<String, Planne
                 stored.key
             ))
         })?;
-        if !matches!(found.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+        let Some(dtype) = found.dtype else {
             return Err(Error::Checkpoint(format!(
-                "{} is {:?}; only F32, F16 and BF16 load",
+                "{} is {}; only F32, F16, BF16 and llama.cpp's quantized types load",
                 weights.at(found),
-                found.dtype
+                found.type_name
+            )));
+        };
+        let whole = stored.rows == (0..stored.shape.first().copied().unwrap_or(1));
+        if found.transposed && (!whole || stored.order.is_some()) {
+            return Err(Error::Checkpoint(format!(
+                "{}: a transposed tensor loads only whole, in order, and {name} is part of it",
+                weights.at(found)
+            )));
+        }
+        if dtype.quant().is_some() && stored.transposed != found.transposed {
+            return Err(Error::Checkpoint(format!(
+                "{} is {dtype}, and {name} would be its transpose; quantized blocks are not \
+                 transposed: convert the tensor to F32 or F16",
+                weights.at(found)
             )));
         }
         if found.shape != stored.shape {
@@ -149,25 +201,79 @@ fn plan(weights: &WeightFiles, model: &Decoder) -> Result<HashMap<String, Planne
     Ok(plan)
 }
 
-/// Read, convert and shard each planned tensor into `model`, one at a time.
-fn load(weights: &WeightFiles, plan: &HashMap<String, Planned>, model: &mut Decoder) -> Result<()> {
+/// Read, convert and shard each planned tensor into `model`, one at a
+/// time: a quantized 2-D tensor as its blocks, the rest widened to f32 —
+/// and quantized to `quantize` on the host if given, so that no f32 copy
+/// of a weight to be quantized reaches the device.
+fn load(
+    weights: &WeightFiles,
+    plan: &HashMap<String, Planned>,
+    model: &mut Decoder,
+    quantize: Option<QuantType>,
+) -> Result<()> {
     for (name, p) in model.named_parameters_mut() {
         let Planned { found, stored } = plan.get(&name).ok_or_else(|| {
             Error::Checkpoint(format!(
                 "internal: parameter {name:?} has no planned tensor"
             ))
         })?;
-        let cols: usize = stored.shape.iter().skip(1).product();
-        let rows = stored.rows.clone();
-        let values = weights.values(found, rows.start * cols..rows.end * cols);
-        let values = match (stored.transposed, &stored.order) {
-            (true, _) => transpose(&values, rows.len(), cols),
-            (false, Some(order)) => reorder(&values, order, cols, false),
-            (false, None) => values,
-        };
-        p.load_master(&values)?;
+        let matrix = p.shape().len() == 2;
+        if let Some(q) = found.dtype.and_then(DType::quant).filter(|_| matrix) {
+            let blocks = stored_rows(weights, found, stored);
+            p.load_quant_master(q, &blocks)
+                .map_err(|e| Error::Checkpoint(format!("{}: {e}", weights.at(found))))?;
+            weights.release(found);
+            continue;
+        }
+        let values = parameter_values(weights, found, stored)?;
+        weights.release(found);
+        match (quantize, p.shape()) {
+            (Some(q), &[rows, k]) => match q.for_row(k) {
+                Some(q) => p.load_quant_master(q, &quantize_rows(q, &values, rows, k)?)?,
+                None => p.load_master(&values)?,
+            },
+            _ => p.load_master(&values)?,
+        }
     }
     Ok(())
+}
+
+/// The f32 values of a planned parameter: its rows of the tensor, in the
+/// parameter's order and layout.
+fn parameter_values(weights: &WeightFiles, found: &Found, stored: &Stored) -> Result<Vec<f32>> {
+    let cols: usize = stored.shape.iter().skip(1).product();
+    let rows = stored.rows.clone();
+    if found.transposed {
+        // The file holds the parameter's layout when the family stores it
+        // transposed (GPT-2's `Conv1D`), else the transpose of it.
+        let values = weights.values(found, 0..rows.len() * cols)?;
+        return Ok(match stored.transposed {
+            true => values,
+            false => transpose(&values, cols, rows.len()),
+        });
+    }
+    let values = weights.values(found, rows.start * cols..rows.end * cols)?;
+    Ok(match (stored.transposed, &stored.order) {
+        (true, _) => transpose(&values, rows.len(), cols),
+        (false, Some(order)) => reorder(&values, order, cols, false),
+        (false, None) => values,
+    })
+}
+
+/// The blocks of a planned quantized parameter: its rows of the tensor,
+/// in the parameter's order (the plan refused a transpose).
+fn stored_rows(weights: &WeightFiles, found: &Found, stored: &Stored) -> Vec<u8> {
+    let rows = match found.transposed {
+        true => 0..stored.shape.last().copied().unwrap_or(1),
+        false => stored.rows.clone(),
+    };
+    match &stored.order {
+        Some(order) => order
+            .iter()
+            .flat_map(|&i| weights.rows_owned(found, rows.start + i..rows.start + i + 1))
+            .collect(),
+        None => weights.rows_owned(found, rows),
+    }
 }
 
 /// A tied model's head in the files must be the embedding, value for value.
@@ -197,8 +303,8 @@ fn check_tied(
     for start in (0..n).step_by(BLOCK) {
         let end = (start + BLOCK).min(n);
         let (a, b) = (
-            weights.values(head, start..end),
-            weights.values(embed, start..end),
+            weights.values(head, start..end)?,
+            weights.values(embed, start..end)?,
         );
         if let Some(k) = (0..a.len()).find(|&k| a[k].to_bits() != b[k].to_bits()) {
             let i = start + k;

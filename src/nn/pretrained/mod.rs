@@ -10,6 +10,7 @@
 //! [`DecoderConfig::stored`](crate::nn::DecoderConfig::stored)).
 
 pub(crate) mod files;
+pub(crate) mod gguf;
 pub(crate) mod json;
 mod load;
 pub(crate) mod save;

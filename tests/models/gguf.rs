@@ -1,0 +1,278 @@
+//! `.gguf` model files of every architecture against
+//! `tests/fixtures/gguf/<name>/reference.safetensors` (logits, loss and
+//! greedy tokens that transformers computed in float64 from the same file,
+//! dequantized by gguf-py; `make_gguf_fixtures.py`): quantized weights stay
+//! quantized on the device at P = 1..4 on both transports, sequence
+//! parallel too; quantized weights are frozen while the tape reaches the
+//! rest; bad files are errors naming the file and the key or tensor, and
+//! the mesh still works.
+
+use std::path::{Path, PathBuf};
+
+use safetensors::SafeTensors;
+use wgpu_tp::models::{CausalLm, LoadOptions};
+use wgpu_tp::nn::gguf::{GgufFile, GgufWriter, Value};
+use wgpu_tp::nn::{Params, Sampling, Tokenizer};
+use wgpu_tp::{DType, Mesh};
+
+use crate::util::{assert_close, mesh, meshes};
+
+const TOL: f64 = 1e-5;
+/// Every fixture: the architectures and the tensor types among them (Q8_0,
+/// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16, F32).
+const MODELS: [&str; 8] = [
+    "llama_q8_0",
+    "smollm2_q4_k_m",
+    "qwen2_mixed32",
+    "qwen3_q5_k_m",
+    "gpt2_q8_0",
+    "gemma2_q8_0",
+    "gemma3_q4_0",
+    "phi3_q8_0",
+];
+
+fn file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gguf")
+        .join(name)
+        .join("model.gguf")
+}
+
+/// What transformers computed.
+struct Reference {
+    bytes: Vec<u8>,
+    seq: usize,
+}
+
+impl Reference {
+    fn read(name: &str) -> Reference {
+        let dir = file(name).parent().unwrap().to_path_buf();
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+                .unwrap();
+        Reference {
+            bytes: std::fs::read(dir.join("reference.safetensors")).unwrap(),
+            seq: meta["seq"].as_u64().unwrap() as usize,
+        }
+    }
+
+    fn get<T: bytemuck::Pod>(&self, key: &str) -> Vec<T> {
+        let st = SafeTensors::deserialize(&self.bytes).unwrap();
+        bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
+    }
+}
+
+fn load(mesh: &Mesh, name: &str, sequence_parallel: bool) -> CausalLm {
+    let opts = LoadOptions::default().sequence_parallel(sequence_parallel);
+    CausalLm::from_gguf_with(mesh, file(name), opts).unwrap()
+}
+
+/// Logits and loss of `name` on `mesh` against transformers.
+fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
+    let r = Reference::read(name);
+    let model = load(mesh, name, sequence_parallel);
+    let (ids, targets) = (r.get::<i32>("ids"), r.get::<i32>("targets"));
+    let logits = wgpu_tp::no_grad(|| model.logits(&ids, r.seq)).unwrap();
+    let want = r.get::<f64>("logits");
+    assert_close(
+        &format!("{what} logits"),
+        &logits.to_host().unwrap(),
+        &want,
+        TOL,
+    );
+    let loss = model.loss(&ids, &targets, r.seq).unwrap();
+    let want = r.get::<f64>("loss");
+    assert_close(
+        &format!("{what} loss"),
+        &loss.to_host().unwrap(),
+        &want,
+        TOL,
+    );
+}
+
+#[test]
+fn every_architecture_matches_transformers_at_p_1_to_4() {
+    for name in MODELS {
+        for p in 1..=4 {
+            for (transport, m) in meshes(p) {
+                check_model(&format!("{name} P={p} {transport}"), &m, name, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn sequence_parallel_and_more_ranks_than_heads() {
+    for name in ["llama_q8_0", "smollm2_q4_k_m", "phi3_q8_0"] {
+        for p in [2, 3] {
+            check_model(
+                &format!("{name} P={p} sequence-parallel"),
+                &mesh(p),
+                name,
+                true,
+            );
+        }
+    }
+    // Two query heads on 3 ranks; Gemma 3's one head on 2.
+    check_model("qwen3_q5_k_m P=3", &mesh(3), "qwen3_q5_k_m", false);
+    check_model("gemma3_q4_0 P=2", &mesh(2), "gemma3_q4_0", false);
+}
+
+#[test]
+fn greedy_tokens_equal_transformers() {
+    for name in MODELS {
+        let r = Reference::read(name);
+        let (prompt, want) = (r.get::<i32>("prompt"), r.get::<i32>("greedy"));
+        for p in [1, 3] {
+            let model = load(&mesh(p), name, false);
+            let got = pollster::block_on(wgpu_tp::nn::generate(
+                &model,
+                &prompt,
+                want.len(),
+                Sampling::Greedy,
+                &[],
+                |_| Ok(()),
+            ))
+            .unwrap();
+            assert_eq!(got, want, "{name} P={p}: greedy tokens");
+        }
+    }
+}
+
+#[test]
+fn quantized_weights_are_frozen_and_the_rest_gets_gradients() {
+    let r = Reference::read("smollm2_q4_k_m");
+    let (ids, targets) = (r.get::<i32>("ids"), r.get::<i32>("targets"));
+    let model = load(&mesh(2), "smollm2_q4_k_m", false);
+    model
+        .loss(&ids, &targets, r.seq)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let mut quantized = 0;
+    for (n, p) in model.named_parameters() {
+        let grad = p.master_grad().unwrap();
+        if p.value.dtype().quant().is_some() {
+            quantized += 1;
+            assert!(grad.is_none(), "{n}: a quantized weight got a gradient");
+        } else {
+            let g = grad.unwrap_or_else(|| panic!("{n}: no gradient"));
+            assert!(g.iter().any(|&v| v != 0.0), "{n}: a zero gradient");
+        }
+    }
+    assert!(quantized >= 14, "{quantized} quantized weights");
+}
+
+#[test]
+fn the_tokenizer_and_template_come_from_the_file() {
+    let t = Tokenizer::from_gguf(file("smollm2_q4_k_m")).unwrap();
+    let text = "Hello wörld,  the end";
+    let ids = t.encode(text).unwrap();
+    assert_eq!(t.decode(&ids).unwrap(), text);
+    let meta = GgufFile::open(file("smollm2_q4_k_m")).unwrap();
+    let template = meta.string("tokenizer.chat_template").unwrap();
+    assert_eq!(t.chat_template().is_some(), template.is_some());
+}
+
+/// `name`'s file rewritten: each metadata entry through `meta` (dropped on
+/// `None`), each tensor through `tensor` (name, shape, type, bytes;
+/// dropped on `None`).
+fn rewrite(
+    name: &str,
+    label: &str,
+    meta: impl Fn(&str, &Value) -> Option<Value>,
+    tensor: impl Fn(&str, Vec<usize>, DType, Vec<u8>) -> Option<(Vec<usize>, DType, Vec<u8>)>,
+) -> PathBuf {
+    let src = GgufFile::open(file(name)).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if let Some(v) = meta(k, v) {
+            w.metadata(k.clone(), v).unwrap();
+        }
+    }
+    for t in src.tensors() {
+        let bytes = src.tensor_bytes(t.name()).unwrap().to_vec();
+        if let Some((shape, dtype, bytes)) = tensor(t.name(), t.shape().to_vec(), t.dtype(), bytes)
+        {
+            w.tensor(t.name(), &shape, dtype, move || Ok(bytes))
+                .unwrap();
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-gguf-{label}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.gguf");
+    w.write(&path).unwrap();
+    path
+}
+
+#[test]
+fn bad_files_are_errors_naming_file_and_key_and_the_mesh_still_works() {
+    let m = mesh(2);
+    let name = "llama_q8_0";
+    let keep = |_: &str, v: &Value| Some(v.clone());
+    let all = |_: &str, s, d, b| Some((s, d, b));
+    let expect = |path: &Path, needles: &[&str]| {
+        let err = CausalLm::from_gguf(&m, path)
+            .err()
+            .expect("an error")
+            .to_string();
+        for n in needles {
+            assert!(err.contains(n), "{err:?} should name {n:?}");
+        }
+    };
+    // Truncated: the tensor data cut short.
+    let bytes = std::fs::read(file(name)).unwrap();
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-gguf-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cut = dir.join("model.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1000]).unwrap();
+    expect(&cut, &["model.gguf"]);
+    // An architecture the crate does not run.
+    let arch = rewrite(
+        name,
+        "arch",
+        |k, v| match k {
+            "general.architecture" => Some(Value::String("mamba".into())),
+            _ => Some(v.clone()),
+        },
+        all,
+    );
+    expect(&arch, &["general.architecture", "mamba"]);
+    // Metadata of the wrong kind.
+    let kind = rewrite(
+        name,
+        "kind",
+        |k, v| match k {
+            "llama.block_count" => Some(Value::String("two".into())),
+            _ => Some(v.clone()),
+        },
+        all,
+    );
+    expect(&kind, &["llama.block_count"]);
+    // A required key missing.
+    let missing = rewrite(
+        name,
+        "missing",
+        |k, v| (k != "llama.embedding_length").then(|| v.clone()),
+        all,
+    );
+    expect(&missing, &["llama.embedding_length"]);
+    // A tensor whose shape disagrees with the metadata.
+    let shape = rewrite(name, "shape", keep, |n, s, d, b| match n {
+        "blk.1.ffn_down.weight" => Some((vec![s[0] / 2, s[1]], d, b[..b.len() / 2].to_vec())),
+        _ => Some((s, d, b)),
+    });
+    expect(&shape, &["blk.1.ffn_down.weight", "shape"]);
+    // A tensor missing.
+    let gone = rewrite(name, "gone", keep, |n, s, d, b| {
+        (n != "blk.0.attn_v.weight").then_some((s, d, b))
+    });
+    expect(&gone, &["v_proj"]);
+    // No such file.
+    expect(
+        Path::new("/nonexistent/model.gguf"),
+        &["/nonexistent/model.gguf"],
+    );
+    // The mesh still works.
+    check_model("llama_q8_0 P=2 after errors", &m, name, false);
+}
