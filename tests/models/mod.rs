@@ -18,6 +18,8 @@
 //! - `pipeline`: pipeline stages of every family equal the whole model.
 //! - `bf16_weights`: models loaded with weights kept in bf16, equal bit for
 //!   bit to f32 weights rounded to bf16, and greedy tokens as f32's.
+//! - `quantized_load`: weights quantized as a checkpoint loads, for
+//!   every family, against f32 holding the dequantized weights.
 //! - `sizes`: parameter counts, and configurations past memory refused
 //!   before anything is allocated (GPT-2 and the Llama family).
 
@@ -26,4 +28,5 @@ mod bf16_weights;
 mod families;
 mod gguf;
 mod pipeline;
+mod quantized_load;
 mod sizes;

@@ -122,7 +122,48 @@ pub fn run(mesh: &Mesh) -> Result<usize, String> {
     ring_mlp(mesh, single.as_ref())?;
     checkpoint(mesh, single.as_ref())?;
     llama(mesh, single.as_ref())?;
+    quantized(mesh, single.as_ref())?;
     Ok(me)
+}
+
+/// A Q4_K_M GGUF model (SmolLM2-shaped, 4 query over 2 key/value heads,
+/// K-quant blocks split over the processes): logits, loss and the input
+/// gradients reaching the f32 norms bit-identical to the single-process
+/// mesh.
+fn quantized(mesh: &Mesh, single: Option<&Mesh>) -> Result<(), String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/gguf/smollm2_q4_k_m/model.gguf"
+    );
+    let run = |m: &Mesh| -> wgpu_tp::Result<Run> {
+        let model = CausalLm::from_gguf(m, path)?;
+        let ids: Vec<i32> = (0..16).map(|i| (i * 7 + 3) % 320).collect();
+        let logits = wgpu_tp::no_grad(|| model.logits(&ids, 8))?.to_host()?;
+        let loss = model.loss(&ids, &ids, 8)?;
+        let losses = bits(&loss.to_host()?);
+        loss.backward()?;
+        let mut grads = vec![("logits".to_string(), bits(&logits))];
+        for (n, p) in model.named_parameters() {
+            if let Some(g) = p.master_grad()? {
+                grads.push((n, bits(&g)));
+            }
+        }
+        Ok((losses, grads, Vec::new()))
+    };
+    let got = run(mesh).map_err(|e| format!("quantized: {e}"))?;
+    let Some(single) = single else { return Ok(()) };
+    let want = run(single).map_err(|e| format!("quantized single-process: {e}"))?;
+    if got != want {
+        return Err(
+            "quantized: logits, loss or gradients differ from the single-process run".into(),
+        );
+    }
+    println!(
+        "quantized GGUF P={}: logits, loss and {} gradients bit-identical",
+        mesh.size(),
+        got.1.len() - 1
+    );
+    Ok(())
 }
 
 /// A Llama-family step (9 query over 3 key/value heads, so ranks share

@@ -8,6 +8,7 @@
 //!   rank, after which the mesh still works;
 //! - `gpt`: a GPT's loss and every gradient, then two AdamW steps, bit-identical
 //!   to the single-process run at the same P, with the same communication;
+//!   a quantized GGUF model's logits, loss and gradients too;
 //! - `fault`: the last rank fails before a collective; the others get an
 //!   error naming it within the time limit, not a hang;
 //! - `axes`, `axes_fault` (`axes.rs`): named axes over processes, data

@@ -43,6 +43,7 @@ pub(super) fn dtype_code(d: DType) -> u64 {
         DType::I32 => 1,
         DType::F16 => 2,
         DType::BF16 => 3,
+        DType::Quant(q) => 16 + u64::from(q.ggml_id()),
     }
 }
 

@@ -34,7 +34,7 @@ impl PendingSend {
 }
 
 fn code(dtype: DType) -> u32 {
-    dtype as u32
+    super::header::dtype_code(dtype) as u32
 }
 
 /// Post `words` (a tensor of `dtype`) to member `to` of `mesh` on `channel`.

@@ -202,10 +202,10 @@ impl Decoder {
     /// Keep the weight matrices in `dtype` and give the f32 values' memory
     /// back to the devices.
     pub(crate) fn keep_weights(&mut self, dtype: DType) -> Result<()> {
-        if dtype == DType::F32 {
-            return Ok(());
+        if dtype != DType::F32 {
+            crate::nn::Params::store_weights_as(self, dtype)?;
         }
-        crate::nn::Params::store_weights_as(self, dtype)?;
+        // Also after loading quantized blocks over the f32 zeros built first.
         for r in self.mesh.ranks() {
             r.device().trim_pool();
         }
