@@ -197,6 +197,7 @@ impl GgufFile {
     }
 
     /// The whole file's bytes (tensor infos' byte ranges index them).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn data(&self) -> &[u8] {
         self.data.bytes()
     }
