@@ -15,7 +15,7 @@ use wgpu_tp::nn::gguf::{GgufFile, GgufWriter, Value};
 use wgpu_tp::nn::{Params, Sampling, Tokenizer};
 use wgpu_tp::{DType, Mesh};
 
-use crate::util::{assert_close, mesh, meshes};
+use crate::util::{assert_close, mesh, meshes, rel_err};
 
 const TOL: f64 = 1e-5;
 /// Every fixture: the architectures and the tensor types among them (Q8_0,
@@ -69,25 +69,20 @@ fn load(mesh: &Mesh, name: &str, sequence_parallel: bool) -> CausalLm {
 
 /// Logits and loss of `name` on `mesh` against transformers.
 fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
-    let r = Reference::read(name);
     let model = load(mesh, name, sequence_parallel);
+    check_model_loaded(what, &model, name, TOL);
+}
+
+/// Logits and loss of `model` against transformers' on `name`.
+fn check_model_loaded(what: &str, model: &CausalLm, name: &str, tol: f64) {
+    let r = Reference::read(name);
     let (ids, targets) = (r.get::<i32>("ids"), r.get::<i32>("targets"));
     let logits = wgpu_tp::no_grad(|| model.logits(&ids, r.seq)).unwrap();
-    let want = r.get::<f64>("logits");
-    assert_close(
-        &format!("{what} logits"),
-        &logits.to_host().unwrap(),
-        &want,
-        TOL,
-    );
+    let (got, want) = (logits.to_host().unwrap(), r.get::<f64>("logits"));
+    assert_close(&format!("{what} logits"), &got, &want, tol);
     let loss = model.loss(&ids, &targets, r.seq).unwrap();
-    let want = r.get::<f64>("loss");
-    assert_close(
-        &format!("{what} loss"),
-        &loss.to_host().unwrap(),
-        &want,
-        TOL,
-    );
+    let (got, want) = (loss.to_host().unwrap(), r.get::<f64>("loss"));
+    assert_close(&format!("{what} loss"), &got, &want, tol);
 }
 
 #[test]
@@ -161,6 +156,45 @@ fn quantized_weights_are_frozen_and_the_rest_gets_gradients() {
         }
     }
     assert!(quantized >= 14, "{quantized} quantized weights");
+}
+
+#[test]
+fn float_matrices_keep_the_files_types() {
+    let m = mesh(2);
+    let model = load(&m, "qwen2_mixed32", false);
+    let f16 = m.ranks().iter().all(|r| r.device().has_f16());
+    let gguf = GgufFile::open(file("qwen2_mixed32")).unwrap();
+    let count = |d: DType| {
+        gguf.tensors()
+            .iter()
+            .filter(|t| t.dtype() == d && t.shape().len() == 2)
+            .count()
+    };
+    let held = |d: DType| {
+        model
+            .named_parameters()
+            .iter()
+            .filter(|(_, p)| p.value.dtype() == d)
+            .count()
+    };
+    assert!(count(DType::BF16) > 0 && count(DType::F16) > 0);
+    assert_eq!(held(DType::BF16), count(DType::BF16));
+    assert_eq!(held(DType::F16), if f16 { count(DType::F16) } else { 0 });
+    // Asked for Q8_0, they are quantized as they load.
+    let q8 = DType::Quant(wgpu_tp::quant::QuantType::Q8_0);
+    let opts = LoadOptions::default().weights(q8);
+    let model = CausalLm::from_gguf_with(&m, file("qwen2_mixed32"), opts).unwrap();
+    let floats = model
+        .named_parameters()
+        .iter()
+        .filter(|(_, p)| p.shape().len() == 2 && p.value.dtype().quant().is_none())
+        .count();
+    assert_eq!(floats, 0, "every matrix quantized");
+    // Q8_0 of the file's float weights: near, not equal.
+    let r = Reference::read("qwen2_mixed32");
+    let logits = wgpu_tp::no_grad(|| model.logits(&r.get::<i32>("ids"), r.seq)).unwrap();
+    let err = rel_err(&logits.to_host().unwrap(), &r.get::<f64>("logits"));
+    assert!(err < 0.05, "Q8_0 logits {err} from the file's");
 }
 
 #[test]

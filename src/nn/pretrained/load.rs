@@ -54,7 +54,7 @@ impl Decoder {
         let json = read_json_file(&dir.join(CONFIG_FILE))?;
         let generation = GenerationConfig::read(dir, &eos_ids(json.get("eos_token_id")))?;
         let weights = WeightFiles::open(dir)?.sanitize(|n| config.sanitize(n))?;
-        Decoder::from_weights(mesh, config, &weights, generation, opts)
+        Decoder::from_weights(mesh, config, &weights, generation, opts, false)
     }
 
     /// Load the tensors of GGUF `file` (opened from `path`) into a model
@@ -62,8 +62,11 @@ impl Decoder {
     /// gives it (a family's mapping of llama.cpp's names; a tensor it
     /// gives none is skipped). Quantized tensors stay quantized on the
     /// device: each 2-D weight keeps the file's blocks, split over the
-    /// ranks in whole blocks; other tensors are widened to f32. The head
-    /// is tied when the file holds none.
+    /// ranks in whole blocks. With `opts.weight_dtype` f32, F16 and BF16
+    /// weight matrices keep the file's type (F16 as f32 where the adapter
+    /// lacks `SHADER_F16`), as llama.cpp runs them; another weight dtype
+    /// converts (or quantizes) them. Other tensors are widened to f32. The
+    /// head is tied when the file holds none.
     pub fn from_gguf_as(
         mesh: &Mesh,
         config: Box<dyn DecoderConfig>,
@@ -79,16 +82,19 @@ impl Decoder {
             let key = config.sanitize(&g.key)?;
             Some(GgufName { key, ..g })
         })?;
-        Decoder::from_weights(mesh, config, &weights, generation, opts)
+        Decoder::from_weights(mesh, config, &weights, generation, opts, true)
     }
 
-    /// A model of `config` built on `mesh` with `weights` loaded.
+    /// A model of `config` built on `mesh` with `weights` loaded; with
+    /// `file_floats`, f16 and bf16 weight matrices stay so (when the
+    /// weight dtype is f32).
     fn from_weights(
         mesh: &Mesh,
         mut config: Box<dyn DecoderConfig>,
         weights: &WeightFiles,
         generation: GenerationConfig,
         opts: LoadOptions,
+        file_floats: bool,
     ) -> Result<Decoder> {
         let head = format!("{}.weight", config.spec().names.head);
         if weights.get(&head).is_none() {
@@ -96,7 +102,12 @@ impl Decoder {
         }
         let mut model = Decoder::build(mesh, config, None, opts, None)?;
         let plan = plan(weights, &model)?;
-        load(weights, &plan, &mut model, opts.weight_dtype.quant())?;
+        let keep = Keep {
+            quantize: opts.weight_dtype.quant(),
+            file_floats: file_floats && opts.weight_dtype == DType::F32,
+            f16: mesh.ranks().iter().all(|r| r.device().has_f16()),
+        };
+        load(weights, &plan, &mut model, keep)?;
         model.keep_weights(opts.weight_dtype)?;
         model.set_mode(false, 0);
         model.generation = generation;
@@ -130,7 +141,12 @@ impl Decoder {
         }
         let weights = WeightFiles::open(dir)?.sanitize(|n| self.config.sanitize(n))?;
         let plan = plan(&weights, self)?;
-        load(&weights, &plan, self, None)
+        let keep = Keep {
+            quantize: None,
+            file_floats: false,
+            f16: false,
+        };
+        load(&weights, &plan, self, keep)
     }
 }
 
@@ -201,15 +217,26 @@ fn plan(weights: &WeightFiles, model: &Decoder) -> Result<HashMap<String, Planne
     Ok(plan)
 }
 
+/// What [`load`] keeps weight matrices in.
+#[derive(Clone, Copy)]
+struct Keep {
+    /// Quantize f32 ones on the host, so that no f32 copy of a weight to be
+    /// quantized reaches the device.
+    quantize: Option<QuantType>,
+    /// Keep those stored as f16 or bf16 so.
+    file_floats: bool,
+    /// Whether the devices take f16.
+    f16: bool,
+}
+
 /// Read, convert and shard each planned tensor into `model`, one at a
-/// time: a quantized 2-D tensor as its blocks, the rest widened to f32 —
-/// and quantized to `quantize` on the host if given, so that no f32 copy
-/// of a weight to be quantized reaches the device.
+/// time: a quantized 2-D tensor as its blocks, the rest widened to f32,
+/// then kept as `keep` says.
 fn load(
     weights: &WeightFiles,
     plan: &HashMap<String, Planned>,
     model: &mut Decoder,
-    quantize: Option<QuantType>,
+    keep: Keep,
 ) -> Result<()> {
     for (name, p) in model.named_parameters_mut() {
         let Planned { found, stored } = plan.get(&name).ok_or_else(|| {
@@ -227,12 +254,20 @@ fn load(
         }
         let values = parameter_values(weights, found, stored)?;
         weights.release(found);
-        match (quantize, p.shape()) {
+        match (keep.quantize, p.shape()) {
             (Some(q), &[rows, k]) => match q.for_row(k) {
                 Some(q) => p.load_quant_master(q, &quantize_rows(q, &values, rows, k)?)?,
                 None => p.load_master(&values)?,
             },
             _ => p.load_master(&values)?,
+        }
+        let narrow = match found.dtype {
+            Some(DType::BF16) => Some(DType::BF16),
+            Some(DType::F16) if keep.f16 => Some(DType::F16),
+            _ => None,
+        };
+        if let Some(dtype) = narrow.filter(|_| keep.file_floats && matrix) {
+            p.store_as(dtype)?;
         }
     }
     Ok(())
