@@ -115,20 +115,8 @@ impl Rank {
         blocks: &[u8],
     ) -> Result<LocalTensor> {
         const OP: &str = "Rank::upload_quant";
-        let &[rows, k] = shape else {
-            return Err(Error::shape(OP, "a 2-D weight [rows, K]", shape));
-        };
+        let (_, k) = q.check_weight(OP, shape, blocks)?;
         let row_bytes = q.bytes_for(1, k);
-        if blocks.len() != rows * row_bytes {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "a {q} weight [{rows}, {k}] is {} bytes of blocks, got {}",
-                    rows * row_bytes,
-                    blocks.len()
-                ),
-            ));
-        }
         self.device.check()?;
         let t = self.alloc_raw(OP, shape, DType::Quant(q))?;
         let mut at = 0;

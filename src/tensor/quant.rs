@@ -31,20 +31,8 @@ impl DTensor {
         unit: usize,
     ) -> Result<DTensor> {
         const OP: &str = "DTensor::from_quant_blocks";
-        let &[rows, k] = shape else {
-            return Err(Error::shape(OP, "a 2-D weight [rows, K]", shape));
-        };
+        let (rows, k) = q.check_weight(OP, shape, blocks)?;
         let row_bytes = q.bytes_for(1, k);
-        if blocks.len() != rows * row_bytes {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "a {q} weight [{rows}, {k}] is {} bytes of blocks, got {}",
-                    rows * row_bytes,
-                    blocks.len()
-                ),
-            ));
-        }
         let bl = q.block_len();
         let p = mesh.size();
         match placement {

@@ -18,20 +18,8 @@ impl Parameter {
     /// whole blocks. The gradient is dropped. On error nothing changes.
     pub fn load_quant_master(&mut self, q: QuantType, blocks: &[u8]) -> Result<()> {
         const OP: &str = "Parameter::load_quant_master";
-        let &[rows, k] = self.shape() else {
-            return Err(Error::shape(OP, "a 2-D weight [rows, K]", self.shape()));
-        };
+        let (rows, k) = q.check_weight(OP, self.shape(), blocks)?;
         let row_bytes = q.bytes_for(1, k);
-        if blocks.len() != rows * row_bytes {
-            return Err(Error::invalid(
-                OP,
-                format!(
-                    "a {q} weight [{rows}, {k}] is {} bytes of blocks, got {}",
-                    rows * row_bytes,
-                    blocks.len()
-                ),
-            ));
-        }
         let mesh = self.value.mesh().clone();
         let p = mesh.size();
         // The rows each rank's shard holds, in order (as `strided` and a
