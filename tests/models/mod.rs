@@ -18,6 +18,9 @@
 //! - `pipeline`: pipeline stages of every family equal the whole model.
 //! - `bf16_weights`: models loaded with weights kept in bf16, equal bit for
 //!   bit to f32 weights rounded to bf16, and greedy tokens as f32's.
+//! - `quantized`: a GPT quantized as it is built or afterwards (awaited,
+//!   as in a browser): every llama.cpp type fallback, P = 3 and 4 equal
+//!   P = 1, near the f32 logits, cached generation.
 //! - `sizes`: parameter counts, and configurations past memory refused
 //!   before anything is allocated (GPT-2 and the Llama family).
 
@@ -26,4 +29,5 @@ mod bf16_weights;
 mod families;
 mod gguf;
 mod pipeline;
+mod quantized;
 mod sizes;
