@@ -96,6 +96,7 @@ pub use optim::{AdamW, Sgd};
 pub use parameter::{ParamId, Parameter};
 pub use params::{Params, join_name};
 pub use pipeline::{Pipeline, PipelineStage, StageDecoder, Work};
+#[cfg(not(target_arch = "wasm32"))]
 pub use pretrained::gguf::GgufName;
 pub use rope::{RopeConfig, RopeScaling};
 pub use sampling::{SampleOptions, Sampling};
