@@ -3,14 +3,14 @@
 //! it loads, in f32, as ggml does, and accumulates in f32 — no f32 copy
 //! of the weight is ever made.
 //!
-//! - [`matmul_into`]: `c = act(a·wᵀ (+ bias) (+ acc)) (⊙ mul)` for a
+//! - `matmul_into`: `c = act(a·wᵀ (+ bias) (+ acc)) (⊙ mul)` for a
 //!   layer's `[N, K]` weight and any number of rows of `a` (a decoding
 //!   step's one token or a prefill's many), and `c = a·w` (the backward's
 //!   `dx`). [`gemm`](super::gemm()) sends every product with a quantized
 //!   B here.
 //! - the embedding lookup on a quantized table
 //!   ([`embedding_lookup`](super::embedding_lookup)), through
-//!   [`sources::lookup_program`].
+//!   `sources::lookup_program`.
 //!
 //! Each invocation of the forward owns four rows of `w` and up to eight
 //! rows of `a`, so a chunk of 16 weights is decoded once for all of them;
