@@ -1,49 +1,63 @@
 //! Text in, text out: a Hugging Face directory of any supported family
-//! (GPT-2, Llama, Mistral, Qwen2, Qwen3) on P simulated ranks.
+//! (GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, Phi-3) or a llama.cpp
+//! `.gguf` model file, on P simulated ranks.
 //!
-//! Loads `config.json` + `model.safetensors` with
-//! [`CausalLm::from_pretrained_with`] (the family from `model_type`;
-//! `--weights bf16` keeps the weight matrices in bf16) and the directory's tokenizer
-//! ([`Tokenizer::from_dir`]), continues the prompt with the key/value cache,
-//! prints the text as each token is chosen, then the prompt time, the time
-//! per generated token and what one token communicates. With `--chat` it
-//! reads lines from standard input and answers each through the
-//! directory's chat template, streaming the answer.
+//! A directory loads `config.json` + `model.safetensors` with
+//! [`CausalLm::from_pretrained_with`] (the family from `model_type`) and
+//! the directory's tokenizer ([`Tokenizer::from_dir`]). A path ending in
+//! `.gguf` loads with [`CausalLm::from_gguf_with`] (its quantized tensors
+//! stay quantized on the device) and [`Tokenizer::from_gguf`]: the
+//! tokenizer, the chat template and the end-of-text token all come from
+//! the file. `--weights` keeps the weight matrices in `bf16` or `f16`, or
+//! quantizes them as they load to any of llama.cpp's types (`q8_0`,
+//! `q4_0`, `q4_k`, …; a GGUF file's quantized tensors keep their own
+//! type). The example continues the prompt with the key/value cache,
+//! prints the text as each token is chosen, then the prompt time, the
+//! time per generated token and what one token communicates. With `--chat`
+//! it reads lines from standard input and answers each through the
+//! model's chat template (the directory's or the file's), streaming the
+//! answer.
 //!
 //! The default model is the tiny GPT-2 shipped in `examples/data/tiny-gpt2/`
 //! (`--chat` defaults to the tiny Llama in `examples/data/tiny-llama/`,
 //! trained by `examples/train_tiny_llama.rs`), so both run on a fresh clone
 //! with no download. For real models see the README (SmolLM2-135M-Instruct,
-//! Qwen2.5-0.5B-Instruct, Llama-3.2-1B-Instruct).
+//! Qwen2.5-0.5B-Instruct, Llama-3.2-1B-Instruct, as directories or GGUF
+//! files).
 //!
-//! Run: `cargo run --release --example generate -- --prompt "And God said"`
-//! or `cargo run --release --example generate -- --chat` (`-- --help` lists
-//! the flags). Greedy unless `--temperature` or `--top-k` is given.
+//! Run: `cargo run --release --example generate -- --prompt "And God said"`,
+//! `cargo run --release --example generate -- --chat`,
+//! `cargo run --release --example generate -- --model SmolLM2-135M-Instruct-Q8_0.gguf --chat --ranks 2`
+//! or `cargo run --release --example generate -- --model DIR --weights q4_k`
+//! (`-- --help` lists the flags). Greedy unless `--temperature` or
+//! `--top-k` is given.
 
 mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use wgpu_tp::models::{CausalLm, LoadOptions};
-use wgpu_tp::nn::{ChatMessage, Sampling, Tokenizer};
+use wgpu_tp::nn::{ChatMessage, Params, Sampling, Tokenizer};
+use wgpu_tp::quant::QuantType;
 use wgpu_tp::{CommStats, DType, Mesh};
 
 /// Generate text with a Hugging Face checkpoint on simulated ranks.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Hugging Face directory (GPT-2 or the Llama family): config.json,
-    /// model.safetensors (or a sharded index) and tokenizer.json (or
-    /// vocab.json + merges.txt). Default: the shipped tiny GPT-2, or with
-    /// --chat the shipped tiny Llama.
+    /// Hugging Face directory (config.json, model.safetensors or a sharded
+    /// index, and tokenizer.json or vocab.json + merges.txt), or a
+    /// llama.cpp model file ending in .gguf (tokenizer and chat template
+    /// from its metadata). Default: the shipped tiny GPT-2, or with --chat
+    /// the shipped tiny Llama.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Chat: read lines from standard input, answer each through the
-    /// directory's chat template.
+    /// model's chat template (the directory's or the GGUF file's).
     #[arg(long)]
     chat: bool,
     /// A system message for --chat.
@@ -77,9 +91,51 @@ struct Args {
     #[arg(long, conflicts_with = "shared_device")]
     device_per_rank: bool,
     /// Keep the weight matrices in this dtype: f32, bf16 (half the memory
-    /// and the bytes a token reads, any adapter) or f16 (SHADER_F16).
-    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16", "f16"])]
-    weights: String,
+    /// and the bytes a token reads, any adapter), f16 (SHADER_F16), or
+    /// quantize them as they load to one of llama.cpp's types: q8_0, q4_0,
+    /// q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (about 8.5 to 4.5 bits a weight;
+    /// frozen). A GGUF file's quantized tensors keep their own type.
+    #[arg(long, default_value = "f32", value_parser = parse_weights)]
+    weights: DType,
+}
+
+/// `--weights`: a float dtype or a quantized type's name.
+fn parse_weights(s: &str) -> Result<DType, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        _ => s
+            .parse::<QuantType>()
+            .map(DType::Quant)
+            .map_err(|e| format!("{e}, or f32, bf16, f16")),
+    }
+}
+
+/// Whether `path` names a GGUF model file rather than a directory.
+fn is_gguf(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
+/// The weight matrices' dtypes and bytes (as one rank would hold the whole
+/// model): `q8_0 × 30, f32 × 1 · 1.20 MiB`.
+fn weights_summary(model: &CausalLm) -> String {
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    let mut bytes = 0u64;
+    for (_, p) in model.named_parameters() {
+        if p.shape().len() < 2 {
+            continue;
+        }
+        let dtype = p.value.dtype();
+        bytes += dtype.storage_bytes(p.shape()) as u64;
+        match kinds.iter_mut().find(|(k, _)| *k == dtype.to_string()) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((dtype.to_string(), 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} × {n}")).collect();
+    format!("{} · {}", kinds.join(", "), common::human_bytes(bytes))
 }
 
 /// Prints what `stats` moved, divided over `tokens` tokens (`per` names
@@ -191,20 +247,25 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
         }
     });
     let t_load = Instant::now();
-    let tok = Tokenizer::from_dir(&dir)?;
-    let dtype = match args.weights.as_str() {
-        "bf16" => DType::BF16,
-        "f16" => DType::F16,
-        _ => DType::F32,
+    let opts = LoadOptions::default().weights(args.weights);
+    let (tok, model) = if is_gguf(&dir) {
+        (
+            Tokenizer::from_gguf(&dir)?,
+            CausalLm::from_gguf_with(&mesh, &dir, opts)?,
+        )
+    } else {
+        (
+            Tokenizer::from_dir(&dir)?,
+            CausalLm::from_pretrained_with(&mesh, &dir, opts)?,
+        )
     };
-    let opts = LoadOptions::default().weights(dtype);
-    let model = CausalLm::from_pretrained_with(&mesh, &dir, opts)?;
     eprintln!(
         "{}: {}; loaded in {:.0} ms",
         dir.display(),
         model.describe(),
         ms(t_load.elapsed())
     );
+    eprintln!("weight matrices: {}", weights_summary(&model));
     eprintln!(
         "{} ranks on {} ({:?} transport)",
         mesh.size(),
@@ -222,6 +283,16 @@ fn run(args: &Args) -> wgpu_tp::Result<()> {
         });
     }
     if args.chat {
+        if is_gguf(&dir) && tok.chat_template().is_none() {
+            return Err(wgpu_tp::Error::InvalidArgument {
+                op: "generate",
+                message: format!(
+                    "{} has no tokenizer.chat_template in its metadata: --chat needs an \
+                     instruction-tuned model's file (or leave out --chat)",
+                    dir.display()
+                ),
+            });
+        }
         return chat(args, &model, &tok);
     }
     let prompt = tok.encode(&args.prompt)?;

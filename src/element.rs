@@ -43,7 +43,8 @@ impl DType {
     }
 
     /// Bytes a row-major tensor of `shape` takes on the device, a whole
-    /// number of 32-bit words: a quantized one is its rows' blocks.
+    /// number of 32-bit words: a quantized one is its rows' blocks, in
+    /// whole 16-byte vec4s ([`crate::quant::layout::device_bytes`]).
     pub fn storage_bytes(self, shape: &[usize]) -> usize {
         let len: usize = shape.iter().product();
         match self {

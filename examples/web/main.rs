@@ -2,7 +2,9 @@
 //! character-level GPT on four tensor-parallel ranks that share the page's
 //! one WebGPU device. It checks step 0 (loss and every gradient) against one
 //! rank, trains with AdamW while plotting the loss, shows what one training
-//! step communicates, and streams a sampled continuation into the page. Every
+//! step communicates, streams a sampled continuation into the page, then
+//! quantizes the trained weights to llama.cpp's Q8_0 and Q4_0 blocks and
+//! continues the prompt greedily with each beside f32. Every
 //! readback is `async`; `index.html` calls [`run`], which sets
 //! `document.body.dataset.done` to `"1"` at the end, or to `"error"` with the
 //! message on the page. `page.rs` holds the DOM side, `plot.rs` the canvas.
@@ -10,9 +12,10 @@
 
 use wasm_bindgen::prelude::*;
 use web_time::Instant;
-use wgpu_tp::MeshBuilder;
 use wgpu_tp::models::{CausalLm, Gpt2Config};
 use wgpu_tp::nn::{AdamW, Params, Sampling};
+use wgpu_tp::quant::QuantType;
+use wgpu_tp::{DType, Mesh, MeshBuilder, no_grad};
 
 use page::{Fail, Page, comm_rows, esc, human_bytes, url_param, yield_to_browser};
 
@@ -36,6 +39,13 @@ const SAMPLING: Sampling = Sampling::TopK {
     temperature: 0.8,
     seed: SEED,
 };
+/// The quantized formats the trained weights are kept in, and the greedy
+/// characters each continues the prompt by.
+const QUANTS: [QuantType; 2] = [QuantType::Q8_0, QuantType::Q4_0];
+const GREEDY_LEN: usize = 80;
+/// Q8_0's next-character logits stay within this relative error of f32's
+/// (half an 8-bit step of each block's largest weight: about 0.6 %).
+const Q8_TOL: f64 = 0.02;
 
 macro_rules! log {
     ($($t:tt)*) => { web_sys::console::log_1(&format!($($t)*).into()) };
@@ -100,6 +110,58 @@ impl Windows {
         }
         (ids, targets)
     }
+}
+
+/// A copy of `model`'s trained weights on `mesh`, kept in f32 or in `q`:
+/// built in f32, given the trained values, then quantized on the host with
+/// llama.cpp's reference quantizer (awaited: the f32 values are read back
+/// first).
+async fn copy_to(
+    mesh: &Mesh,
+    cfg: &Gpt2Config,
+    model: &CausalLm,
+    q: Option<QuantType>,
+) -> Result<CausalLm, Fail> {
+    let mut copy = CausalLm::new(mesh, cfg.clone(), SEED)?;
+    for ((_, to), (_, from)) in copy
+        .named_parameters_mut()
+        .into_iter()
+        .zip(model.named_parameters())
+    {
+        to.load_master(&from.master_async().await?)?;
+    }
+    if let Some(q) = q {
+        copy.store_weights_as_async(DType::Quant(q)).await?;
+    }
+    Ok(copy)
+}
+
+/// The weight matrices' formats (`q8_0 × 10`) and their bytes, as one rank
+/// holding the whole model would keep them.
+fn weight_matrices(model: &CausalLm) -> (String, u64) {
+    let mut kinds: Vec<(DType, usize)> = Vec::new();
+    let mut bytes = 0;
+    for (_, p) in model.named_parameters() {
+        if p.shape().len() < 2 {
+            continue;
+        }
+        let dtype = p.value.dtype();
+        bytes += dtype.storage_bytes(p.shape()) as u64;
+        match kinds.iter_mut().find(|(k, _)| *k == dtype) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((dtype, 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} × {n}")).collect();
+    (kinds.join(", "), bytes)
+}
+
+/// The logits of the prompt's last position.
+async fn next_logits(model: &CausalLm, prompt: &[i32]) -> Result<Vec<f32>, Fail> {
+    let logits = no_grad(|| model.logits(prompt, prompt.len()))?;
+    let all = logits.to_host_async().await?;
+    let vocab = model.vocab_size();
+    Ok(all[all.len() - vocab..].to_vec())
 }
 
 async fn demo(page: &Page) -> Result<bool, Fail> {
@@ -271,7 +333,77 @@ async fn demo(page: &Page) -> Result<bool, Fail> {
         &format!("{SAMPLE_LEN} characters, {gen_ms:.0} ms each ({SAMPLING:?}); decoding communicated {calls} collectives, {} in all", human_bytes(bytes)),
     )?;
     log!("sample: {PROMPT}{text}");
-    let ok = parity_ok && fell;
+
+    // The trained weights in llama.cpp's blocks, dequantized inside the
+    // products, beside f32: all three on four ranks of a device opened
+    // with WebGPU's default limits (what every browser guarantees).
+    page.status("Opening a 4-rank mesh at WebGPU's default limits…")?;
+    let qmesh = MeshBuilder::new()
+        .ranks(RANKS)
+        .limits(wgpu::Limits::default())
+        .build_async()
+        .await?;
+    page.status("Greedy decoding with the f32 weights…")?;
+    let decode = |text: &[i32]| -> String { text.iter().map(|&t| vocab.0[t as usize]).collect() };
+    let wide = copy_to(&qmesh, &cfg, &model, None).await?;
+    let (f32_kinds, f32_bytes) = weight_matrices(&wide);
+    let f32_next = next_logits(&wide, &prompt).await?;
+    let t0 = Instant::now();
+    let want = wide
+        .generate_async(&prompt, GREEDY_LEN, Sampling::Greedy)
+        .await?;
+    let f32_ms = t0.elapsed().as_secs_f64() * 1e3 / GREEDY_LEN as f64;
+    drop(wide);
+    let mut rows = format!(
+        "<tr><td>{f32_kinds}</td><td>{}</td><td>—</td><td>—</td><td>{f32_ms:.0}</td><td>{}</td></tr>",
+        human_bytes(f32_bytes),
+        esc(&decode(&want))
+    );
+    page.html("quant-table", &rows)?;
+    let mut quant_ok = true;
+    for q in QUANTS {
+        page.status(&format!(
+            "Quantizing the trained weights to {q} and decoding…"
+        ))?;
+        yield_to_browser().await;
+        let quant = copy_to(&qmesh, &cfg, &model, Some(q)).await?;
+        let (kinds, bytes) = weight_matrices(&quant);
+        let e = rel_err(&next_logits(&quant, &prompt).await?, &f32_next);
+        let t0 = Instant::now();
+        let got = quant
+            .generate_async(&prompt, GREEDY_LEN, Sampling::Greedy)
+            .await?;
+        let ms = t0.elapsed().as_secs_f64() * 1e3 / GREEDY_LEN as f64;
+        let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        // Q8_0 is held to its rounding; every format must generate.
+        let ok = got.len() == GREEDY_LEN && e.is_finite() && (q != QuantType::Q8_0 || e <= Q8_TOL);
+        quant_ok &= ok;
+        rows += &format!(
+            "<tr><td>{kinds}</td><td>{}<br><span class=note>{:.1}× smaller</span></td><td>{e:.1e}{}</td><td>{same} of {GREEDY_LEN}</td><td>{ms:.0}</td><td>{}</td></tr>",
+            human_bytes(bytes),
+            f32_bytes as f64 / bytes as f64,
+            if ok {
+                ""
+            } else {
+                " <span class=fail>FAIL</span>"
+            },
+            esc(&decode(&got))
+        );
+        page.html("quant-table", &rows)?;
+        log!(
+            "{q}: {kinds}, {bytes} bytes, next-character logits {e:.2e} from f32's, {same}/{GREEDY_LEN} greedy characters as f32's, {ms:.1} ms/character: {PROMPT}{}",
+            decode(&got)
+        );
+    }
+    page.html(
+        "quant-verdict",
+        &format!(
+            "Q8_0's next-character logits within {Q8_TOL} (relative) of f32's and every format generating {GREEDY_LEN} characters: <span class={}>{}</span>",
+            if quant_ok { "pass" } else { "fail" },
+            if quant_ok { "PASS" } else { "FAIL" }
+        ),
+    )?;
+    let ok = parity_ok && fell && quant_ok;
     page.html(
         "summary",
         &format!(

@@ -51,7 +51,8 @@ const t = (id) => (document.getElementById(id) || {}).innerText || "";
 return {done: document.body.dataset.done || "", verdict: document.body.dataset.verdict || "",
         status: t("status"), error: t("error"), adapter: t("adapter"), parity: t("parity-verdict"),
         train: t("train-stats"), comm: t("comm-table"), sample: t("sample"),
-        sampleStats: t("sample-stats"), summary: t("summary"),
+        sampleStats: t("sample-stats"), quant: t("quant-table"), quantVerdict: t("quant-verdict"),
+        summary: t("summary"),
         height: document.documentElement.scrollHeight,
         chrome: window.outerHeight - window.innerHeight};
 """
@@ -125,6 +126,10 @@ def report(page):
         print("  " + line.replace("\t", "  |  "))
     print(f"sample:   {page['sample']}")
     print(f"          {page['sampleStats']}")
+    print("quantized (weights | bytes | logits vs f32 | same as f32 | ms/char | greedy):")
+    for line in page["quant"].splitlines():
+        print("  " + line.replace("\t", "  |  "))
+    print(f"          {page['quantVerdict']}")
     print(f"result:   {page['summary']}")
 
 

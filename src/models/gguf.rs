@@ -46,7 +46,7 @@ impl CausalLm {
     /// use wgpu_tp::Mesh;
     /// use wgpu_tp::models::CausalLm;
     /// use wgpu_tp::nn::Tokenizer;
-    /// let mesh = Mesh::new(2)?;
+    /// let mesh = Mesh::simulated(2)?;
     /// let model = CausalLm::from_gguf(&mesh, "SmolLM2-135M-Instruct-Q8_0.gguf")?;
     /// let tokenizer = Tokenizer::from_gguf("SmolLM2-135M-Instruct-Q8_0.gguf")?;
     /// # let _ = (model, tokenizer);

@@ -83,8 +83,10 @@ pub(crate) fn refuse_unsupported(obj: &Map<String, Value>, file: &str) -> Result
     if set("quantization_config") {
         return Err(bad(
             file,
-            "quantization_config: quantized checkpoints are not supported; use an F32, F16 or \
-             BF16 one",
+            "quantization_config: quantized safetensors checkpoints (GPTQ, AWQ, bitsandbytes, \
+             ...) are not supported; use an F32, F16 or BF16 one (LoadOptions::weights can \
+             quantize it as it loads), or the model's llama.cpp .gguf file \
+             (CausalLm::from_gguf)",
         ));
     }
     if let Some(key) = MOE_KEYS.iter().find(|k| set(k)) {

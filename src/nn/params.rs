@@ -80,7 +80,10 @@ pub trait Params {
     /// projections, embeddings, heads) in `dtype`, norm weights and biases
     /// in f32: bf16 (any adapter) or f16 (`SHADER_F16`) for generation,
     /// half the memory and half the bytes a decoding token reads; f32 to
-    /// train again. Stops at the first error (see [`Parameter::store_as`]).
+    /// train again; or a quantized type (`DType::Quant`, llama.cpp's
+    /// blocks; such weights are frozen, and in a browser
+    /// [`Params::store_weights_as_async`] quantizes). Stops at the first
+    /// error (see [`Parameter::store_as`]).
     fn store_weights_as(&mut self, dtype: DType) -> Result<()> {
         let mut out = Ok(());
         self.visit_params_mut("", &mut |_, p| {
@@ -91,6 +94,26 @@ pub trait Params {
             }
         });
         out
+    }
+
+    /// [`Params::store_weights_as`] as a future, for a browser: quantizing
+    /// reads each weight's f32 values back to the host to run llama.cpp's
+    /// quantizer, which a page can only await (see
+    /// [`Parameter::store_as_async`]). The same weights change, in the same
+    /// order.
+    fn store_weights_as_async(&mut self, dtype: DType) -> impl Future<Output = Result<()>>
+    where
+        Self: Sized,
+    {
+        async move {
+            for (_, p) in self.named_parameters_mut() {
+                // As `store_weights_as`: quantized weights keep their blocks.
+                if p.shape().len() >= 2 && p.value.dtype().quant().is_none() {
+                    p.store_as_async(dtype).await?;
+                }
+            }
+            Ok(())
+        }
     }
 
     /// Drop every gradient.

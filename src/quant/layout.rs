@@ -47,7 +47,11 @@ pub(crate) fn fields(q: QuantType) -> Fields {
 }
 
 /// Byte offsets of the `extra` and `halves` regions for `blocks` blocks,
-/// and the buffer's whole size (a multiple of 4).
+/// and the buffer's whole size: a multiple of 16, because the kernels bind
+/// it as `array<vec4<u32>>`, whose length counts whole vec4s only. A
+/// browser's WebGPU clamps every index to that length (robust buffer
+/// access), so the scales in a last, partly filled vec4 would be read from
+/// the vec4 before it; native drivers happen to read them.
 pub(crate) fn regions(q: QuantType, blocks: usize) -> (usize, usize, usize) {
     let f = fields(q);
     let extra = blocks * f.main_bytes();
@@ -55,12 +59,12 @@ pub(crate) fn regions(q: QuantType, blocks: usize) -> (usize, usize, usize) {
     (
         extra,
         halves,
-        (halves + blocks * f.halves_bytes()).next_multiple_of(4),
+        (halves + blocks * f.halves_bytes()).next_multiple_of(16),
     )
 }
 
-/// Bytes `blocks` blocks of `q` take on the device: GGUF's bytes rounded
-/// up to a whole word.
+/// Bytes `blocks` blocks of `q` take on the device: GGUF's bytes in the
+/// device order, rounded up to a whole vec4 (16 bytes).
 pub fn device_bytes(q: QuantType, blocks: usize) -> usize {
     regions(q, blocks).2
 }
@@ -120,6 +124,9 @@ mod tests {
                     .collect();
                 let dev = to_device(q, &raw);
                 assert_eq!(dev.len(), device_bytes(q, n));
+                // Kernels read the buffer as whole vec4s (see `regions`).
+                assert_eq!(dev.len() % 16, 0, "{q} n={n}");
+                assert!(dev.len() < n * q.block_bytes() + 16, "{q} n={n}");
                 assert_eq!(from_device(q, &dev, n), raw, "{q} n={n}");
             }
         }

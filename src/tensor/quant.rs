@@ -3,7 +3,7 @@
 //! independent, so a weight splits along its rows in any units
 //! (`Shard(0)`: column-parallel layers, vocabulary-parallel tables);
 //! along K only in whole blocks (`Shard(1)`: row-parallel layers, the unit
-//! a multiple of the block). docs/MATH.md §16 gives the rule.
+//! a multiple of the block). docs/MATH.md §19 gives the rule.
 
 use super::aliased::made_once;
 use super::dtensor::DTensor;

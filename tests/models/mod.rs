@@ -20,6 +20,9 @@
 //!   bit to f32 weights rounded to bf16, and greedy tokens as f32's.
 //! - `quantized_load`: weights quantized as a checkpoint loads, for
 //!   every family, against f32 holding the dequantized weights.
+//! - `quantized`: a GPT quantized as it is built or afterwards (awaited,
+//!   as in a browser): every llama.cpp type fallback, P = 3 and 4 equal
+//!   P = 1, near the f32 logits, cached generation.
 //! - `sizes`: parameter counts, and configurations past memory refused
 //!   before anything is allocated (GPT-2 and the Llama family).
 
@@ -29,4 +32,5 @@ mod families;
 mod gguf;
 mod pipeline;
 mod quantized_load;
+mod quantized;
 mod sizes;

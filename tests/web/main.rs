@@ -11,6 +11,7 @@
 mod collectives;
 mod gpt;
 mod kernels;
+mod quant;
 mod shaders;
 
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};

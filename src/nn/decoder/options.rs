@@ -27,6 +27,9 @@ pub struct LoadOptions {
     /// either way. Building a model draws f32 values first, so its peak
     /// memory is the f32 model's; loading a checkpoint quantizes each
     /// tensor on the host as it is read. The pools are trimmed afterwards.
+    /// In a browser, where reading the f32 values back must be awaited,
+    /// build in f32 and quantize with
+    /// [`Params::store_weights_as_async`](crate::nn::Params::store_weights_as_async).
     pub weight_dtype: DType,
     /// Sequence parallelism (activations split along tokens between the
     /// tensor-parallel pairs; for training).

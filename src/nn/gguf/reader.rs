@@ -196,7 +196,8 @@ impl GgufFile {
             .ok_or_else(|| bad(&self.name, format!("has no tensor {name:?}")))
     }
 
-    /// The whole file's bytes (tensor infos' byte ranges index them).
+    /// The whole file's bytes (tensor infos' byte ranges index them), for
+    /// the weight loader (native only).
     #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn data(&self) -> &[u8] {
         self.data.bytes()

@@ -156,7 +156,11 @@ impl RowParallelLinear {
         let w = self.weight.operand_for(x.dtype())?;
         // A quantized weight's K is split in whole blocks, which the
         // input's split (whole heads) may not follow: re-split the input.
-        let x = if w.shard_unit() != x.shard_unit() && !same_split(&x, &w) {
+        // A float weight splits as its input must; a mismatch is an error.
+        let x = if w.quant_type().is_some()
+            && w.shard_unit() != x.shard_unit()
+            && !same_split(&x, &w)
+        {
             x.redistribute_in_units(Placement::Shard(1), w.shard_unit())?
         } else {
             x

@@ -30,7 +30,8 @@ impl Parameter {
     /// quantized dtype quantizes a 2-D weight as llama.cpp does (see
     /// [`QuantType::for_row`](crate::quant::QuantType::for_row)); the
     /// weight is then frozen (no gradient, optimisers skip it) and stays
-    /// quantized. Optimisers refuse other parameters not kept in f32, and
+    /// quantized (in a browser use [`Parameter::store_as_async`]).
+    /// Optimisers refuse other parameters not kept in f32, and
     /// layers with `Overlap::Ring` multiply f32 weights only. On error
     /// nothing changes.
     pub fn store_as(&mut self, dtype: DType) -> Result<()> {
@@ -60,5 +61,17 @@ impl Parameter {
         self.value = tracked(value, &self.slot);
         self.slot.set(None);
         Ok(())
+    }
+
+    /// [`Parameter::store_as`] as a future. Quantizing reads the f32 master
+    /// back to the host, which a browser can only await (there
+    /// `store_as` to a quantized dtype is an
+    /// [`Error::WouldBlock`](crate::Error::WouldBlock)); the other dtypes
+    /// convert on the device and need no wait.
+    pub async fn store_as_async(&mut self, dtype: DType) -> Result<()> {
+        match dtype {
+            DType::Quant(q) if self.value.dtype() != dtype => self.quantize_async(q).await,
+            _ => self.store_as(dtype),
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! gets no gradient, and optimisers leave it alone.
 
 use super::{Parameter, strided_order, tracked};
+use crate::device::block_on;
 use crate::error::{Error, Result};
 use crate::quant::{QuantType, quantize_rows};
 use crate::tensor::{DTensor, Placement, k_unit};
@@ -82,6 +83,12 @@ impl Parameter {
     /// llama.cpp's fallback ([`QuantType::for_row`]); where none fits the
     /// value stays as it is.
     pub(super) fn quantize(&mut self, q: QuantType) -> Result<()> {
+        block_on("Parameter::store_as", self.quantize_async(q))
+    }
+
+    /// [`Parameter::quantize`] as a future: it reads the f32 master back,
+    /// which a browser can only await.
+    pub(super) async fn quantize_async(&mut self, q: QuantType) -> Result<()> {
         let &[rows, k] = self.shape() else {
             return Err(Error::shape(
                 "Parameter::store_as",
@@ -92,7 +99,7 @@ impl Parameter {
         let Some(q) = q.for_row(k) else {
             return Ok(());
         };
-        let master = self.master()?;
+        let master = self.master_async().await?;
         let blocks = quantize_rows(q, &master, rows, k)?;
         self.load_quant_master(q, &blocks)
     }
