@@ -5,6 +5,7 @@
 //! gguf-py and ggml's reference C code do it, rows split over the host's
 //! cores. Pure host code with no GPU, below every other layer.
 
+mod check;
 mod dequantize;
 mod k_quants;
 pub mod layout;

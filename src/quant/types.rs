@@ -94,31 +94,6 @@ impl QuantType {
         rows * self.blocks_per_row(k) * self.block_bytes()
     }
 
-    /// The `[rows, K]` of a 2-D weight `shape` held as `blocks` of this
-    /// format, or an error for `op` saying what is wrong.
-    pub fn check_weight(
-        self,
-        op: &'static str,
-        shape: &[usize],
-        blocks: &[u8],
-    ) -> crate::Result<(usize, usize)> {
-        let &[rows, k] = shape else {
-            return Err(crate::Error::shape(op, "a 2-D weight [rows, K]", shape));
-        };
-        let want = rows.checked_mul(self.bytes_for(1, k));
-        if want != Some(blocks.len()) {
-            return Err(crate::Error::invalid(
-                op,
-                format!(
-                    "a {self} weight [{rows}, {k}] is {} bytes of blocks, got {}",
-                    want.map_or("too many".to_string(), |w| w.to_string()),
-                    blocks.len()
-                ),
-            ));
-        }
-        Ok((rows, k))
-    }
-
     /// The format llama.cpp's quantizer gives a row of `k` weights asked
     /// for this one: itself where `k` is whole blocks, else its fallback
     /// (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, `llama-quant.cpp`), and

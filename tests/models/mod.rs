@@ -31,6 +31,6 @@ mod bf16_weights;
 mod families;
 mod gguf;
 mod pipeline;
-mod quantized_load;
 mod quantized;
+mod quantized_load;
 mod sizes;

@@ -14,7 +14,8 @@ use tokenizers::processors::template::{SpecialToken, TemplateProcessing};
 use tokenizers::{DecoderWrapper, NormalizerWrapper, PostProcessorWrapper};
 
 use super::pre::Pre;
-use super::{GgufVocab, err, split_merge, spm};
+use super::spm;
+use super::vocab::{GgufVocab, err, split_merge};
 use crate::error::Result;
 use crate::nn::tokenizer::SpecialIds;
 

@@ -7,7 +7,8 @@ use serde_json::Value;
 use tokenizers::AddedToken;
 
 use super::pre::Pre;
-use super::{GgufVocab, err, spm};
+use super::spm;
+use super::vocab::{GgufVocab, err, split_merge};
 use crate::error::Result;
 use crate::nn::Tokenizer;
 
@@ -36,7 +37,7 @@ fn merges(model: &Value) -> Option<Vec<(String, String)>> {
         Value::Array(p) if p.len() == 2 => {
             Some((p[0].as_str()?.to_string(), p[1].as_str()?.to_string()))
         }
-        Value::String(s) => super::split_merge(s),
+        Value::String(s) => split_merge(s),
         _ => None,
     };
     model["merges"].as_array()?.iter().map(pair).collect()

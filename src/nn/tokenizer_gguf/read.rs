@@ -4,7 +4,7 @@
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::Path;
 
-use super::GgufVocab;
+use super::vocab::GgufVocab;
 use crate::error::Result;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::nn::Tokenizer;

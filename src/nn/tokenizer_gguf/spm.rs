@@ -7,7 +7,7 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use super::GgufVocab;
+use super::vocab::GgufVocab;
 
 /// The merges that rank every split of a token into two tokens by the
 /// token's score, best first: transformers' `generate_merges` (what its GGUF
