@@ -65,6 +65,14 @@ pub struct GgufSaveOptions<'a> {
     pub keep_quantized: bool,
     /// `general.name`; none by default.
     pub name: Option<&'a str>,
+    /// Write a model with a sliding window shorter than its context where
+    /// llama.cpp's architecture has none (Mistral v0.1's `llama`, Phi-3
+    /// mini 4k's `phi3`): llama.cpp then attends to the whole context, the
+    /// same model up to the window's length only. A `llama`-family file
+    /// holds no window (the crate's reader neither); a `phi3` one holds it
+    /// as llama.cpp's converter writes it (the crate's reader keeps it).
+    /// Default `false`: such a model is an error.
+    pub allow_unsupported_window: bool,
 }
 
 impl std::fmt::Debug for GgufSaveOptions<'_> {
@@ -74,6 +82,7 @@ impl std::fmt::Debug for GgufSaveOptions<'_> {
             .field("tokenizer", &self.tokenizer.is_some())
             .field("keep_quantized", &self.keep_quantized)
             .field("name", &self.name)
+            .field("allow_unsupported_window", &self.allow_unsupported_window)
             .finish()
     }
 }
@@ -87,6 +96,7 @@ impl<'a> GgufSaveOptions<'a> {
             tokenizer: None,
             keep_quantized: false,
             name: None,
+            allow_unsupported_window: false,
         }
     }
 
@@ -105,6 +115,13 @@ impl<'a> GgufSaveOptions<'a> {
     /// `general.name`.
     pub fn name(mut self, name: &'a str) -> Self {
         self.name = Some(name);
+        self
+    }
+
+    /// Write (`true`) a sliding window llama.cpp's architecture has not
+    /// (see [`GgufSaveOptions::allow_unsupported_window`]).
+    pub fn allow_unsupported_window(mut self, allow: bool) -> Self {
+        self.allow_unsupported_window = allow;
         self
     }
 }
@@ -149,11 +166,12 @@ impl CausalLm {
 
     /// Write this model to `path` as a GGUF file, as `opts` say (see
     /// [`CausalLm::save_gguf`]). Everything is checked before anything is
-    /// written: a model llama.cpp cannot run as it is (a Llama-family
-    /// sliding window, Gemma's `query_pre_attn_scalar` other than
-    /// llama.cpp's, a RoPE scaling its architecture has not, a pipeline
-    /// stage, …) is an [`Error::InvalidArgument`](crate::Error) naming
-    /// what. The file appears under `path` only once complete. One tensor
+    /// written: a model llama.cpp cannot run as it is (a sliding window in
+    /// the Llama family or Phi-3 unless
+    /// [`allowed`](GgufSaveOptions::allow_unsupported_window), Gemma's
+    /// `query_pre_attn_scalar` other than llama.cpp's, a RoPE scaling its
+    /// architecture has not, a bias it does not load, a pipeline stage, …)
+    /// is an [`Error::InvalidArgument`](crate::Error) naming what. The file appears under `path` only once complete. One tensor
     /// at a time is gathered to the host. In a multi-process mesh every
     /// process calls it and only process 0 writes.
     pub fn save_gguf_with(&self, path: impl AsRef<Path>, opts: &GgufSaveOptions<'_>) -> Result<()> {
@@ -202,7 +220,7 @@ impl CausalLm {
             _ => req(&c, "num_attention_heads")?,
         };
         let kv = opt(&c, "num_key_value_heads")?.unwrap_or(heads);
-        let (hparams, extras) = hparams(arch, &c, self.spec.vocab)?;
+        let (hparams, extras) = hparams(arch, &c, self.spec.vocab, opts.allow_unsupported_window)?;
         let params: Rc<Vec<&Parameter>> = Rc::new(
             self.named_parameters()
                 .into_iter()
@@ -711,7 +729,8 @@ fn u32_of(n: usize, what: &str) -> Result<Value> {
 }
 
 /// The architecture's metadata (its `{arch}.*` keys) for the config `c`
-/// (the family's `config.json`) of a model of `vocab` tokens, and the
+/// (the family's `config.json`) of a model of `vocab` tokens (with a
+/// window llama.cpp lacks only if `any_window`), and the
 /// tensors the config stands for (Llama 3's `rope_freqs`, Phi-3's
 /// LongRoPE factors): the inverse of [`gguf_config`](super::gguf_config).
 #[allow(clippy::type_complexity)]
@@ -719,6 +738,7 @@ fn hparams(
     arch: &str,
     c: &Map<String, Json>,
     vocab: usize,
+    any_window: bool,
 ) -> Result<(Vec<(String, Value)>, Vec<(String, Vec<f32>)>)> {
     let mut kv: Vec<(String, Value)> = Vec::new();
     let mut extras: Vec<(String, Vec<f32>)> = Vec::new();
@@ -790,14 +810,8 @@ fn hparams(
                             .is_some_and(|t| t.iter().any(|t| t == "sliding_attention"))
                 }
             };
-            if slides && window < context {
-                return Err(Error::invalid(
-                    OP,
-                    format!(
-                        "sliding_window {window} (of a context of {context}): llama.cpp's \
-                         {arch:?} architecture attends to the whole context"
-                    ),
-                ));
+            if slides && window < context && !any_window {
+                return Err(unsupported_window(arch, window, context));
             }
             if arch == "llama" {
                 put("vocab_size", u32_of(vocab, "vocab_size")?);
@@ -886,6 +900,9 @@ fn hparams(
                 u32_of(original, "original_max_position_embeddings")?,
             );
             let window = opt(c, "sliding_window")?.unwrap_or(0);
+            if window > 0 && window < context && !any_window {
+                return Err(unsupported_window(arch, window, context));
+            }
             put(
                 "attention.sliding_window",
                 u32_of(window, "sliding_window")?,
@@ -988,6 +1005,18 @@ fn hparams(
         }
     }
     Ok((kv, extras))
+}
+
+/// A sliding window where llama.cpp's `arch` has none.
+fn unsupported_window(arch: &str, window: usize, context: usize) -> Error {
+    Error::invalid(
+        OP,
+        format!(
+            "sliding_window {window} (of a context of {context}): llama.cpp's {arch:?} \
+             architecture attends to the whole context; GgufSaveOptions::\
+             allow_unsupported_window writes the model anyway"
+        ),
+    )
 }
 
 /// Llama 3's RoPE divisors (`rope_freqs.weight`), one per frequency, as

@@ -271,11 +271,13 @@ fn patches(name: &str) -> (fn(&mut serde_json::Value), Option<&'static str>) {
             |c| c["query_pre_attn_scalar"] = c["head_dim"].clone(),
             Some("query_pre_attn_scalar"),
         ),
-        // llama.cpp's llama attends to the whole context.
+        // llama.cpp's llama attends to the whole context (its phi3 too, but
+        // the file keeps phi3's window: allow_unsupported_window).
         "mistral_window" => (
             |c| c["sliding_window"] = serde_json::Value::Null,
             Some("sliding_window"),
         ),
+        "phi3_window" => (none, Some("sliding_window")),
         // Our reader takes Llama 3's factors of the released models only
         // (an original context of 8192, some wavelength past it).
         "llama_gqa" => (
@@ -298,11 +300,20 @@ fn f32s(file: &GgufFile, name: &str) -> Vec<f32> {
 /// same config; written as Q8_0: each Q8_0 tensor llama.cpp's blocks of
 /// the F32 file's values (rows not of whole blocks F16), read back. The
 /// number of Q8_0 tensors.
-fn check_f32_and_q8_0(what: &str, m: &Mesh, model: &CausalLm, ids: &[i32], seq: usize) -> usize {
+fn check_f32_and_q8_0(
+    what: &str,
+    m: &Mesh,
+    model: &CausalLm,
+    (ids, seq): (&[i32], usize),
+    opts: GgufSaveOptions<'_>,
+) -> usize {
     let dir = scratch(&what.replace([' ', '='], "_"));
     let want = logits(model, ids, seq);
     let f32_path = dir.join("f32.gguf");
-    model.save_gguf(&f32_path, DType::F32, None).unwrap();
+    let as_type = |dtype| GgufSaveOptions { dtype, ..opts };
+    model
+        .save_gguf_with(&f32_path, &as_type(DType::F32))
+        .unwrap();
     let back = CausalLm::from_gguf(m, &f32_path).unwrap();
     let want64: Vec<f64> = want.iter().map(|&v| v as f64).collect();
     assert_close(
@@ -331,7 +342,7 @@ fn check_f32_and_q8_0(what: &str, m: &Mesh, model: &CausalLm, ids: &[i32], seq: 
 
     let q8_path = dir.join("q8_0.gguf");
     model
-        .save_gguf(&q8_path, DType::Quant(QuantType::Q8_0), None)
+        .save_gguf_with(&q8_path, &as_type(DType::Quant(QuantType::Q8_0)))
         .unwrap();
     let q8_file = GgufFile::open(&q8_path).unwrap();
     let mut quantized = 0;
@@ -379,36 +390,46 @@ fn check_f32_and_q8_0(what: &str, m: &Mesh, model: &CausalLm, ids: &[i32], seq: 
     quantized
 }
 
-#[test]
-fn hugging_face_models_write_as_f32_and_q8_0() {
-    let names = [
-        "llama_gqa",
-        "smollm2_like",
-        "qwen2_bias_bf16",
-        "qwen3_qknorm",
-        "mistral_window",
-        "gemma3_sliding",
-        "gemma2_softcap",
-        "phi3_longrope",
-        "phi3_window",
-    ];
-    let ids: Vec<i32> = (0..12).map(|i| (i * 7 + 3) % 50).collect();
-    let mut quantized = 0;
-    for (i, name) in names.iter().enumerate() {
-        let p = [1, 2, 3][i % 3];
-        let m = mesh(p);
-        let (patch, _) = patches(name);
-        let model = hf_model(&m, name, patch);
-        quantized += check_f32_and_q8_0(&format!("{name} P={p}"), &m, &model, &ids, 6);
-    }
-    // GPT-2 (no fixture directory): drawn weights, written at P = 2.
-    let m = mesh(2);
+/// Every Hugging Face fixture.
+const HF_MODELS: [&str; 9] = [
+    "llama_gqa",
+    "smollm2_like",
+    "qwen2_bias_bf16",
+    "qwen3_qknorm",
+    "mistral_window",
+    "gemma3_sliding",
+    "gemma2_softcap",
+    "phi3_longrope",
+    "phi3_window",
+];
+
+/// A GPT-2 of drawn weights (no fixture directory has one).
+fn drawn_gpt2(m: &Mesh) -> CausalLm {
     let mut config = Gpt2Config::new(50, 16, 32, 2, 2);
     config.eos_token_id = Some(49);
     // GGUF keeps ε as an f32: one it holds exactly, so the config reads back equal.
     config.layer_norm_epsilon = 2f64.powi(-17);
-    let model = CausalLm::new(&m, config, 7).unwrap();
-    quantized += check_f32_and_q8_0("gpt2 P=2", &m, &model, &ids, 6);
+    CausalLm::new(m, config, 7).unwrap()
+}
+
+#[test]
+fn hugging_face_models_write_as_f32_and_q8_0() {
+    let ids: Vec<i32> = (0..12).map(|i| (i * 7 + 3) % 50).collect();
+    let mut quantized = 0;
+    for (i, name) in HF_MODELS.iter().enumerate() {
+        let p = [1, 2, 3][i % 3];
+        let m = mesh(p);
+        let (patch, _) = patches(name);
+        let model = hf_model(&m, name, patch);
+        // Phi-3's window stays in the file for our reader.
+        let opts = GgufSaveOptions::new(DType::F32).allow_unsupported_window(true);
+        quantized += check_f32_and_q8_0(&format!("{name} P={p}"), &m, &model, (&ids, 6), opts);
+    }
+    // GPT-2 (no fixture directory): drawn weights, written at P = 2.
+    let m = mesh(2);
+    let model = drawn_gpt2(&m);
+    let opts = GgufSaveOptions::new(DType::F32);
+    quantized += check_f32_and_q8_0("gpt2 P=2", &m, &model, (&ids, 6), opts);
     // The fixtures' widths are mostly not whole blocks of 32.
     assert!(quantized >= 40, "{quantized} Q8_0 tensors");
     let file = scratch("gpt2_meta").join("model.gguf");
@@ -442,11 +463,27 @@ fn what_llama_cpp_cannot_run_is_an_error_naming_it() {
         }
         assert!(!path.exists(), "nothing written");
     };
-    for name in ["gemma2_softcap", "gemma3_sliding", "mistral_window"] {
+    for name in [
+        "gemma2_softcap",
+        "gemma3_sliding",
+        "mistral_window",
+        "phi3_window",
+    ] {
         let (_, needle) = patches(name);
         let model = hf_model(&m, name, |_| {});
         expect(&model, DType::F32, &[needle.unwrap()]);
     }
+    // Allowed, Mistral's window is not in the file (llama.cpp has none).
+    let model = hf_model(&m, "mistral_window", |_| {});
+    let opts = GgufSaveOptions::new(DType::F32).allow_unsupported_window(true);
+    model.save_gguf_with(&path, &opts).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    assert!(
+        file.metadata()
+            .iter()
+            .all(|(k, _)| !k.contains("sliding_window"))
+    );
+    std::fs::remove_file(&path).unwrap();
     let model = hf_model(&m, "smollm2_like", |_| {});
     expect(&model, DType::I32, &["I32"]);
     // A tokenizer of more tokens than the embedding has rows.
@@ -473,9 +510,60 @@ fn what_llama_cpp_cannot_run_is_an_error_naming_it() {
     CausalLm::from_gguf(&m, &path).unwrap();
 }
 
+/// `model` written to `out` as `opts` say, read back, and our greedy tokens
+/// from `inputs.prompt` with our logits along them (f32, `[tokens,
+/// vocab]`) beside it: the entry of `index.json` that says so.
+fn write_for_llamacpp(
+    m: &Mesh,
+    model: &CausalLm,
+    out: &Path,
+    name: &str,
+    variant: &str,
+    opts: &GgufSaveOptions<'_>,
+    inputs: &Inputs,
+) -> serde_json::Value {
+    let file = out.join(format!("{name}-{variant}.gguf"));
+    model.save_gguf_with(&file, opts).unwrap();
+    let back = CausalLm::from_gguf(m, &file).unwrap();
+    let ours = greedy(&back, &inputs.prompt, inputs.new);
+    let seq: Vec<i32> = inputs.prompt.iter().chain(&ours).copied().collect();
+    let seq = &seq[..seq.len() - 1];
+    let values = logits(&back, seq, seq.len());
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let logits_file = format!("{name}-{variant}.logits");
+    std::fs::write(out.join(&logits_file), bytes).unwrap();
+    serde_json::json!({
+        "fixture": name,
+        "variant": variant,
+        "file": file.file_name().unwrap().to_str().unwrap(),
+        "prompt": inputs.prompt,
+        "greedy": ours,
+        "logits": logits_file,
+    })
+}
+
+/// A byte-level vocabulary of `n` tokens, one printable ASCII character
+/// each, no merges: what llama.cpp needs to load a model that has no
+/// tokenizer of its own.
+fn characters(n: usize) -> Tokenizer {
+    let vocab = GgufVocab {
+        model: "gpt2".into(),
+        pre: Some("gpt-2".into()),
+        tokens: (0..n as u32)
+            .map(|i| char::from_u32(0x21 + i).unwrap().to_string())
+            .collect(),
+        token_types: Some(vec![GgufVocab::NORMAL; n]),
+        merges: Some(Vec::new()),
+        ..GgufVocab::default()
+    };
+    Tokenizer::from_gguf_vocab(&vocab, "characters").unwrap()
+}
+
 /// Files for `check_save_with_llamacpp.py`: every GGUF fixture written
-/// back (types kept, dequantized to F32, requantized to Q8_0 and Q4_K),
-/// each with our greedy tokens from that file, into `$WGPU_TP_GGUF_OUT`.
+/// back (types kept, dequantized to F32, requantized to Q8_0 and Q4_K), and
+/// every Hugging Face fixture and a drawn GPT-2 as F32 and Q8_0, each with
+/// our greedy tokens from that file and our logits along them, into
+/// `$WGPU_TP_GGUF_OUT`.
 #[test]
 #[ignore = "run by tests/fixtures/gguf/check_save_with_llamacpp.py"]
 fn write_files_for_llamacpp() {
@@ -499,19 +587,41 @@ fn write_files_for_llamacpp() {
             ("q4_k", GgufSaveOptions::new(DType::Quant(QuantType::Q4K))),
         ];
         for (variant, opts) in variants {
-            let file = out.join(format!("{name}-{variant}.gguf"));
-            model
-                .save_gguf_with(&file, &opts.tokenizer(&tokenizer).name(name))
-                .unwrap();
-            let back = CausalLm::from_gguf(&m, &file).unwrap();
-            let ours = greedy(&back, &inputs.prompt, inputs.new);
-            index.push(serde_json::json!({
-                "fixture": name,
-                "variant": variant,
-                "file": file.file_name().unwrap().to_str().unwrap(),
-                "prompt": inputs.prompt,
-                "greedy": ours,
-            }));
+            let opts = opts.tokenizer(&tokenizer).name(name);
+            let entry = write_for_llamacpp(&m, &model, &out, name, variant, &opts, &inputs);
+            index.push(entry);
+        }
+    }
+    // The Hugging Face fixtures (their RoPE scalings, windows, biases, fused
+    // projections) and a GPT-2, with a tokenizer of one character a token.
+    let mut models: Vec<(String, CausalLm)> = Vec::new();
+    for name in HF_MODELS {
+        let (patch, _) = patches(name);
+        models.push((name.to_string(), hf_model(&m, name, patch)));
+    }
+    models.push(("gpt2_drawn".into(), drawn_gpt2(&m)));
+    for (name, model) in &models {
+        let vocab = model.decoder_config().spec().vocab;
+        let tokenizer = characters(vocab);
+        let inputs = Inputs {
+            ids: Vec::new(),
+            seq: 0,
+            prompt: vec![3, 1, 4, 1, 5],
+            new: 8,
+        };
+        for (variant, dtype) in [("f32", DType::F32), ("q8_0", DType::Quant(QuantType::Q8_0))] {
+            // No general.name: llama.cpp looks "</s>" up in any vocabulary of
+            // a model whose name says phi3.
+            let opts = GgufSaveOptions::new(dtype)
+                .tokenizer(&tokenizer)
+                .allow_unsupported_window(true);
+            let mut entry = write_for_llamacpp(&m, model, &out, name, variant, &opts, &inputs);
+            if name == "phi3_window" {
+                // llama.cpp's phi3 attends to the whole context: the same
+                // model at the positions the window does not cut.
+                entry["window"] = 5.into();
+            }
+            index.push(entry);
         }
     }
     let text = serde_json::to_string_pretty(&index).unwrap();
