@@ -146,7 +146,7 @@ impl CausalLm {
     /// use wgpu_tp::quant::QuantType;
     /// let mesh = Mesh::new(2)?;
     /// let model = CausalLm::from_pretrained(&mesh, "SmolLM2-135M-Instruct")?;
-    /// let tokenizer = Tokenizer::from_pretrained("SmolLM2-135M-Instruct")?;
+    /// let tokenizer = Tokenizer::from_dir("SmolLM2-135M-Instruct")?;
     /// model.save_gguf("smollm2-q8_0.gguf", DType::Quant(QuantType::Q8_0), Some(&tokenizer))?;
     /// # Ok(())
     /// # }
@@ -403,10 +403,18 @@ fn tensor_names(
     out
 }
 
-/// What llama.cpp requires of the tensors beyond their names: the biases
-/// each architecture loads (and the crate's reader expects).
+/// What llama.cpp requires of the tensors beyond their names: no head for
+/// Gemma 2, the biases each architecture loads (and the crate's reader
+/// expects).
 fn check_tensors(arch: &str, plans: &[TensorPlan]) -> Result<()> {
     let names: Vec<&str> = plans.iter().map(|t| t.name.as_str()).collect();
+    if arch == "gemma2" && names.contains(&"output.weight") {
+        return Err(Error::invalid(
+            OP,
+            "an untied gemma2 head: llama.cpp's gemma2 always multiplies by token_embd \
+             (and refuses a file with an output.weight)",
+        ));
+    }
     let biases: Vec<&str> = (names.iter().copied())
         .filter(|n| n.ends_with(".bias"))
         .collect();
@@ -796,6 +804,15 @@ fn hparams(
     put("rope.freq_base", Value::F32(theta as f32));
     let eps = num(c, "rms_norm_eps")?.unwrap_or(1e-6);
     put("attention.layer_norm_rms_epsilon", Value::F32(eps as f32));
+    if matches!(arch, "qwen2" | "phi3") && heads * head_dim != hidden {
+        return Err(Error::invalid(
+            OP,
+            format!(
+                "{heads} heads of {head_dim}: llama.cpp's {arch:?} takes queries as wide as \
+                 the model ({hidden})"
+            ),
+        ));
+    }
     put("attention.key_length", u32_of(head_dim, "head_dim")?);
     put("attention.value_length", u32_of(head_dim, "head_dim")?);
     let mut rotary = head_dim;

@@ -213,8 +213,7 @@ fn bad_files_are_errors_naming_file_and_key_and_the_mesh_still_works() {
     let all = |_: &str, s, d, b| Some((s, d, b));
     let expect = |path: &Path, needles: &[&str]| {
         let err = CausalLm::from_gguf(&m, path)
-            .err()
-            .expect("an error")
+            .expect_err("an error")
             .to_string();
         for n in needles {
             assert!(err.contains(n), "{err:?} should name {n:?}");

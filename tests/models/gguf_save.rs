@@ -455,8 +455,7 @@ fn what_llama_cpp_cannot_run_is_an_error_naming_it() {
     let expect = |model: &CausalLm, dtype: DType, needles: &[&str]| {
         let err = model
             .save_gguf(&path, dtype, None)
-            .err()
-            .expect("an error")
+            .expect_err("an error")
             .to_string();
         for n in needles {
             assert!(err.contains(n), "{err:?} should name {n:?}");
@@ -490,20 +489,29 @@ fn what_llama_cpp_cannot_run_is_an_error_naming_it() {
     let tokenizer = Tokenizer::from_gguf(gguf_fixture("llama_q8_0")).unwrap();
     let err = model
         .save_gguf(&path, DType::F32, Some(&tokenizer))
-        .err()
-        .expect("an error")
+        .expect_err("an error")
         .to_string();
     assert!(
         err.contains("320 tokens") && err.contains("67 rows"),
         "{err}"
     );
+    // Drawn models of a fixture's config, changed.
+    let drawn = |name: &str, change: &dyn Fn(&mut serde_json::Value)| {
+        let text = std::fs::read_to_string(hf_fixture(name).join("config.json")).unwrap();
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        change(&mut json);
+        let config = config_from_json(&json.to_string(), name).unwrap();
+        CausalLm::new(&m, config, 1).unwrap()
+    };
     // A Qwen3 with attention biases, which llama.cpp's qwen3 has not.
-    let text = std::fs::read_to_string(hf_fixture("qwen3_qknorm").join("config.json")).unwrap();
-    let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    json["attention_bias"] = true.into();
-    let config = config_from_json(&json.to_string(), "qwen3 with biases").unwrap();
-    let model = CausalLm::new(&m, config, 1).unwrap();
+    let model = drawn("qwen3_qknorm", &|c| c["attention_bias"] = true.into());
     expect(&model, DType::F32, &["blk.0.attn_q.bias", "qwen3"]);
+    // An untied Gemma 2, whose head llama.cpp never loads.
+    let model = drawn("gemma2_softcap", &|c| {
+        c["query_pre_attn_scalar"] = c["head_dim"].clone();
+        c["tie_word_embeddings"] = false.into();
+    });
+    expect(&model, DType::F32, &["untied gemma2 head"]);
     // The mesh still works.
     let model = hf_model(&m, "smollm2_like", |_| {});
     model.save_gguf(&path, DType::F32, None).unwrap();

@@ -85,7 +85,7 @@ impl WeightFiles {
 /// interleaved per head of `heads`.
 fn interleaved(path: &Path, name: &str, shape: &[usize], heads: usize) -> Result<Vec<usize>> {
     let rows = shape.first().copied().unwrap_or(0);
-    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 {
+    if heads == 0 || rows % heads != 0 || !(rows / heads).is_multiple_of(2) {
         return Err(Error::Checkpoint(format!(
             "{}: tensor {name:?} has {rows} rows, not {heads} heads of an even width; \
              the file's head counts disagree with its tensors",
