@@ -144,7 +144,7 @@ impl CausalLm {
     /// use wgpu_tp::models::CausalLm;
     /// use wgpu_tp::nn::Tokenizer;
     /// use wgpu_tp::quant::QuantType;
-    /// let mesh = Mesh::new(2)?;
+    /// let mesh = Mesh::simulated(2)?;
     /// let model = CausalLm::from_pretrained(&mesh, "SmolLM2-135M-Instruct")?;
     /// let tokenizer = Tokenizer::from_dir("SmolLM2-135M-Instruct")?;
     /// model.save_gguf("smollm2-q8_0.gguf", DType::Quant(QuantType::Q8_0), Some(&tokenizer))?;

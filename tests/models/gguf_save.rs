@@ -5,7 +5,8 @@
 //! llama.cpp read, the tokenizer, and gives the same logits read back;
 //! every Hugging Face fixture family (and a GPT-2 built in code) written as
 //! F32 reads back with its logits, and as Q8_0 holds llama.cpp's blocks of
-//! the same values; what llama.cpp cannot run is an error naming it.
+//! the same values; every quantized type is llama.cpp's requantization of
+//! the dequantized weights; what llama.cpp cannot run is an error naming it.
 //! `tests/fixtures/gguf/check_save_with_llamacpp.py` runs llama.cpp itself
 //! on such files (through the ignored test at the end).
 
@@ -18,7 +19,7 @@ use wgpu_tp::models::{
 };
 use wgpu_tp::nn::gguf::GgufFile;
 use wgpu_tp::nn::{GgufVocab, Sampling, Tokenizer};
-use wgpu_tp::quant::{QuantType, quantize_rows};
+use wgpu_tp::quant::{QuantType, dequantize_rows, quantize_rows};
 use wgpu_tp::{DType, Mesh};
 
 use crate::util::{assert_close, mesh};
@@ -248,6 +249,48 @@ fn gguf_files_write_back_byte_identical_at_p_1_and_3() {
                 "{what}: chat template"
             );
         }
+    }
+}
+
+#[test]
+fn every_quantized_type_is_llama_cpps_requantization() {
+    // SmolLM2-like: rows of 256 and 512, so the K-quants apply whole.
+    let path = gguf_fixture("smollm2_q4_k_m");
+    let orig = GgufFile::open(&path).unwrap();
+    let m = mesh(2);
+    let model = CausalLm::from_gguf(&m, &path).unwrap();
+    let inputs = Inputs::read("smollm2_q4_k_m");
+    let dir = scratch("every_type");
+    for q in QuantType::ALL {
+        let file = dir.join(format!("{q}.gguf"));
+        model.save_gguf(&file, DType::Quant(q), None).unwrap();
+        let saved = GgufFile::open(&file).unwrap();
+        for t in orig.tensors() {
+            let s = saved.tensor(t.name()).unwrap();
+            let (DType::Quant(from), &[rows, k]) = (t.dtype(), t.shape()) else {
+                assert_eq!(s.dtype(), t.dtype(), "{q}: {}", t.name());
+                continue;
+            };
+            assert_eq!(s.dtype(), DType::Quant(q), "{q}: {}", t.name());
+            // The same blocks where the type is the same, else the dequantized
+            // weight requantized, as llama.cpp's quantizer does.
+            let blocks = orig.tensor_bytes(t.name()).unwrap();
+            let want = match from == q {
+                true => blocks.to_vec(),
+                false => {
+                    let values = dequantize_rows(from, blocks, rows, k).unwrap();
+                    quantize_rows(q, &values, rows, k).unwrap()
+                }
+            };
+            assert!(
+                saved.tensor_bytes(t.name()).unwrap() == want,
+                "{q}: {} is not the {from} weight's blocks or requantization",
+                t.name()
+            );
+        }
+        let back = CausalLm::from_gguf(&m, &file).unwrap();
+        let got = logits(&back, &inputs.ids, inputs.seq);
+        assert!(got.iter().all(|v| v.is_finite()), "{q}: logits");
     }
 }
 
