@@ -239,7 +239,7 @@ impl CausalLm {
         for (k, v) in hparams {
             w.metadata(k, v)?;
         }
-        w.metadata("general.file_type", file_type(opts.dtype))?
+        w.metadata("general.file_type", file_type(mostly(&plans, opts.dtype)))?
             .metadata("general.quantization_version", 2u32)?;
         for (k, v) in tokenizer_metadata(&c, &self.generation.eos_token_ids, self.spec.vocab, opts)?
         {
@@ -672,6 +672,27 @@ fn encode(values: &[f32], dtype: DType, rows: usize, cols: usize) -> Result<Vec<
         DType::Quant(q) => quantize_rows(q, values, rows, cols)?,
         DType::I32 => return Err(Error::invalid(OP, "I32 weights are not written")),
     })
+}
+
+/// The type most weight matrices of `plans` have (`dtype` where none is
+/// one): what `general.file_type` names.
+fn mostly(plans: &[TensorPlan], dtype: DType) -> DType {
+    let mut counts: Vec<(DType, usize)> = Vec::new();
+    let matrices = plans
+        .iter()
+        .filter(|t| t.hf_shape.len() == 2 && !t.name.starts_with("position_embd."));
+    for t in matrices {
+        match counts.iter_mut().find(|(d, _)| *d == t.dtype) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((t.dtype, 1)),
+        }
+    }
+    // The first of the most frequent, in the order the tensors come.
+    let most = counts.iter().map(|&(_, n)| n).max().unwrap_or(0);
+    counts
+        .into_iter()
+        .find(|&(_, n)| n == most)
+        .map_or(dtype, |(d, _)| d)
 }
 
 /// `general.file_type` (llama.cpp's `llama_ftype`) of files mostly `dtype`.

@@ -228,6 +228,20 @@ fn gguf_files_write_back_byte_identical_at_p_1_and_3() {
             let what = format!("{name} P={p} keeping types");
             assert!(compare(&what, &orig, &saved).is_empty(), "{what}");
             assert_eq!(saved.string("general.name").unwrap(), Some(name));
+            // Named by the type most weight matrices have.
+            let mostly = match (keep, q) {
+                (DType::F32, _) => 0,
+                (_, QuantType::Q4_0) => 2,
+                (_, QuantType::Q8_0) => 7,
+                (_, QuantType::Q4K) => 14,
+                (_, QuantType::Q5K) => 16,
+                _ => panic!("{what}: a fixture mostly {q}"),
+            };
+            assert_eq!(
+                saved.u32("general.file_type").unwrap(),
+                Some(mostly),
+                "{what}: general.file_type"
+            );
             for t in orig.tensors() {
                 let s = saved.tensor(t.name()).unwrap();
                 if !matches!(t.dtype(), DType::F16 | DType::BF16) {
