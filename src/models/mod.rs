@@ -15,6 +15,8 @@
 //! - `gguf.rs`: [`CausalLm::from_gguf`], a llama.cpp file's architecture,
 //!   metadata and tensor names as the families' config and names
 //!   ([`GGUF_ARCHITECTURES`]).
+//! - `gguf_save.rs`: [`CausalLm::save_gguf`], the inverse: any model
+//!   written as a GGUF file llama.cpp loads ([`GgufSaveOptions`]).
 //!
 //! Adding a family is adding its file, its `mod` and `pub use` lines here,
 //! and one line in [`FAMILIES`].
@@ -24,6 +26,8 @@ mod causal;
 mod gemma;
 #[cfg(not(target_arch = "wasm32"))]
 mod gguf;
+#[cfg(not(target_arch = "wasm32"))]
+mod gguf_save;
 mod gpt2;
 mod llama;
 mod phi3;
@@ -32,6 +36,8 @@ pub use crate::nn::{GenerationConfig, LoadOptions};
 pub use gemma::{GEMMA_FAMILY, GemmaBlock, GemmaConfig};
 #[cfg(not(target_arch = "wasm32"))]
 pub use gguf::{GGUF_ARCHITECTURES, gguf_config, gguf_name};
+#[cfg(not(target_arch = "wasm32"))]
+pub use gguf_save::GgufSaveOptions;
 pub use gpt2::{Gpt2Attention, Gpt2AttentionConfig, Gpt2Block, Gpt2Config};
 pub use llama::{LLAMA_FAMILY, LlamaBlock, LlamaConfig};
 pub use phi3::{Phi3Block, Phi3Config};

@@ -8,7 +8,7 @@
 use super::aliased::made_once;
 use super::dtensor::DTensor;
 use super::placement::Placement;
-use crate::device::{Mesh, Rank};
+use crate::device::{Mesh, Rank, block_on};
 use crate::element::ReduceOp;
 use crate::error::{Error, Result};
 use crate::quant::QuantType;
@@ -100,6 +100,94 @@ impl DTensor {
     /// The quantized format of a quantized tensor.
     pub fn quant_type(&self) -> Option<QuantType> {
         self.dtype().quant()
+    }
+
+    /// A quantized `[rows, K]` weight's blocks in GGUF order, assembled
+    /// from its shards on the host: the bytes
+    /// [`DTensor::from_quant_blocks`] took, unchanged (no dequantizing). In
+    /// a multi-process mesh every process gets them all.
+    pub fn to_quant_blocks(&self) -> Result<Vec<u8>> {
+        block_on("DTensor::to_quant_blocks", self.to_quant_blocks_async())
+    }
+
+    /// [`DTensor::to_quant_blocks`] as a future.
+    pub async fn to_quant_blocks_async(&self) -> Result<Vec<u8>> {
+        const OP: &str = "DTensor::to_quant_blocks";
+        let Some(q) = self.quant_type() else {
+            return Err(Error::invalid(
+                OP,
+                format!("a {} tensor has no quantized blocks", self.dtype()),
+            ));
+        };
+        let &[rows, k] = self.shape() else {
+            return Err(Error::shape(OP, "a 2-D weight [rows, K]", self.shape()));
+        };
+        let (placement, unit, p) = (self.placement(), self.shard_unit(), self.mesh().size());
+        let refs: Vec<&crate::device::LocalTensor> = match placement {
+            Placement::Replicate => vec![&self.shards()[0]],
+            Placement::Shard(0 | 1) => self.shards().iter().collect(),
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("a quantized weight placed {other:?} has no blocks of its own"),
+                ));
+            }
+        };
+        let mut parts = Vec::with_capacity(refs.len());
+        for t in refs {
+            parts.push(t.to_quant_blocks_async().await?);
+        }
+        // The bytes rank `r` holds.
+        let held = |r: usize| match placement {
+            Placement::Shard(0) => q.bytes_for(split_range_in_units(rows, p, r, unit).len(), k),
+            Placement::Shard(_) => rows * q.bytes_for(1, split_range_in_units(k, p, r, unit).len()),
+            _ => q.bytes_for(rows, k),
+        };
+        if self.mesh().is_multi_process() && placement != Placement::Replicate {
+            // Each process holds its own shard: every process gets them all,
+            // as words (the last one padded).
+            let mine = parts.pop().unwrap_or_default();
+            let words: Vec<u32> = mine
+                .chunks(4)
+                .map(|c| {
+                    let mut w = [0u8; 4];
+                    w[..c.len()].copy_from_slice(c);
+                    u32::from_le_bytes(w)
+                })
+                .collect();
+            let all = crate::comm::gather_words(self.mesh(), words)?;
+            parts = (all.into_iter().enumerate())
+                .map(|(r, w)| {
+                    let mut b: Vec<u8> = w.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    b.truncate(held(r));
+                    b
+                })
+                .collect();
+        }
+        if let Some(r) = (0..parts.len()).find(|&r| parts[r].len() != held(r)) {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "internal: rank {r} holds {} bytes of blocks, its shard takes {}",
+                    parts[r].len(),
+                    held(r)
+                ),
+            ));
+        }
+        Ok(match placement {
+            Placement::Shard(1) => {
+                // Each row is every rank's blocks of it, in rank order.
+                let widths: Vec<usize> = (0..parts.len()).map(|r| held(r) / rows.max(1)).collect();
+                let mut out = Vec::with_capacity(q.bytes_for(rows, k));
+                for i in 0..rows {
+                    for (part, &w) in parts.iter().zip(&widths) {
+                        out.extend_from_slice(&part[i * w..(i + 1) * w]);
+                    }
+                }
+                out
+            }
+            _ => parts.concat(),
+        })
     }
 }
 

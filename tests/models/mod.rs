@@ -15,6 +15,9 @@
 //! - `gguf`: `.gguf` files of every architecture (quantized, mixed
 //!   types) against transformers on the dequantized weights, at P = 1..4,
 //!   and bad files.
+//! - `gguf_save`: `save_gguf` writing GGUF fixtures back byte for byte and
+//!   Hugging Face models as F32 / Q8_0 files read back; what llama.cpp
+//!   cannot run refused.
 //! - `pipeline`: pipeline stages of every family equal the whole model.
 //! - `bf16_weights`: models loaded with weights kept in bf16, equal bit for
 //!   bit to f32 weights rounded to bf16, and greedy tokens as f32's.
@@ -30,6 +33,7 @@ mod bad_dirs;
 mod bf16_weights;
 mod families;
 mod gguf;
+mod gguf_save;
 mod pipeline;
 mod quantized;
 mod quantized_load;

@@ -77,6 +77,54 @@ impl Parameter {
         Ok(())
     }
 
+    /// A quantized parameter's full value as its blocks: the logical
+    /// `[rows, K]` weight in GGUF's order, gathered from the shards and
+    /// put back in the master's row order — byte for byte what
+    /// [`Parameter::load_quant_master`] took, or what quantizing made.
+    /// `None` for a parameter not kept quantized (read
+    /// [`Parameter::master`] then).
+    pub fn master_quant(&self) -> Result<Option<(QuantType, Vec<u8>)>> {
+        block_on("Parameter::master_quant", self.master_quant_async())
+    }
+
+    /// [`Parameter::master_quant`] as a future.
+    pub async fn master_quant_async(&self) -> Result<Option<(QuantType, Vec<u8>)>> {
+        let Some(q) = self.value.quant_type() else {
+            return Ok(None);
+        };
+        let &[rows, k] = self.shape() else {
+            return Err(Error::shape(
+                "Parameter::master_quant",
+                "a 2-D weight [rows, K]",
+                self.shape(),
+            ));
+        };
+        let row_bytes = q.bytes_for(1, k);
+        let blocks = self.value.to_quant_blocks_async().await?;
+        let row = |i: usize| &blocks[i * row_bytes..(i + 1) * row_bytes];
+        let master: Vec<u8> = match (&self.held, self.value.placement()) {
+            // Each logical row from its first holder.
+            (Some(h), _) => (h.holding.first_holders().into_iter())
+                .flat_map(row)
+                .copied()
+                .collect(),
+            (None, Placement::Shard(0)) if self.stride != 1 => {
+                // Row i of the rank-contiguous layout is the master's row order[i].
+                let p = self.value.mesh().size();
+                let mut out = vec![0u8; blocks.len()];
+                for (i, &j) in strided_order(rows, self.stride, self.unit, p)
+                    .iter()
+                    .enumerate()
+                {
+                    out[j * row_bytes..(j + 1) * row_bytes].copy_from_slice(row(i));
+                }
+                out
+            }
+            _ => return Ok(Some((q, blocks))),
+        };
+        Ok(Some((q, master)))
+    }
+
     /// Keep the value quantized to `q` (llama.cpp's reference quantizer,
     /// on the host, from the f32 master): what `store_as` does for a
     /// quantized dtype. A row of K not a multiple of the block takes
