@@ -31,8 +31,8 @@ pub const GGUF_ARCHITECTURES: &[(&str, &str)] = &[
 impl CausalLm {
     /// Load the GGUF model file `path` (llama.cpp's format, version 2 or 3:
     /// `llama` — Llama, SmolLM2, Mistral —, `qwen2`, `qwen3`, `gpt2`,
-    /// `gemma2`, `gemma3`, `phi3`) onto `mesh`, at any world size. F32,
-    /// F16 and BF16 tensors load as f32 masters; quantized ones (Q8_0,
+    /// `gemma2`, `gemma3`, `phi3`) onto `mesh`, at any world size. F32
+    /// and F16 tensors load as f32, BF16 weight matrices stay bf16; quantized ones (Q8_0,
     /// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay quantized on the
     /// device, split over the ranks in whole blocks, frozen. An
     /// architecture or tensor type the crate does not run, a missing key

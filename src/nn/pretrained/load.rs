@@ -62,9 +62,8 @@ impl Decoder {
     /// gives it (a family's mapping of llama.cpp's names; a tensor it
     /// gives none is skipped). Quantized tensors stay quantized on the
     /// device: each 2-D weight keeps the file's blocks, split over the
-    /// ranks in whole blocks. With `opts.weight_dtype` f32, F16 and BF16
-    /// weight matrices keep the file's type (F16 as f32 where the adapter
-    /// lacks `SHADER_F16`), as llama.cpp runs them; another weight dtype
+    /// ranks in whole blocks. With `opts.weight_dtype` f32, BF16 weight
+    /// matrices stay bf16 (F16 ones widen to f32); another weight dtype
     /// converts (or quantizes) them. Other tensors are widened to f32. The
     /// head is tied when the file holds none.
     pub fn from_gguf_as(
@@ -86,8 +85,8 @@ impl Decoder {
     }
 
     /// A model of `config` built on `mesh` with `weights` loaded; with
-    /// `file_floats`, f16 and bf16 weight matrices stay so (when the
-    /// weight dtype is f32).
+    /// `file_floats`, bf16 weight matrices stay so (when the weight dtype
+    /// is f32).
     fn from_weights(
         mesh: &Mesh,
         mut config: Box<dyn DecoderConfig>,
@@ -105,7 +104,6 @@ impl Decoder {
         let keep = Keep {
             quantize: opts.weight_dtype.quant(),
             file_floats: file_floats && opts.weight_dtype == DType::F32,
-            f16: mesh.ranks().iter().all(|r| r.device().has_f16()),
         };
         load(weights, &plan, &mut model, keep)?;
         model.keep_weights(opts.weight_dtype)?;
@@ -144,7 +142,6 @@ impl Decoder {
         let keep = Keep {
             quantize: None,
             file_floats: false,
-            f16: false,
         };
         load(&weights, &plan, self, keep)
     }
@@ -223,10 +220,8 @@ struct Keep {
     /// Quantize f32 ones on the host, so that no f32 copy of a weight to be
     /// quantized reaches the device.
     quantize: Option<QuantType>,
-    /// Keep those stored as f16 or bf16 so.
+    /// Keep those stored as bf16 so.
     file_floats: bool,
-    /// Whether the devices take f16.
-    f16: bool,
 }
 
 /// Read, convert and shard each planned tensor into `model`, one at a
@@ -261,13 +256,10 @@ fn load(
             },
             _ => p.load_master(&values)?,
         }
-        let narrow = match found.dtype {
-            Some(DType::BF16) => Some(DType::BF16),
-            Some(DType::F16) if keep.f16 => Some(DType::F16),
-            _ => None,
-        };
-        if let Some(dtype) = narrow.filter(|_| keep.file_floats && matrix) {
-            p.store_as(dtype)?;
+        // BF16 is read as stored by every product and lookup; F16 tables
+        // are not looked up, so F16 widens to f32.
+        if keep.file_floats && matrix && found.dtype == Some(DType::BF16) {
+            p.store_as(DType::BF16)?;
         }
     }
     Ok(())
