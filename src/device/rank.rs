@@ -164,6 +164,16 @@ impl Rank {
         self.fill(t, bits)
     }
 
+    /// Zeros in buffers created for them and never written: WebGPU gives a
+    /// new buffer zeros, and wgpu clears it only when first used, so a
+    /// value replaced before any use (a model built to load over: its f32
+    /// weights replaced by a checkpoint's, or by quantized blocks) never
+    /// touches its pages, which on a CPU adapter stay out of the
+    /// process's resident memory.
+    pub(crate) fn zeros_untouched(&self, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
+        self.alloc_with("zeros", shape, dtype, true)
+    }
+
     /// Zeros in a buffer created for it rather than taken from the pool's free
     /// list, for state that lives across steps (see `Device::new_buffer`).
     pub(crate) fn zeros_persistent(&self, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
