@@ -67,16 +67,20 @@
 //! the ranks hold (the quantized blocks for a quantized case); the
 //! streaming floor for the bytes a token reads in that dtype; and the
 //! stream rate of the products (bytes of weights a token reads / the
-//! traced time of the product kernels) beside the host's copy rate. For a
-//! memory figure not inflated by an earlier case, run one case a process
-//! (`WGPU_TP_DECODE_RANKS=1 WGPU_TP_DECODE_WEIGHTS=q4_k`).
+//! traced time of the product kernels) beside the host's copy rate. A
+//! token is also run by hand, split into the host's recording of its
+//! kernels and the wait for the device (where the spread between tokens
+//! comes from). For a memory figure not inflated by an earlier case, run
+//! one case a process (`WGPU_TP_DECODE_RANKS=1 WGPU_TP_DECODE_WEIGHTS=` with
+//! `WGPU_TP_DECODE_GGUF=<file>`).
 //!
 //! `cargo bench --bench decode`; `WGPU_TP_DECODE_TOKENS` sets N (default
 //! 16), `WGPU_TP_DECODE_RANKS` the world sizes (default `1,2,4`),
 //! `WGPU_TP_DECODE_PROMPT` the prompt's length, `WGPU_TP_DECODE_SHARED=1`
 //! puts every rank on one shared device and `=0` each on its own (unset:
 //! `DeviceLayout::default_for` the adapter); `WGPU_TP_LIMITS=webgpu`
-//! opens the devices with WebGPU's default limits.
+//! opens the devices with WebGPU's default limits; `WGPU_TP_DECODE_BLOCK_MIB=8`
+//! suballocates device memory in 8 MiB blocks (`MeshBuilder::memory_hints`).
 //! A world size whose model cannot be built prints `skipped: <error>`.
 
 mod measure;
@@ -85,7 +89,7 @@ mod shapes;
 use std::time::{Duration, Instant};
 
 use wgpu_tp::models::CausalLm;
-use wgpu_tp::nn::{CausalDecoder, Params, Sampling, generate};
+use wgpu_tp::nn::{CausalDecoder, KvCache, Params, Sampling, generate};
 
 use measure::{copy_bandwidth, device_mib, held_bytes, load, ms, peak_rss, rss_now};
 use shapes::config;
@@ -129,6 +133,50 @@ impl Weights {
                 .map_or(p.clone(), |s| s.to_string_lossy().into_owned()),
         }
     }
+}
+
+/// Where a token's time goes: `n` tokens after the prompt run by hand as
+/// `nn::generate` runs them, each split into the host's recording of its
+/// kernels (`decode_logits` returns once they are recorded, nothing
+/// waited for) and the wait for the device (`Mesh::synchronize`, which
+/// submits what is pending), then the read of the argmax. Medians, ms:
+/// (record, device wait, read back).
+fn split(
+    mesh: &Mesh,
+    model: &dyn CausalDecoder,
+    prompt_len: usize,
+    n: usize,
+) -> wgpu_tp::Result<(f64, f64, f64)> {
+    let vocab = model.vocab_size() as i64;
+    let prompt: Vec<i32> = (0..prompt_len as i64)
+        .map(|i| ((i * 7919 + 13) % vocab) as i32)
+        .collect();
+    let mut caches = vec![KvCache::default(); model.num_caches()];
+    model.decode_logits(&prompt, &mut caches)?;
+    mesh.synchronize()?;
+    let (mut rec, mut wait, mut read) = (vec![], vec![], vec![]);
+    let mut next = prompt[prompt_len - 1];
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let logits = model.decode_logits(&[next], &mut caches)?;
+        let t1 = Instant::now();
+        mesh.synchronize()?;
+        let t2 = Instant::now();
+        let row = logits.to_host()?;
+        next = row
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(i, _)| i as i32);
+        rec.push(ms(t1 - t0));
+        wait.push(ms(t2 - t1));
+        read.push(ms(t2.elapsed()));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(&mut rec), median(&mut wait), median(&mut read)))
 }
 
 /// Whether a kernel multiplies by a weight matrix (the products whose
@@ -266,8 +314,13 @@ fn main() {
         let label = format!("P={p}");
         // The high-water mark from here (the last P's model is dropped).
         let _ = std::fs::write("/proc/self/clear_refs", "5");
-        let t = Instant::now();
-        let builder = MeshBuilder::new().ranks(p);
+        let mut builder = MeshBuilder::new().ranks(p);
+        if let Some(mib) = env::<u64>("WGPU_TP_DECODE_BLOCK_MIB") {
+            let size = mib << 20;
+            builder = builder.memory_hints(wgpu::MemoryHints::Manual {
+                suballocated_device_memory_block_size: size..size,
+            });
+        }
         let builder = match shared.as_deref() {
             Some("1") => builder.shared_device(),
             Some("0") => builder.layout(DeviceLayout::Simulated),
@@ -444,6 +497,14 @@ fn main() {
                     );
                     println!("{detail}");
                     rows.push(format!("{row}\n{detail}"));
+                    if let Ok((rec, wait, read)) = split(&mesh, decoder(m), prompt, 5) {
+                        println!(
+                            "{:<26} a token by hand (medians of 5): host records its kernels \
+                             {rec:.2} ms, then waits for the device {wait:.2} ms, reads the logits \
+                             back {read:.2} ms",
+                            ""
+                        );
+                    }
                     traces.push((label, t.trace));
                 }
                 Err(e) => println!("{label:<26} skipped: {e}"),
