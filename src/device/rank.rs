@@ -100,6 +100,7 @@ impl Rank {
                 padded.resize(part.len().next_multiple_of(4), 0);
                 self.device.queue.write_buffer(buf, 0, &padded);
             }
+            self.device.staged(part.len() as u64);
         }
         Ok(t)
     }
@@ -140,6 +141,7 @@ impl Rank {
             }
             let bytes = crate::quant::layout::to_device(q, part);
             self.device.queue.write_buffer(b.buffer(OP)?, 0, &bytes);
+            self.device.staged(bytes.len() as u64);
         }
         Ok(t)
     }
