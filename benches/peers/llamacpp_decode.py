@@ -154,6 +154,9 @@ def decode(args):
     prompt = [int((i * 7919 + 13) % vocab) for i in range(args.prompt)]
 
     def once(n):
+        # Forget the cached tokens: `generate` would otherwise reuse the
+        # prompt's keys and values from the call before (a prefix match).
+        llm.reset()
         stamps = []
         start = time.perf_counter()
         for tok in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
