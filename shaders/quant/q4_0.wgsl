@@ -20,3 +20,6 @@ fn chunk_dm(blk: u32, h: u32) -> vec2<f32> {
     let d = half1(blk);
     return vec2<f32>(d, 8.0 * d);
 }
+
+// chunk_dm(blk, 2j) = chunk_dm(blk, 2j + 1): the products fetch it once a pair.
+const DM_PAIRS: bool = true;

@@ -19,3 +19,6 @@ fn chunk_dm(blk: u32, h: u32) -> vec2<f32> {
     let dm = half2(blk);
     return vec2<f32>(dm.x, -dm.y);
 }
+
+// chunk_dm(blk, 2j) = chunk_dm(blk, 2j + 1): the products fetch it once a pair.
+const DM_PAIRS: bool = true;

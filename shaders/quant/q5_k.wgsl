@@ -53,3 +53,6 @@ fn chunk_dm(blk: u32, h: u32) -> vec2<f32> {
     let sm = scale_min(blk, 2u * (h / 4u) + (h / 2u) % 2u);
     return vec2<f32>(dm.x * sm.x, dm.y * sm.y);
 }
+
+// chunk_dm(blk, 2j) = chunk_dm(blk, 2j + 1): the products fetch it once a pair.
+const DM_PAIRS: bool = true;

@@ -45,3 +45,6 @@ fn chunk_dm(blk: u32, h: u32) -> vec2<f32> {
     let d = half1(blk) * sc;
     return vec2<f32>(d, 32.0 * d);
 }
+
+// Each 16 weights have their own scale.
+const DM_PAIRS: bool = false;

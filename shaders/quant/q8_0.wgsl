@@ -18,3 +18,6 @@ fn chunk_raw(blk: u32, h: u32) -> mat4x4<f32> {
 fn chunk_dm(blk: u32, h: u32) -> vec2<f32> {
     return vec2<f32>(half1(blk), 0.0);
 }
+
+// chunk_dm(blk, 2j) = chunk_dm(blk, 2j + 1): the products fetch it once a pair.
+const DM_PAIRS: bool = true;
