@@ -320,7 +320,7 @@ impl Device {
             }
         }
         #[cfg(target_arch = "wasm32")]
-        let _ = bytes;
+        let _ = (&self.staged, bytes);
     }
 
     /// Run `f` with the pending command encoder (created on demand).
