@@ -389,15 +389,15 @@ fn main() {
                         continue;
                     }
                 }
-                if i == 0 {
-                    if let Some(rss) = peak_rss() {
-                        println!(
-                            "{label:<26} {:?} built in {:.1} s; peak RSS {:.0} MiB",
-                            mesh.layout(),
-                            t.elapsed().as_secs_f64(),
-                            rss as f64 / (1 << 20) as f64,
-                        );
-                    }
+                if i == 0
+                    && let Some(rss) = peak_rss()
+                {
+                    println!(
+                        "{label:<26} {:?} built in {:.1} s; peak RSS {:.0} MiB",
+                        mesh.layout(),
+                        t.elapsed().as_secs_f64(),
+                        rss as f64 / (1 << 20) as f64,
+                    );
                 }
             }
             let Some(m) = model.as_mut() else { continue };

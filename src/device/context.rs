@@ -41,7 +41,9 @@ pub struct Device {
     staged: AtomicU64,
 }
 
-/// Uploads staged past which [`Device::staged`] submits them and waits.
+/// Uploads staged past which [`Device::staged`] submits them and waits
+/// (native only).
+#[cfg(not(target_arch = "wasm32"))]
 const MAX_STAGED_BYTES: u64 = 16 << 20;
 
 impl std::fmt::Debug for Device {
