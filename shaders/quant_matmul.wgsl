@@ -27,7 +27,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<AV>;
+// Binding 1, a, is composed in front: a storage array of AV, or for one
+// token a uniform of 4096 vec4s (src/kernels/quant/sources.rs).
 @group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read> acc_in: array<f32>;
@@ -75,13 +76,51 @@ fn qmm_nk(
     let per = BL / 16u;
     var s: array<vec4<f32>, 8>;
     let whole = p.k / 16u;
-    for (var g = 0u; g < whole; g++) {
+    // Whole chunks: the raw quants dotted with a, scaled after the dot
+    // (w = d·q − o, so w·x = d·(q·x) − o·Σx), not each weight before it.
+    // Where a pair of chunks shares its scales (DM_PAIRS) they are read
+    // once for both: their loads (an f16 word, K-quants' packed 6-bit
+    // sub-block scales) cost as much as the quants'.
+    var g0 = 0u;
+    if (DM_PAIRS) {
+        for (; g0 + 1u < whole; g0 += 2u) {
+            let blk = g0 / per;
+            let h = g0 % per;
+            let d01 = vec4<f32>(chunk_dm(r.x + blk, h), chunk_dm(r.y + blk, h));
+            let d23 = vec4<f32>(chunk_dm(r.z + blk, h), chunk_dm(r.w + blk, h));
+            let d = vec4<f32>(d01.x, d01.z, d23.x, d23.z);
+            let o = vec4<f32>(d01.y, d01.w, d23.y, d23.w);
+            for (var e = 0u; e < 2u; e++) {
+                let g = g0 + e;
+                let q0 = chunk_raw(r.x + blk, h + e);
+                let q1 = chunk_raw(r.y + blk, h + e);
+                let q2 = chunk_raw(r.z + blk, h + e);
+                let q3 = chunk_raw(r.w + blk, h + e);
+                for (var m = 0u; m < ROWS; m++) {
+                    let x = mat4x4<f32>(
+                        lda4(m0 + m, 4u * g),
+                        lda4(m0 + m, 4u * g + 1u),
+                        lda4(m0 + m, 4u * g + 2u),
+                        lda4(m0 + m, 4u * g + 3u),
+                    );
+                    let sx = dot(x[0] + x[1] + x[2] + x[3], vec4<f32>(1.0));
+                    let qx = vec4<f32>(dot16(x, q0), dot16(x, q1), dot16(x, q2), dot16(x, q3));
+                    s[m] += d * qx - o * sx;
+                }
+            }
+        }
+    }
+    for (var g = g0; g < whole; g++) {
         let blk = g / per;
         let h = g % per;
-        let w0 = chunk(r.x + blk, h);
-        let w1 = chunk(r.y + blk, h);
-        let w2 = chunk(r.z + blk, h);
-        let w3 = chunk(r.w + blk, h);
+        let q0 = chunk_raw(r.x + blk, h);
+        let q1 = chunk_raw(r.y + blk, h);
+        let q2 = chunk_raw(r.z + blk, h);
+        let q3 = chunk_raw(r.w + blk, h);
+        let d01 = vec4<f32>(chunk_dm(r.x + blk, h), chunk_dm(r.y + blk, h));
+        let d23 = vec4<f32>(chunk_dm(r.z + blk, h), chunk_dm(r.w + blk, h));
+        let d = vec4<f32>(d01.x, d01.z, d23.x, d23.z);
+        let o = vec4<f32>(d01.y, d01.w, d23.y, d23.w);
         for (var m = 0u; m < ROWS; m++) {
             let x = mat4x4<f32>(
                 lda4(m0 + m, 4u * g),
@@ -89,7 +128,9 @@ fn qmm_nk(
                 lda4(m0 + m, 4u * g + 2u),
                 lda4(m0 + m, 4u * g + 3u),
             );
-            s[m] += vec4<f32>(dot16(x, w0), dot16(x, w1), dot16(x, w2), dot16(x, w3));
+            let sx = dot(x[0] + x[1] + x[2] + x[3], vec4<f32>(1.0));
+            let qx = vec4<f32>(dot16(x, q0), dot16(x, q1), dot16(x, q2), dot16(x, q3));
+            s[m] += d * qx - o * sx;
         }
     }
     if (16u * whole < p.k) {

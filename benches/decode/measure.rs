@@ -13,7 +13,7 @@ pub fn held_bytes(m: &CausalLm) -> u64 {
     m.named_parameters()
         .iter()
         .flat_map(|(_, p)| p.value.shards())
-        .map(|s| (s.len() * s.dtype().size_bytes()) as u64)
+        .map(|s| s.byte_len())
         .sum()
 }
 

@@ -71,6 +71,14 @@ impl Shape {
         }
     }
 
+    /// Bytes of all the f32 parameters.
+    pub fn param_bytes(&self) -> u64 {
+        match self {
+            Shape::Gpt(c) => 4 * num_parameters(c) as u64,
+            Shape::Llama(c) => 4 * num_parameters(c) as u64,
+        }
+    }
+
     /// Bytes one token reads from the weights: all of them but GPT-2's
     /// `wpe` (one row).
     pub fn weight_bytes(&self) -> u64 {

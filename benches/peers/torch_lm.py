@@ -35,6 +35,10 @@ SHAPES = {
     # Qwen2.5-0.5B: 14 query / 2 KV heads, ffn 4864, q/k/v biases, tied.
     "qwen2.5": dict(family="qwen2", vocab=151936, ctx=32768, hidden=896, layers=24, heads=14,
                     kv=2, ffn=4864, theta=1000000.0),
+    # Llama-3.2-1B: 32 query / 8 KV heads, ffn 8192, tied (no rope scaling,
+    # as benches/decode/shapes.rs builds it).
+    "llama3.2-1b": dict(family="llama", vocab=128256, ctx=2048, hidden=2048, layers=16,
+                        heads=32, kv=8, ffn=8192, theta=500000.0),
 }
 
 
@@ -79,6 +83,7 @@ def decode(args):
             nxt = int(out.logits[0, -1].argmax())
             prefill = time.perf_counter() - t0
             times = []
+            t_all = time.perf_counter()
             for _ in range(args.tokens):
                 t = time.perf_counter()
                 ids = torch.tensor([[nxt]], device=args.device)
@@ -86,11 +91,13 @@ def decode(args):
                 past = out.past_key_values
                 nxt = int(out.logits[0, -1].argmax())
                 times.append(time.perf_counter() - t)
+            mean = (time.perf_counter() - t_all) / args.tokens
     ms = [t * 1e3 for t in times]
     print(f"torch {torch.__version__} transformers {transformers.__version__} {args.device} "
           f"threads {torch.get_num_threads()}: {args.model} decode, prompt {args.prompt}: "
           f"prefill {prefill * 1e3:.1f} ms, {args.tokens} tokens: best {min(ms):.2f} ms/token, "
-          f"median {statistics.median(ms):.2f} ms/token; f32 weights {weights / 1e6:.0f} MB")
+          f"median {statistics.median(ms):.2f} ms/token, mean {mean * 1e3:.2f} ms/token; "
+          f"f32 weights {weights / 1e6:.0f} MB")
 
 
 def step(args):

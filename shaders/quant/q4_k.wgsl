@@ -27,3 +27,17 @@ fn chunk(blk: u32, h: u32) -> mat4x4<f32> {
     let m = vec4<f32>(dm.y * sm.y);
     return mat4x4<f32>(d * q[0] - m, d * q[1] - m, d * q[2] - m, d * q[3] - m);
 }
+
+// The products' split of chunk: w = dm.x·raw − dm.y (scale after the dot).
+fn chunk_raw(blk: u32, h: u32) -> mat4x4<f32> {
+    return nib(wv(8u * blk + 2u * (h / 4u) + h % 2u), 4u * ((h / 2u) % 2u));
+}
+
+fn chunk_dm(blk: u32, h: u32) -> vec2<f32> {
+    let dm = half2(blk);
+    let sm = scale_min(blk, 2u * (h / 4u) + (h / 2u) % 2u);
+    return vec2<f32>(dm.x * sm.x, dm.y * sm.y);
+}
+
+// chunk_dm(blk, 2j) = chunk_dm(blk, 2j + 1): the products fetch it once a pair.
+const DM_PAIRS: bool = true;

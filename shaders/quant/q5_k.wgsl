@@ -32,3 +32,27 @@ fn chunk(blk: u32, h: u32) -> mat4x4<f32> {
         d * (q[3] + vec4<f32>(bits4(qh.w, b, 1u, 4u))) - m,
     );
 }
+
+// The products' split of chunk: w = dm.x·raw − dm.y (scale after the dot).
+fn chunk_raw(blk: u32, h: u32) -> mat4x4<f32> {
+    let c = h / 4u;
+    let sub = (h / 2u) % 2u;
+    let q = nib(wv(10u * blk + 2u + 2u * c + h % 2u), 4u * sub);
+    let qh = wv(10u * blk + h % 2u);
+    let b = 2u * c + sub;
+    return mat4x4<f32>(
+        q[0] + vec4<f32>(bits4(qh.x, b, 1u, 4u)),
+        q[1] + vec4<f32>(bits4(qh.y, b, 1u, 4u)),
+        q[2] + vec4<f32>(bits4(qh.z, b, 1u, 4u)),
+        q[3] + vec4<f32>(bits4(qh.w, b, 1u, 4u)),
+    );
+}
+
+fn chunk_dm(blk: u32, h: u32) -> vec2<f32> {
+    let dm = half2(blk);
+    let sm = scale_min(blk, 2u * (h / 4u) + (h / 2u) % 2u);
+    return vec2<f32>(dm.x * sm.x, dm.y * sm.y);
+}
+
+// chunk_dm(blk, 2j) = chunk_dm(blk, 2j + 1): the products fetch it once a pair.
+const DM_PAIRS: bool = true;

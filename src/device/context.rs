@@ -36,7 +36,15 @@ pub struct Device {
     first_rank: usize,
     /// Cooperative matrices on for the f16 GEMM (`capability.rs`).
     pub(super) coop_f16: bool,
+    /// Bytes uploaded through `queue.write_buffer` since the last wait
+    /// [`Device::staged`] made.
+    staged: AtomicU64,
 }
+
+/// Uploads staged past which [`Device::staged`] submits them and waits
+/// (native only).
+#[cfg(not(target_arch = "wasm32"))]
+const MAX_STAGED_BYTES: u64 = 16 << 20;
 
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,6 +100,7 @@ impl Device {
             poison: AtomicBool::new(false),
             first_rank,
             coop_f16,
+            staged: AtomicU64::new(0),
         })
     }
 
@@ -292,6 +301,28 @@ impl Device {
     /// recording submits it.
     pub(crate) fn hold_until_submit(&self, bytes: u64) {
         self.recording.hold(bytes);
+    }
+
+    /// Note `bytes` just written through `queue.write_buffer` (an
+    /// upload). wgpu stages each write in memory of its own until the
+    /// submit that carries it is done, and a CPU adapter's device memory is
+    /// the process's, whose suballocator blocks keep every page once
+    /// touched: a model's uploads all staged before one submit left as
+    /// many bytes again resident after loading. Past [`MAX_STAGED_BYTES`]
+    /// they are submitted and waited for, so the next writes reuse the
+    /// same staging memory (native only: a browser cannot wait).
+    pub(crate) fn staged(&self, bytes: u64) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let total = self.staged.fetch_add(bytes, Ordering::AcqRel) + bytes;
+            if total >= MAX_STAGED_BYTES {
+                self.staged.store(0, Ordering::Release);
+                let index = self.flush_index();
+                let _ = self.wait_for(index);
+            }
+        }
+        #[cfg(target_arch = "wasm32")]
+        let _ = (&self.staged, bytes);
     }
 
     /// Run `f` with the pending command encoder (created on demand).

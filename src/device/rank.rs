@@ -100,6 +100,7 @@ impl Rank {
                 padded.resize(part.len().next_multiple_of(4), 0);
                 self.device.queue.write_buffer(buf, 0, &padded);
             }
+            self.device.staged(part.len() as u64);
         }
         Ok(t)
     }
@@ -128,6 +129,7 @@ impl Rank {
             }
             let bytes = crate::quant::layout::to_device(q, part);
             self.device.queue.write_buffer(b.buffer(OP)?, 0, &bytes);
+            self.device.staged(bytes.len() as u64);
         }
         Ok(t)
     }
@@ -150,6 +152,16 @@ impl Rank {
         }
         let t = self.alloc_raw("filled", shape, dtype)?;
         self.fill(t, bits)
+    }
+
+    /// Zeros in buffers created for them and never written: WebGPU gives a
+    /// new buffer zeros, and wgpu clears it only when first used, so a
+    /// value replaced before any use (a model built to load over: its f32
+    /// weights replaced by a checkpoint's, or by quantized blocks) never
+    /// touches its pages, which on a CPU adapter stay out of the
+    /// process's resident memory.
+    pub(crate) fn zeros_untouched(&self, shape: &[usize], dtype: DType) -> Result<LocalTensor> {
+        self.alloc_with("zeros", shape, dtype, true)
     }
 
     /// Zeros in a buffer created for it rather than taken from the pool's free

@@ -175,6 +175,12 @@ pub fn random(
             "the logical tensor has 2^32 elements or more: draw it in smaller tensors",
         ));
     }
+    // Zeros are a new buffer, not a kernel writing them: a parameter built
+    // to be loaded over is replaced before anything reads it, and its
+    // pages are never touched (`Rank::zeros_untouched`).
+    if matches!(draw, Draw::Constant(v) if v.to_bits() == 0) {
+        return rank.zeros_untouched(shape, DType::F32);
+    }
     let out = rank.alloc(OP, shape, DType::F32)?;
     let (kind, a, b, lo, hi) = draw.params();
     let row = out.len() / shape.first().copied().unwrap_or(1).max(1);

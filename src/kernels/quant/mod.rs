@@ -20,14 +20,24 @@ mod sources;
 
 pub(crate) use self::sources::{lookup_program, quant_sources};
 
-use self::sources::matmul_program;
-use crate::device::{Access, Dispatch, KernelSpec, LocalTensor};
+use self::sources::{A_UNIFORM_VEC4S, AFrom, matmul_program};
+use crate::device::{Access, Dispatch, KernelSpec, LocalTensor, copy_region};
+use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
 use crate::quant::layout;
 
 const BINDINGS: &[Access] = &[
     Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::Read,
+    Access::ReadWrite,
+];
+
+/// [`BINDINGS`] with a as a uniform.
+const BINDINGS_UNIFORM: &[Access] = &[
+    Access::Uniform,
     Access::Read,
     Access::Read,
     Access::Read,
@@ -119,14 +129,42 @@ pub(crate) fn matmul_into(
         xo: u32_of(xo / 4, "offset")?,
         ho: u32_of(ho / 4, "offset")?,
     };
-    let (family, source) = matmul_program(q, k % 4 == 0);
+    // A decoding token's a (the forward, few rows) as a uniform on CPU
+    // adapters: a 64 KiB copy beside a weight's loads saves a storage
+    // load per lane for every four weights.
+    let limits = a.device().limits();
+    let uniform = trans_b
+        && k % 4 == 0
+        && m * k <= 4 * A_UNIFORM_VEC4S
+        && a.device().is_cpu()
+        && limits.max_uniform_buffer_binding_size >= 16 * A_UNIFORM_VEC4S as u64;
+    let from = match (uniform, k % 4 == 0) {
+        (true, _) => AFrom::Uniform,
+        (false, true) => AFrom::Vec4,
+        (false, false) => AFrom::Scalar,
+    };
+    let (family, source) = matmul_program(q, from);
     let constants = vec![("ROWS", rows_a as f64), ("WG", WG as f64)];
-    let spec = KernelSpec::new(family, source, BINDINGS, entry).with_constants(constants);
+    let bindings = if uniform { BINDINGS_UNIFORM } else { BINDINGS };
+    let spec = KernelSpec::new(family, source, bindings, entry).with_constants(constants);
+    let x = if uniform {
+        let x = a.rank().alloc(OP, &[4 * A_UNIFORM_VEC4S], DType::F32)?;
+        copy_region(a, 0, &x, 0, m * k)?;
+        Some(x)
+    } else {
+        None
+    };
     // Absent bias / acc bind a and w in their place; the flags keep them unread.
     Dispatch {
         spec: &spec,
         params: bytemuck::bytes_of(&params),
-        buffers: &[a, w, bias.unwrap_or(a), acc.or(mul).unwrap_or(w), out],
+        buffers: &[
+            x.as_ref().unwrap_or(a),
+            w,
+            bias.unwrap_or(a),
+            acc.or(mul).unwrap_or(w),
+            out,
+        ],
         workgroups: (groups * tiles) as u64,
     }
     .record(a.device())

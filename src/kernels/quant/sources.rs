@@ -21,15 +21,45 @@ fn decoder(q: QuantType) -> &'static str {
     }
 }
 
-/// The products' (family, source) for format `q`, with a read as vec4s
-/// (`a_vec4`: K a multiple of 4) or element by element.
-pub(super) fn matmul_program(q: QuantType, a_vec4: bool) -> (&'static str, &'static str) {
-    let tag = if a_vec4 { "_a4" } else { "" };
+/// How the products bind and read a.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AFrom {
+    /// A storage array read element by element.
+    Scalar,
+    /// A storage array read as vec4s (K a multiple of 4).
+    Vec4,
+    /// A uniform of [`A_UNIFORM_VEC4S`] vec4s (K a multiple of 4, M·K up
+    /// to 4 Ki vec4s): CPU adapters load a uniform once for all lanes,
+    /// a storage buffer lane by lane, so a decoding token's a costs
+    /// nothing beside the weight's loads.
+    Uniform,
+}
+
+/// vec4s of a the uniform binding holds (64 KiB, WebGPU's default limit).
+pub(super) const A_UNIFORM_VEC4S: usize = 4096;
+
+/// The products' (family, source) for format `q`, reading a as `from` says.
+pub(super) fn matmul_program(q: QuantType, from: AFrom) -> (&'static str, &'static str) {
+    let tag = match from {
+        AFrom::Scalar => "",
+        AFrom::Vec4 => "_a4",
+        AFrom::Uniform => "_au",
+    };
     let family = interned(&format!("family {q}{tag}"), || format!("quant_{q}{tag}"));
     let source = interned(&format!("matmul {q}{tag}"), || {
+        let binding = match from {
+            AFrom::Uniform => format!(
+                "@group(0) @binding(1) var<uniform> a: array<vec4<f32>, {A_UNIFORM_VEC4S}>;\n"
+            ),
+            _ => "@group(0) @binding(1) var<storage, read> a: array<AV>;\n".to_string(),
+        };
         format!(
-            "alias AIn = f32;\nalias COut = f32;\n{}{}{}{}{}",
-            if a_vec4 { A_VEC4 } else { A_SCALAR },
+            "alias AIn = f32;\nalias COut = f32;\n{}{binding}{}{}{}{}",
+            if from == AFrom::Scalar {
+                A_SCALAR
+            } else {
+                A_VEC4
+            },
             include_str!("../../../shaders/gemv_header.wgsl"),
             include_str!("../../../shaders/quant_header.wgsl"),
             decoder(q),
@@ -75,8 +105,9 @@ pub(crate) fn quant_sources() -> Vec<(&'static str, &'static str)> {
         .into_iter()
         .flat_map(|q| {
             [
-                matmul_program(q, true),
-                matmul_program(q, false),
+                matmul_program(q, AFrom::Vec4),
+                matmul_program(q, AFrom::Scalar),
+                matmul_program(q, AFrom::Uniform),
                 lookup_program(q),
             ]
         })
