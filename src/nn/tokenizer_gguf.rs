@@ -37,7 +37,7 @@ impl Tokenizer {
     /// `add_bos_token` / `add_eos_token` (or llama.cpp's defaults) say; the
     /// chat template comes with its special tokens. An unsupported `model`
     /// or `pre`, arrays of the wrong length, duplicate tokens or ids out of
-    /// range are an [`Error::Tokenizer`] naming the key.
+    /// range are an [`Error::Tokenizer`](crate::Error::Tokenizer) naming the key.
     pub fn from_gguf_vocab(vocab: &GgufVocab, source: &str) -> Result<Tokenizer> {
         let Checked {
             tokens,

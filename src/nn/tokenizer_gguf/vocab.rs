@@ -5,8 +5,10 @@ use crate::error::{Error, Result};
 
 /// A tokenizer as GGUF metadata holds it: each field is one key (named in
 /// its doc), `None` where the key is absent. Filled by a GGUF reader and
-/// turned into a [`Tokenizer`] with [`Tokenizer::from_gguf_vocab`], or made
-/// by [`Tokenizer::to_gguf_vocab`] for a GGUF writer.
+/// turned into a [`Tokenizer`](crate::nn::Tokenizer) with
+/// [`Tokenizer::from_gguf_vocab`](crate::nn::Tokenizer::from_gguf_vocab), or
+/// made by [`Tokenizer::to_gguf_vocab`](crate::nn::Tokenizer::to_gguf_vocab)
+/// for a GGUF writer.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GgufVocab {
     /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"`
@@ -88,7 +90,7 @@ impl GgufVocab {
     }
 }
 
-/// [`Error::Tokenizer`] for `source`.
+/// [`Error::Tokenizer`](crate::Error::Tokenizer) for `source`.
 pub(super) fn err(source: &str, message: impl std::fmt::Display) -> Error {
     Error::Tokenizer {
         file: source.to_string(),
