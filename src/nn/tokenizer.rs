@@ -392,7 +392,11 @@ impl Tokenizer {
 /// released only when it is complete: a token holding the first bytes of a
 /// multi-byte character gives `None`, the token that completes it gives the
 /// character. The concatenated pieces (and [`TokenStream::finish`]) equal
-/// [`Tokenizer::decode`] of all ids.
+/// [`Tokenizer::decode`] of all ids — except where the decoder would
+/// rewrite text already released (a run of byte tokens that is not UTF-8
+/// decodes as U+FFFD throughout, its first bytes released as characters
+/// included): there the pending ids are decoded alone, as llama.cpp
+/// streams them.
 #[derive(Debug)]
 pub struct TokenStream<'a> {
     tokenizer: &'a Tokenizer,
@@ -420,13 +424,19 @@ impl TokenStream<'_> {
             return Ok(None);
         }
         let Some(new) = text.strip_prefix(self.prefix.as_str()) else {
-            return Err(err(
-                &self.tokenizer.source,
-                format!(
-                    "streaming decode: the text of the ids so far ({text:?}) does not continue the text already released ({:?})",
-                    self.prefix
-                ),
-            ));
+            // The decoder rewrote text already released (byte fallback
+            // turns a whole run of bytes that is not UTF-8 into U+FFFD,
+            // bytes released as characters included): what is pending is
+            // decoded alone, as llama.cpp streams it.
+            let alone = self.tokenizer.decode_known(&ids[self.context..])?;
+            if alone.is_empty() || alone.ends_with('\u{FFFD}') {
+                self.ids = ids;
+                return Ok(None);
+            }
+            self.ids = ids.split_off(self.context);
+            self.context = self.ids.len();
+            self.prefix = alone.clone();
+            return Ok(Some(alone));
         };
         let new = new.to_string();
         // The tokens of the piece just released become the context of the
@@ -442,9 +452,11 @@ impl TokenStream<'_> {
     /// U+FFFD), if any; call it once after the last id.
     pub fn finish(self) -> Result<Option<String>> {
         let text = self.tokenizer.decode_known(&self.ids)?;
-        Ok(text
-            .strip_prefix(self.prefix.as_str())
-            .filter(|rest| !rest.is_empty())
-            .map(str::to_string))
+        let rest = match text.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => rest.to_string(),
+            // As in `push`: the decoder rewrote released text.
+            None => self.tokenizer.decode_known(&self.ids[self.context..])?,
+        };
+        Ok(Some(rest).filter(|rest| !rest.is_empty()))
     }
 }

@@ -445,3 +445,35 @@ fn tokenizers_llama_cpp_cannot_reproduce_are_refused() {
         assert!(e.contains(why), "{why}: {e}");
     }
 }
+
+#[test]
+fn streaming_survives_byte_runs_that_are_not_utf8() {
+    // Byte fallback decodes a run of bytes that is not UTF-8 as U+FFFD
+    // throughout, "A" already released included: the stream goes on with
+    // what is pending instead of failing.
+    let vocab = vocab_of("llama-spm");
+    let tokenizer = build(&vocab);
+    let id = |t: &str| vocab.tokens.iter().position(|x| x == t).unwrap() as i32;
+    let ids = [id("<0x41>"), id("<0xE2>"), id("<0x41>"), id("<0x42>")];
+    let mut stream = tokenizer.stream();
+    let mut text = String::new();
+    for &i in &ids {
+        if let Some(piece) = stream.push(i).unwrap() {
+            text.push_str(&piece);
+        }
+    }
+    if let Some(rest) = stream.finish().unwrap() {
+        text.push_str(&rest);
+    }
+    assert!(text.starts_with('A'), "{text:?}");
+    assert!(text.contains('\u{FFFD}'), "{text:?}");
+    // Valid UTF-8 still streams exactly as it decodes.
+    let ids = tokenizer.encode("Hello wörld €").unwrap();
+    let mut stream = tokenizer.stream();
+    let mut text = String::new();
+    for &i in &ids {
+        text.push_str(&stream.push(i).unwrap().unwrap_or_default());
+    }
+    text.push_str(&stream.finish().unwrap().unwrap_or_default());
+    assert_eq!(text, tokenizer.decode(&ids).unwrap());
+}
