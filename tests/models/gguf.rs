@@ -20,7 +20,7 @@ use crate::util::{assert_close, mesh, meshes, rel_err};
 const TOL: f64 = 1e-5;
 /// Every fixture: the architectures and the tensor types among them (Q8_0,
 /// Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16, F32).
-const MODELS: [&str; 8] = [
+pub(super) const MODELS: [&str; 8] = [
     "llama_q8_0",
     "smollm2_q4_k_m",
     "qwen2_mixed32",
@@ -31,7 +31,8 @@ const MODELS: [&str; 8] = [
     "phi3_q8_0",
 ];
 
-fn file(name: &str) -> PathBuf {
+/// The `.gguf` file of fixture `name`.
+pub(super) fn file(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/gguf")
         .join(name)

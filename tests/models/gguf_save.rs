@@ -22,26 +22,8 @@ use wgpu_tp::nn::{GgufVocab, Sampling, Tokenizer};
 use wgpu_tp::quant::{QuantType, dequantize_rows, quantize_rows};
 use wgpu_tp::{DType, Mesh};
 
+use super::gguf::{MODELS, file as gguf_file};
 use crate::util::{assert_close, mesh};
-
-/// Every GGUF fixture.
-const GGUF_MODELS: [&str; 8] = [
-    "llama_q8_0",
-    "smollm2_q4_k_m",
-    "qwen2_mixed32",
-    "qwen3_q5_k_m",
-    "gpt2_q8_0",
-    "gemma2_q8_0",
-    "gemma3_q4_0",
-    "phi3_q8_0",
-];
-
-fn gguf_fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/gguf")
-        .join(name)
-        .join("model.gguf")
-}
 
 fn hf_fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -70,7 +52,7 @@ struct Inputs {
 
 impl Inputs {
     fn read(name: &str) -> Inputs {
-        let dir = gguf_fixture(name).parent().unwrap().to_path_buf();
+        let dir = gguf_file(name).parent().unwrap().to_path_buf();
         let meta: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
                 .unwrap();
@@ -176,8 +158,8 @@ fn compare(what: &str, orig: &GgufFile, saved: &GgufFile) -> Vec<String> {
 
 #[test]
 fn gguf_files_write_back_byte_identical_at_p_1_and_3() {
-    for name in GGUF_MODELS {
-        let path = gguf_fixture(name);
+    for name in MODELS {
+        let path = gguf_file(name);
         let orig = GgufFile::open(&path).unwrap();
         let tokenizer = Tokenizer::from_gguf(&path).unwrap();
         let q = dominant(&orig);
@@ -269,7 +251,7 @@ fn gguf_files_write_back_byte_identical_at_p_1_and_3() {
 #[test]
 fn every_quantized_type_is_llama_cpps_requantization() {
     // SmolLM2-like: rows of 256 and 512, so the K-quants apply whole.
-    let path = gguf_fixture("smollm2_q4_k_m");
+    let path = gguf_file("smollm2_q4_k_m");
     let orig = GgufFile::open(&path).unwrap();
     let m = mesh(2);
     let model = CausalLm::from_gguf(&m, &path).unwrap();
@@ -543,7 +525,7 @@ fn what_llama_cpp_cannot_run_is_an_error_naming_it() {
     let model = hf_model(&m, "smollm2_like", |_| {});
     expect(&model, DType::I32, &["I32"]);
     // A tokenizer of more tokens than the embedding has rows.
-    let tokenizer = Tokenizer::from_gguf(gguf_fixture("llama_q8_0")).unwrap();
+    let tokenizer = Tokenizer::from_gguf(gguf_file("llama_q8_0")).unwrap();
     let err = model
         .save_gguf(&path, DType::F32, Some(&tokenizer))
         .expect_err("an error")
@@ -636,8 +618,8 @@ fn write_files_for_llamacpp() {
     std::fs::create_dir_all(&out).unwrap();
     let m = mesh(2);
     let mut index = Vec::new();
-    for name in GGUF_MODELS {
-        let path = gguf_fixture(name);
+    for name in MODELS {
+        let path = gguf_file(name);
         let q = dominant(&GgufFile::open(&path).unwrap());
         let tokenizer = Tokenizer::from_gguf(&path).unwrap();
         let model = CausalLm::from_gguf(&m, &path).unwrap();
