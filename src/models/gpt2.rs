@@ -591,6 +591,15 @@ impl DecoderConfig for Gpt2Config {
     }
 
     /// `Conv1D` weights are stored transposed, `[in, out]`.
+    /// `GPT2LMHeadModel` holds the blocks under `transformer.`.
+    fn module_name(&self, name: &str) -> String {
+        if name.starts_with("lm_head") {
+            name.to_string()
+        } else {
+            format!("transformer.{name}")
+        }
+    }
+
     fn stored(&self, name: &str, shape: &[usize]) -> Stored {
         match shape {
             [out, inp] if CONV1D.iter().any(|s| name.ends_with(s)) => Stored {

@@ -15,7 +15,7 @@ use super::linear::{
 use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::kernels::Activation;
-use crate::tensor::{DTensor, Mapping, RowProduct};
+use crate::tensor::{DTensor, Mapping, MatmulOptions, RowProduct};
 
 /// Settings of a [`GatedMlp`].
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +125,14 @@ impl GatedMlp {
         let (gate, gate_bias) = self.gate_proj.mapped_operands(&xg)?;
         let (up, up_bias) = self.up_proj.mapped_operands(&xg)?;
         let act = self.config.activation;
+        if self.gate_proj.active_lora().is_some() || self.up_proj.active_lora().is_some() {
+            // Adapters add to each product before the gate: unfused.
+            let gate = xg.linear(&gate, gate_bias.as_ref(), MatmulOptions::default())?;
+            let up = xg.linear(&up, up_bias.as_ref(), MatmulOptions::default())?;
+            let gate = self.gate_proj.adapted(&xg, gate)?;
+            let up = self.up_proj.adapted(&xg, up)?;
+            return gate.activation(act)?.mul(&up);
+        }
         xg.linear_gated((&gate, gate_bias.as_ref()), (&up, up_bias.as_ref()), act)
     }
 }

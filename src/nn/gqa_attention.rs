@@ -225,6 +225,10 @@ impl GqaAttention {
             .linears_with(&layers, &[None, Some(&sk), Some(&sv)])?
             .try_into()
             .map_err(|_| Error::invalid("GqaAttention", "internal: three projections"))?;
+        // LoRA adapters' products join the layers' (none: unchanged).
+        let q = self.q_proj.adapted(xg, q)?;
+        let k = self.k_proj.adapted(xg, k)?;
+        let v = self.v_proj.adapted(xg, v)?;
         let (mut q, mut k, v) = (f32(q)?, f32(k)?, f32(v)?);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = q.rms_norm_heads(&qn.scale()?, qn.config().eps, d)?;

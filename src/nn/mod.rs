@@ -44,6 +44,7 @@ pub(crate) mod hf_config;
 mod init;
 mod kv_cache;
 mod linear;
+pub mod lora;
 mod mlp;
 mod model;
 mod module;
@@ -88,6 +89,7 @@ pub use linear::{
     ColumnParallelConfig, ColumnParallelLinear, KvHeadConfig, KvHeadLinear, Overlap,
     ReplicatedLinear, ReplicatedLinearConfig, RowParallelConfig, RowParallelLinear,
 };
+pub use lora::{Adaptable, Lora, LoraConfig};
 pub use mlp::{MlpConfig, ParallelMlp};
 pub use model::{MlpLanguageModel, MlpLmConfig};
 pub use module::Module;

@@ -39,6 +39,9 @@ pub struct Parameter {
     id: ParamId,
     /// Rows held by several ranks: the value is the expanded tensor.
     held: Option<Held>,
+    /// Frozen: the value is not a tape leaf, so no gradient is computed for
+    /// it and optimisers skip it (a LoRA base).
+    frozen: bool,
 }
 
 /// A parameter's identity: unique per [`Parameter`] created in this process,
@@ -169,6 +172,7 @@ impl Parameter {
             unit,
             id: ParamId::fresh(),
             held: None,
+            frozen: false,
         }
     }
 
@@ -284,7 +288,7 @@ impl Parameter {
             {
                 let fresh = h.upload(self.value.mesh(), master)?;
                 let fresh = fresh.cast(self.value.dtype())?;
-                self.value = tracked(fresh, &self.slot);
+                self.value = self.track(fresh);
             }
             return Ok(());
         }
@@ -317,7 +321,7 @@ impl Parameter {
         )?;
         // A value kept in bf16 / f16 stays so (narrowed on the device).
         let fresh = fresh.value.cast(self.value.dtype())?;
-        self.value = tracked(fresh, &self.slot);
+        self.value = self.track(fresh);
         Ok(())
     }
 
@@ -327,7 +331,7 @@ impl Parameter {
     /// once. Copies only such shards; on error nothing changes.
     pub(crate) fn own_buffers(&mut self) -> Result<()> {
         if let Some(value) = self.value.owning_buffers()? {
-            self.value = tracked(value, &self.slot);
+            self.value = self.track(value);
         }
         Ok(())
     }
@@ -358,6 +362,44 @@ impl Parameter {
     pub fn id(&self) -> ParamId {
         self.id
     }
+
+    /// Freeze the value: operations on it are no longer recorded, so no
+    /// gradient is computed for it (gradients still flow through it to
+    /// its inputs), optimisers give it no state, and its gradient is
+    /// dropped. What a LoRA base is.
+    pub fn freeze(&mut self) {
+        self.frozen = true;
+        self.slot.set(None);
+        self.value = self.value.detach();
+    }
+
+    /// Make a frozen parameter trainable again (a no-op otherwise).
+    pub fn unfreeze(&mut self) {
+        self.frozen = false;
+        self.value = tracked(self.value.detach(), &self.slot);
+    }
+
+    /// Whether [`Parameter::freeze`] froze it.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// `value` as this parameter's: a tape leaf, or untracked when frozen.
+    pub(crate) fn track(&self, value: DTensor) -> DTensor {
+        if self.frozen {
+            value.detach()
+        } else {
+            tracked(value, &self.slot)
+        }
+    }
+
+    /// The value re-made as [`Parameter::track`] says (after a clone).
+    fn retracked(mut self) -> Self {
+        if self.frozen {
+            self.value = self.value.detach();
+        }
+        self
+    }
 }
 
 /// `value` as a tape leaf whose gradient goes to `slot`.
@@ -379,7 +421,9 @@ impl Clone for Parameter {
             unit: self.unit,
             id: self.id,
             held: self.held.clone(),
+            frozen: self.frozen,
         }
+        .retracked()
     }
 }
 

@@ -2,6 +2,7 @@
 //! models, and collections of them), what optimisers step and checkpoints
 //! save. Implement it with `#[derive(Params)]`.
 
+use super::lora::Adaptable;
 use super::parameter::Parameter;
 use crate::element::DType;
 use crate::error::Result;
@@ -74,6 +75,15 @@ pub trait Params {
         let mut all = Vec::new();
         self.visit_params_mut("", &mut |name, p| all.push((name, p)));
         all
+    }
+
+    /// Call `f` with every linear layer that can carry a LoRA adapter and
+    /// its name under `prefix` (`model.layers.0.self_attn.q_proj`), in the
+    /// parameters' order. `#[derive(Params)]` visits the fields (a struct
+    /// marked `#[params(adaptable)]` is handed over itself); a hand-written
+    /// impl without such layers keeps this default, which visits nothing.
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        let _ = (prefix, f);
     }
 
     /// Keep every weight matrix (each parameter of two or more dims:
@@ -164,6 +174,12 @@ impl<T: Params> Params for Option<T> {
             t.visit_params_mut(prefix, f);
         }
     }
+
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        if let Some(t) = self {
+            t.visit_adaptable_mut(prefix, f);
+        }
+    }
 }
 
 /// Entries by index: `prefix.0`, `prefix.1`, ... (PyTorch's `ModuleList` names).
@@ -183,6 +199,12 @@ impl<T: Params> Params for [T] {
             t.visit_params_mut(&join_name(prefix, &i.to_string()), f);
         }
     }
+
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        for (i, t) in self.iter_mut().enumerate() {
+            t.visit_adaptable_mut(&join_name(prefix, &i.to_string()), f);
+        }
+    }
 }
 
 /// Entries by index, as for slices.
@@ -197,6 +219,10 @@ impl<T: Params, const N: usize> Params for [T; N] {
         f: &mut dyn FnMut(String, &'a mut Parameter),
     ) {
         self.as_mut_slice().visit_params_mut(prefix, f);
+    }
+
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        self.as_mut_slice().visit_adaptable_mut(prefix, f);
     }
 }
 
@@ -213,6 +239,10 @@ impl<T: Params> Params for Vec<T> {
     ) {
         self.as_mut_slice().visit_params_mut(prefix, f);
     }
+
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        self.as_mut_slice().visit_adaptable_mut(prefix, f);
+    }
 }
 
 /// The boxed value's parameters, under the same names.
@@ -227,6 +257,10 @@ impl<T: Params + ?Sized> Params for Box<T> {
         f: &mut dyn FnMut(String, &'a mut Parameter),
     ) {
         (**self).visit_params_mut(prefix, f);
+    }
+
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        (**self).visit_adaptable_mut(prefix, f);
     }
 }
 
@@ -248,5 +282,9 @@ impl<T: Params + ?Sized> Params for &mut T {
         f: &mut dyn FnMut(String, &'a mut Parameter),
     ) {
         (**self).visit_params_mut(prefix, f);
+    }
+
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        (**self).visit_adaptable_mut(prefix, f);
     }
 }

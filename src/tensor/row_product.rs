@@ -42,6 +42,8 @@ pub struct RowProduct {
     w: DTensor,
     bias: Option<DTensor>,
     reduce: RowReduce,
+    /// A term added to the result (a LoRA adapter's), placed like it.
+    addend: Option<DTensor>,
 }
 
 impl RowProduct {
@@ -49,7 +51,23 @@ impl RowProduct {
     /// `Shard(1)` in x's dtype (or kept narrow), `bias` `[out]` `Replicate`;
     /// shapes and placements are checked when it is finished.
     pub fn new(x: DTensor, w: DTensor, bias: Option<DTensor>, reduce: RowReduce) -> Self {
-        RowProduct { x, w, bias, reduce }
+        RowProduct {
+            x,
+            w,
+            bias,
+            reduce,
+            addend: None,
+        }
+    }
+
+    /// The same product with `addend` (shaped and placed like the result)
+    /// added to it, before any residual and norm: a low-rank adapter's
+    /// output beside the layer's.
+    pub fn with_addend(self, addend: DTensor) -> Self {
+        RowProduct {
+            addend: Some(addend),
+            ..self
+        }
     }
 
     /// The input's dtype, which the result takes.
@@ -72,7 +90,26 @@ impl RowProduct {
         residual: Option<&DTensor>,
         norm: Option<(&DTensor, f32)>,
     ) -> Result<(DTensor, Option<DTensor>)> {
-        let RowProduct { x, w, bias, reduce } = self;
+        let RowProduct {
+            x,
+            w,
+            bias,
+            reduce,
+            addend,
+        } = self;
+        // The addend joins the residual (which the epilogues add once).
+        let joined;
+        let residual = match (addend, residual) {
+            (None, r) => r,
+            (Some(a), None) => {
+                joined = a;
+                Some(&joined)
+            }
+            (Some(a), Some(r)) => {
+                joined = r.add(&a.cast(r.dtype())?)?;
+                Some(&joined)
+            }
+        };
         let bias = bias.as_ref();
         if let Some(r) = residual
             && reduce == RowReduce::AllReduce

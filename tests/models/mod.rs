@@ -18,6 +18,9 @@
 //! - `gguf_save`: `save_gguf` writing GGUF fixtures back byte for byte and
 //!   Hugging Face models as F32 / Q8_0 files read back; what llama.cpp
 //!   cannot run refused.
+//! - `lora`: PEFT's LoRA adapters for three families against PEFT itself
+//!   (logits, gradients, AdamW steps, merging) at P = 1..6, both
+//!   transports, sequence-parallel; our adapter files read back.
 //! - `pipeline`: pipeline stages of every family equal the whole model.
 //! - `bf16_weights`: models loaded with weights kept in bf16, equal bit for
 //!   bit to f32 weights rounded to bf16, and greedy tokens as f32's.
@@ -34,6 +37,7 @@ mod bf16_weights;
 mod families;
 mod gguf;
 mod gguf_save;
+mod lora;
 mod pipeline;
 mod quantized;
 mod quantized_load;

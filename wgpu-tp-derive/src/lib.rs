@@ -17,7 +17,14 @@ use syn::{Data, DeriveInput, Error, Fields, Ident, LitStr, Type, parse_macro_inp
 /// Field attributes:
 /// - `#[params(skip)]`: not a parameter holder (settings, saved activations,
 ///   state); every field that is not skipped must implement `Params`;
-/// - `#[params(rename = "name")]`: list the field under `name` instead.
+/// - `#[params(rename = "name")]`: list the field under `name` instead;
+/// - `#[params(flatten)]`: list the field's parameters under the struct's
+///   own prefix (a layer's adapter: `q_proj.lora_A.weight`).
+///
+/// Struct attribute: `#[params(adaptable)]` makes
+/// `Params::visit_adaptable_mut` hand the struct itself (which must
+/// implement `wgpu_tp::nn::Adaptable`: a linear layer) to the visitor
+/// instead of visiting its fields.
 ///
 /// Enums, unions and tuple structs are refused: their parameters have no
 /// field names to be listed under; implement `Params` by hand for them.
@@ -32,7 +39,8 @@ pub fn derive_params(input: TokenStream) -> TokenStream {
 /// A field that holds parameters: how to reach it and its name.
 struct Listed {
     member: Ident,
-    name: String,
+    /// `None`: flattened, listed under the struct's own prefix.
+    name: Option<String>,
     ty: Type,
 }
 
@@ -40,6 +48,7 @@ struct Listed {
 #[derive(Default)]
 struct FieldAttrs {
     skip: bool,
+    flatten: bool,
     rename: Option<LitStr>,
 }
 
@@ -52,6 +61,11 @@ fn field_attrs(field: &syn::Field) -> syn::Result<FieldAttrs> {
                     return Err(meta.error("`skip` given twice"));
                 }
                 out.skip = true;
+            } else if meta.path.is_ident("flatten") {
+                if out.flatten {
+                    return Err(meta.error("`flatten` given twice"));
+                }
+                out.flatten = true;
             } else if meta.path.is_ident("rename") {
                 let name: LitStr = meta.value()?.parse()?;
                 if name.value().is_empty() {
@@ -64,8 +78,9 @@ fn field_attrs(field: &syn::Field) -> syn::Result<FieldAttrs> {
                     return Err(meta.error("`rename` given twice"));
                 }
             } else {
-                return Err(meta
-                    .error("unknown `params` attribute: expected `skip` or `rename = \"name\"`"));
+                return Err(meta.error(
+                    "unknown `params` attribute: expected `skip`, `flatten` or `rename = \"name\"`",
+                ));
             }
             Ok(())
         })?;
@@ -76,7 +91,39 @@ fn field_attrs(field: &syn::Field) -> syn::Result<FieldAttrs> {
             "a skipped field lists no parameters, so it cannot be renamed",
         ));
     }
+    if let (true, Some(name)) = (out.flatten, &out.rename) {
+        return Err(Error::new_spanned(
+            name,
+            "a flattened field is listed under the struct's prefix, so it cannot be renamed",
+        ));
+    }
     Ok(out)
+}
+
+/// Whether the struct carries `#[params(adaptable)]` (the only struct
+/// attribute), or the errors of the others.
+fn adaptable(input: &DeriveInput) -> syn::Result<bool> {
+    let mut found = false;
+    let mut errors: Option<Error> = None;
+    for attr in input.attrs.iter().filter(|a| a.path().is_ident("params")) {
+        let parsed = attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("adaptable") {
+                found = true;
+                Ok(())
+            } else {
+                Err(meta.error(
+                    "`#[params(...)]` goes on fields, not on the struct (except `adaptable`)",
+                ))
+            }
+        });
+        if let Err(e) = parsed {
+            push_error(&mut errors, e);
+        }
+    }
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(found),
+    }
 }
 
 /// The fields to visit, in declaration order, or every error found at once.
@@ -110,18 +157,22 @@ fn listed_fields(input: &DeriveInput) -> syn::Result<Vec<Listed>> {
             ));
         }
     };
-    let mut errors: Option<Error> = None;
-    for attr in input.attrs.iter().filter(|a| a.path().is_ident("params")) {
-        let e = Error::new_spanned(attr, "`#[params(...)]` goes on fields, not on the struct");
-        push_error(&mut errors, e);
-    }
+    let mut errors: Option<Error> = adaptable(input).err();
     let mut listed = Vec::new();
     for field in fields {
         let member = field.ident.clone().expect("named fields have names");
         match field_attrs(field) {
             Ok(FieldAttrs { skip: true, .. }) => {}
+            Ok(FieldAttrs { flatten: true, .. }) => {
+                let ty = field.ty.clone();
+                listed.push(Listed {
+                    member,
+                    name: None,
+                    ty,
+                });
+            }
             Ok(FieldAttrs { rename, .. }) => {
-                let name = rename.map_or_else(|| unraw(&member), |n| n.value());
+                let name = Some(rename.map_or_else(|| unraw(&member), |n| n.value()));
                 let ty = field.ty.clone();
                 listed.push(Listed { member, name, ty });
             }
@@ -150,6 +201,7 @@ fn unraw(ident: &Ident) -> String {
 /// The `impl Params` for `input`, or the errors to report instead.
 fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let listed = listed_fields(input)?;
+    let is_adaptable = adaptable(input)?;
     let ident = &input.ident;
     let mut generics = input.generics.clone();
     // A generic struct's fields need `Params` only for the arguments it is
@@ -173,17 +225,33 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
                 } else {
                     (quote!(visit_params), quote!(&))
                 };
+                let under = match name {
+                    Some(name) => quote!(&::wgpu_tp::nn::join_name(prefix, #name)),
+                    None => quote!(prefix),
+                };
                 quote_spanned! {ty.span()=>
-                    ::wgpu_tp::nn::Params::#call(
-                        #borrow self.#member,
-                        &::wgpu_tp::nn::join_name(prefix, #name),
-                        f,
-                    );
+                    ::wgpu_tp::nn::Params::#call(#borrow self.#member, #under, f);
                 }
             })
             .collect()
     };
     let (visits, visits_mut) = (visit(false), visit(true));
+    let adapt = if is_adaptable {
+        quote!(f(::std::string::String::from(prefix), self);)
+    } else if listed.is_empty() {
+        quote!(let _ = (prefix, f);)
+    } else {
+        let calls = listed.iter().map(|Listed { member, name, ty }| {
+            let under = match name {
+                Some(name) => quote!(&::wgpu_tp::nn::join_name(prefix, #name)),
+                None => quote!(prefix),
+            };
+            quote_spanned! {ty.span()=>
+                ::wgpu_tp::nn::Params::visit_adaptable_mut(&mut self.#member, #under, f);
+            }
+        });
+        quote!(#(#calls)*)
+    };
     let unused = listed.is_empty().then(|| quote!(let _ = (prefix, f);));
     Ok(quote! {
         #[automatically_derived]
@@ -210,6 +278,17 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
             ) {
                 #unused
                 #(#visits_mut)*
+            }
+
+            fn visit_adaptable_mut(
+                &mut self,
+                prefix: &::core::primitive::str,
+                f: &mut dyn ::core::ops::FnMut(
+                    ::std::string::String,
+                    &mut dyn ::wgpu_tp::nn::Adaptable,
+                ),
+            ) {
+                #adapt
             }
         }
     })

@@ -8,6 +8,7 @@ use super::model::Decoder;
 use super::options::LoadOptions;
 use super::spec::{DecoderConfig, DecoderSpec};
 use crate::device::Mesh;
+use crate::nn::Params;
 use crate::nn::embedding::VocabParallelEmbedding;
 use crate::nn::linear::ColumnParallelLinear;
 
@@ -106,6 +107,7 @@ impl Decoder {
     /// from a config in training mode (without dropout unless it asks).
     pub fn set_mode(&mut self, training: bool, step: u64) {
         self.drop.set_mode(training, step);
+        self.visit_adaptable_mut("", &mut |_, l| l.set_lora_mode(training, step));
         for b in &mut self.blocks {
             b.set_mode(training, step);
         }

@@ -45,6 +45,8 @@ pub struct Decoder {
     pub(crate) stage: (usize, usize),
     pub(crate) mesh: Mesh,
     pub(crate) generation: GenerationConfig,
+    /// The adapters' settings, once [`Decoder::add_lora`] added them.
+    pub(crate) lora: Option<crate::nn::lora::LoraConfig>,
 }
 
 impl Decoder {
@@ -196,6 +198,7 @@ impl Decoder {
             stage: (stage, stages),
             mesh: mesh.clone(),
             generation: GenerationConfig::default(),
+            lora: None,
         })
     }
 

@@ -4,6 +4,7 @@
 //! stage names its layers as the whole model does).
 
 use super::model::Decoder;
+use crate::nn::lora::Adaptable;
 use crate::nn::parameter::Parameter;
 use crate::nn::params::{Params, join_name};
 
@@ -47,6 +48,16 @@ impl Params for Decoder {
         }
         if let Some(h) = &mut self.head {
             h.visit_params_mut(&join_name(prefix, n.head), f);
+        }
+    }
+
+    fn visit_adaptable_mut(&mut self, prefix: &str, f: &mut dyn FnMut(String, &mut dyn Adaptable)) {
+        let n = self.spec.names;
+        for (i, b) in self.range.clone().zip(&mut self.blocks) {
+            b.visit_adaptable_mut(&join_name(prefix, &format!("{}.{i}", n.layers)), f);
+        }
+        if let Some(h) = &mut self.head {
+            h.visit_adaptable_mut(&join_name(prefix, n.head), f);
         }
     }
 }

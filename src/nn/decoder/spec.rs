@@ -206,6 +206,13 @@ pub trait DecoderConfig: AsAny + CloneConfig + std::fmt::Debug + Send + Sync {
     /// `eos_token_id`, which transformers reads as this model.
     fn to_json(&self, eos: &[i32]) -> Result<String>;
 
+    /// The module `name` (a dotted path of this crate's names, e.g. a
+    /// layer's) has in transformers' model: how PEFT names its adapters
+    /// (`base_model.model.` + this). By default the same.
+    fn module_name(&self, name: &str) -> String {
+        name.to_string()
+    }
+
     /// A checkpoint tensor's name as this crate's key, or `None` for a
     /// tensor that is no parameter (buffers such as `rotary_emb.inv_freq`).
     fn sanitize(&self, name: &str) -> Option<String> {

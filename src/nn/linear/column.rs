@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::kernels::Activation;
 use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
+use crate::nn::lora::{Lora, LoraSplit, adaptable};
 use crate::nn::parameter::Parameter;
 use crate::tensor::{DTensor, Mapping, MatmulOptions, Placement};
 
@@ -74,11 +75,15 @@ impl ColumnParallelConfig {
 
 /// `Y = X Wᵀ + b` with `W` split along the output dimension.
 #[derive(Debug, Params)]
+#[params(adaptable)]
 pub struct ColumnParallelLinear {
     /// `[out, in]`, `Shard(0)`.
     pub weight: Parameter,
     /// `[out]`, `Shard(0)`.
     pub bias: Option<Parameter>,
+    /// A LoRA adapter ([`Decoder::add_lora`](crate::nn::Decoder::add_lora)).
+    #[params(flatten)]
+    lora: Option<Lora>,
     #[params(skip)]
     config: ColumnParallelConfig,
 }
@@ -107,6 +112,7 @@ impl ColumnParallelLinear {
         Ok(ColumnParallelLinear {
             weight,
             bias,
+            lora: None,
             config,
         })
     }
@@ -135,7 +141,19 @@ impl ColumnParallelLinear {
             _ => None,
         };
         let w = &self.weight.operand_for(x.dtype())?;
-        let y = if self.ring() {
+        let y = if let Some(lora) = self.active_lora() {
+            // The adapter reads the gathered input too: no fused ring.
+            let gather = self.config.sequence_parallel
+                || (x.mesh().size() == 1 && x.placement() != Placement::Replicate);
+            let f = if gather {
+                Mapping::AllGatherToParallel(0)
+            } else {
+                Mapping::CopyToParallel
+            };
+            let xg = f.forward(x)?;
+            xg.linear(w, bias, MatmulOptions::default())?
+                .add(&lora.column_delta(&xg)?)?
+        } else if self.ring() {
             // Each arriving token chunk is multiplied while the next travels.
             x.ring_gather_linear(w, bias)?
         } else {
@@ -180,7 +198,17 @@ impl ColumnParallelLinear {
     /// the ring are not applied.
     pub fn forward_mapped(&self, xg: &DTensor) -> Result<DTensor> {
         let (w, bias) = self.mapped_operands(xg)?;
-        xg.linear(&w, bias.as_ref(), MatmulOptions::default())
+        let y = xg.linear(&w, bias.as_ref(), MatmulOptions::default())?;
+        self.adapted(xg, y)
+    }
+
+    /// `y` (this layer's product of the mapped input `xg`) plus the
+    /// adapter's, where one is on.
+    pub(crate) fn adapted(&self, xg: &DTensor, y: DTensor) -> Result<DTensor> {
+        match self.active_lora() {
+            Some(lora) => y.add(&lora.column_delta(xg)?),
+            None => Ok(y),
+        }
     }
 
     /// The weight and bias [`Self::forward_mapped`] multiplies `xg` by
@@ -198,3 +226,8 @@ impl ColumnParallelLinear {
 }
 
 linear_common!(ColumnParallelLinear, ColumnParallelConfig);
+adaptable!(
+    ColumnParallelLinear,
+    |l| LoraSplit::Column(l.config.stride, l.config.shard_unit),
+    |l| (l.config.in_features, l.config.out_features)
+);

@@ -18,6 +18,7 @@ use crate::kernels::random::{Sections, random};
 use crate::nn::Params;
 use crate::nn::held::Held;
 use crate::nn::init::{Init, InitRng};
+use crate::nn::lora::{Lora, LoraSplit, adaptable};
 use crate::nn::parameter::{Parameter, check_master};
 use crate::tensor::{DTensor, Holding, MatmulOptions, Placement};
 
@@ -54,12 +55,16 @@ impl KvHeadConfig {
 
 /// A key or value projection holding on each rank the heads its query heads read.
 #[derive(Debug, Params)]
+#[params(adaptable)]
 pub struct KvHeadLinear {
     /// `[kv_heads·head_dim, in]` logically (checkpoints, `master()`); each
     /// rank holds its heads' rows.
     pub weight: Parameter,
     /// `[kv_heads·head_dim]` logically, held like the weight.
     pub bias: Option<Parameter>,
+    /// A LoRA adapter ([`Decoder::add_lora`](crate::nn::Decoder::add_lora)).
+    #[params(flatten)]
+    lora: Option<Lora>,
     #[params(skip)]
     config: KvHeadConfig,
     #[params(skip)]
@@ -81,6 +86,7 @@ impl KvHeadLinear {
         Ok(KvHeadLinear {
             weight,
             bias,
+            lora: None,
             config,
             rows,
         })
@@ -121,6 +127,7 @@ impl KvHeadLinear {
         Ok(KvHeadLinear {
             weight,
             bias,
+            lora: None,
             config,
             rows,
         })
@@ -173,7 +180,17 @@ impl KvHeadLinear {
     /// `Shard(1)` in units of `M·head_dim`, in xg's dtype. Recorded on the tape.
     pub fn forward_mapped(&self, xg: &DTensor) -> Result<DTensor> {
         let (w, b) = self.mapped_operands(xg)?;
-        xg.linear(&w, b.as_ref(), MatmulOptions::default())
+        let y = xg.linear(&w, b.as_ref(), MatmulOptions::default())?;
+        self.adapted(xg, y)
+    }
+
+    /// `y` (this layer's product of the mapped input `xg`) plus the
+    /// adapter's, where one is on.
+    pub(crate) fn adapted(&self, xg: &DTensor, y: DTensor) -> Result<DTensor> {
+        match self.active_lora() {
+            Some(lora) => y.add(&lora.column_delta(xg)?),
+            None => Ok(y),
+        }
     }
 
     /// The held weight and bias [`Self::forward_mapped`] multiplies `xg`
@@ -205,6 +222,11 @@ impl KvHeadLinear {
         self.weight.master()
     }
 }
+
+adaptable!(KvHeadLinear, |l| LoraSplit::Held(l.rows.clone()), |l| (
+    l.config.in_features,
+    l.rows.total
+));
 
 /// A held parameter of logical `shape` drawn on the devices under `key`:
 /// each rank draws its rows' logical indices, so copies are equal.

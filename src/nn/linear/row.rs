@@ -20,6 +20,7 @@ use crate::device::Mesh;
 use crate::error::{Error, Result};
 use crate::nn::Params;
 use crate::nn::init::{Init, InitRng};
+use crate::nn::lora::{Lora, LoraSplit, adaptable};
 use crate::nn::parameter::Parameter;
 use crate::shard::split_range_in_units;
 use crate::tensor::{DTensor, Mapping, Placement, RowProduct, RowReduce};
@@ -72,11 +73,15 @@ impl RowParallelConfig {
 
 /// `Y = X Wᵀ + b` with `W` split along the input dimension.
 #[derive(Debug, Params)]
+#[params(adaptable)]
 pub struct RowParallelLinear {
     /// `[out, in]`, `Shard(1)`.
     pub weight: Parameter,
     /// `[out]`, `Replicate`.
     pub bias: Option<Parameter>,
+    /// A LoRA adapter ([`Decoder::add_lora`](crate::nn::Decoder::add_lora)).
+    #[params(flatten)]
+    lora: Option<Lora>,
     #[params(skip)]
     config: RowParallelConfig,
 }
@@ -111,6 +116,7 @@ impl RowParallelLinear {
         Ok(RowParallelLinear {
             weight,
             bias,
+            lora: None,
             config,
         })
     }
@@ -154,6 +160,16 @@ impl RowParallelLinear {
             ));
         }
         let w = self.weight.operand_for(x.dtype())?;
+        let reduce = match (self.ring(), self.config.sequence_parallel) {
+            (true, _) => RowReduce::Ring,
+            (false, true) => RowReduce::ReduceScatter,
+            (false, false) => RowReduce::AllReduce,
+        };
+        // The adapter reads the input as it is split here (A follows it).
+        let delta = match self.active_lora() {
+            Some(lora) => Some(lora.row_delta(&x, reduce)?),
+            None => None,
+        };
         // A quantized weight's K is split in whole blocks, which the
         // input's split (whole heads) may not follow: re-split the input.
         // A float weight splits as its input must; a mismatch is an error.
@@ -166,16 +182,20 @@ impl RowParallelLinear {
             x
         };
         let bias = self.bias.as_ref().map(|b| b.value.clone());
-        let reduce = match (self.ring(), self.config.sequence_parallel) {
-            (true, _) => RowReduce::Ring,
-            (false, true) => RowReduce::ReduceScatter,
-            (false, false) => RowReduce::AllReduce,
-        };
-        Ok(RowProduct::new(x, w, bias, reduce))
+        let product = RowProduct::new(x, w, bias, reduce);
+        Ok(match delta {
+            Some(d) => product.with_addend(d),
+            None => product,
+        })
     }
 }
 
 linear_common!(RowParallelLinear, RowParallelConfig);
+adaptable!(
+    RowParallelLinear,
+    |l| LoraSplit::Row(l.config.stride, l.config.shard_unit),
+    |l| (l.config.in_features, l.config.out_features)
+);
 
 /// Whether `x`'s columns are split over the ranks as `w`'s (both `Shard(1)`).
 fn same_split(x: &DTensor, w: &DTensor) -> bool {

@@ -2,7 +2,7 @@
 //! generation (half the memory and the bytes a decoding token reads), and
 //! how products read it.
 
-use super::{Parameter, tracked};
+use super::Parameter;
 use crate::element::DType;
 use crate::error::{Error, Result};
 use crate::tensor::DTensor;
@@ -58,7 +58,7 @@ impl Parameter {
             ));
         }
         let value = self.value.detach().cast(dtype)?;
-        self.value = tracked(value, &self.slot);
+        self.value = self.track(value);
         self.slot.set(None);
         Ok(())
     }

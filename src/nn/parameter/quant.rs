@@ -5,7 +5,7 @@
 //! split in whole blocks ([`k_unit`]). Such a parameter is frozen: it
 //! gets no gradient, and optimisers leave it alone.
 
-use super::{Parameter, strided_order, tracked};
+use super::{Parameter, strided_order};
 use crate::device::block_on;
 use crate::error::{Error, Result};
 use crate::quant::{QuantType, quantize_rows};
@@ -72,7 +72,7 @@ impl Parameter {
                 ));
             }
         };
-        self.value = tracked(value, &self.slot);
+        self.value = self.track(value);
         self.slot.set(None);
         Ok(())
     }

@@ -117,7 +117,7 @@ pub(crate) struct WeightFiles {
 }
 
 /// Memory-map `path` and parse its safetensors header.
-fn open_weights(path: &Path) -> Result<(WeightFile, Vec<(String, Found)>)> {
+pub(crate) fn open_weights(path: &Path) -> Result<(WeightFile, Vec<(String, Found)>)> {
     let file = File::open(path).map_err(|e| bad(path, format!("cannot open it ({e})")))?;
     // SAFETY: the map is only read, and every range read is checked against
     // the header below. Another process truncating the file while it is
