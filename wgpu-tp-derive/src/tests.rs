@@ -42,11 +42,13 @@ fn fields_in_declaration_order_skipped_and_renamed() {
             r#type: Option<Linear>,
         }
     });
-    // Each name twice: once in `visit_params`, once in `visit_params_mut`.
+    // Each name three times: in `visit_params`, `visit_params_mut` and
+    // `visit_adaptable_mut`.
     let want = ["wte", "ln_f", "h", "type"];
     let got = names(&out);
     assert_eq!(got[..4], want, "{out}");
-    assert_eq!(got[4..], want, "{out}");
+    assert_eq!(got[4..8], want, "{out}");
+    assert_eq!(got[8..], want, "{out}");
     assert!(!out.contains("config"), "{out}");
     assert!(out.contains("& mut self . norm"), "{out}");
     assert!(!out.contains("where"), "no bounds on a plain struct: {out}");
@@ -137,4 +139,34 @@ fn bad_attributes_are_all_reported() {
     ] {
         assert!(e.contains(want), "{want:?} missing from {e}");
     }
+}
+
+#[test]
+fn flattened_fields_use_the_prefix_and_adaptable_structs_hand_themselves_over() {
+    let out = expanded(parse_quote! {
+        #[params(adaptable)]
+        struct Linear {
+            weight: Parameter,
+            #[params(flatten)]
+            lora: Option<Lora>,
+        }
+    });
+    assert_eq!(names(&out), ["weight", "weight"], "{out}");
+    assert!(out.contains("visit_params (& self . lora , prefix , f)"), "{out}");
+    assert!(out.contains("f (:: std :: string :: String :: from (prefix) , self)"), "{out}");
+    let plain = expanded(parse_quote! {
+        struct Block {
+            attn: Attention,
+        }
+    });
+    assert!(plain.contains("visit_adaptable_mut (& mut self . attn"), "{plain}");
+    let e = error(parse_quote! {
+        #[params(frozen)]
+        struct Net {
+            #[params(flatten, rename = "x")]
+            a: Linear,
+        }
+    });
+    assert!(e.contains("except `adaptable`"), "{e}");
+    assert!(e.contains("cannot be renamed"), "{e}");
 }
