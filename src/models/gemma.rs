@@ -363,7 +363,7 @@ fn ropes(
 }
 
 /// One Gemma layer (module doc).
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct GemmaBlock {
     /// Norm before attention.
     pub input_layernorm: RMSNorm,

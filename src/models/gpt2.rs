@@ -300,7 +300,7 @@ impl Gpt2AttentionConfig {
 }
 
 /// Causal self-attention with whole heads on each rank (module doc).
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct Gpt2Attention {
     /// Fused `[q; k; v]` projection, column-parallel by heads.
     pub c_attn: ColumnParallelLinear,
@@ -407,7 +407,7 @@ impl Gpt2Attention {
 }
 
 /// GPT-2's pre-LN block (module doc), with residual dropout.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct Gpt2Block {
     /// Norm before attention.
     pub ln_1: LayerNorm,

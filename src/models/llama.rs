@@ -258,7 +258,7 @@ impl ConfigFile for LlamaConfig {
 
 /// One decoder layer: pre-norm attention and pre-norm gated MLP, each with
 /// a residual.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct LlamaBlock {
     /// Norm before attention.
     pub input_layernorm: RMSNorm,

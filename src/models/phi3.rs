@@ -229,7 +229,7 @@ impl ConfigFile for Phi3Config {
 }
 
 /// One Phi-3 layer.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct Phi3Block {
     /// Norm before attention.
     pub input_layernorm: RMSNorm,

@@ -46,7 +46,7 @@ impl DropoutConfig {
 }
 
 /// Inverted dropout keyed on the logical element index.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct Dropout {
     #[params(skip)]
     config: DropoutConfig,

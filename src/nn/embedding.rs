@@ -102,7 +102,7 @@ impl Split {
 }
 
 /// The state both layers share; their methods delegate here.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 struct Table {
     weight: Parameter,
     #[params(skip)]

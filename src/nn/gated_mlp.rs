@@ -52,7 +52,7 @@ impl GatedMlpConfig {
 }
 
 /// `down(act(gate(x)) ⊙ up(x))`, tensor-parallel over the feed-forward width.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct GatedMlp {
     /// `[ffn, hidden]`, column-parallel.
     pub gate_proj: ColumnParallelLinear,

@@ -98,7 +98,7 @@ impl GqaConfig {
 
 /// Grouped-query self-attention with rotary positions, query heads split
 /// over ranks.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct GqaAttention {
     /// `[heads·head_dim, hidden]`, column-parallel in whole heads.
     pub q_proj: ColumnParallelLinear,

@@ -49,7 +49,7 @@ impl MlpConfig {
 }
 
 /// Column → activation → row.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct ParallelMlp {
     /// Up projection, column-parallel.
     pub c_fc: ColumnParallelLinear,

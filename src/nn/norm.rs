@@ -116,7 +116,7 @@ fn parameters(
 }
 
 /// Layer normalisation: `y = γ ⊙ (x − μ)/√(σ² + ε) + β` over each row.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct LayerNorm {
     /// `γ` `[dim]`, `Replicate`, starts at ones.
     pub weight: Parameter,
@@ -128,7 +128,7 @@ pub struct LayerNorm {
 
 /// Root-mean-square normalisation: `y = γ ⊙ x/√(Σx²/dim + ε)` over each
 /// row (`(offset + γ)` with an offset).
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct RMSNorm {
     /// `γ` `[dim]`, `Replicate`, starts at ones (at zeros with an offset).
     pub weight: Parameter,

@@ -379,6 +379,22 @@ impl Parameter {
         self.value = tracked(self.value.detach(), &self.slot);
     }
 
+    /// Another handle to this parameter: the same value, identity and
+    /// gradient slot (unlike a clone, whose gradient is its own), so what
+    /// is recorded on it reaches this parameter's gradient: how a block is
+    /// recomputed in backward.
+    pub(crate) fn alias(&self) -> Parameter {
+        Parameter {
+            value: self.value.clone(),
+            slot: self.slot.clone(),
+            stride: self.stride,
+            unit: self.unit,
+            id: self.id,
+            held: self.held.clone(),
+            frozen: self.frozen,
+        }
+    }
+
     /// Whether [`Parameter::freeze`] froze it.
     pub fn is_frozen(&self) -> bool {
         self.frozen

@@ -43,7 +43,7 @@ pub struct RowProduct {
     bias: Option<DTensor>,
     reduce: RowReduce,
     /// A term added to the result (a LoRA adapter's), placed like it.
-    addend: Option<DTensor>,
+    addend: Option<Box<DTensor>>,
 }
 
 impl RowProduct {
@@ -65,7 +65,7 @@ impl RowProduct {
     /// output beside the layer's.
     pub fn with_addend(self, addend: DTensor) -> Self {
         RowProduct {
-            addend: Some(addend),
+            addend: Some(Box::new(addend)),
             ..self
         }
     }
@@ -102,7 +102,7 @@ impl RowProduct {
         let residual = match (addend, residual) {
             (None, r) => r,
             (Some(a), None) => {
-                joined = a;
+                joined = *a;
                 Some(&joined)
             }
             (Some(a), Some(r)) => {

@@ -29,6 +29,8 @@
 //! - `quantized`: a GPT quantized as it is built or afterwards (awaited,
 //!   as in a browser): every llama.cpp type fallback, P = 3 and 4 equal
 //!   P = 1, near the f32 logits, cached generation.
+//! - `recompute`: activation recomputation gives the plain tape's loss
+//!   and gradients bit for bit (every family, P = 1..4, LoRA, pipeline).
 //! - `sizes`: parameter counts, and configurations past memory refused
 //!   before anything is allocated (GPT-2 and the Llama family).
 
@@ -41,4 +43,5 @@ mod lora;
 mod pipeline;
 mod quantized;
 mod quantized_load;
+mod recompute;
 mod sizes;

@@ -152,14 +152,23 @@ fn flattened_fields_use_the_prefix_and_adaptable_structs_hand_themselves_over() 
         }
     });
     assert_eq!(names(&out), ["weight", "weight"], "{out}");
-    assert!(out.contains("visit_params (& self . lora , prefix , f)"), "{out}");
-    assert!(out.contains("f (:: std :: string :: String :: from (prefix) , self)"), "{out}");
+    assert!(
+        out.contains("visit_params (& self . lora , prefix , f)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("f (:: std :: string :: String :: from (prefix) , self)"),
+        "{out}"
+    );
     let plain = expanded(parse_quote! {
         struct Block {
             attn: Attention,
         }
     });
-    assert!(plain.contains("visit_adaptable_mut (& mut self . attn"), "{plain}");
+    assert!(
+        plain.contains("visit_adaptable_mut (& mut self . attn"),
+        "{plain}"
+    );
     let e = error(parse_quote! {
         #[params(frozen)]
         struct Net {

@@ -101,6 +101,21 @@ impl Decoder {
         self.spec.tied
     }
 
+    /// Activation recomputation (gradient checkpointing) per block, on
+    /// or off: a recorded forward keeps each block's input and output
+    /// only, and backward runs each block again before its backward, with
+    /// the same gradients bit for bit. Memory for one block's
+    /// intermediates instead of every block's, for one more forward's
+    /// time. Any family, mesh and pipeline stage; decoding is unaffected.
+    pub fn set_recompute(&mut self, on: bool) {
+        self.recompute = on;
+    }
+
+    /// Whether activation recomputation is on ([`Decoder::set_recompute`]).
+    pub fn recomputes(&self) -> bool {
+        self.recompute
+    }
+
     /// Training mode (dropout on, at `step`: masks differ between steps and
     /// repeat for the same step) or evaluation mode (dropout off).
     /// A model read from a directory starts in evaluation mode, one built

@@ -4,6 +4,7 @@
 //! (last stage) the final norm — of every row, or of the last row when
 //! decoding — and the head.
 
+use super::block::Block;
 use super::model::Decoder;
 use super::stream::Stream;
 use crate::error::{Error, Result};
@@ -90,6 +91,11 @@ impl Decoder {
         let mut stream = Stream::new(x);
         let cached = matches!(over, Over::Cached(_));
         match over {
+            Over::Sequences(seq) if self.recompute && crate::tensor::is_grad_enabled() => {
+                for block in &self.blocks {
+                    stream = Stream::new(recomputed_block(&**block, stream.value()?, seq)?);
+                }
+            }
             Over::Sequences(seq) => {
                 for block in &self.blocks {
                     block.forward(&mut stream, Step::Sequences(seq))?;
@@ -194,4 +200,19 @@ fn over_past(over: &Over<'_>, blocks: usize, ids: &[i32]) -> Result<usize> {
             Ok(caches.first().map_or(0, KvCache::len))
         }
     }
+}
+
+/// `block` over whole sequences of `x`, recomputed in backward
+/// ([`DTensor::recomputed`]): only `x` and the output are kept.
+fn recomputed_block(block: &dyn Block, x: DTensor, seq: usize) -> Result<DTensor> {
+    let trainable = block
+        .named_parameters()
+        .iter()
+        .any(|(_, p)| !p.is_frozen() && p.value.dtype().quant().is_none());
+    let block: std::sync::Arc<dyn Block> = std::sync::Arc::from(block.alias());
+    x.recomputed(trainable, move |x| {
+        let mut stream = Stream::new(x.clone());
+        block.forward(&mut stream, Step::Sequences(seq))?;
+        stream.value()
+    })
 }

@@ -47,6 +47,8 @@ pub struct Decoder {
     pub(crate) generation: GenerationConfig,
     /// The adapters' settings, once [`Decoder::add_lora`] added them.
     pub(crate) lora: Option<crate::nn::lora::LoraConfig>,
+    /// Activation recomputation ([`Decoder::set_recompute`]).
+    pub(crate) recompute: bool,
 }
 
 impl Decoder {
@@ -199,6 +201,7 @@ impl Decoder {
             mesh: mesh.clone(),
             generation: GenerationConfig::default(),
             lora: None,
+            recompute: false,
         })
     }
 

@@ -74,7 +74,7 @@ impl ColumnParallelConfig {
 }
 
 /// `Y = X Wᵀ + b` with `W` split along the output dimension.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 #[params(adaptable)]
 pub struct ColumnParallelLinear {
     /// `[out, in]`, `Shard(0)`.

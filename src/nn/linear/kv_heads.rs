@@ -54,7 +54,7 @@ impl KvHeadConfig {
 }
 
 /// A key or value projection holding on each rank the heads its query heads read.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 #[params(adaptable)]
 pub struct KvHeadLinear {
     /// `[kv_heads·head_dim, in]` logically (checkpoints, `master()`); each

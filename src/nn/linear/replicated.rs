@@ -42,7 +42,7 @@ impl ReplicatedLinearConfig {
 }
 
 /// `Y = X Wᵀ + b` with `W` and `b` replicated.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 pub struct ReplicatedLinear {
     /// `[out, in]`, `Replicate`.
     pub weight: Parameter,

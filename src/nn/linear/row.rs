@@ -72,7 +72,7 @@ impl RowParallelConfig {
 }
 
 /// `Y = X Wᵀ + b` with `W` split along the input dimension.
-#[derive(Debug, Params)]
+#[derive(Clone, Debug, Params)]
 #[params(adaptable)]
 pub struct RowParallelLinear {
     /// `[out, in]`, `Shard(1)`.

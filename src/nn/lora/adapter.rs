@@ -34,7 +34,7 @@ pub(crate) enum LoraSplit {
 
 /// One layer's LoRA adapter (module doc). Its parameters are named as
 /// PEFT names them under the layer: `lora_A.weight`, `lora_B.weight`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Lora {
     /// `A` `[r, in]`.
     pub a: Parameter,

@@ -251,6 +251,11 @@ impl Pipeline {
                     let Some(&(_, other)) = shared.iter().find(|(n, _)| *n == name) else {
                         continue;
                     };
+                    // Frozen on both stages (a LoRA base, quantized blocks):
+                    // nothing to sum.
+                    if p.is_frozen() || p.value.dtype().quant().is_some() {
+                        continue;
+                    }
                     let g = p.grad().ok_or_else(|| {
                         Error::invalid(OP, format!("the shared parameter {name:?} got no gradient"))
                     })?;

@@ -35,6 +35,7 @@ mod accumulate;
 mod engine;
 mod mode;
 mod node;
+mod recompute;
 mod tape;
 
 use std::sync::Arc;

@@ -58,3 +58,25 @@ impl Drop for NoGradGuard {
         ENABLED.with(|e| e.set(self.previous));
     }
 }
+
+/// Recording on until this guard drops: a backward pass (which runs with
+/// recording off) records a recomputed forward under it.
+#[derive(Debug)]
+pub(crate) struct GradGuard {
+    previous: bool,
+}
+
+impl GradGuard {
+    /// Turns recording on on this thread until the guard is dropped.
+    pub(crate) fn new() -> GradGuard {
+        GradGuard {
+            previous: ENABLED.with(|e| e.replace(true)),
+        }
+    }
+}
+
+impl Drop for GradGuard {
+    fn drop(&mut self) {
+        ENABLED.with(|e| e.set(self.previous));
+    }
+}
