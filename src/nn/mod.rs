@@ -50,6 +50,8 @@ mod model;
 mod module;
 mod norm;
 mod optim;
+#[cfg(not(target_arch = "wasm32"))]
+mod optim_state;
 mod parameter;
 mod params;
 mod pipeline;
@@ -58,6 +60,8 @@ pub(crate) mod pretrained;
 mod rope;
 mod rope_json;
 mod sampling;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod sft;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer;
 #[cfg(not(target_arch = "wasm32"))]

@@ -120,7 +120,7 @@ pub struct AdamW {
     /// Decoupled weight decay.
     pub weight_decay: f32,
     /// Step count and moments m, v (placed like their parameters).
-    state: HashMap<ParamId, (u32, DTensor, DTensor)>,
+    pub(super) state: HashMap<ParamId, (u32, DTensor, DTensor)>,
 }
 
 impl AdamW {

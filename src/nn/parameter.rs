@@ -272,6 +272,36 @@ impl Parameter {
         })
     }
 
+    /// `t`, laid out like the value (a gradient, optimiser state), as a
+    /// master on the host.
+    pub(crate) fn master_of(&self, t: &DTensor) -> Result<Vec<f32>> {
+        block_on("Parameter::master_of", self.to_master(t))
+    }
+
+    /// An f32 tensor laid out like the value, holding the master `master`
+    /// (optimiser state read back).
+    pub(crate) fn laid_out(&self, master: &[f32]) -> Result<DTensor> {
+        const OP: &str = "Parameter::laid_out";
+        check_master(
+            OP,
+            "the master value",
+            master.len(),
+            self.shape().iter().product(),
+        )?;
+        if let Some(h) = &self.held {
+            return h.upload(self.value.mesh(), master);
+        }
+        let p = Parameter::from_master_in_units(
+            self.value.mesh(),
+            self.shape(),
+            master,
+            self.value.placement(),
+            self.stride,
+            self.unit,
+        )?;
+        Ok(p.value.detach())
+    }
+
     /// Overwrite the value from a host master (checkpoint loading), in the
     /// value's own buffers where it can (f32 shards of this rank alone), so
     /// loading needs no second copy of the model on the devices: clones of

@@ -207,7 +207,15 @@ fn saved_adapters_read_back_at_another_p() {
     for (name, base) in FIXTURES {
         let r = Reference::read(name);
         let ids = r.i32s("ids");
-        let dir = std::env::temp_dir().join(format!("wgpu-tp-lora-{name}-{}", std::process::id()));
+        // WGPU_TP_KEEP_ADAPTERS=DIR keeps them for
+        // tests/fixtures/lora/check_peft_reads_ours.py.
+        let keep = std::env::var_os("WGPU_TP_KEEP_ADAPTERS").map(PathBuf::from);
+        let dir = match &keep {
+            Some(k) => k.join(name),
+            None => {
+                std::env::temp_dir().join(format!("wgpu-tp-lora-{name}-{}", std::process::id()))
+            }
+        };
         let model = adapted(&mesh(3), name, base, false);
         model.save_adapter(&dir).unwrap();
         let cfg: serde_json::Value = serde_json::from_str(
@@ -252,7 +260,9 @@ fn saved_adapters_read_back_at_another_p() {
             &r.f64s("logits"),
             TOL,
         );
-        std::fs::remove_dir_all(&dir).unwrap();
+        if keep.is_none() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }
 

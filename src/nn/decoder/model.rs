@@ -191,6 +191,8 @@ impl Decoder {
             head,
             loss: VocabParallelCrossEntropy::new(CrossEntropyConfig {
                 reduction: Reduction::Mean,
+                // transformers' label for a position not trained on.
+                ignore_index: Some(-100),
                 ..Default::default()
             })?,
             config,
