@@ -11,6 +11,8 @@
 //! - `params`: `#[derive(Params)]` names and order (a user struct, `Gpt`),
 //!   and an optimiser stepping a set of borrowed parameters;
 //! - `optim`: SGD and AdamW;
+//! - `sft`: fine-tuning data (JSONL errors, the assistant-only mask,
+//!   packing) and AdamW's state resumed at another world size;
 //! - `pack_cache`: layers' kept weight packs follow optimiser steps;
 //! - `init`: initialisers;
 //! - `checkpoint`: safetensors save/load across world sizes;
@@ -72,6 +74,7 @@ mod pretrained;
 mod rope;
 mod sampling;
 mod sequence_parallel;
+mod sft;
 mod shard_units;
 mod tokenizer;
 mod tokenizer_gguf;
