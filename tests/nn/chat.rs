@@ -7,13 +7,20 @@
 //! methods and printing, undefined values, loop controls, `{% generation %}`,
 //! `strftime_now`) match jinja2's; `raise_exception`, a malformed template
 //! and a directory without one are errors, never panics.
+//!
+//! Messages as fine-tuning sets carry them (content parts, tool calls, tool
+//! results, reasoning) read from JSON keep their key order, and malformed
+//! ones are errors naming the field.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::json;
 use wgpu_tp::Error;
-use wgpu_tp::nn::{ChatMessage, ChatTemplate, Tokenizer};
+use wgpu_tp::nn::{
+    ChatContent, ChatMessage, ChatTemplate, ContentPart, OrderedJson, Tokenizer, ToolArguments,
+};
 
 use super::tokenizer::temp_dir;
 
@@ -33,16 +40,54 @@ struct Case {
     template_name: Option<String>,
     messages: Vec<ChatMessage>,
     add_generation_prompt: bool,
-    extra: serde_json::Value,
+    extra: OrderedJson,
+    #[serde(default)]
+    tools: Option<OrderedJson>,
+    #[serde(default)]
+    documents: Option<OrderedJson>,
     #[serde(default)]
     date_from_clock: Option<String>,
     expected: String,
 }
 
+/// expected.json, read from its text so that objects keep their order.
+#[derive(Deserialize)]
+struct Fixtures {
+    cases: Vec<Case>,
+}
+
 fn cases() -> Vec<Case> {
     let text = std::fs::read_to_string(fixtures().join("expected.json")).unwrap();
-    let mut all: serde_json::Value = serde_json::from_str(&text).unwrap();
-    serde_json::from_value(all["cases"].take()).unwrap()
+    serde_json::from_str::<Fixtures>(&text).unwrap().cases
+}
+
+/// The template variables of `apply_chat_template(..., tools=tools,
+/// documents=documents, **extra)`.
+fn context(
+    extra: &OrderedJson,
+    tools: Option<&OrderedJson>,
+    documents: Option<&OrderedJson>,
+) -> BTreeMap<String, OrderedJson> {
+    let mut ctx: BTreeMap<String, OrderedJson> = extra
+        .keys()
+        .into_iter()
+        .map(|k| {
+            let v = extra.get(&k).unwrap();
+            (k, v)
+        })
+        .collect();
+    ctx.extend(tools.map(|t| ("tools".to_string(), t.clone())));
+    ctx.extend(documents.map(|d| ("documents".to_string(), d.clone())));
+    ctx
+}
+
+fn template_of(dir: &str, name: Option<&str>) -> ChatTemplate {
+    let dir = fixtures().join(dir);
+    match name {
+        Some(name) => ChatTemplate::from_dir_named(&dir, name),
+        None => ChatTemplate::from_dir(&dir),
+    }
+    .unwrap()
 }
 
 /// `text` with the `DD Mon YYYY` after "Today Date: " checked and replaced
@@ -63,8 +108,9 @@ fn pin_date(text: &str, pinned: &str) -> String {
 }
 
 fn render(template: &ChatTemplate, case: &Case) -> String {
+    let ctx = context(&case.extra, case.tools.as_ref(), case.documents.as_ref());
     let text = template
-        .render_with(&case.messages, case.add_generation_prompt, &case.extra)
+        .render_with(&case.messages, case.add_generation_prompt, &ctx)
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
     match &case.date_from_clock {
         Some(pinned) => pin_date(&text, pinned),
@@ -93,12 +139,7 @@ fn renders_as_transformers() {
     assert_eq!(cases.len(), 31, "expected.json changed; update this count");
     let mut failures = Vec::new();
     for case in &cases {
-        let dir = fixtures().join(&case.dir);
-        let template = match &case.template_name {
-            Some(name) => ChatTemplate::from_dir_named(&dir, name),
-            None => ChatTemplate::from_dir(&dir),
-        }
-        .unwrap();
+        let template = template_of(&case.dir, case.template_name.as_deref());
         let got = render(&template, case);
         if got != case.expected {
             failures.push(format!("{}: {}", case.name, diff(&got, &case.expected)));
@@ -393,5 +434,210 @@ fn strftime_now_reads_the_clock() {
     assert!(
         (1..=366).contains(&words[2].parse::<u32>().unwrap()),
         "{text}"
+    );
+}
+
+#[test]
+fn messages_from_json() {
+    let record = r#"{"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "index": 0,
+         "function": {"name": "f", "arguments": {"z": 1, "a": [true, null, 2.5]}}},
+        {"function": {"name": "g", "arguments": "{\"b\": 2}"}}],
+        "weight": 0.5, "dropped": null}"#;
+    let m = ChatMessage::from_json_str(record).unwrap();
+    assert_eq!(m.role, "assistant");
+    assert_eq!(m.content, None);
+    let calls = m.tool_calls.as_ref().unwrap();
+    assert_eq!(calls[0].id.as_deref(), Some("c1"));
+    assert_eq!(calls[0].kind.as_deref(), Some("function"));
+    assert_eq!(calls[0].extra[0].0, "index");
+    let ToolArguments::Object(args) = &calls[0].function.arguments else {
+        panic!("{:?}", calls[0].function.arguments);
+    };
+    assert_eq!(args.keys(), ["z", "a"]);
+    assert_eq!(args.to_string(), r#"{"z":1,"a":[true,null,2.5]}"#);
+    assert_eq!(
+        calls[1].function.arguments,
+        ToolArguments::Text(r#"{"b": 2}"#.into())
+    );
+    assert_eq!(calls[1].kind, None);
+    assert_eq!(m.extra.len(), 1, "{:?}", m.extra);
+    // Serialised, it reads back the same; the template sees it as given.
+    let text = serde_json::to_string(&m).unwrap();
+    assert_eq!(ChatMessage::from_json_str(&text).unwrap(), m);
+    let shown = ChatTemplate::new("{{ messages[0] | tojson }}")
+        .unwrap()
+        .render(std::slice::from_ref(&m), false)
+        .unwrap();
+    assert_eq!(
+        shown,
+        r#"{"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"z": 1, "a": [true, null, 2.5]}}, "index": 0}, {"function": {"name": "g", "arguments": "{\"b\": 2}"}}], "weight": 0.5}"#
+    );
+
+    // From a serde_json::Value (sorted keys without preserve_order), and lists.
+    let v = json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
+    let m = ChatMessage::from_json(&v).unwrap();
+    assert_eq!(
+        m.content,
+        Some(ChatContent::Parts(vec![ContentPart::text("hi")]))
+    );
+    let list = ChatMessage::list_from_json(
+        &json!([v, {"role": "tool", "content": "1", "tool_call_id": "c1", "name": "f"}]),
+    )
+    .unwrap();
+    assert_eq!(list[1].tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(list[1].name.as_deref(), Some("f"));
+    let list = ChatMessage::list_from_json_str(r#"[{"role": "user", "content": "x"}]"#).unwrap();
+    assert_eq!(list, [ChatMessage::user("x")]);
+    let m: ChatMessage =
+        serde_json::from_str(r#"{"content": "x", "role": "user", "reasoning_content": "r"}"#)
+            .unwrap();
+    assert_eq!(m.reasoning_content.as_deref(), Some("r"));
+}
+
+#[test]
+fn malformed_messages_are_errors_naming_the_field() {
+    let bad = [
+        (r#"{"content": "x"}"#, "`role` is missing"),
+        (r#"{"role": null, "content": "x"}"#, "`role` is missing"),
+        (r#"{"role": 3}"#, "`role` must be a string, not a number"),
+        (
+            r#"{"role": "user", "content": 5}"#,
+            "`content` must be a string or a list of parts",
+        ),
+        (
+            r#"{"role": "user", "content": {"text": "x"}}"#,
+            "not an object",
+        ),
+        (
+            r#"{"role": "user", "content": ["x"]}"#,
+            "`content[0]`: a content part must be a JSON object",
+        ),
+        (
+            r#"{"role": "user", "content": [{"type": 1}]}"#,
+            "`content[0].type` must be a string",
+        ),
+        (
+            r#"{"role": "user", "content": [{"type": "text", "text": []}]}"#,
+            "`content[0].text` must be a string, not a list",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": {"function": {}}}"#,
+            "`tool_calls` must be a list of tool calls",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": "f()"}"#,
+            "not a string",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": [7]}"#,
+            "`tool_calls[0]`: a tool call must be a JSON object",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": [{"name": "f"}]}"#,
+            "`tool_calls[0].function` is missing",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": [{"function": "f"}]}"#,
+            "`tool_calls[0].function`: a tool call's function must be a JSON object",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": [{"function": {"arguments": {}}}]}"#,
+            "`tool_calls[0].function.name` is missing",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}"#,
+            "`tool_calls[0].function.arguments` is missing",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": [1]}}]}"#,
+            "`tool_calls[0].function.arguments` must be an object or a JSON string, not a list",
+        ),
+        (
+            r#"{"role": "assistant", "tool_calls": [{"id": 1, "function": {"name": "f", "arguments": {}}}]}"#,
+            "`tool_calls[0].id` must be a string",
+        ),
+        (
+            r#"{"role": "tool", "tool_call_id": 5}"#,
+            "`tool_call_id` must be a string",
+        ),
+        (
+            r#"{"role": "tool", "name": false}"#,
+            "`name` must be a string, not true or false",
+        ),
+        (
+            r#"{"role": "assistant", "reasoning_content": 1.5}"#,
+            "`reasoning_content` must be a string",
+        ),
+        (r#"["user", "hi"]"#, "a message must be a JSON object"),
+        (r#""hi""#, "not a string"),
+        ("{\"role\": ", "must be JSON"),
+    ];
+    for (text, says) in bad {
+        let e = ChatMessage::from_json_str(text).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{text}: {e:?}");
+        assert!(e.to_string().contains(says), "{text}: {e}");
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+            let e = ChatMessage::from_json(&v).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+            let e = serde_json::from_str::<ChatMessage>(text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+    let e = ChatMessage::list_from_json_str(
+        r#"[{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": {}}]"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("messages[1]: `tool_calls` must be a list"),
+        "{e}"
+    );
+    let e = ChatMessage::list_from_json(&json!({"role": "user"}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("messages must be a JSON list"), "{e}");
+}
+
+#[test]
+fn tools_and_documents_must_be_lists_of_objects() {
+    let t = ChatTemplate::new("{{ tools | length }}").unwrap();
+    let user = [ChatMessage::user("x")];
+    for (extra, says) in [
+        (
+            json!({"tools": "get_weather"}),
+            "`tools` is a string: it must be a list of JSON schemas",
+        ),
+        (json!({"tools": {"name": "f"}}), "`tools` is an object"),
+        (
+            json!({"tools": [{"name": "f"}, 3]}),
+            "`tools[1]` is a number",
+        ),
+        (
+            json!({"documents": [["a"]]}),
+            "`documents[0]` is a list: `documents` must be a list of objects",
+        ),
+    ] {
+        let e = t.render_with(&user, false, &extra).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    assert_eq!(
+        t.render_with(&user, false, &json!({"tools": []})).unwrap(),
+        "0"
+    );
+    // An OrderedJson keeps the order of its text; a serde_json::Value sorts
+    // (unless serde_json's preserve_order feature is on).
+    let tool = r#"{"type": "function", "function": {"name": "f", "parameters": {}}}"#;
+    let ordered: BTreeMap<&str, Vec<OrderedJson>> =
+        BTreeMap::from([("tools", vec![OrderedJson::parse(tool).unwrap()])]);
+    let t = ChatTemplate::new("{{ tools[0] | tojson }}").unwrap();
+    assert_eq!(t.render_with(&user, false, &ordered).unwrap(), tool);
+    assert!(OrderedJson::parse("{").is_err());
+    assert_eq!(
+        "[1, \"a\"]".parse::<OrderedJson>().unwrap().items().len(),
+        2
     );
 }
