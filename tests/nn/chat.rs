@@ -8,9 +8,13 @@
 //! `strftime_now`) match jinja2's; `raise_exception`, a malformed template
 //! and a directory without one are errors, never panics.
 //!
-//! Messages as fine-tuning sets carry them (content parts, tool calls, tool
-//! results, reasoning) read from JSON keep their key order, and malformed
-//! ones are errors naming the field.
+//! Tool calling: the templates of Llama 3.1, Mistral v0.3, Hermes 2 Pro
+//! (`tool_use`), Command-R (`tool_use`, `rag`), Qwen3, Qwen2-VL and Qwen2.5
+//! render conversations with content parts, tool calls (arguments as objects
+//! and as JSON strings), tool results, reasoning, `tools` and `documents`
+//! (keys in no alphabetical order) as transformers does; what transformers
+//! refuses (`errors`) is an error; small templates (`inline`) pin jinja2's
+//! semantics; malformed messages are errors naming the field.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +24,7 @@ use serde_json::json;
 use wgpu_tp::Error;
 use wgpu_tp::nn::{
     ChatContent, ChatMessage, ChatTemplate, ContentPart, OrderedJson, Tokenizer, ToolArguments,
+    ToolCall,
 };
 
 use super::tokenizer::temp_dir;
@@ -50,15 +55,46 @@ struct Case {
     expected: String,
 }
 
+/// A conversation transformers refuses to render.
+#[derive(Deserialize)]
+struct ErrorCase {
+    name: String,
+    dir: String,
+    #[serde(default)]
+    template_name: Option<String>,
+    messages: Vec<ChatMessage>,
+    tools: Option<OrderedJson>,
+    /// What transformers' error says.
+    says: String,
+}
+
+/// A small template pinning jinja2's semantics.
+#[derive(Deserialize)]
+struct InlineCase {
+    name: String,
+    template: String,
+    messages: Vec<ChatMessage>,
+    extra: OrderedJson,
+    #[serde(default)]
+    tools: Option<OrderedJson>,
+    expected: String,
+}
+
 /// expected.json, read from its text so that objects keep their order.
 #[derive(Deserialize)]
 struct Fixtures {
     cases: Vec<Case>,
+    errors: Vec<ErrorCase>,
+    inline: Vec<InlineCase>,
+}
+
+fn all_fixtures() -> Fixtures {
+    let text = std::fs::read_to_string(fixtures().join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
 }
 
 fn cases() -> Vec<Case> {
-    let text = std::fs::read_to_string(fixtures().join("expected.json")).unwrap();
-    serde_json::from_str::<Fixtures>(&text).unwrap().cases
+    all_fixtures().cases
 }
 
 /// The template variables of `apply_chat_template(..., tools=tools,
@@ -136,7 +172,12 @@ fn diff(got: &str, want: &str) -> String {
 #[test]
 fn renders_as_transformers() {
     let cases = cases();
-    assert_eq!(cases.len(), 31, "expected.json changed; update this count");
+    assert_eq!(cases.len(), 51, "expected.json changed; update this count");
+    let tool_cases = cases
+        .iter()
+        .filter(|c| c.tools.is_some() || c.documents.is_some())
+        .count();
+    assert_eq!(tool_cases, 13, "cases with tools or documents");
     let mut failures = Vec::new();
     for case in &cases {
         let template = template_of(&case.dir, case.template_name.as_deref());
@@ -435,6 +476,131 @@ fn strftime_now_reads_the_clock() {
         (1..=366).contains(&words[2].parse::<u32>().unwrap()),
         "{text}"
     );
+}
+
+#[test]
+fn refuses_what_transformers_refuses() {
+    let errors = all_fixtures().errors;
+    assert_eq!(errors.len(), 3, "expected.json changed; update this count");
+    for case in &errors {
+        let template = template_of(&case.dir, case.template_name.as_deref());
+        let ctx = context(
+            &OrderedJson::parse("{}").unwrap(),
+            case.tools.as_ref(),
+            None,
+        );
+        let e = template
+            .render_with(&case.messages, false, &ctx)
+            .expect_err(&case.name);
+        let text = e.to_string();
+        assert!(matches!(e, Error::Tokenizer { .. }), "{}: {e:?}", case.name);
+        assert!(text.contains(&case.says), "{}: {text}", case.name);
+    }
+    // With tools, transformers picks a directory's "tool_use" template.
+    let hermes = fixtures().join("hermes-2-pro-llama-3-8b");
+    let tool_use = ChatTemplate::from_dir_for_tools(&hermes).unwrap();
+    let named = ChatTemplate::from_dir_named(&hermes, "tool_use").unwrap();
+    let case = expected("hermes-2-pro-llama-3-8b/one_tool");
+    assert_eq!(render(&tool_use, &case), render(&named, &case));
+    let qwen = ChatTemplate::from_dir_for_tools(fixtures().join("qwen2.5-0.5b-instruct")).unwrap();
+    assert_eq!(
+        render(&qwen, &expected("qwen2.5-0.5b-instruct/tools_no_system")),
+        expected("qwen2.5-0.5b-instruct/tools_no_system").expected
+    );
+    // Looping over tools=None names the loop.
+    let e = template_of("hermes-2-pro-llama-3-8b", Some("tool_use"))
+        .render(&[ChatMessage::user("hi")], true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot loop over `tools`: it is None"), "{e}");
+}
+
+#[test]
+fn inline_templates_match_jinja2() {
+    let inline = all_fixtures().inline;
+    assert_eq!(inline.len(), 6, "expected.json changed; update this count");
+    let mut failures = Vec::new();
+    for case in &inline {
+        let ctx = context(&case.extra, case.tools.as_ref(), None);
+        let got = ChatTemplate::new(case.template.as_str())
+            .unwrap()
+            .render_with(&case.messages, false, &ctx)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        if got != case.expected {
+            failures.push(format!("{}: {}", case.name, diff(&got, &case.expected)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The round trip of tests/fixtures/chat/make_chat_fixtures.py, built with
+/// the constructors instead of read from JSON.
+fn round_trip_by_hand() -> Vec<ChatMessage> {
+    let args = OrderedJson::parse(r#"{"unit": "celsius", "city": "Paris"}"#).unwrap();
+    let calls = vec![
+        ToolCall::function("get_weather", args).with_id("call00001"),
+        ToolCall::function("search_docs", r#"{"query": "umbrella", "limit": 3}"#)
+            .with_id("call00002"),
+    ];
+    vec![
+        ChatMessage::system("You are a helpful assistant with tools.\u{1c}"),
+        ChatMessage::user("What's the weather in Paris, and what do the docs say about umbrellas?"),
+        ChatMessage::assistant("Let me check.").with_tool_calls(calls),
+        ChatMessage::tool(r#"{"temperature": 21.5, "sky": "clear"}"#)
+            .with_tool_call_id("call00001")
+            .with_name("get_weather"),
+        ChatMessage::tool("No results.")
+            .with_tool_call_id("call00002")
+            .with_name("search_docs"),
+        ChatMessage::assistant(
+            "It is 21.5 °C and clear in Paris; the docs say nothing about umbrellas.",
+        ),
+        ChatMessage::user("Thanks! And tomorrow?"),
+    ]
+}
+
+#[test]
+fn constructors_build_what_json_gives() {
+    let by_hand = round_trip_by_hand();
+    for name in [
+        "qwen2.5-0.5b-instruct/tools_round_trip",
+        "mistral-7b-instruct-v0.3/tools_round_trip",
+        "hermes-2-pro-llama-3-8b/tools_round_trip",
+    ] {
+        let case = expected(name);
+        assert_eq!(by_hand, case.messages, "{name}");
+        let template = template_of(&case.dir, case.template_name.as_deref());
+        let by_hand_case = Case {
+            messages: by_hand.clone(),
+            ..case
+        };
+        assert_eq!(
+            render(&template, &by_hand_case),
+            by_hand_case.expected,
+            "{name}"
+        );
+    }
+    // Reasoning, parts, and the extra keys of a message.
+    let qwen3 = expected("qwen3-0.6b/content_parts");
+    let parts = ChatMessage::with_parts(
+        "user",
+        vec![
+            ContentPart::text("Describe this."),
+            ContentPart::with(
+                "image_url",
+                "image_url",
+                OrderedJson::parse(r#"{"url": "https://example.com/cat.png"}"#).unwrap(),
+            ),
+        ],
+    );
+    let think = ChatMessage::assistant("It is 21.5 °C in Paris.")
+        .with_reasoning_content("\nThe tool said 21.5.\n");
+    assert_eq!(qwen3.messages, [parts, think]);
+    let aliases = expected("qwen3-0.6b/reasoning_aliases");
+    let thinking = ChatMessage::assistant("It is 21.5 °C.")
+        .with_extra("thinking", OrderedJson::string("Old name for reasoning."));
+    assert_eq!(aliases.messages[1], thinking);
+    assert_eq!(thinking.text(), Some("It is 21.5 °C."));
 }
 
 #[test]
