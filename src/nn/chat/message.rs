@@ -218,7 +218,7 @@ impl ChatMessage {
     }
 
     /// The messages of a JSON list (a record's `"messages"`); an error names
-    /// the message by its index, e.g. "messages[2]: `tool_calls` must be a
+    /// the message by its index, e.g. "`messages[2]`: `tool_calls` must be a
     /// list ...".
     pub fn list_from_json(value: &serde_json::Value) -> Result<Vec<ChatMessage>> {
         list_from(&Value::from_serialize(value))
