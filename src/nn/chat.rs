@@ -12,17 +12,30 @@
 //! `{"name", "template"}` from which "default" is taken unless another name is
 //! asked for. The special tokens of `tokenizer_config.json` (`bos_token`,
 //! `eos_token`, ..., plain strings or `{"content": ...}` objects) are template
-//! variables, and so are `messages`, `tools` and `documents` (none),
-//! `add_generation_prompt` and any extra context. The Jinja environment is
-//! transformers': `trim_blocks` and `lstrip_blocks` on, the final newline of
-//! the template dropped, jinja2's default (lenient) undefined, loop controls,
-//! `raise_exception(msg)` (an error carrying `msg`), a `tojson` that is
-//! Python's `json.dumps` (no HTML escaping, `ensure_ascii`, `indent`,
-//! `separators`, `sort_keys`), `strftime_now(fmt)` and Python's string, dict
-//! and list methods. `{% generation %}` blocks render their body. Two
-//! differences remain: `strftime_now` reads the clock in UTC (transformers:
-//! local time), and dicts passed in (tools, extra context) iterate and
-//! serialise in sorted key order, not in insertion order.
+//! variables, and so are `messages`, `tools` and `documents` (none unless
+//! given), `add_generation_prompt` and any extra context.
+//!
+//! Messages are what fine-tuning sets and agents carry: content as a string
+//! or a list of parts, assistant `tool_calls` (arguments as an object or a
+//! JSON string), a tool result's `tool_call_id` and `name`,
+//! `reasoning_content`, and any other keys; the template sees each as the
+//! dict transformers hands it (null keys dropped, reasoning also under
+//! `thinking`). `tools`, `documents` and tool-call arguments keep the key
+//! order the user gave ([`OrderedJson`]), so `tojson` and `items()` write
+//! them as transformers does.
+//!
+//! The Jinja environment is transformers': `trim_blocks` and `lstrip_blocks`
+//! on, the final newline of the template dropped, jinja2's default (lenient)
+//! undefined, loop controls, `raise_exception(msg)` (an error carrying
+//! `msg`), a `tojson` that is Python's `json.dumps` (no HTML escaping,
+//! `ensure_ascii`, `indent`, `separators`, `sort_keys`), `strftime_now(fmt)`
+//! and Python's string, dict and list methods. Where minijinja's semantics
+//! differ from jinja2's, jinja2's hold: looping over `None` (a template
+//! looping over `tools` when none are given) is an error, undefined values
+//! have length 0, `strip()`, `split()` and `trim` know Python's whitespace
+//! (`\x1c`-`\x1f` too), values print as Python's `str`. `{% generation %}`
+//! blocks render their body. One difference remains: `strftime_now` reads
+//! the clock in UTC (transformers: local time).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,13 +43,20 @@ use std::sync::Arc;
 
 use minijinja::Environment;
 use minijinja::value::{Value, ValueKind};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, Result};
 
 mod clock;
 mod compat;
+mod json;
+mod message;
 use compat::RAISED;
+
+pub use json::OrderedJson;
+pub use message::{
+    ChatContent, ChatMessage, ContentPart, ExtraKeys, FunctionCall, ToolArguments, ToolCall,
+};
 
 /// The special tokens transformers passes to templates
 /// (`SPECIAL_TOKENS_ATTRIBUTES`).
@@ -49,37 +69,6 @@ const SPECIAL_TOKENS: [&str; 7] = [
     "cls_token",
     "mask_token",
 ];
-
-/// One message of a conversation: `{"role": ..., "content": ...}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    /// `"system"`, `"user"`, `"assistant"`, or what else the template knows.
-    pub role: String,
-    /// The text of the message.
-    pub content: String,
-}
-
-impl ChatMessage {
-    /// A message of `role` saying `content`.
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-        }
-    }
-    /// A `"system"` message.
-    pub fn system(content: impl Into<String>) -> ChatMessage {
-        ChatMessage::new("system", content)
-    }
-    /// A `"user"` message.
-    pub fn user(content: impl Into<String>) -> ChatMessage {
-        ChatMessage::new("user", content)
-    }
-    /// An `"assistant"` message.
-    pub fn assistant(content: impl Into<String>) -> ChatMessage {
-        ChatMessage::new("assistant", content)
-    }
-}
 
 /// A compiled chat template and the special tokens it is given.
 #[derive(Clone)]
@@ -218,6 +207,21 @@ impl ChatTemplate {
         ChatTemplate::find_in_dir(dir, Some(name))?.ok_or_else(|| err(dir, NO_TEMPLATE))
     }
 
+    /// The template transformers picks for a conversation with tools: the
+    /// one called `"tool_use"` when `dir` names one (Hermes 2 Pro,
+    /// Command-R), else the one [`ChatTemplate::from_dir`] picks.
+    pub fn from_dir_for_tools(dir: impl AsRef<Path>) -> Result<ChatTemplate> {
+        let dir = dir.as_ref();
+        if ChatTemplate::names_in_dir(dir)?
+            .iter()
+            .any(|n| n == "tool_use")
+        {
+            ChatTemplate::from_dir_named(dir, "tool_use")
+        } else {
+            ChatTemplate::from_dir(dir)
+        }
+    }
+
     /// The names of the templates of `dir` (`[]` for a single unnamed one).
     pub fn names_in_dir(dir: impl AsRef<Path>) -> Result<Vec<String>> {
         Ok(find(dir.as_ref())?
@@ -306,10 +310,16 @@ impl ChatTemplate {
         self.render_with(messages, add_generation_prompt, &())
     }
 
-    /// [`ChatTemplate::render`] with extra template variables: `extra`
-    /// serialises to a map (or `()`), e.g.
-    /// `serde_json::json!({"date_string": "26 Jul 2024", "tools": [...]})`.
-    /// Its entries override the special tokens; `messages` and
+    /// [`ChatTemplate::render`] with extra template variables, as
+    /// `apply_chat_template(messages, tools=..., documents=..., **extra)`
+    /// takes them: `extra` serialises to a map (or `()`), e.g.
+    /// `serde_json::json!({"date_string": "26 Jul 2024"})`, an
+    /// [`OrderedJson`] object parsed from `{"tools": [...]}`, or a struct with
+    /// a `tools: Vec<OrderedJson>` field. `tools` and `documents`, when not
+    /// none, must be lists of objects, as transformers checks. Objects keep
+    /// the order they serialise in: an [`OrderedJson`]'s own order; a
+    /// `serde_json::Value`'s sorted order unless serde_json's `preserve_order`
+    /// feature is on. Its entries override the special tokens; `messages` and
     /// `add_generation_prompt` cannot be among them.
     pub fn render_with<E: Serialize + ?Sized>(
         &self,
@@ -323,7 +333,8 @@ impl ChatTemplate {
             .iter()
             .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
             .collect();
-        ctx.insert("messages".into(), Value::from_serialize(messages));
+        let messages: Vec<Value> = messages.iter().map(ChatMessage::template_value).collect();
+        ctx.insert("messages".into(), Value::from(messages));
         ctx.insert("tools".into(), Value::from(()));
         ctx.insert("documents".into(), Value::from(()));
         ctx.insert(
@@ -355,6 +366,11 @@ impl ChatTemplate {
                 ));
             }
         }
+        for name in ["tools", "documents"] {
+            if let Some(value) = ctx.get(name) {
+                check_list_of_objects(name, value)?;
+            }
+        }
         let template = self
             .env
             .get_template("chat_template")
@@ -371,6 +387,44 @@ impl ChatTemplate {
                     format!("could not render the chat template: {}", describe(&e)),
                 ),
             })
+    }
+}
+
+/// transformers' checks of `tools` and `documents`: none, or a list of
+/// dicts (JSON schemas; documents' `{"title", "text"}`).
+fn check_list_of_objects(name: &str, value: &Value) -> Result<()> {
+    const OP: &str = "ChatTemplate::render_with";
+    let what = if name == "tools" {
+        "JSON schemas like {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}"
+    } else {
+        "objects like {\"title\": ..., \"text\": ...}"
+    };
+    match value.kind() {
+        ValueKind::None | ValueKind::Undefined => Ok(()),
+        ValueKind::Seq => {
+            let items = value
+                .try_iter()
+                .map_err(|e| Error::invalid(OP, e.to_string()))?;
+            for (i, item) in items.enumerate() {
+                if item.kind() != ValueKind::Map {
+                    return Err(Error::invalid(
+                        OP,
+                        format!(
+                            "`{name}[{i}]` is {}: `{name}` must be a list of {what}",
+                            OrderedJson::describe(&item)
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        _ => Err(Error::invalid(
+            OP,
+            format!(
+                "`{name}` is {}: it must be a list of {what}, or none",
+                OrderedJson::describe(value)
+            ),
+        )),
     }
 }
 

@@ -69,7 +69,10 @@ mod tokenizer_gguf;
 mod zero;
 
 #[cfg(not(target_arch = "wasm32"))]
-pub use chat::{ChatMessage, ChatTemplate};
+pub use chat::{
+    ChatContent, ChatMessage, ChatTemplate, ContentPart, ExtraKeys, FunctionCall, OrderedJson,
+    ToolArguments, ToolCall,
+};
 pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, load_safetensors_dir, save_safetensors,
     to_safetensors_bytes, to_safetensors_bytes_as,

@@ -1,15 +1,24 @@
 //! transformers' Jinja environment (`_compile_jinja_template` in
 //! `transformers/utils/chat_template_utils.py`) on minijinja: the settings,
 //! `raise_exception`, a `tojson` that is Python's `json.dumps`,
-//! `strftime_now`, Python's methods, and `{% generation %}` blocks.
+//! `strftime_now`, Python's methods, and `{% generation %}` blocks; and
+//! jinja2's semantics where minijinja's differ: looping over `None` is an
+//! error (transformers passes `tools=None` and `documents=None`, and a
+//! template that loops over them unguarded fails), an undefined value has
+//! length 0 and is iterable, `None` is not, `trim`, `strip()` and `split()`
+//! know Python's whitespace (`\x1c`-`\x1f` included), `string` and `trim`
+//! print values as Python's `str`.
 
-use minijinja::value::{Kwargs, Value, ValueKind};
-use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior};
+use minijinja::value::{Kwargs, Value, ValueKind, from_args};
+use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
 use super::clock;
 
 /// Marks the errors `raise_exception` makes.
 pub(super) const RAISED: &str = "raise_exception: ";
+
+/// The filter a rewritten `{% for %}` passes its iterable through.
+const ITERABLE: &str = "__jinja2_iterable";
 
 /// The environment, holding `template` as "chat_template".
 pub(super) fn environment(template: &str) -> Result<Environment<'static>, Error> {
@@ -18,7 +27,7 @@ pub(super) fn environment(template: &str) -> Result<Environment<'static>, Error>
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(false);
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python_method);
     env.set_formatter(|out, state, value| match value.kind() {
         ValueKind::Bool | ValueKind::None | ValueKind::Seq | ValueKind::Map => {
             out.write_str(&py_str(value)).map_err(Error::from)
@@ -29,6 +38,14 @@ pub(super) fn environment(template: &str) -> Result<Environment<'static>, Error>
         _ => minijinja::escape_formatter(out, state, value),
     });
     env.add_filter("tojson", tojson);
+    env.add_filter(ITERABLE, iterable_or_error);
+    env.add_filter("trim", trim);
+    env.add_filter("string", string);
+    env.add_filter("length", length);
+    env.add_filter("count", length);
+    env.add_filter("list", list);
+    env.add_filter("items", items);
+    env.add_test("iterable", is_iterable);
     env.add_function(
         "raise_exception",
         |message: String| -> Result<Value, Error> {
@@ -41,39 +58,376 @@ pub(super) fn environment(template: &str) -> Result<Environment<'static>, Error>
     env.add_function("strftime_now", |format: String| {
         clock::strftime(&format, clock::now_utc())
     });
-    env.add_template_owned("chat_template", generation_as_if(template))?;
+    env.add_template_owned("chat_template", rewrite(template))?;
     Ok(env)
 }
 
-/// `{% generation %}` / `{% endgeneration %}` (transformers' assistant-mask
-/// tag, which renders its body unchanged) as `{% if true %}` / `{% endif %}`,
-/// whitespace control kept.
-fn generation_as_if(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("{%") {
-        out.push_str(&rest[..start]);
-        let tag = &rest[start + 2..];
-        let Some(end) = tag.find("%}") else {
-            rest = &rest[start..];
+/// Python's `str.isspace()` of one character: Rust's whitespace and the
+/// four information separators `\x1c`-`\x1f`.
+fn is_py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Python's `str.strip` (`lstrip`, `rstrip`: `left`, `right`) with `chars`
+/// (`None`: whitespace).
+fn py_strip<'a>(s: &'a str, chars: Option<&str>, left: bool, right: bool) -> &'a str {
+    let strip = |c: char| match chars {
+        Some(chars) => chars.contains(c),
+        None => is_py_space(c),
+    };
+    let s = if left { s.trim_start_matches(strip) } else { s };
+    if right { s.trim_end_matches(strip) } else { s }
+}
+
+/// Python's `str.split()` with no separator: runs of whitespace split, at
+/// most `maxsplit` times (negative: no limit).
+fn py_split_whitespace(s: &str, maxsplit: i64) -> Vec<Value> {
+    let mut parts = Vec::new();
+    let mut rest = s.trim_start_matches(is_py_space);
+    while !rest.is_empty() {
+        if maxsplit >= 0 && parts.len() as i64 == maxsplit {
+            parts.push(Value::from(rest));
             break;
-        };
-        let inner = &tag[..end];
-        let body = inner
-            .trim_start_matches(['-', '+'])
-            .trim_end_matches(['-', '+']);
-        let (left, right) = (
-            &inner[..inner.len() - inner.trim_start_matches(['-', '+']).len()],
-            &inner[inner.trim_end_matches(['-', '+']).len()..],
-        );
-        match body.trim() {
-            "generation" => out.push_str(&format!("{{%{left} if true {right}%}}")),
-            "endgeneration" => out.push_str(&format!("{{%{left} endif {right}%}}")),
-            _ => out.push_str(&rest[start..start + 2 + end + 2]),
         }
-        rest = &tag[end + 2..];
+        let end = rest.find(is_py_space).unwrap_or(rest.len());
+        parts.push(Value::from(&rest[..end]));
+        rest = rest[end..].trim_start_matches(is_py_space);
+    }
+    parts
+}
+
+/// The string methods whose whitespace is Python's; the rest as
+/// minijinja-contrib's `pycompat` has them.
+fn python_method(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if let (ValueKind::String, Some(s)) = (value.kind(), value.as_str()) {
+        match method {
+            "strip" | "lstrip" | "rstrip" => {
+                let (chars,): (Option<Value>,) = from_args(args)?;
+                let chars = chars.filter(|c| !c.is_none());
+                let chars = match &chars {
+                    Some(c) => Some(c.as_str().ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::InvalidOperation,
+                            format!("{method} arg must be None or str"),
+                        )
+                    })?),
+                    None => None,
+                };
+                let (left, right) = (method != "rstrip", method != "lstrip");
+                return Ok(Value::from(py_strip(s, chars, left, right)));
+            }
+            "split" => {
+                let (sep, maxsplit): (Option<Value>, Option<i64>) = from_args(args)?;
+                if sep.as_ref().is_none_or(|v| v.is_none()) {
+                    return Ok(Value::from(py_split_whitespace(s, maxsplit.unwrap_or(-1))));
+                }
+            }
+            "isspace" => {
+                let () = from_args(args)?;
+                return Ok(Value::from(!s.is_empty() && s.chars().all(is_py_space)));
+            }
+            _ => {}
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// jinja2's `trim`: Python's `str(value).strip(chars)`.
+fn trim(value: &Value, chars: Option<Value>) -> Result<Value, Error> {
+    let text = match value.kind() {
+        ValueKind::Undefined => String::new(),
+        _ => py_str(value),
+    };
+    let chars = chars.filter(|c| !c.is_none());
+    let chars = chars.as_ref().and_then(|c| c.as_str());
+    Ok(Value::from(py_strip(&text, chars, true, true)))
+}
+
+/// jinja2's `string`: Python's `str(value)` (`''` for undefined).
+fn string(value: &Value) -> Value {
+    match value.kind() {
+        ValueKind::Undefined => Value::from(""),
+        ValueKind::String => value.clone(),
+        _ => Value::from(py_str(value)),
+    }
+}
+
+/// jinja2's `length`: 0 for undefined, an error for what has no length.
+fn length(value: &Value) -> Result<usize, Error> {
+    match value.kind() {
+        ValueKind::Undefined => Ok(0),
+        _ => value.len().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidOperation,
+                format!("object of type '{}' has no len()", py_type(value)),
+            )
+        }),
+    }
+}
+
+/// jinja2's `list`: `[]` for undefined, an error for `None`.
+fn list(state: &State, value: Value) -> Result<Value, Error> {
+    match value.kind() {
+        ValueKind::Undefined => Ok(Value::from(Vec::<Value>::new())),
+        ValueKind::None | ValueKind::Bool | ValueKind::Number => Err(not_iterable(&value)),
+        _ => minijinja::filters::list(state, value),
+    }
+}
+
+/// jinja2's `items`: the pairs of a mapping, none for undefined.
+fn items(value: &Value) -> Result<Value, Error> {
+    match value.kind() {
+        ValueKind::Undefined => Ok(Value::from(Vec::<Value>::new())),
+        ValueKind::Map => minijinja::filters::items(value),
+        _ => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "Can only get item pairs from a mapping.",
+        )),
+    }
+}
+
+/// jinja2's `iterable` test: undefined is (it iterates as empty), `None`,
+/// booleans and numbers are not.
+fn is_iterable(value: &Value) -> bool {
+    match value.kind() {
+        ValueKind::Undefined => true,
+        ValueKind::None | ValueKind::Bool | ValueKind::Number => false,
+        _ => value.try_iter().is_ok(),
+    }
+}
+
+/// What a `{% for %}` loops over, or jinja2's error for `None`, which
+/// minijinja would loop over as empty. `expr` is the loop's Jinja text.
+fn iterable_or_error(value: Value, expr: String) -> Result<Value, Error> {
+    match value.kind() {
+        ValueKind::None => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "cannot loop over `{expr}`: it is None, and jinja2 raises \"'NoneType' object is not iterable\" (transformers passes tools=None and documents=None when none are given)"
+            ),
+        )),
+        _ => Ok(value),
+    }
+}
+
+fn not_iterable(value: &Value) -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("'{}' object is not iterable", py_type(value)),
+    )
+}
+
+/// Python's type name of a value, for error messages.
+fn py_type(value: &Value) -> &'static str {
+    match value.kind() {
+        ValueKind::None => "NoneType",
+        ValueKind::Bool => "bool",
+        ValueKind::Number if value.is_integer() => "int",
+        ValueKind::Number => "float",
+        ValueKind::String => "str",
+        ValueKind::Seq => "list",
+        ValueKind::Map => "dict",
+        ValueKind::Undefined => "Undefined",
+        _ => "object",
+    }
+}
+
+/// The template as minijinja compiles it: `{% generation %}` /
+/// `{% endgeneration %}` (transformers' assistant-mask tag, which renders
+/// its body unchanged) as `{% if true %}` / `{% endif %}`, and each
+/// `{% for x in EXPR %}` as `{% for x in (EXPR)|__jinja2_iterable("EXPR") %}`
+/// so that looping over `None` fails as in jinja2. Whitespace control,
+/// comments, `{{ }}` and `{% raw %}` blocks are kept as they are.
+fn rewrite(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut rest = text;
+    while let Some(start) = find_open(rest) {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match &rest[start..start + 2] {
+            "{#" => {
+                let end = after.find("#}").map_or(after.len(), |e| e + 2);
+                out.push_str(&rest[start..start + 2 + end]);
+                rest = &after[end..];
+            }
+            "{{" => {
+                let end = tag_end(after, '}').map_or(after.len(), |e| e + 2);
+                out.push_str(&rest[start..start + 2 + end]);
+                rest = &after[end..];
+            }
+            _ => {
+                let Some(end) = tag_end(after, '%') else {
+                    out.push_str(&rest[start..]);
+                    rest = "";
+                    break;
+                };
+                let inner = &after[..end];
+                rest = &after[end + 2..];
+                let left_len = inner.len() - inner.trim_start_matches(['-', '+']).len();
+                let right_len = inner.len() - inner.trim_end_matches(['-', '+']).len();
+                let (left, right) = (&inner[..left_len], &inner[inner.len() - right_len..]);
+                let body = &inner[left_len..inner.len() - right_len];
+                let word = body.split_whitespace().next().unwrap_or("");
+                match word {
+                    "generation" if body.trim() == "generation" => {
+                        out.push_str(&format!("{{%{left} if true {right}%}}"))
+                    }
+                    "endgeneration" if body.trim() == "endgeneration" => {
+                        out.push_str(&format!("{{%{left} endif {right}%}}"))
+                    }
+                    "for" => out.push_str(&format!("{{%{left}{}{right}%}}", rewrite_for(body))),
+                    "raw" if body.trim() == "raw" => {
+                        // Everything up to the end of `{% endraw %}` as it is.
+                        out.push_str(&format!("{{%{inner}%}}"));
+                        let end = find_endraw(rest).unwrap_or(rest.len());
+                        out.push_str(&rest[..end]);
+                        rest = &rest[end..];
+                    }
+                    _ => out.push_str(&format!("{{%{inner}%}}")),
+                }
+            }
+        }
     }
     out.push_str(rest);
+    out
+}
+
+/// Where the next `{{`, `{%` or `{#` starts.
+fn find_open(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    (0..bytes.len().saturating_sub(1))
+        .find(|&i| bytes[i] == b'{' && matches!(bytes[i + 1], b'{' | b'%' | b'#'))
+}
+
+/// Where the `X}` (X: `}` or `%`) that closes a tag starts in `text` (the
+/// text after its opening), skipping string literals and brackets.
+fn tag_end(text: &str, close: char) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if let Some(q) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                c if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' => depth = depth.saturating_sub(1),
+            '}' if depth > 0 => depth -= 1,
+            c if c == close && depth == 0 && chars.peek().map(|(_, n)| *n) == Some('}') => {
+                return Some(i);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Where the text after a `{% endraw %}` tag starts in `text`.
+fn find_endraw(text: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(start) = text[from..].find("{%").map(|s| s + from) {
+        let after = &text[start + 2..];
+        let end = after.find("%}")?;
+        if after[..end].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace())
+            == "endraw"
+        {
+            return Some(start + 2 + end + 2);
+        }
+        from = start + 2;
+    }
+    None
+}
+
+/// `for TARGET in EXPR [if COND] [recursive]` with EXPR passed through the
+/// `__jinja2_iterable` filter; anything it cannot read is left as it is.
+fn rewrite_for(body: &str) -> String {
+    let words = words(body);
+    let Some(&(in_start, in_end)) = words.iter().find(|&&(s, e)| &body[s..e] == "in") else {
+        return body.to_string();
+    };
+    let expr_end = words
+        .iter()
+        .filter(|&&(s, _)| s > in_end)
+        .find(|&&(s, e)| matches!(&body[s..e], "if" | "recursive"))
+        .map_or(body.trim_end().len(), |&(s, _)| s);
+    let expr = body[in_end..expr_end].trim();
+    if expr.is_empty() || in_start == 0 {
+        return body.to_string();
+    }
+    let literal: String = expr
+        .chars()
+        .flat_map(|c| match c {
+            '\\' => vec!['\\', '\\'],
+            '"' => vec!['\\', '"'],
+            '\n' => vec!['\\', 'n'],
+            '\r' => vec!['\\', 'r'],
+            '\t' => vec!['\\', 't'],
+            c => vec![c],
+        })
+        .collect();
+    format!(
+        "{} ({expr})|{ITERABLE}(\"{literal}\") {}",
+        &body[..in_end],
+        &body[expr_end..]
+    )
+}
+
+/// The (start, end) of each bare word of a tag body, outside string
+/// literals and brackets.
+fn words(body: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut start: Option<usize> = None;
+    let mut prev: Option<char> = None;
+    for (i, c) in body.char_indices() {
+        let word_char = c.is_alphanumeric() || c == '_';
+        if let Some(s) = start
+            && !word_char
+        {
+            out.push((s, i));
+            start = None;
+        }
+        if let Some(q) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                c if c == q => quote = None,
+                _ => {}
+            }
+        } else {
+            match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                c if word_char && depth == 0 && start.is_none() && prev != Some('.') => {
+                    let after_word = prev.is_some_and(|p| p.is_alphanumeric() || p == '_');
+                    if !after_word && !c.is_ascii_digit() {
+                        start = Some(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        prev = Some(c);
+    }
+    if let Some(s) = start {
+        out.push((s, body.len()));
+    }
     out
 }
 
