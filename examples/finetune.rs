@@ -404,10 +404,11 @@ fn ask(
             .trim()
             .to_string();
         asked += 1;
-        right += usize::from(text == messages[answer].content.trim());
+        let want = messages[answer].text().unwrap_or("").trim();
+        right += usize::from(text == want);
         say!(
             "  Q: {}\n  A: {text}",
-            prompt.last().map_or("", |m| m.content.as_str())
+            prompt.last().and_then(|m| m.text()).unwrap_or("")
         );
     }
     say!("{right} of {asked} answers as trained");

@@ -139,8 +139,8 @@ fn assistant_only_mask_is_the_assistant_turns_and_packing_ignores_the_rest() {
 #[test]
 fn the_loss_ignores_minus_100_targets() {
     let model = CausalLm::from_pretrained(&mesh(2), tiny_llama()).unwrap();
-    let ids: Vec<i32> = (0..16).map(|i| (i * 37 % 500) as i32).collect();
-    let targets: Vec<i32> = (0..16).map(|i| (i * 11 % 500) as i32).collect();
+    let ids: Vec<i32> = (0..16).map(|i| i * 37 % 500).collect();
+    let targets: Vec<i32> = (0..16).map(|i| i * 11 % 500).collect();
     let mut masked = targets.clone();
     for t in &mut masked[..8] {
         *t = IGNORE;
@@ -161,8 +161,8 @@ fn the_loss_ignores_minus_100_targets() {
 
 #[test]
 fn adamw_state_saved_at_p_2_resumes_at_p_3() {
-    let ids: Vec<i32> = (0..16).map(|i| (i * 37 % 500) as i32).collect();
-    let targets: Vec<i32> = (0..16).map(|i| (i * 11 % 500) as i32).collect();
+    let ids: Vec<i32> = (0..16).map(|i| i * 37 % 500).collect();
+    let targets: Vec<i32> = (0..16).map(|i| i * 11 % 500).collect();
     let lora = LoraConfig::new(4, 8.0, &["q_proj", "v_proj", "down_proj"]);
     let dir = std::env::temp_dir().join(format!("wgpu-tp-adamw-state-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
