@@ -80,8 +80,9 @@ pub use checkpoint::{
 pub use cross_entropy::{CrossEntropyConfig, Reduction, VocabParallelCrossEntropy};
 pub use data_parallel::DataParallel;
 pub use decoder::{
-    AsAny, Block, BlockBuild, Branch, CloneConfig, Decoder, DecoderConfig, DecoderSpec, FinalNorm,
-    GqaBlockSizes, IntoDecoderConfig, LoadOptions, Names, Stored, Stream, num_parameters,
+    AsAny, Block, BlockAlias, BlockBuild, Branch, CloneConfig, Decoder, DecoderConfig, DecoderSpec,
+    FinalNorm, GqaBlockSizes, IntoDecoderConfig, LoadOptions, Names, Stored, Stream,
+    num_parameters,
 };
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};

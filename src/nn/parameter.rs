@@ -274,12 +274,14 @@ impl Parameter {
 
     /// `t`, laid out like the value (a gradient, optimiser state), as a
     /// master on the host.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn master_of(&self, t: &DTensor) -> Result<Vec<f32>> {
         block_on("Parameter::master_of", self.to_master(t))
     }
 
     /// An f32 tensor laid out like the value, holding the master `master`
     /// (optimiser state read back).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn laid_out(&self, master: &[f32]) -> Result<DTensor> {
         const OP: &str = "Parameter::laid_out";
         check_master(

@@ -31,7 +31,7 @@ pub trait Block: Params + AsAny + BlockAlias + std::fmt::Debug + Send + Sync {
 }
 
 /// A copy of a block whose parameters are the block's own (the same values
-/// and gradient slots, [`Parameter::alias`]): recorded operations on the
+/// and gradient slots): recorded operations on the
 /// copy give the block's parameters their gradients. Every `Clone` block
 /// has it.
 pub trait BlockAlias {

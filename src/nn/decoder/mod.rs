@@ -27,7 +27,7 @@ mod stage;
 mod stream;
 
 pub use any::AsAny;
-pub use block::Block;
+pub use block::{Block, BlockAlias};
 pub use model::{Decoder, num_parameters};
 pub use options::LoadOptions;
 pub use sizes::GqaBlockSizes;
