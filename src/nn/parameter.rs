@@ -280,8 +280,7 @@ impl Parameter {
     }
 
     /// An f32 tensor laid out like the value, holding the master `master`
-    /// (optimiser state read back).
-    #[cfg(not(target_arch = "wasm32"))]
+    /// (optimiser state read back, a value that could not be overwritten).
     pub(crate) fn laid_out(&self, master: &[f32]) -> Result<DTensor> {
         const OP: &str = "Parameter::laid_out";
         check_master(
@@ -318,8 +317,7 @@ impl Parameter {
                 .value
                 .overwrite_from_host_in_units(OP, &h.expand(master), self.unit)?
             {
-                let fresh = h.upload(self.value.mesh(), master)?;
-                let fresh = fresh.cast(self.value.dtype())?;
+                let fresh = self.laid_out(master)?.cast(self.value.dtype())?;
                 self.value = self.track(fresh);
             }
             return Ok(());
@@ -343,16 +341,8 @@ impl Parameter {
         if self.value.overwrite_from_host_in_units(OP, &data, unit)? {
             return Ok(());
         }
-        let fresh = Parameter::from_master_in_units(
-            self.value.mesh(),
-            self.shape(),
-            master,
-            self.value.placement(),
-            self.stride,
-            self.unit,
-        )?;
         // A value kept in bf16 / f16 stays so (narrowed on the device).
-        let fresh = fresh.value.cast(self.value.dtype())?;
+        let fresh = self.laid_out(master)?.cast(self.value.dtype())?;
         self.value = self.track(fresh);
         Ok(())
     }

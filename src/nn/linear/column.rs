@@ -141,15 +141,16 @@ impl ColumnParallelLinear {
             _ => None,
         };
         let w = &self.weight.operand_for(x.dtype())?;
+        // With one rank any placement is whole: the gather only relabels it.
+        let gather = self.config.sequence_parallel
+            || (x.mesh().size() == 1 && x.placement() != Placement::Replicate);
+        let f = if gather {
+            Mapping::AllGatherToParallel(0)
+        } else {
+            Mapping::CopyToParallel
+        };
         let y = if let Some(lora) = self.active_lora() {
             // The adapter reads the gathered input too: no fused ring.
-            let gather = self.config.sequence_parallel
-                || (x.mesh().size() == 1 && x.placement() != Placement::Replicate);
-            let f = if gather {
-                Mapping::AllGatherToParallel(0)
-            } else {
-                Mapping::CopyToParallel
-            };
             let xg = f.forward(x)?;
             xg.linear(w, bias, MatmulOptions::default())?
                 .add(&lora.column_delta(&xg)?)?
@@ -157,14 +158,6 @@ impl ColumnParallelLinear {
             // Each arriving token chunk is multiplied while the next travels.
             x.ring_gather_linear(w, bias)?
         } else {
-            // With one rank any placement is whole: the gather only relabels it.
-            let gather = self.config.sequence_parallel
-                || (x.mesh().size() == 1 && x.placement() != Placement::Replicate);
-            let f = if gather {
-                Mapping::AllGatherToParallel(0)
-            } else {
-                Mapping::CopyToParallel
-            };
             let opts = MatmulOptions {
                 transpose_w: true,
                 ..Default::default()
