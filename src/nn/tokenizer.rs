@@ -21,6 +21,10 @@ use crate::error::{Error, Result};
 /// GPT-2's end-of-text token, made special when a `vocab.json` holds it.
 const END_OF_TEXT: &str = "<|endoftext|>";
 
+/// The largest `tokenizer.json` read: real ones are up to a few tens of MB
+/// (Gemma 3's 33 MB); past this a file is refused before it is read.
+pub const MAX_TOKENIZER_JSON_BYTES: u64 = 256 << 20;
+
 /// A tokenizer: text to `i32` token ids (what [`CausalLm`](crate::models::CausalLm) takes) and
 /// back.
 #[derive(Clone)]
@@ -128,9 +132,29 @@ impl Tokenizer {
     /// A tokenizer from a Hugging Face `tokenizer.json`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
+        let len = std::fs::metadata(path).map_err(|e| err(path, e))?.len();
+        if len > MAX_TOKENIZER_JSON_BYTES {
+            return Err(err(
+                path,
+                format!(
+                    "is {len} bytes, more than the {MAX_TOKENIZER_JSON_BYTES} a tokenizer.json may                      be (MAX_TOKENIZER_JSON_BYTES)"
+                ),
+            ));
+        }
         let bytes = std::fs::read(path).map_err(|e| err(path, e))?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
-            .map_err(|e| err(path, format!("not a valid tokenizer.json: {e}")))?;
+        // The JSON's syntax first (no values kept): tokenizers' own
+        // deserializers panic on some malformed files (found by tests/nn/fuzz.rs).
+        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+            .map_err(|e| err(path, format!("not valid JSON: {e}")))?;
+        // And a panic left in them is an error, not the end of the process.
+        let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(&bytes))
+            .map_err(|_| {
+                err(
+                    path,
+                    "not a valid tokenizer.json (the tokenizers crate panicked on it)",
+                )
+            })?;
+        let inner = parsed.map_err(|e| err(path, format!("not a valid tokenizer.json: {e}")))?;
         Tokenizer::checked(inner, path.display().to_string())
     }
 

@@ -11,6 +11,8 @@
 //! - `params`: `#[derive(Params)]` names and order (a user struct, `Gpt`),
 //!   and an optimiser stepping a set of borrowed parameters;
 //! - `optim`: SGD and AdamW;
+//! - `fuzz`: mutated config.json, tokenizer.json, GGUF, model and adapter
+//!   directories: an answer or an error, never a panic or a hang;
 //! - `sft`: fine-tuning data (JSONL errors, the assistant-only mask,
 //!   packing) and AdamW's state resumed at another world size;
 //! - `pack_cache`: layers' kept weight packs follow optimiser steps;
@@ -55,6 +57,7 @@ mod data_parallel;
 mod dropout;
 mod embedding;
 mod fused_decode;
+mod fuzz;
 mod generate;
 mod gguf;
 mod gpt;

@@ -1,0 +1,245 @@
+//! Fuzzing as a habit: every reader of a model's files gets inputs mutated
+//! from real ones (bytes flipped, spans deleted or repeated, numbers made
+//! huge, negative or fractional, files cut short), from a fixed seed, and
+//! must answer `Ok` or an `Error` — never panic, abort or hang. A short
+//! deterministic budget runs in the suite; `WGPU_TP_FUZZ_ITERS=N` (per
+//! target, default 40) and `WGPU_TP_FUZZ_SEED=S` run it longer or
+//! elsewhere (docs/SETTINGS.md). Targets: `config.json` of every family,
+//! `tokenizer.json`, the GGUF reader, safetensors model directories and
+//! PEFT adapter directories. Every crash found becomes a regression case.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use wgpu_tp::models::{CausalLm, config_from_json};
+use wgpu_tp::nn::gguf::GgufFile;
+use wgpu_tp::nn::{Params, Tokenizer};
+
+use crate::util::mesh;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn iters() -> usize {
+    std::env::var("WGPU_TP_FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40)
+}
+
+/// xorshift64*, seeded per target.
+struct Fuzz(u64);
+
+impl Fuzz {
+    fn new(target: &str) -> Fuzz {
+        let base: u64 = std::env::var("WGPU_TP_FUZZ_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0x5eed);
+        let h = target.bytes().fold(base ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        Fuzz(h | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    /// `input` with 1..4 mutations.
+    fn mutate(&mut self, input: &[u8]) -> Vec<u8> {
+        let mut out = input.to_vec();
+        for _ in 0..1 + self.below(4) {
+            let at = self.below(out.len().max(1));
+            match self.below(7) {
+                0 if !out.is_empty() => out[at] ^= 1 << self.below(8),
+                1 if !out.is_empty() => out[at] = self.next() as u8,
+                2 => {
+                    let end = (at + 1 + self.below(64)).min(out.len());
+                    out.drain(at.min(end)..end);
+                }
+                3 => {
+                    let end = (at + 1 + self.below(64)).min(out.len());
+                    let span = out[at.min(end)..end].to_vec();
+                    out.splice(at..at, span.repeat(1 + self.below(8)));
+                }
+                4 => out.truncate(at),
+                5 => {
+                    // A number where one may be read.
+                    let n = [
+                        "0",
+                        "-1",
+                        "4294967297",
+                        "18446744073709551615",
+                        "1e308",
+                        "0.5",
+                        "null",
+                        "\"x\"",
+                        "[]",
+                        "{}",
+                    ];
+                    let s = n[self.below(n.len())].as_bytes();
+                    out.splice(at..at, s.iter().copied());
+                }
+                _ => {
+                    // Eight bytes of a little-endian count made huge.
+                    let v = [u64::MAX, 1 << 62, 1 << 40, u32::MAX as u64 + 1][self.below(4)];
+                    let end = (at + 8).min(out.len());
+                    out.splice(at..end, v.to_le_bytes());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Run `f` on `iters()` mutations of each seed input: it must not panic,
+/// and each call must return within `limit`.
+fn fuzz(target: &str, seeds: &[Vec<u8>], limit: Duration, mut f: impl FnMut(&[u8])) {
+    let mut rng = Fuzz::new(target);
+    for i in 0..iters() {
+        let seed = &seeds[i % seeds.len()];
+        let input = rng.mutate(seed);
+        let t = Instant::now();
+        let r = catch_unwind(AssertUnwindSafe(|| f(&input)));
+        if r.is_err() {
+            let path = std::env::temp_dir().join(format!("wgpu-tp-fuzz-{target}-{i}.bin"));
+            let _ = std::fs::write(&path, &input);
+            panic!("{target}: input {i} panicked (saved to {})", path.display());
+        }
+        assert!(
+            t.elapsed() < limit,
+            "{target}: input {i} took {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+fn configs() -> Vec<Vec<u8>> {
+    let hf = root().join("tests/fixtures/hf");
+    let mut out: Vec<Vec<u8>> = std::fs::read_dir(&hf)
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("config.json")).ok())
+        .collect();
+    out.push(std::fs::read(root().join("tests/fixtures/gpt2_tiny/f32/config.json")).unwrap());
+    assert!(out.len() >= 9);
+    out
+}
+
+#[test]
+fn fuzz_config_json_of_every_family() {
+    fuzz("config", &configs(), Duration::from_secs(2), |b| {
+        if let Ok(text) = std::str::from_utf8(b) {
+            let _ = config_from_json(text, "fuzz/config.json");
+        }
+    });
+}
+
+#[test]
+fn fuzz_tokenizer_json() {
+    let seeds = vec![
+        std::fs::read(root().join("examples/data/tiny-llama/tokenizer.json")).unwrap(),
+        std::fs::read(root().join("examples/data/tiny-gpt2/tokenizer.json")).unwrap(),
+    ];
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-fuzz-tok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokenizer.json");
+    fuzz("tokenizer", &seeds, Duration::from_secs(5), |b| {
+        std::fs::write(&path, b).unwrap();
+        if let Ok(tok) = Tokenizer::from_file(&path) {
+            // A tokenizer that loads must encode and decode without panicking.
+            if let Ok(ids) = tok.encode("In the beginning God created") {
+                let _ = tok.decode(&ids);
+            }
+        }
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn fuzz_gguf_reader() {
+    let gguf = root().join("tests/fixtures/gguf");
+    let seeds: Vec<Vec<u8>> = ["llama_q8_0", "gpt2_q8_0", "qwen3_q5_k_m"]
+        .iter()
+        .map(|n| std::fs::read(gguf.join(n).join("model.gguf")).unwrap())
+        .collect();
+    fuzz("gguf", &seeds, Duration::from_secs(2), |b| {
+        if let Ok(f) = GgufFile::from_bytes("fuzz.gguf", b.to_vec()) {
+            for t in f.tensors() {
+                let _ = f.tensor_bytes(t.name());
+            }
+        }
+    });
+}
+
+#[test]
+fn fuzz_model_directories_and_adapters() {
+    // The tiny Llama's directory with one file mutated at a time, and a
+    // PEFT adapter directory likewise: loading is Ok or an Error, and a
+    // refused adapter leaves the model as it was.
+    let llama = root().join("tests/fixtures/hf/llama_gqa");
+    let adapter = root().join("tests/fixtures/lora/llama_gqa");
+    let dir = std::env::temp_dir().join(format!("wgpu-tp-fuzz-dir-{}", std::process::id()));
+    let (model_dir, adapter_dir) = (dir.join("model"), dir.join("adapter"));
+    for (from, to) in [(&llama, &model_dir), (&adapter, &adapter_dir)] {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let m = mesh(2);
+    let mut base = CausalLm::from_pretrained(&m, &llama).unwrap();
+    let count = base.named_parameters().len();
+    let files = [
+        (model_dir.join("model.safetensors"), true),
+        (model_dir.join("config.json"), true),
+        (adapter_dir.join("adapter_model.safetensors"), false),
+        (adapter_dir.join("adapter_config.json"), false),
+    ];
+    let originals: Vec<Vec<u8>> = files
+        .iter()
+        .map(|(p, _)| std::fs::read(p).unwrap())
+        .collect();
+    let mut i = 0;
+    fuzz("directories", &originals, Duration::from_secs(10), |b| {
+        let (path, model) = &files[i % files.len()];
+        i += 1;
+        std::fs::write(path, b).unwrap();
+        if *model {
+            let _ = CausalLm::from_pretrained(&m, &model_dir);
+        } else if base.load_adapter(&adapter_dir).is_ok() {
+            base.remove_lora();
+        } else {
+            assert_eq!(
+                base.named_parameters().len(),
+                count,
+                "a refused adapter adds nothing"
+            );
+            assert!(base.lora_config().is_none());
+        }
+        std::fs::write(path, &originals[(i - 1) % files.len()]).unwrap();
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn crashes_found_stay_errors() {
+    // tokenizers 0.23.2 panicked deserializing this file's decoder (a JSON
+    // syntax error inside it); found by `fuzz_tokenizer_json`.
+    let path = root().join("tests/fixtures/fuzz/tokenizer_decoder_panic.json");
+    let e = Tokenizer::from_file(&path)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("not valid JSON"), "{e}");
+}
