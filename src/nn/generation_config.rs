@@ -64,13 +64,15 @@ impl GenerationConfig {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn read(dir: &std::path::Path, config_eos: &[i32]) -> crate::Result<Self> {
         let path = dir.join("generation_config.json");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Self::from_json(&text, &path.display().to_string(), config_eos),
-            Err(_) => Ok(GenerationConfig {
+        if !path.exists() {
+            return Ok(GenerationConfig {
                 eos_token_ids: config_eos.to_vec(),
                 ..Default::default()
-            }),
+            });
         }
+        // Size-checked as config.json is: a few KB, never a whole file's worth.
+        let text = crate::nn::hf_config::read_text(&path)?;
+        Self::from_json(&text, &path.display().to_string(), config_eos)
     }
 
     /// The `generation_config.json` `save_pretrained` writes (its eos ids).
