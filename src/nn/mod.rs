@@ -111,7 +111,7 @@ pub use pretrained::gguf::GgufName;
 pub use rope::{RopeConfig, RopeScaling};
 pub use sampling::{SampleOptions, Sampling};
 #[cfg(not(target_arch = "wasm32"))]
-pub use tokenizer::{TokenStream, Tokenizer};
+pub use tokenizer::{MAX_TOKENIZER_JSON_BYTES, TokenStream, Tokenizer};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokenizer_gguf::GgufVocab;
 /// `#[derive(Params)]`: see the [`Params`] trait.

@@ -88,6 +88,12 @@ const ELSEWHERE: &[&str] = &[
     "WGPU_TP_DECODE_TOKENS",
     "WGPU_TP_DECODE_TOP",
     "WGPU_TP_DECODE_WEIGHTS",
+    "WGPU_TP_LORA_CASE",
+    "WGPU_TP_LORA_CASES",
+    "WGPU_TP_LORA_LAYERS",
+    "WGPU_TP_KEEP_ADAPTERS",
+    "WGPU_TP_FUZZ_ITERS",
+    "WGPU_TP_FUZZ_SEED",
 ];
 
 /// A switch's value: `1|on|true|yes` or `0|off|false|no`, any case.
