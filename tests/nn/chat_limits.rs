@@ -159,6 +159,14 @@ fn attacks() -> Vec<Attack> {
             "max_total_bytes",
         ),
         attack(
+            "recursive_loop_text",
+            format!(
+                "{{% set s %}}{{% for x in [1] recursive %}}{}{{% if loop.depth < 100 %}}{{{{ loop(range(100000)) }}}}{{% endif %}}{{% endfor %}}{{% endset %}}{{{{ s|length }}}}",
+                kb(1)
+            ),
+            "max_value_bytes",
+        ),
+        attack(
             "macro_text_kept",
             format!(
                 "{{% macro m() %}}{}{{% endmacro %}}{{% set ns = namespace(l=[]) %}}{{% for i in range(100000) %}}{{% set ns.l = ns.l + [m()] %}}{{% endfor %}}{{{{ ns.l|length }}}}",
@@ -540,6 +548,8 @@ fn rewritten_operators_keep_their_meaning() {
         "{% for c in s if c != ' ' %}{{ c * 2 }}{% else %}none{% endfor %}",
         "{% set t %}{% for i in range(2) %}[{{ i + 1 }}]{% endfor %}{% endset %}{{ t ~ t }}",
         "{{ a is defined ~ b }}|{{ (n + 1) is divisibleby 2 }}|{{ not a ~ b }}",
+        "{% for x in [1, [2, [3]], 4] recursive %}{% if x is number %}{{ x * 2 }}{% else %}[{{ loop(x) }}]{% endif %}{% endfor %}",
+        "{% for x in [1, [2, [3]], 4] recursive %}{% if x is number %}{{ x }}{% else %}<{{ loop( x , ) ~ '.' }}>{% endif %}{% endfor %}",
         "{{ a ~ none ~ undefined_thing ~ true ~ 2.5 }}",
         "{{ 1 + 'a' }}",
         "{{ a * a }}",

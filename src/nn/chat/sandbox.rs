@@ -108,6 +108,13 @@ pub(super) fn check_operators(text: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Jinja's syntax. A unit struct unless some crate turns on minijinja's
+/// `custom_syntax`, when it has fields: `default()` builds it either way.
+#[allow(clippy::default_constructed_unit_structs)]
+fn syntax() -> SyntaxConfig {
+    SyntaxConfig::default()
+}
+
 /// The whitespace settings of the environment (`compat::environment`).
 fn whitespace() -> WhitespaceConfig {
     WhitespaceConfig {
@@ -120,7 +127,7 @@ fn whitespace() -> WhitespaceConfig {
 /// `text` rewritten as the module doc says, or why it cannot be.
 pub(super) fn rewrite(text: &str) -> Result<String, Error> {
     check_operators(text)?;
-    let parsed = machinery::parse(text, "chat_template", SyntaxConfig::default(), whitespace())?;
+    let parsed = machinery::parse(text, "chat_template", syntax(), whitespace())?;
     let mut pass = Pass::new(text, true);
     pass.stmt(&parsed);
     if let Some(e) = pass.error.take() {
@@ -143,7 +150,7 @@ pub(super) fn rewrite(text: &str) -> Result<String, Error> {
             "the template could not be rewritten to render within limits ({why}); please report it"
         ))
     };
-    let again = machinery::parse(&out, "chat_template", SyntaxConfig::default(), whitespace())
+    let again = machinery::parse(&out, "chat_template", syntax(), whitespace())
         .map_err(|e| unsure(e.to_string()))?;
     let mut check = Pass::new(&out, false);
     check.stmt(&again);
@@ -451,12 +458,7 @@ impl<'s> Pass<'s> {
                 self.stats.charged_loops += 1;
             }
         } else if f.args.len() == 2 {
-            if matches!(&f.args[0], ast::CallArg::Pos(ast::Expr::Const(c)) if c.value.as_str() == Some(LOOP_CALL))
-            {
-                self.stats.charged_recursions += 1;
-            } else {
-                self.stats.charged_loops += 1;
-            }
+            self.stats.charged_loops += 1;
         }
     }
 
@@ -610,6 +612,14 @@ impl<'s> Pass<'s> {
                 }
                 if !self.rewriting && f.name == MADE {
                     self.stats.made += 1;
+                }
+                let loop_call = |a: &ast::CallArg| matches!(a, ast::CallArg::Pos(ast::Expr::Const(c)) if c.value.as_str() == Some(LOOP_CALL));
+                if !self.rewriting
+                    && f.name == ITERABLE
+                    && f.args.len() == 2
+                    && loop_call(&f.args[0])
+                {
+                    self.stats.charged_recursions += 1;
                 }
                 if let Some(inner) = &f.expr {
                     self.expr(inner, depth + 1, Place::Free);
