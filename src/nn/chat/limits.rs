@@ -25,9 +25,10 @@ use minijinja::{Error, ErrorKind, State};
 /// `chat_template.jinja`), which are downloaded and so untrusted; a render
 /// that would go past a limit stops with an [`Error::Tokenizer`](crate::Error)
 /// naming the limit, within about a second, and the template stays usable.
-/// The defaults are far above what real templates need (the largest of
-/// `tests/fixtures/chat` uses under 1/1000 of each on the test
-/// conversations). For a template you trust (one you wrote), raise them:
+/// The defaults are far above what real templates need: those of
+/// `tests/fixtures/chat` render their test conversations with a hundredth
+/// of each, and 2000-message conversations with the defaults. For a
+/// template you trust (one you wrote), raise them:
 ///
 /// ```no_run
 /// # use wgpu_tp::nn::{ChatLimits, ChatTemplate};
@@ -292,7 +293,7 @@ pub(super) fn check_shape(
 pub(super) struct Capped {
     pub(super) text: String,
     max: usize,
-    pub(super) overflowed: bool,
+    overflowed: bool,
 }
 
 impl Capped {
