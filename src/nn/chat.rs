@@ -59,6 +59,7 @@ use crate::error::{Error, Result};
 
 mod clock;
 mod compat;
+mod guards;
 mod json;
 mod limits;
 mod message;

@@ -10,7 +10,7 @@
 //! print values as Python's `str`.
 //!
 //! Every filter, method and printed value is checked against the
-//! template's [`ChatLimits`] (`sandbox.rs`, `limits.rs`).
+//! template's [`ChatLimits`] (`sandbox.rs`, `guards.rs`, `limits.rs`).
 
 use std::sync::Arc;
 
@@ -19,8 +19,9 @@ use minijinja::value::{Kwargs, Value, ValueIter, ValueKind, from_args};
 use minijinja::{Environment, Error, ErrorKind, Output, State, UndefinedBehavior};
 
 use super::clock;
+use super::guards::{self, add_guarded_filter, format_bound, join_bound, replace_bound};
 use super::limits::{Budget, ChatLimits, check_shape};
-use super::sandbox::{self, add_guarded_filter, format_bound, join_bound, replace_bound};
+use super::sandbox;
 
 /// Marks the errors `raise_exception` makes.
 pub(super) const RAISED: &str = "raise_exception: ";
@@ -45,8 +46,8 @@ pub(super) fn environment(
     });
     let l = limits.clone();
     env.set_formatter(move |out, state, value| format(&Budget::of(state, &l), out, state, value));
-    sandbox::install(&mut env, limits);
-    sandbox::guard_builtin_filters(&mut env, limits);
+    guards::install(&mut env, limits);
+    guards::guard_builtin_filters(&mut env, limits);
     let l = limits.clone();
     let tojson = move |state: &State, value: &Value, kwargs: Kwargs| {
         tojson(&Budget::of(state, &l), value, kwargs)
