@@ -36,6 +36,16 @@
 //! (`\x1c`-`\x1f` too), values print as Python's `str`. `{% generation %}`
 //! blocks render their body. One difference remains: `strftime_now` reads
 //! the clock in UTC (transformers: local time).
+//!
+//! Templates come from downloaded model files, so they are untrusted, and
+//! rendering is bounded ([`ChatLimits`]: instructions, output, the size of
+//! every string and list the template builds, and their total): a template
+//! that would run away stops with an error naming the limit, and a template
+//! you trust can be given more with [`ChatTemplate::with_limits`]. To keep
+//! the bounds, lists the template builds with `+` and `*` are lists (jinja2's
+//! `list`: printed `[1, 'a']`, not minijinja's lazy sequence), `debug()`,
+//! `{% include %}`, `{% import %}` and `{% extends %}` are not available (as
+//! in transformers), and a namespace cannot be stored in a namespace.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,11 +59,16 @@ use crate::error::{Error, Result};
 
 mod clock;
 mod compat;
+mod guards;
 mod json;
+mod limits;
 mod message;
+mod sandbox;
 use compat::RAISED;
+use limits::{CappedOutput, LIMIT};
 
 pub use json::OrderedJson;
+pub use limits::ChatLimits;
 pub use message::{
     ChatContent, ChatMessage, ContentPart, ExtraKeys, FunctionCall, ToolArguments, ToolCall,
 };
@@ -79,6 +94,8 @@ pub struct ChatTemplate {
     tokens: BTreeMap<String, String>,
     /// The Jinja text as given (the environment holds a rewritten copy).
     text: Arc<str>,
+    /// What one render may do.
+    limits: Arc<ChatLimits>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -184,8 +201,10 @@ fn find(dir: &Path) -> Result<Found> {
 }
 
 impl ChatTemplate {
-    /// Compiles `template` (Jinja text), with no special tokens. A syntax
-    /// error is an [`Error::Tokenizer`] saying where.
+    /// Compiles `template` (Jinja text), with no special tokens and the
+    /// default [`ChatLimits`]. A syntax error is an [`Error::Tokenizer`]
+    /// saying where; so is a template that cannot be bounded (a tag of more
+    /// than 1000 operators, `{% include %}`, `{% import %}`, `{% extends %}`).
     pub fn new(template: impl Into<String>) -> Result<ChatTemplate> {
         ChatTemplate::compile(template.into(), "<chat template>".to_string())
     }
@@ -268,15 +287,41 @@ impl ChatTemplate {
 
     /// Compiles `text`; `source` names where it came from in messages.
     pub(crate) fn compile(text: String, source: String) -> Result<ChatTemplate> {
-        let env = compat::environment(&text).map_err(|e| {
+        ChatTemplate::compile_with(text.into(), source, Arc::new(ChatLimits::default()))
+    }
+
+    fn compile_with(
+        text: Arc<str>,
+        source: String,
+        limits: Arc<ChatLimits>,
+    ) -> Result<ChatTemplate> {
+        let env = compat::environment(&text, &limits).map_err(|e| {
             err(&source, format!("is not a valid chat template: {}; fix the Jinja, or set another template with Tokenizer::with_chat_template", describe(&e)))
         })?;
         Ok(ChatTemplate {
             env: Arc::new(env),
             source,
             tokens: BTreeMap::new(),
-            text: text.into(),
+            text,
+            limits,
         })
+    }
+
+    /// The template, rendering within `limits` instead (see [`ChatLimits`]
+    /// and docs/SETTINGS.md, "Limits on untrusted model files"): to give a
+    /// template you trust more room, or none
+    /// ([`ChatLimits::unlimited`]); for a [`Tokenizer`](super::Tokenizer),
+    /// `tokenizer.with_chat_template(tokenizer.chat_template().unwrap().clone().with_limits(limits)?)`.
+    pub fn with_limits(self, limits: ChatLimits) -> Result<ChatTemplate> {
+        let tokens = self.tokens;
+        let mut template = ChatTemplate::compile_with(self.text, self.source, Arc::new(limits))?;
+        template.tokens = tokens;
+        Ok(template)
+    }
+
+    /// The limits a render stays within.
+    pub fn limits(&self) -> &ChatLimits {
+        &self.limits
     }
 
     /// The template's Jinja text, as given.
@@ -375,18 +420,65 @@ impl ChatTemplate {
             .env
             .get_template("chat_template")
             .map_err(|e| err(&self.source, e))?;
-        template
-            .render(ctx)
-            .map_err(|e| match e.detail().and_then(|d| d.strip_prefix(RAISED)) {
-                Some(message) => err(
-                    &self.source,
-                    format!("the chat template refused these messages: {message}"),
-                ),
-                None => err(
-                    &self.source,
-                    format!("could not render the chat template: {}", describe(&e)),
-                ),
-            })
+        let mut output = CappedOutput {
+            bytes: Vec::new(),
+            max: self.limits.max_output_bytes,
+            overflowed: false,
+        };
+        let rendered = template.render_captured_to(ctx, &mut output);
+        if output.overflowed {
+            let what = format!(
+                "{LIMIT}more than {0} bytes of output (ChatLimits::max_output_bytes = {0})",
+                self.limits.max_output_bytes
+            );
+            return Err(self.over_limit(&what, None));
+        }
+        if let Err(e) = rendered {
+            return Err(self.render_error(&e));
+        }
+        String::from_utf8(output.bytes).map_err(|e| err(&self.source, e))
+    }
+
+    fn render_error(&self, e: &minijinja::Error) -> Error {
+        if e.kind() == minijinja::ErrorKind::OutOfFuel {
+            let what = format!(
+                "{LIMIT}more than {0} instructions (ChatLimits::fuel = {0})",
+                self.limits.fuel
+            );
+            return self.over_limit(&what, e.line());
+        }
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(c) = cause {
+            let detail = c
+                .downcast_ref::<minijinja::Error>()
+                .and_then(|m| m.detail());
+            if let Some(d) = detail.filter(|d| d.starts_with(LIMIT)) {
+                return self.over_limit(d, e.line());
+            }
+            cause = c.source();
+        }
+        match e.detail().and_then(|d| d.strip_prefix(RAISED)) {
+            Some(message) => err(
+                &self.source,
+                format!("the chat template refused these messages: {message}"),
+            ),
+            None => err(
+                &self.source,
+                format!("could not render the chat template: {}", describe(e)),
+            ),
+        }
+    }
+
+    /// The error of a render stopped by a limit; `what` starts with `LIMIT`.
+    fn over_limit(&self, what: &str, line: Option<usize>) -> Error {
+        let what = what.strip_prefix(LIMIT).unwrap_or(what);
+        let at = line.map_or(String::new(), |l| format!(" (line {l})"));
+        err(
+            &self.source,
+            format!(
+                "the chat template went past a limit on untrusted templates{at}: {what}. Model files are untrusted, so rendering is bounded; for a template you trust, raise the limit with ChatTemplate::with_limits(ChatLimits {{ .. }}) or use ChatLimits::unlimited() (docs/SETTINGS.md, \"Limits on untrusted model files\")"
+            ),
+        )
     }
 }
 

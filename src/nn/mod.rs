@@ -70,8 +70,8 @@ mod zero;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use chat::{
-    ChatContent, ChatMessage, ChatTemplate, ContentPart, ExtraKeys, FunctionCall, OrderedJson,
-    ToolArguments, ToolCall,
+    ChatContent, ChatLimits, ChatMessage, ChatTemplate, ContentPart, ExtraKeys, FunctionCall,
+    OrderedJson, ToolArguments, ToolCall,
 };
 pub use checkpoint::{
     from_safetensors_bytes, load_safetensors, load_safetensors_dir, save_safetensors,

@@ -38,11 +38,11 @@ fn tiny_gpt2() -> PathBuf {
 }
 
 #[derive(Deserialize)]
-struct Case {
-    name: String,
-    dir: String,
+pub(super) struct Case {
+    pub(super) name: String,
+    pub(super) dir: String,
     #[serde(default)]
-    template_name: Option<String>,
+    pub(super) template_name: Option<String>,
     messages: Vec<ChatMessage>,
     add_generation_prompt: bool,
     extra: OrderedJson,
@@ -52,7 +52,7 @@ struct Case {
     documents: Option<OrderedJson>,
     #[serde(default)]
     date_from_clock: Option<String>,
-    expected: String,
+    pub(super) expected: String,
 }
 
 /// A conversation transformers refuses to render.
@@ -93,7 +93,7 @@ fn all_fixtures() -> Fixtures {
     serde_json::from_str(&text).unwrap()
 }
 
-fn cases() -> Vec<Case> {
+pub(super) fn cases() -> Vec<Case> {
     all_fixtures().cases
 }
 
@@ -117,7 +117,7 @@ fn context(
     ctx
 }
 
-fn template_of(dir: &str, name: Option<&str>) -> ChatTemplate {
+pub(super) fn template_of(dir: &str, name: Option<&str>) -> ChatTemplate {
     let dir = fixtures().join(dir);
     match name {
         Some(name) => ChatTemplate::from_dir_named(&dir, name),
@@ -143,7 +143,7 @@ fn pin_date(text: &str, pinned: &str) -> String {
     format!("{}{pinned}{}", &text[..at], &text[at + pinned.len()..])
 }
 
-fn render(template: &ChatTemplate, case: &Case) -> String {
+pub(super) fn render(template: &ChatTemplate, case: &Case) -> String {
     let ctx = context(&case.extra, case.tools.as_ref(), case.documents.as_ref());
     let text = template
         .render_with(&case.messages, case.add_generation_prompt, &ctx)

@@ -51,6 +51,7 @@ const TOL: f64 = 1e-5;
 mod attention;
 mod blocked;
 mod chat;
+mod chat_limits;
 mod checkpoint;
 mod cross_entropy;
 mod data_parallel;

@@ -8,43 +8,74 @@
 //! length 0 and is iterable, `None` is not, `trim`, `strip()` and `split()`
 //! know Python's whitespace (`\x1c`-`\x1f` included), `string` and `trim`
 //! print values as Python's `str`.
+//!
+//! Every filter, method and printed value is checked against the
+//! template's [`ChatLimits`] (`sandbox.rs`, `guards.rs`, `limits.rs`).
 
-use minijinja::value::{Kwargs, Value, ValueKind, from_args};
-use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
+use std::sync::Arc;
+
+use minijinja::machinery::make_string_output;
+use minijinja::value::{Kwargs, Value, ValueIter, ValueKind, from_args};
+use minijinja::{Environment, Error, ErrorKind, Output, State, UndefinedBehavior};
 
 use super::clock;
+use super::guards::{self, add_guarded_filter, format_bound, join_bound, replace_bound};
+use super::limits::{Budget, ChatLimits, check_shape};
+use super::sandbox;
 
 /// Marks the errors `raise_exception` makes.
 pub(super) const RAISED: &str = "raise_exception: ";
 
 /// The filter a rewritten `{% for %}` passes its iterable through.
-const ITERABLE: &str = "__jinja2_iterable";
+pub(super) const ITERABLE: &str = "__jinja2_iterable";
 
-/// The environment, holding `template` as "chat_template".
-pub(super) fn environment(template: &str) -> Result<Environment<'static>, Error> {
+/// The environment, holding `template` as "chat_template", rendering
+/// within `limits`.
+pub(super) fn environment(
+    template: &str,
+    limits: &Arc<ChatLimits>,
+) -> Result<Environment<'static>, Error> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(false);
     env.set_undefined_behavior(UndefinedBehavior::Lenient);
-    env.set_unknown_method_callback(python_method);
-    env.set_formatter(|out, state, value| match value.kind() {
-        ValueKind::Bool | ValueKind::None | ValueKind::Seq | ValueKind::Map => {
-            out.write_str(&py_str(value)).map_err(Error::from)
-        }
-        ValueKind::Number if !value.is_integer() => {
-            out.write_str(&py_str(value)).map_err(Error::from)
-        }
-        _ => minijinja::escape_formatter(out, state, value),
+    let l = limits.clone();
+    env.set_unknown_method_callback(move |state, value, method, args| {
+        python_method(&Budget::of(state, &l), state, value, method, args)
     });
-    env.add_filter("tojson", tojson);
-    env.add_filter(ITERABLE, iterable_or_error);
-    env.add_filter("trim", trim);
-    env.add_filter("string", string);
-    env.add_filter("length", length);
-    env.add_filter("count", length);
-    env.add_filter("list", list);
-    env.add_filter("items", items);
+    let l = limits.clone();
+    env.set_formatter(move |out, state, value| format(&Budget::of(state, &l), out, state, value));
+    guards::install(&mut env, limits);
+    guards::guard_builtin_filters(&mut env, limits);
+    let l = limits.clone();
+    let tojson = move |state: &State, value: &Value, kwargs: Kwargs| {
+        tojson(&Budget::of(state, &l), value, kwargs)
+    };
+    add_guarded_filter(&mut env, limits, "tojson", Value::from_function(tojson));
+    let l = limits.clone();
+    env.add_filter(
+        ITERABLE,
+        move |state: &State, value: Value, expr: String, raw: Option<usize>| {
+            let value = iterable_or_error(value, expr)?;
+            match raw {
+                Some(raw) if raw > 0 => charged(Budget::of(state, &l), value, raw),
+                _ => Ok(value),
+            }
+        },
+    );
+    let l = limits.clone();
+    let trim = move |state: &State, value: &Value, chars: Option<Value>| {
+        trim(&Budget::of(state, &l), value, chars)
+    };
+    add_guarded_filter(&mut env, limits, "trim", Value::from_function(trim));
+    let l = limits.clone();
+    let string = move |state: &State, value: &Value| string(&Budget::of(state, &l), value);
+    add_guarded_filter(&mut env, limits, "string", Value::from_function(string));
+    add_guarded_filter(&mut env, limits, "length", Value::from_function(length));
+    add_guarded_filter(&mut env, limits, "count", Value::from_function(length));
+    add_guarded_filter(&mut env, limits, "list", Value::from_function(list));
+    add_guarded_filter(&mut env, limits, "items", Value::from_function(items));
     env.add_test("iterable", is_iterable);
     env.add_function(
         "raise_exception",
@@ -58,8 +89,78 @@ pub(super) fn environment(template: &str) -> Result<Environment<'static>, Error>
     env.add_function("strftime_now", |format: String| {
         clock::strftime(&format, clock::now_utc())
     });
-    env.add_template_owned("chat_template", rewrite(template))?;
+    env.add_template_owned("chat_template", sandbox::rewrite(&rewrite(template))?)?;
     Ok(env)
+}
+
+/// How `{{ value }}` prints: Python's `str` for booleans, none, floats,
+/// lists and dicts, minijinja's for the rest; charged to the budget.
+fn format(budget: &Budget, out: &mut Output, state: &State, value: &Value) -> Result<(), Error> {
+    match value.kind() {
+        ValueKind::String => {
+            budget.charge(value.as_str().map_or(0, str::len))?;
+            minijinja::escape_formatter(out, state, value)
+        }
+        ValueKind::Bool | ValueKind::None | ValueKind::Seq | ValueKind::Map => {
+            let text = py_str(budget, value)?;
+            budget.charge(text.len())?;
+            out.write_str(&text).map_err(Error::from)
+        }
+        ValueKind::Number if !value.is_integer() => {
+            out.write_str(&py_str(budget, value)?).map_err(Error::from)
+        }
+        _ => {
+            check_shape(value, budget, true)?;
+            let mut text = String::new();
+            minijinja::escape_formatter(&mut make_string_output(&mut text), state, value)?;
+            budget.charge(text.len())?;
+            out.write_str(&text).map_err(Error::from)
+        }
+    }
+}
+
+/// `value` as a `{% for %}` iterates it, charging `raw` bytes (the literal
+/// text of one pass of the loop's body) per item: an item past the budget
+/// is its error, which ends the loop.
+fn charged(budget: Arc<Budget>, value: Value, raw: usize) -> Result<Value, Error> {
+    struct Charged<'a> {
+        items: ValueIter,
+        budget: &'a Budget,
+        raw: usize,
+        done: bool,
+    }
+    impl Iterator for Charged<'_> {
+        type Item = Value;
+        fn next(&mut self) -> Option<Value> {
+            if self.done {
+                return None;
+            }
+            let item = self.items.next()?;
+            match self.budget.charge(self.raw) {
+                Ok(()) => Some(item),
+                Err(e) => {
+                    self.done = true;
+                    Some(Value::from(e))
+                }
+            }
+        }
+        fn size_hint(&self) -> (usize, Option<usize>) {
+            self.items.size_hint()
+        }
+    }
+    value.try_iter()?;
+    Ok(Value::make_object_iterable(
+        (value, budget),
+        move |(value, budget)| match value.try_iter() {
+            Ok(items) => Box::new(Charged {
+                items,
+                budget,
+                raw,
+                done: false,
+            }),
+            Err(_) => Box::new(std::iter::empty()),
+        },
+    ))
 }
 
 /// Python's `str.isspace()` of one character: Rust's whitespace and the
@@ -96,9 +197,41 @@ fn py_split_whitespace(s: &str, maxsplit: i64) -> Vec<Value> {
     parts
 }
 
-/// The string methods whose whitespace is Python's; the rest as
-/// minijinja-contrib's `pycompat` has them.
+/// Python's methods, within the budget: the string's bytes are charged
+/// as read, what `replace`, `format` and `join` would write is checked
+/// before they write it, and every result after.
 fn python_method(
+    budget: &Budget,
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if let Some(s) = value.as_str() {
+        budget.charge(s.len())?;
+        match method {
+            "replace" => {
+                let (from, to, count): (&str, &str, Option<i64>) = from_args(args)?;
+                let count = count.and_then(|c| usize::try_from(c).ok());
+                replace_bound(budget, s, from, to, count)?;
+            }
+            "format" => format_bound(budget, s, '{', args)?,
+            "join" => {
+                let (values,): (&Value,) = from_args(args)?;
+                join_bound(budget, values, s)?;
+            }
+            _ => {}
+        }
+    }
+    let rv = unbounded_python_method(state, value, method, args)?;
+    budget.made(&rv)?;
+    Ok(rv)
+}
+
+/// The string methods whose whitespace is Python's, and `count` (whose
+/// `pycompat` version never ends for `''`); the rest as minijinja-contrib's
+/// `pycompat` has them.
+fn unbounded_python_method(
     state: &State,
     value: &Value,
     method: &str,
@@ -131,6 +264,14 @@ fn python_method(
                 let () = from_args(args)?;
                 return Ok(Value::from(!s.is_empty() && s.chars().all(is_py_space)));
             }
+            "count" => {
+                let (what,): (&str,) = from_args(args)?;
+                return Ok(Value::from(if what.is_empty() {
+                    s.chars().count() + 1
+                } else {
+                    s.matches(what).count()
+                }));
+            }
             _ => {}
         }
     }
@@ -138,10 +279,10 @@ fn python_method(
 }
 
 /// jinja2's `trim`: Python's `str(value).strip(chars)`.
-fn trim(value: &Value, chars: Option<Value>) -> Result<Value, Error> {
+fn trim(budget: &Budget, value: &Value, chars: Option<Value>) -> Result<Value, Error> {
     let text = match value.kind() {
         ValueKind::Undefined => String::new(),
-        _ => py_str(value),
+        _ => py_str(budget, value)?,
     };
     let chars = chars.filter(|c| !c.is_none());
     let chars = chars.as_ref().and_then(|c| c.as_str());
@@ -149,12 +290,12 @@ fn trim(value: &Value, chars: Option<Value>) -> Result<Value, Error> {
 }
 
 /// jinja2's `string`: Python's `str(value)` (`''` for undefined).
-fn string(value: &Value) -> Value {
-    match value.kind() {
+fn string(budget: &Budget, value: &Value) -> Result<Value, Error> {
+    Ok(match value.kind() {
         ValueKind::Undefined => Value::from(""),
         ValueKind::String => value.clone(),
-        _ => Value::from(py_str(value)),
-    }
+        _ => Value::from(py_str(budget, value)?),
+    })
 }
 
 /// jinja2's `length`: 0 for undefined, an error for what has no length.
@@ -431,11 +572,18 @@ fn words(body: &str) -> Vec<(usize, usize)> {
     out
 }
 
-/// Python's `str` of a value, as jinja2 prints it (`True`, `None`, `['a']`).
-fn py_str(v: &Value) -> String {
+/// Python's `str` of a value, as jinja2 prints it (`True`, `None`, `['a']`),
+/// if its shape is within the limits (`check_shape`: so `py_repr`'s
+/// recursion ends).
+fn py_str(budget: &Budget, v: &Value) -> Result<String, Error> {
     match v.kind() {
-        ValueKind::String => v.as_str().unwrap_or("").to_string(),
-        _ => py_repr(v),
+        ValueKind::String => Ok(v.as_str().unwrap_or("").to_string()),
+        _ => {
+            check_shape(v, budget, true)?;
+            let text = py_repr(v);
+            budget.string(text.len())?;
+            Ok(text)
+        }
     }
 }
 
@@ -498,11 +646,17 @@ fn py_repr(v: &Value) -> String {
 }
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None,
-/// separators=None, sort_keys=False)`.
-fn tojson(value: &Value, kwargs: Kwargs) -> Result<String, Error> {
+/// separators=None, sort_keys=False)`, of a value whose shape is within the
+/// limits, writing at most `max_value_bytes`.
+fn tojson(budget: &Budget, value: &Value, kwargs: Kwargs) -> Result<String, Error> {
+    check_shape(value, budget, true)?;
     let ascii = kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false);
     let indent = match kwargs.get::<Option<Value>>("indent")? {
-        Some(v) if v.is_integer() => Some(" ".repeat(v.as_i64().unwrap_or(0).max(0) as usize)),
+        Some(v) if v.is_integer() => {
+            let width = v.as_i64().unwrap_or(0).max(0) as usize;
+            budget.string(width)?;
+            Some(" ".repeat(width))
+        }
         Some(v) if v.kind() == ValueKind::String => Some(v.as_str().unwrap_or("").to_string()),
         _ => None,
     };
@@ -525,28 +679,37 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<String, Error> {
         item,
         key,
         sort,
+        budget,
     }
     .write(value, 0, &mut out)?;
     Ok(out)
 }
 
-struct Json {
+struct Json<'a> {
     ascii: bool,
     indent: Option<String>,
     item: String,
     key: String,
     sort: bool,
+    budget: &'a Budget,
 }
 
-impl Json {
-    fn newline(&self, level: usize, out: &mut String) {
+impl Json<'_> {
+    fn newline(&self, level: usize, out: &mut String) -> Result<(), Error> {
         if let Some(indent) = &self.indent {
+            let after = indent
+                .len()
+                .saturating_mul(level)
+                .saturating_add(out.len() + 1);
+            self.budget.string(after)?;
             out.push('\n');
             (0..level).for_each(|_| out.push_str(indent));
         }
+        Ok(())
     }
 
     fn write(&self, v: &Value, level: usize, out: &mut String) -> Result<(), Error> {
+        self.budget.string(out.len())?;
         let scalar = match v.kind() {
             ValueKind::None => Some("null".to_string()),
             ValueKind::Bool => Some((if v.is_true() { "true" } else { "false" }).to_string()),
@@ -601,14 +764,14 @@ impl Json {
             if i > 0 {
                 out.push_str(&self.item);
             }
-            self.newline(level + 1, out);
+            self.newline(level + 1, out)?;
             if let Some(name) = name {
                 self.string(name, out);
                 out.push_str(&self.key);
             }
             self.write(x, level + 1, out)?;
         }
-        self.newline(level, out);
+        self.newline(level, out)?;
         out.push(close);
         Ok(())
     }

@@ -1,0 +1,483 @@
+//! What the sandbox's calls do (`sandbox.rs` rewrites the template to make
+//! them), and minijinja's built-in filters wrapped in the same checks:
+//! each bounds what it would make before making it, and charges what it
+//! made to the render's [`Budget`].
+
+use std::sync::Arc;
+
+use minijinja::value::{Rest, Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, State};
+
+use super::limits::{Budget, Capped, ChatLimits, ITEM_BYTES, LIMIT, MAX_NESTING, check_shape};
+use super::sandbox::{ADD, CONCAT, MADE, MUL, STORE};
+
+/// minijinja's `+` or `*` of two values, for what the sandbox does not do
+/// itself (floats, mixed numbers, errors): evaluated by a plain
+/// environment, so the results and error messages are minijinja's.
+fn minijinja_op(op: &str, a: &Value, b: &Value) -> Result<Value, Error> {
+    use std::sync::OnceLock;
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    let env = ENV.get_or_init(Environment::new);
+    let expr = env.compile_expression(if op == "+" { "a + b" } else { "a * b" })?;
+    expr.eval(minijinja::context! { a => a.clone(), b => b.clone() })
+        .map_err(|e| {
+            // Without the helper's own location, so the template's is kept.
+            Error::new(e.kind(), e.detail().unwrap_or_default().to_string())
+        })
+}
+
+fn is_listlike(v: &Value) -> bool {
+    matches!(v.kind(), ValueKind::Seq | ValueKind::Iterable)
+}
+
+/// Collects `parts`, one after another, into a list of at most
+/// `max_items` items.
+fn collect(budget: &Budget, parts: &[(&Value, usize)]) -> Result<Value, Error> {
+    let max = budget.limits.max_items;
+    let mut out = Vec::new();
+    for (v, times) in parts {
+        for _ in 0..*times {
+            for item in v.try_iter()? {
+                if out.len() >= max {
+                    return Err(budget.items(max.saturating_add(1)).unwrap_err());
+                }
+                out.push(item);
+            }
+        }
+    }
+    budget.charge(out.len().saturating_mul(ITEM_BYTES))?;
+    Ok(Value::from(out))
+}
+
+fn add2(budget: &Budget, a: &Value, b: &Value) -> Result<Value, Error> {
+    if is_listlike(a) && is_listlike(b) {
+        if let (Some(x), Some(y)) = (a.len(), b.len()) {
+            budget.items(x.saturating_add(y))?;
+        }
+        return collect(budget, &[(a, 1), (b, 1)]);
+    }
+    if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
+        let len = x.len().saturating_add(y.len());
+        budget.string(len)?;
+        budget.charge(len)?;
+        return Ok(Value::from([x, y].concat()));
+    }
+    if a.is_integer()
+        && b.is_integer()
+        && let (Some(x), Some(y)) = (a.as_i64(), b.as_i64())
+        && let Some(sum) = x.checked_add(y)
+    {
+        return Ok(Value::from(sum));
+    }
+    minijinja_op("+", a, b)
+}
+
+fn mul2(budget: &Budget, a: &Value, b: &Value) -> Result<Value, Error> {
+    if let Some((s, n)) = a
+        .as_str()
+        .map(|s| (s, b))
+        .or_else(|| b.as_str().map(|s| (s, a)))
+    {
+        if let Some(n) = n.as_usize() {
+            let len = s.len().saturating_mul(n);
+            budget.string(len)?;
+            // minijinja's own cap (and error) stays.
+            if len <= 100_000_000 {
+                budget.charge(len)?;
+                return Ok(Value::from(s.repeat(n)));
+            }
+        }
+        return minijinja_op("*", a, b);
+    }
+    if let Some((seq, n)) = [(a, b), (b, a)]
+        .into_iter()
+        .find(|(x, _)| x.as_object().is_some() && is_listlike(x))
+        && let (Some(n), Some(len)) = (n.as_usize(), seq.len())
+    {
+        budget.items(len.saturating_mul(n))?;
+        return collect(budget, &[(seq, n)]);
+    }
+    if a.is_integer()
+        && b.is_integer()
+        && let (Some(x), Some(y)) = (a.as_i64(), b.as_i64())
+        && let Some(product) = x.checked_mul(y)
+    {
+        return Ok(Value::from(product));
+    }
+    minijinja_op("*", a, b)
+}
+
+/// Whether `v` is one of minijinja's namespaces: a map whose Rust type
+/// prints (`Debug`) as `Namespace { .. }`; only the first bytes are
+/// written, so a namespace holding itself is not walked.
+pub(super) fn is_namespace(v: &Value) -> bool {
+    struct Head(String);
+    impl std::fmt::Write for Head {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = 9usize.saturating_sub(self.0.len());
+            let take = s.char_indices().nth(room).map_or(s.len(), |(i, _)| i);
+            self.0.push_str(&s[..take]);
+            if self.0.len() >= 9 {
+                Err(std::fmt::Error)
+            } else {
+                Ok(())
+            }
+        }
+    }
+    if v.kind() != ValueKind::Map || v.is_kwargs() {
+        return false;
+    }
+    let Some(obj) = v.as_object() else {
+        return false;
+    };
+    let mut head = Head(String::new());
+    let _ = std::fmt::write(&mut head, format_args!("{obj:?}"));
+    head.0 == "Namespace"
+}
+
+/// Refuses to store `v` in a namespace if it is or holds a namespace, or
+/// nests deeper than [`MAX_NESTING`], or has more than `max_items` parts.
+fn storable(budget: &Budget, v: &Value) -> Result<(), Error> {
+    fn walk(budget: &Budget, v: &Value, depth: usize, nodes: &mut usize) -> Result<(), Error> {
+        *nodes += 1;
+        if *nodes > budget.limits.max_items {
+            return Err(budget.items(*nodes).unwrap_err());
+        }
+        if !matches!(
+            v.kind(),
+            ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+        ) {
+            return Ok(());
+        }
+        if is_namespace(v) {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "{LIMIT}a namespace stored in a namespace (refused, so that none can hold itself)"
+                ),
+            ));
+        }
+        if depth >= MAX_NESTING {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("{LIMIT}a value nested more than {MAX_NESTING} deep"),
+            ));
+        }
+        let map = v.kind() == ValueKind::Map;
+        if let Ok(items) = v.try_iter() {
+            for item in items {
+                if map {
+                    let value = v.get_item(&item).unwrap_or_default();
+                    walk(budget, &value, depth + 1, nodes)?;
+                } else {
+                    walk(budget, &item, depth + 1, nodes)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    let mut nodes = 0;
+    walk(budget, v, 0, &mut nodes)?;
+    budget.charge(nodes.saturating_mul(ITEM_BYTES))
+}
+
+/// Registers the sandbox's functions and filters, and the limits minijinja
+/// enforces itself.
+pub(super) fn install(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) {
+    env.set_fuel(limits.engine_fuel());
+    // `debug()` prints every variable, with no bound; jinja2 has no such
+    // global either.
+    env.remove_global("debug");
+    let l = limits.clone();
+    env.add_function(CONCAT, move |state: &State, args: Rest<Value>| {
+        let budget = Budget::of(state, &l);
+        let mut out = Capped::new(budget.limits.max_value_bytes);
+        for v in args.iter() {
+            check_shape(v, &budget, true)?;
+            out.write(format_args!("{v}"))?;
+        }
+        budget.charge(out.text.len())?;
+        Ok(Value::from(out.text))
+    });
+    let l = limits.clone();
+    env.add_function(ADD, move |state: &State, args: Rest<Value>| {
+        let budget = Budget::of(state, &l);
+        let mut acc = args.first().cloned().unwrap_or_default();
+        for v in args.iter().skip(1) {
+            acc = add2(&budget, &acc, v)?;
+        }
+        Ok(acc)
+    });
+    let l = limits.clone();
+    env.add_function(MUL, move |state: &State, args: Rest<Value>| {
+        let budget = Budget::of(state, &l);
+        let mut acc = args.first().cloned().unwrap_or_default();
+        for v in args.iter().skip(1) {
+            acc = mul2(&budget, &acc, v)?;
+        }
+        Ok(acc)
+    });
+    let l = limits.clone();
+    env.add_filter(MADE, move |state: &State, value: Value| {
+        Budget::of(state, &l).made(&value)?;
+        Ok(value)
+    });
+    let l = limits.clone();
+    env.add_function(STORE, move |state: &State, args: Rest<Value>| {
+        let value = match args.as_slice() {
+            [one] => one.clone(),
+            many => Value::from(many.to_vec()),
+        };
+        storable(&Budget::of(state, &l), &value)?;
+        Ok(value)
+    });
+    let l = limits.clone();
+    env.add_function(
+        "namespace",
+        move |state: &State, defaults: Option<Value>| {
+            if let Some(d) = &defaults {
+                storable(&Budget::of(state, &l), d)?;
+            }
+            minijinja::functions::namespace(defaults)
+        },
+    );
+}
+
+/// What printing a value for `replace`, `format` or `join` takes, at most:
+/// its bytes if a string, else what [`check_shape`] makes of it.
+fn printed(budget: &Budget, v: &Value) -> Result<usize, Error> {
+    match v.as_str() {
+        Some(s) => Ok(s.len()),
+        None => Ok(check_shape(v, budget, true)?.1),
+    }
+}
+
+/// The most bytes `fmt` (printf or `str.format` style, by `delimiter`)
+/// can write with `args`: its own length, every run of digits in it (the
+/// widths and precisions) and, for each placeholder, the largest argument.
+pub(super) fn format_bound(
+    budget: &Budget,
+    fmt: &str,
+    delimiter: char,
+    args: &[Value],
+) -> Result<(), Error> {
+    let mut bound = fmt.len();
+    for run in fmt.split(|c: char| !c.is_ascii_digit()) {
+        if !run.is_empty() {
+            bound = bound.saturating_add(run.parse::<usize>().unwrap_or(usize::MAX));
+        }
+    }
+    let mut widest = 0usize;
+    for a in args {
+        let size = if a.is_kwargs() {
+            let mut size = 0usize;
+            for key in a.try_iter()? {
+                size = size.max(printed(budget, &a.get_item(&key)?)?);
+            }
+            size
+        } else if a.is_number() {
+            48
+        } else {
+            printed(budget, a)?
+        };
+        widest = widest.max(size);
+    }
+    let places = fmt.matches(delimiter).count();
+    budget.string(bound.saturating_add(places.saturating_mul(widest)))
+}
+
+/// The most bytes `s.replace(from, to)` (at most `count` times) writes.
+pub(super) fn replace_bound(
+    budget: &Budget,
+    s: &str,
+    from: &str,
+    to: &str,
+    count: Option<usize>,
+) -> Result<(), Error> {
+    if to.len() <= from.len() {
+        return Ok(());
+    }
+    let mut matches = if from.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(from).count()
+    };
+    if let Some(count) = count {
+        matches = matches.min(count);
+    }
+    budget.string(
+        s.len()
+            .saturating_add(matches.saturating_mul(to.len() - from.len())),
+    )
+}
+
+/// The most bytes `sep.join(items)` writes.
+pub(super) fn join_bound(budget: &Budget, items: &Value, sep: &str) -> Result<(), Error> {
+    let bytes = printed(budget, items)?;
+    let n = items.len().unwrap_or(0);
+    budget.string(bytes.saturating_add(sep.len().saturating_mul(n)))
+}
+
+/// Charges reading `v` (its bytes, or its items), for work that takes time
+/// in proportion (`length`, `trim`, `sort`, ...).
+pub(super) fn read(budget: &Budget, v: &Value) -> Result<(), Error> {
+    match v.kind() {
+        ValueKind::String => budget.charge(v.as_str().map_or(0, str::len)),
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => match v.len() {
+            Some(n) => {
+                budget.items(n)?;
+                budget.charge(n.saturating_mul(ITEM_BYTES))
+            }
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+fn kwarg(args: &[Value], name: &str) -> Option<Value> {
+    args.last()
+        .filter(|v| v.is_kwargs())
+        .and_then(|k| k.get_item(&Value::from(name)).ok())
+        .filter(|v| !v.is_undefined())
+}
+
+/// The checks before filter `name` runs on `args`.
+fn before(name: &str, budget: &Budget, args: &[Value]) -> Result<(), Error> {
+    let first = args.first().cloned().unwrap_or_default();
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    match name {
+        "replace" => {
+            let s = match first.as_str() {
+                Some(s) => s.to_string(),
+                None => "x".repeat(printed(budget, &first)?),
+            };
+            let from = args.get(1).and_then(text).unwrap_or_default();
+            let to = args.get(2).and_then(text).unwrap_or_default();
+            replace_bound(budget, &s, &from, &to, None)
+        }
+        "format" => {
+            let fmt = first.as_str().unwrap_or_default();
+            format_bound(budget, fmt, '%', args.get(1..).unwrap_or_default())
+        }
+        "indent" => {
+            let bytes = printed(budget, &first)?;
+            let width = args
+                .get(1)
+                .filter(|v| !v.is_kwargs())
+                .cloned()
+                .or_else(|| kwarg(args, "width"))
+                .and_then(|v| v.as_usize())
+                .unwrap_or(4);
+            let lines = first.as_str().map_or(bytes, |s| s.matches('\n').count()) + 1;
+            budget.string(bytes.saturating_add(width.saturating_mul(lines)))
+        }
+        "join" => {
+            let sep = args.get(1).and_then(text).unwrap_or_default();
+            join_bound(budget, &first, &sep)
+        }
+        "batch" | "slice" => match args.get(1).and_then(|v| v.as_usize()) {
+            Some(count) => budget.items(count),
+            None => Ok(()),
+        },
+        "escape" | "e" | "safe" | "lower" | "upper" | "title" | "capitalize" | "split"
+        | "lines" => printed(budget, &first).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+/// minijinja's built-in filters the sandbox wraps (the crate's own
+/// `trim`, `string`, `length`, `count`, `list`, `items` and `tojson` are
+/// wrapped where `compat.rs` registers them).
+fn builtin_filters() -> Vec<(&'static str, Value)> {
+    use minijinja::filters as f;
+    vec![
+        ("safe", Value::from_function(f::safe)),
+        ("escape", Value::from_function(f::escape)),
+        ("e", Value::from_function(f::escape)),
+        ("lower", Value::from_function(f::lower)),
+        ("upper", Value::from_function(f::upper)),
+        ("title", Value::from_function(f::title)),
+        ("capitalize", Value::from_function(f::capitalize)),
+        ("replace", Value::from_function(f::replace)),
+        ("dictsort", Value::from_function(f::dictsort)),
+        ("reverse", Value::from_function(f::reverse)),
+        ("join", Value::from_function(f::join)),
+        ("split", Value::from_function(f::split)),
+        ("lines", Value::from_function(f::lines)),
+        ("default", Value::from_function(f::default)),
+        ("d", Value::from_function(f::default)),
+        ("round", Value::from_function(f::round)),
+        ("abs", Value::from_function(f::abs)),
+        ("int", Value::from_function(f::int)),
+        ("float", Value::from_function(f::float)),
+        ("attr", Value::from_function(f::attr)),
+        ("first", Value::from_function(f::first)),
+        ("last", Value::from_function(f::last)),
+        ("min", Value::from_function(f::min)),
+        ("max", Value::from_function(f::max)),
+        ("sort", Value::from_function(f::sort)),
+        ("bool", Value::from_function(f::bool)),
+        ("batch", Value::from_function(f::batch)),
+        ("slice", Value::from_function(f::slice)),
+        ("sum", Value::from_function(f::sum)),
+        ("indent", Value::from_function(f::indent)),
+        ("select", Value::from_function(f::select)),
+        ("reject", Value::from_function(f::reject)),
+        ("selectattr", Value::from_function(f::selectattr)),
+        ("rejectattr", Value::from_function(f::rejectattr)),
+        ("map", Value::from_function(f::map)),
+        ("groupby", Value::from_function(f::groupby)),
+        ("unique", Value::from_function(f::unique)),
+        ("chain", Value::from_function(f::chain)),
+        ("zip", Value::from_function(f::zip)),
+        ("pprint", Value::from_function(f::pprint)),
+        ("format", Value::from_function(f::format)),
+    ]
+}
+
+/// The filters that walk a whole list or map as soon as they are called
+/// (others take constant time, as `length`, or are lazy, as `map`).
+const WALKS: [&str; 19] = [
+    "list", "sort", "unique", "join", "groupby", "dictsort", "sum", "min", "max", "batch", "slice",
+    "reverse", "items", "tojson", "string", "trim", "pprint", "format", "indent",
+];
+
+/// Registers `filter` as `name`, checked: its input charged as read (a
+/// string, or a list [`WALKS`] names), the checks of [`before`], and its
+/// result checked and charged.
+pub(super) fn add_guarded_filter(
+    env: &mut Environment<'static>,
+    limits: &Arc<ChatLimits>,
+    name: &'static str,
+    filter: Value,
+) {
+    let l = limits.clone();
+    env.add_filter(name, move |state: &State, args: Rest<Value>| {
+        let budget = Budget::of(state, &l);
+        match args.first() {
+            Some(input) if input.kind() == ValueKind::String || WALKS.contains(&name) => {
+                read(&budget, input)?;
+            }
+            _ => {}
+        }
+        before(name, &budget, &args)?;
+        let rv = if name == "pprint" {
+            // minijinja's `format!("{value:#?}")`, into a bounded string.
+            let value = args.first().cloned().unwrap_or_default();
+            let mut out = Capped::new(budget.limits.max_value_bytes);
+            out.write(format_args!("{value:#?}"))?;
+            Value::from(out.text)
+        } else {
+            filter.call(state, &args)?
+        };
+        budget.made(&rv)?;
+        Ok(rv)
+    });
+}
+
+/// Wraps minijinja's built-in filters (see [`add_guarded_filter`]).
+pub(super) fn guard_builtin_filters(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) {
+    for (name, filter) in builtin_filters() {
+        add_guarded_filter(env, limits, name, filter);
+    }
+}

@@ -1,0 +1,568 @@
+//! Chat templates are untrusted input (they come in downloaded model
+//! files), so rendering one is bounded ([`ChatLimits`]): each template of
+//! [`attacks`] runs in a child process of this test binary (a crash or an
+//! out-of-memory abort must not take the other tests with it), which
+//! renders it, checks that it fails (in 5 s at most; about 1 s here) with
+//! an error naming the limit that stopped it, and that the same template
+//! object then renders a harmless conversation; the parent checks the
+//! child's peak memory (`VmHWM`, under 600 MiB; 307 MiB at most here, the
+//! total budget's worth). Real templates render as before with a hundredth of
+//! every default limit; limits can be raised and lowered; compiling is
+//! bounded too (no constant folding of `'a' * n`, no deep operator chains);
+//! and the rewrite that puts operators under the limits keeps their
+//! meaning (against plain minijinja).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use wgpu_tp::nn::{ChatLimits, ChatMessage, ChatTemplate};
+
+/// An attack: its name, the template (run when `attack` is true) and what
+/// the error must say.
+struct Attack {
+    name: &'static str,
+    template: String,
+    says: &'static str,
+    /// Messages of this many bytes each, this many of them.
+    messages: (usize, usize),
+}
+
+fn attack(name: &'static str, template: impl Into<String>, says: &'static str) -> Attack {
+    Attack {
+        name,
+        template: template.into(),
+        says,
+        messages: (1, 0),
+    }
+}
+
+/// The runaway templates: the issue's, and more of the kind.
+fn attacks() -> Vec<Attack> {
+    let kb = |n: usize| "y".repeat(n * 1024);
+    vec![
+        attack(
+            "repeat_string",
+            "{{ 'a' * 100000000000 }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "range_10_12",
+            "{% for i in range(1000000000000) %}x{% endfor %}",
+            "range has too many elements",
+        ),
+        attack(
+            "macro_calls_itself",
+            "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+            "recursion",
+        ),
+        attack(
+            "macro_calls_itself_twice",
+            "{% macro f(n) %}{{ f(n + 1) }}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            "recursion",
+        ),
+        attack(
+            "macro_tree",
+            "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+            "ChatLimits::fuel",
+        ),
+        attack(
+            "namespace_doubling",
+            "{% set ns = namespace(v='a') %}{% for i in range(60) %}{% set ns.v = ns.v ~ ns.v %}{% endfor %}{{ ns.v|length }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "nested_ranges",
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "ChatLimits::fuel",
+        ),
+        attack(
+            "list_repeat",
+            "{{ (range(100000)|list) * 100000 }}",
+            "max_items",
+        ),
+        attack(
+            "printf_width",
+            "{{ '%0999999999d'|format(1) }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "str_format_width",
+            "{{ '{:0999999999}'.format(1) }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "join_doubling",
+            "{% set ns = namespace(v=['ab']) %}{% for i in range(60) %}{% set ns.v = [ns.v|join('-'), ns.v|join('+')] %}{% endfor %}{{ ns.v|length }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "join_method_doubling",
+            "{% set ns = namespace(v='ab') %}{% for i in range(60) %}{% set ns.v = ns.v.join([ns.v, ns.v]) %}{% endfor %}{{ ns.v|length }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "replace_growth",
+            "{% set ns = namespace(v='ab') %}{% for i in range(60) %}{% set ns.v = ns.v|replace('a', ns.v) %}{% endfor %}{{ ns.v|length }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "replace_method_growth",
+            "{% set ns = namespace(v='ab') %}{% for i in range(60) %}{% set ns.v = ns.v.replace('', 'xyz') %}{% endfor %}{{ ns.v|length }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "list_concat_doubling",
+            "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+            "max_items",
+        ),
+        attack(
+            "list_of_itself",
+            "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l }}",
+            "max_items",
+        ),
+        attack(
+            "list_appends",
+            format!(
+                "{{% set ns = namespace(l=[]) %}}{{% for i in range(100000) %}}{{% for j in range(100000) %}}{{% set ns.l = ns.l + ['{}' ~ i] %}}{{% endfor %}}{{% endfor %}}{{{{ ns.l|length }}}}",
+                kb(1)
+            ),
+            "max_total_bytes",
+        ),
+        attack(
+            "slices_kept",
+            "{% set ns = namespace(s='a' * 10000000, l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + [ns.s[i:]] %}{% endfor %}{{ ns.l|length }}",
+            "max_total_bytes",
+        ),
+        attack(
+            "indent_width",
+            "{{ 'a\nb'|indent(1000000000) }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "tojson_indent",
+            "{{ [1, 2]|tojson(indent=1000000000) }}",
+            "max_value_bytes",
+        ),
+        attack("batch_count", "{{ [1]|batch(1000000000000) }}", "max_items"),
+        attack("slice_count", "{{ [1]|slice(1000000000000) }}", "max_items"),
+        attack(
+            "namespace_holds_itself",
+            "{% set ns = namespace() %}{% set ns.x = ns %}{{ ns == ns }}{{ [ns]|sort }}{{ ns }}",
+            "namespace stored in a namespace",
+        ),
+        attack(
+            "literal_text_in_captured_loops",
+            format!(
+                "{{% set x %}}{{% for i in range(100000) %}}{{% for j in range(100000) %}}{}{{% endfor %}}{{% endfor %}}{{% endset %}}{{{{ x|length }}}}",
+                kb(1)
+            ),
+            "max_total_bytes",
+        ),
+        attack(
+            "recursive_loop_text",
+            format!(
+                "{{% set s %}}{{% for x in [1] recursive %}}{}{{% if loop.depth < 100 %}}{{{{ loop(range(100000)) }}}}{{% endif %}}{{% endfor %}}{{% endset %}}{{{{ s|length }}}}",
+                kb(1)
+            ),
+            "max_value_bytes",
+        ),
+        attack(
+            "macro_text_kept",
+            format!(
+                "{{% macro m() %}}{}{{% endmacro %}}{{% set ns = namespace(l=[]) %}}{{% for i in range(100000) %}}{{% set ns.l = ns.l + [m()] %}}{{% endfor %}}{{{{ ns.l|length }}}}",
+                kb(10)
+            ),
+            "max_total_bytes",
+        ),
+        Attack {
+            messages: (10 * 1024, 2000),
+            ..attack(
+                "nested_loops_over_huge_messages",
+                "{% for m in messages %}{% for n in messages %}{{ m.content ~ n.content }}{% endfor %}{% endfor %}",
+                "max_output_bytes",
+            )
+        },
+        Attack {
+            messages: (10 * 1024, 2000),
+            ..attack(
+                "captured_loops_over_huge_messages",
+                "{% set x %}{% for m in messages %}{% for n in messages %}{{ m.content }}{% endfor %}{% endfor %}{% endset %}{{ x|length }}",
+                "max_total_bytes",
+            )
+        },
+        Attack {
+            messages: (1024 * 1024, 64),
+            ..attack(
+                "reading_huge_messages_in_loops",
+                "{% for i in range(100000) %}{% for m in messages %}{{ m.content|length }}{% endfor %}{% endfor %}",
+                "max_total_bytes",
+            )
+        },
+    ]
+}
+
+/// The peak resident memory of this process, in KiB.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+const CHILD_VAR: &str = "WGPU_TP_CHAT_ATTACK";
+
+/// In a child process (`CHILD_VAR` set): runs one attack and prints
+/// `RESULT <ms> <peak KiB>`. Does nothing otherwise.
+#[test]
+fn attack_in_child_process() {
+    let Ok(name) = std::env::var(CHILD_VAR) else {
+        return;
+    };
+    let attack = attacks().into_iter().find(|a| a.name == name).unwrap();
+    let text = format!(
+        "{{% if attack %}}{}{{% else %}}ok {{{{ messages|length }}}}{{% endif %}}",
+        attack.template
+    );
+    let compiled = Instant::now();
+    let template = ChatTemplate::new(text).unwrap();
+    assert!(
+        compiled.elapsed() < Duration::from_secs(1),
+        "compiling took {:?}",
+        compiled.elapsed()
+    );
+    let (size, count) = attack.messages;
+    let messages: Vec<ChatMessage> = (0..count)
+        .map(|_| ChatMessage::user("y".repeat(size)))
+        .collect();
+    let start = Instant::now();
+    let got = template.render_with(&messages, false, &json!({"attack": true}));
+    let ms = start.elapsed().as_millis();
+    let e = got.expect_err("the attack rendered").to_string();
+    assert!(e.contains(attack.says), "{name}: {e}");
+    // The same template object renders again.
+    let again = template
+        .render_with(&messages[..count.min(1)], false, &json!({"attack": false}))
+        .unwrap();
+    assert_eq!(again, format!("ok {}", count.min(1)));
+    println!("RESULT {ms} {} {e}", peak_rss_kib());
+}
+
+#[test]
+fn runaway_templates_stop_at_a_limit() {
+    let exe = std::env::current_exe().unwrap();
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for attack in attacks() {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "nn::chat_limits::attack_in_child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_VAR, attack.name)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r));
+        let Some(line) = line.filter(|_| out.status.success()) else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: String = stderr
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            failures.push(format!("{}: {}\n{stdout}\n{tail}", attack.name, out.status));
+            continue;
+        };
+        let mut parts = line.splitn(3, ' ');
+        let ms: u64 = parts.next().unwrap().parse().unwrap();
+        let kib: u64 = parts.next().unwrap().parse().unwrap();
+        let error = parts.next().unwrap_or_default();
+        report.push(format!(
+            "{:<36} {ms:>6} ms {:>5} MiB  {error:.150}",
+            attack.name,
+            kib / 1024
+        ));
+        // Each takes under 1.2 s here; the slack is for a loaded machine.
+        if ms > 5000 {
+            failures.push(format!("{}: took {ms} ms", attack.name));
+        }
+        if kib > 600 * 1024 {
+            failures.push(format!("{}: peak memory {} MiB", attack.name, kib / 1024));
+        }
+    }
+    println!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat")
+}
+
+/// The real templates render byte for byte as before with a hundredth of
+/// every default limit: the defaults leave them a hundredfold room.
+#[test]
+fn real_templates_fit_a_hundredth_of_the_limits() {
+    let d = ChatLimits::default();
+    let small = ChatLimits {
+        fuel: d.fuel / 100,
+        max_output_bytes: d.max_output_bytes / 100,
+        max_value_bytes: d.max_value_bytes / 100,
+        max_items: d.max_items / 100,
+        max_total_bytes: d.max_total_bytes / 100,
+    };
+    let mut n = 0;
+    for case in super::chat::cases() {
+        let template = super::chat::template_of(&case.dir, case.template_name.as_deref())
+            .with_limits(small.clone())
+            .unwrap();
+        assert_eq!(
+            super::chat::render(&template, &case),
+            case.expected,
+            "{}",
+            case.name
+        );
+        n += 1;
+    }
+    assert_eq!(n, 51);
+}
+
+/// Every real template renders a long conversation (2000 messages, 1 MB)
+/// within the default limits: what a render charges grows with the
+/// conversation, not with its square.
+#[test]
+fn real_templates_render_long_conversations() {
+    let messages: Vec<ChatMessage> = (0..2000)
+        .map(|i| {
+            let text = format!("message {i}: {}", "words and more words ".repeat(24));
+            match i % 2 {
+                0 => ChatMessage::user(text),
+                _ => ChatMessage::assistant(text),
+            }
+        })
+        .collect();
+    let mut dirs: Vec<(PathBuf, Option<String>)> = Vec::new();
+    for entry in std::fs::read_dir(fixtures()).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let names = ChatTemplate::names_in_dir(&dir).unwrap();
+        if names.is_empty() {
+            dirs.push((dir.clone(), None));
+        }
+        for name in names {
+            dirs.push((dir.clone(), Some(name)));
+        }
+    }
+    assert!(dirs.len() >= 10, "{dirs:?}");
+    for (dir, name) in dirs {
+        let template = match &name {
+            Some(name) => ChatTemplate::from_dir_named(&dir, name),
+            None => ChatTemplate::from_dir(&dir),
+        }
+        .unwrap();
+        let start = Instant::now();
+        let text = template
+            .render_with(&messages, true, &json!({"tools": [], "documents": []}))
+            .unwrap_or_else(|e| panic!("{} {name:?}: {e}", dir.display()));
+        assert!(text.len() > 1_000_000, "{}", dir.display());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{}: {:?}",
+            dir.display(),
+            start.elapsed()
+        );
+    }
+}
+
+#[test]
+fn limits_can_be_raised_and_lowered() {
+    let dir = fixtures().join("smollm2-135m-instruct");
+    let messages = [ChatMessage::user("Hello there, how are you today?")];
+    let template = ChatTemplate::from_dir(&dir).unwrap();
+    assert_eq!(template.limits(), &ChatLimits::default());
+    let want = template.render(&messages, true).unwrap();
+    for (limits, says) in [
+        (
+            ChatLimits {
+                max_output_bytes: 20,
+                ..ChatLimits::default()
+            },
+            "ChatLimits::max_output_bytes = 20",
+        ),
+        (
+            ChatLimits {
+                fuel: 10,
+                ..ChatLimits::default()
+            },
+            "ChatLimits::fuel = 10",
+        ),
+        (
+            ChatLimits {
+                max_value_bytes: 10,
+                ..ChatLimits::default()
+            },
+            "ChatLimits::max_value_bytes = 10",
+        ),
+        (
+            ChatLimits {
+                max_total_bytes: 10,
+                ..ChatLimits::default()
+            },
+            "ChatLimits::max_total_bytes = 10",
+        ),
+    ] {
+        let small = template.clone().with_limits(limits.clone()).unwrap();
+        assert_eq!(small.limits(), &limits);
+        assert_eq!(small.special_tokens(), template.special_tokens());
+        let e = small.render(&messages, true).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+        assert!(e.contains("ChatTemplate::with_limits"), "{e}");
+        assert!(e.contains("tokenizer_config.json"), "{e}");
+    }
+    // Raised, or none at all: what the defaults refuse renders.
+    let big = "{% set ns = namespace(v='a') %}{% for i in range(25) %}{% set ns.v = ns.v ~ ns.v %}{% endfor %}{{ ns.v|length }}";
+    let e = ChatTemplate::new(big)
+        .unwrap()
+        .render(&[], false)
+        .unwrap_err();
+    assert!(e.to_string().contains("max_value_bytes"), "{e}");
+    for limits in [
+        ChatLimits {
+            max_value_bytes: 64 << 20,
+            ..ChatLimits::default()
+        },
+        ChatLimits::unlimited(),
+    ] {
+        let t = ChatTemplate::new(big).unwrap().with_limits(limits).unwrap();
+        assert_eq!(t.render(&[], false).unwrap(), (1 << 25).to_string());
+        assert_eq!(
+            template
+                .clone()
+                .with_limits(ChatLimits::unlimited())
+                .unwrap()
+                .render(&messages, true)
+                .unwrap(),
+            want
+        );
+    }
+}
+
+/// Compiling does no template work: `'a' * n` is not folded at compile
+/// time, and chains too long for the parser's stack are refused.
+#[test]
+fn compiling_is_bounded() {
+    // Folded, this would be 50 strings of 200 MB.
+    let fold = "{{ ('a' * 99999999) ~ ('a' * 99999999) }}".repeat(50);
+    let start = Instant::now();
+    let template = ChatTemplate::new(fold).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2));
+    let e = template.render(&[], false).unwrap_err().to_string();
+    assert!(e.contains("max_value_bytes"), "{e}");
+    for chain in [
+        format!("{{{{ 1{} }}}}", " + 1".repeat(5000)),
+        format!("{{{{ {} x }}}}", "not ".repeat(5000)),
+        format!("{{{{ x{} }}}}", "|trim".repeat(5000)),
+        format!("{{{{ x{} }}}}", ".y".repeat(5000)),
+    ] {
+        let e = ChatTemplate::new(chain).unwrap_err().to_string();
+        assert!(e.contains("more than 1000 operators"), "{e}");
+    }
+    // 900 operators (more than any real template's 30) are fine.
+    let long = format!("{{{{ 1{} }}}}", " + 1".repeat(900));
+    assert_eq!(
+        ChatTemplate::new(long).unwrap().render(&[], false).unwrap(),
+        "901"
+    );
+    for (template, says) in [
+        ("{% include 'chat_template' %}", "include"),
+        ("{% import 'chat_template' as x %}", "import"),
+        ("{% extends 'chat_template' %}", "extends"),
+        ("{{ __sandbox_concat('a') }}", "keeps for itself"),
+    ] {
+        let e = ChatTemplate::new(template).unwrap_err().to_string();
+        assert!(e.contains(says), "{template}: {e}");
+    }
+}
+
+/// What the rewrite does to `~`, `+`, `*`, slices, calls and namespace
+/// stores keeps minijinja's results (strings, numbers, errors).
+#[test]
+fn rewritten_operators_keep_their_meaning() {
+    let plain = |t: &str| -> String {
+        let mut env = minijinja::Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_template_owned("t", t.to_string()).unwrap();
+        let ctx = minijinja::context! { a => "A", b => "B", n => 3, x => 1.5, s => "hello world", l => vec![1, 2] };
+        match env.get_template("t").unwrap().render(ctx) {
+            Ok(s) => s,
+            Err(e) => format!("error: {}", e.to_string().split(" (in ").next().unwrap()),
+        }
+    };
+    let ours = |t: &str| -> String {
+        let template = ChatTemplate::new(t).unwrap();
+        let extra = json!({"a": "A", "b": "B", "n": 3, "x": 1.5, "s": "hello world", "l": [1, 2]});
+        match template.render_with(&[], false, &extra) {
+            Ok(s) => s,
+            Err(e) => {
+                let e = e.to_string();
+                let detail = e
+                    .split("could not render the chat template: ")
+                    .nth(1)
+                    .unwrap_or(&e);
+                format!(
+                    "error: {}",
+                    detail.split(" (in chat_template").next().unwrap()
+                )
+            }
+        }
+    };
+    for t in [
+        "{{ a ~ b ~ a }}|{{ a + b + a }}|{{ a * 3 }}|{{ 3 * a }}",
+        "{{ (a ~ b)|lower ~ s[1:] }}",
+        "{{ a + b ~ a + b }}|{{ a ~ b + a ~ b }}|{{ n * n + n }}|{{ n + n * n }}",
+        "{{ (n + n) * n }}|{{ n + (n + n) + n }}|{{ ((a ~ b)) ~ ((a)) }}",
+        "{{ -n * 2 + 10 }}|{{ n - 1 + 1 }}|{{ n ** 2 * 2 }}|{{ 7 // 2 * 2 }}|{{ 2 * 3 % 4 }}",
+        "{{ x + 1 }}|{{ x * 2 }}|{{ n + x }}|{{ 9223372036854775807 + 1 }}|{{ 1 + true }}",
+        "{{ a+b }}{{a~b}}{{n*n}}",
+        "{{ 'x + y ~ z * 2' ~ a }}|{{ \"+\" + '~' + \"*\" }}",
+        "{{ s|upper ~ '!' }}|{{ s.split(' ')[0] + '?' }}|{{ s[::2] ~ s[-3:] }}",
+        "{{ a if n + 1 > 3 else b ~ b }}|{{ (a if false else b) + a }}",
+        "{{ [a + b, n * 2]|join(',') }}|{{ {'k': a ~ b}['k'] }}|{{ (l + [3])|length }}|{{ (l * 2)|length }}",
+        "{{ range(n + 1)|list|length }}|{{ range(3)|sum + n }}",
+        "{% macro m(p=a ~ b) %}{{ p ~ p }}{% endmacro %}{{ m() }}|{{ m(p=a * 2) }}|{{ m(a + a) }}",
+        "{% set ns = namespace(v=a, k=0) %}{% for i in range(3) %}{% set ns.v = ns.v ~ i %}{% set ns.k = ns.k + i %}{% endfor %}{{ ns.v }}|{{ ns.k }}",
+        "{% for i in range(n) %}{{ loop.index ~ '/' ~ loop.length }}{% if not loop.last %},{% endif %}{% endfor %}",
+        "{% for c in s if c != ' ' %}{{ c * 2 }}{% else %}none{% endfor %}",
+        "{% set t %}{% for i in range(2) %}[{{ i + 1 }}]{% endfor %}{% endset %}{{ t ~ t }}",
+        "{{ a is defined ~ b }}|{{ (n + 1) is divisibleby 2 }}|{{ not a ~ b }}",
+        "{% for x in [1, [2, [3]], 4] recursive %}{% if x is number %}{{ x * 2 }}{% else %}[{{ loop(x) }}]{% endif %}{% endfor %}",
+        "{% for x in [1, [2, [3]], 4] recursive %}{% if x is number %}{{ x }}{% else %}<{{ loop( x , ) ~ '.' }}>{% endif %}{% endfor %}",
+        "{{ a ~ none ~ undefined_thing ~ true ~ 2.5 }}",
+        "{{ 1 + 'a' }}",
+        "{{ a * a }}",
+        "{{ l * a }}",
+    ] {
+        assert_eq!(ours(t), plain(t), "{t}");
+    }
+    // Lists made with `+` and `*` are lists (jinja2's printing).
+    assert_eq!(
+        ours("{{ l + ['x'] }}|{{ ['y'] * 2 }}"),
+        "[1, 2, 'x']|['y', 'y']"
+    );
+    // str.count('') ends (pycompat's loops forever).
+    assert_eq!(ours("{{ 'abc'.count('') }}|{{ 'aaa'.count('a') }}"), "4|3");
+}
