@@ -243,3 +243,88 @@ fn crashes_found_stay_errors() {
     };
     assert!(e.contains("not valid JSON"), "{e}");
 }
+
+/// Self-contained template pieces: real syntax and runaway growth.
+const PIECES: &[&str] = &[
+    "{{ m['content'] }}",
+    "{{ m.role|upper }}",
+    "{% if m.role == 'user' %}U{% else %}A{% endif %}",
+    "{% set ns.v = ns.v ~ ns.v %}",
+    "{{ ns.v|length }}",
+    "{{ (messages|list) * 1000 }}",
+    "{{ '%099999d'|format(1) }}",
+    "{% set ns.v = ns.v|replace('a', ns.v) %}",
+    "{{ [ns.v] * 100 | join(ns.v) }}",
+    "{% macro f(x) %}{{ f(x ~ x) }}{% endmacro %}{{ f('a') }}",
+    "{{ messages|tojson }}",
+    "{{ ns.v.strip() }}",
+    "<|im_start|>",
+    "{{ raise_exception('no') }}",
+    "{{ m.content.split(' ')|reverse|join('-') }}",
+    "{% set ns.l = ns.l + ns.l + [1] %}",
+    "{{ ns.l|length }}",
+];
+
+/// Loops the pieces may run in, and pieces that break the syntax.
+const LOOPS: &[(&str, &str)] = &[
+    ("{% for m in messages %}", "{% endfor %}"),
+    (
+        "{% for i in range(100000) %}{% for m in messages %}",
+        "{% endfor %}{% endfor %}",
+    ),
+    (
+        "{% for i in range(60) %}{% set m = messages[0] %}",
+        "{% endfor %}",
+    ),
+];
+const BROKEN: &[&str] = &["{{", "}}", "{%", "%}", "{% endfor %}", "{{ m.", "{% if %}"];
+
+#[test]
+fn fuzz_chat_templates() {
+    use wgpu_tp::nn::{ChatLimits, ChatMessage, ChatTemplate};
+    let mut rng = Fuzz::new("chat");
+    let long = "a".repeat(10_000);
+    let messages = vec![
+        ChatMessage::system("You are short."),
+        ChatMessage::user(long.as_str()),
+        ChatMessage::assistant("ok"),
+    ];
+    // Small limits so runaway templates stop in milliseconds.
+    let limits = ChatLimits {
+        fuel: 200_000,
+        max_output_bytes: 1 << 20,
+        max_value_bytes: 1 << 20,
+        max_items: 10_000,
+        max_total_bytes: 16 << 20,
+    };
+    for i in 0..iters() {
+        let n = 1 + rng.below(6);
+        let body: String = (0..n).map(|_| PIECES[rng.below(PIECES.len())]).collect();
+        let (open, close) = LOOPS[rng.below(LOOPS.len())];
+        let mut text = format!(
+            "{{% set ns = namespace(v='ab', l=[1]) %}}{{% set m = messages[0] %}}{open}{body}{close}"
+        );
+        if rng.below(8) == 0 {
+            let at = rng.below(text.len());
+            if text.is_char_boundary(at) {
+                text.insert_str(at, BROKEN[rng.below(BROKEN.len())]);
+            }
+        }
+        let t = Instant::now();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            if let Ok(tpl) =
+                ChatTemplate::new(text.as_str()).and_then(|t| t.with_limits(limits.clone()))
+            {
+                let _ = tpl.render(&messages, true);
+                // The template stays usable after an error.
+                let _ = tpl.render(&messages[..1], false);
+            }
+        }));
+        assert!(r.is_ok(), "chat: template {i} panicked: {text:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "chat: template {i} took {:?}: {text:?}",
+            t.elapsed()
+        );
+    }
+}
