@@ -2,7 +2,7 @@
 //! files), so rendering one is bounded ([`ChatLimits`]): each template of
 //! [`attacks`] runs in a child process of this test binary (a crash or an
 //! out-of-memory abort must not take the other tests with it), which
-//! renders it, checks that it fails (in 5 s at most; about 1 s here) with
+//! renders it, checks that it fails (in 20 s at most, a hang bound; about 1 s here) with
 //! an error naming the limit that stopped it, and that the same template
 //! object then renders a harmless conversation; the parent checks the
 //! child's peak memory (`VmHWM`, under 600 MiB; 307 MiB at most here, the
@@ -229,7 +229,7 @@ fn attack_in_child_process() {
     let compiled = Instant::now();
     let template = ChatTemplate::new(text).unwrap();
     assert!(
-        compiled.elapsed() < Duration::from_secs(1),
+        compiled.elapsed() < Duration::from_secs(10),
         "compiling took {:?}",
         compiled.elapsed()
     );
@@ -292,8 +292,9 @@ fn runaway_templates_stop_at_a_limit() {
             attack.name,
             kib / 1024
         ));
-        // Each takes under 1.2 s here; the slack is for a loaded machine.
-        if ms > 5000 {
+        // Each takes under 1.2 s here; the bound tells a hang (the unbounded
+        // renders ran for minutes) from a loaded CI machine.
+        if ms > 20_000 {
             failures.push(format!("{}: took {ms} ms", attack.name));
         }
         if kib > 600 * 1024 {
@@ -377,7 +378,7 @@ fn real_templates_render_long_conversations() {
             .unwrap_or_else(|e| panic!("{} {name:?}: {e}", dir.display()));
         assert!(text.len() > 1_000_000, "{}", dir.display());
         assert!(
-            start.elapsed() < Duration::from_secs(5),
+            start.elapsed() < Duration::from_secs(30),
             "{}: {:?}",
             dir.display(),
             start.elapsed()
@@ -466,7 +467,7 @@ fn compiling_is_bounded() {
     let fold = "{{ ('a' * 99999999) ~ ('a' * 99999999) }}".repeat(50);
     let start = Instant::now();
     let template = ChatTemplate::new(fold).unwrap();
-    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(start.elapsed() < Duration::from_secs(10));
     let e = template.render(&[], false).unwrap_err().to_string();
     assert!(e.contains("max_value_bytes"), "{e}");
     for chain in [
