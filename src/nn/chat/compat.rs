@@ -21,13 +21,10 @@ use minijinja::{Environment, Error, ErrorKind, Output, State, UndefinedBehavior}
 use super::clock;
 use super::guards::{self, add_guarded_filter, format_bound, join_bound, replace_bound};
 use super::limits::{Budget, ChatLimits, check_shape};
-use super::sandbox;
+use super::sandbox::{self, ITERABLE};
 
 /// Marks the errors `raise_exception` makes.
 pub(super) const RAISED: &str = "raise_exception: ";
-
-/// The filter a rewritten `{% for %}` passes its iterable through.
-pub(super) const ITERABLE: &str = "__jinja2_iterable";
 
 /// The environment, holding `template` as "chat_template", rendering
 /// within `limits`.

@@ -31,7 +31,10 @@ use minijinja::machinery::{self, WhitespaceConfig, ast};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Error, ErrorKind};
 
-use super::compat::ITERABLE;
+/// The filter a rewritten `{% for %}` passes its iterable through
+/// (`compat.rs` rewrites the loops, this file keeps it when it rewrites
+/// the operators).
+pub(super) const ITERABLE: &str = "__jinja2_iterable";
 
 /// The most operators one tag may hold (real templates: under 30).
 pub(super) const MAX_OPERATORS: usize = 1000;
