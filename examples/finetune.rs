@@ -142,7 +142,7 @@ fn prepare(
     args: &Args,
     tok: &Tokenizer,
     eos: Option<i32>,
-) -> wgpu_tp::Result<(Windows, Windows, Vec<SftExample>)> {
+) -> wgpu_tp::Result<(Windows, Windows, Vec<SftExample>, usize)> {
     let mut records = sft::read_jsonl(&args.data)?;
     let n = records.len();
     sft::shuffle(&mut records, args.seed);
@@ -159,7 +159,7 @@ fn prepare(
     } else {
         Vec::new()
     };
-    Ok((windows, eval, train.to_vec()))
+    Ok((windows, eval, train.to_vec(), held))
 }
 
 /// The mean loss over `windows` (no gradients), averaged on the first replica.
@@ -207,8 +207,7 @@ fn run(args: &Args) -> wgpu_tp::Result<bool> {
         .eos_token_ids
         .first()
         .copied();
-    let (train, eval, trained) = prepare(args, &tok, eos)?;
-    let held = sft::read_jsonl(&args.data)?.len() - trained.len();
+    let (train, eval, trained, held) = prepare(args, &tok, eos)?;
     say!(
         "model {}: {}",
         args.model.display(),

@@ -8,12 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
-use safetensors::SafeTensors;
 use wgpu_tp::Mesh;
 use wgpu_tp::models::{CausalLm, LoadOptions};
 use wgpu_tp::nn::{AdamW, Params, Sampling};
 
-use crate::util::{assert_close, mesh, meshes, shared_mesh};
+use crate::util::{Fixture, assert_close, mesh, meshes, shared_mesh};
 
 const TOL: f64 = 1e-5;
 const MODELS: [&str; 9] = [
@@ -34,46 +33,17 @@ fn dir(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// What transformers computed.
-struct Reference {
-    bytes: Vec<u8>,
-    seq: usize,
+/// What transformers computed for fixture `name`.
+fn reference(name: &str) -> Fixture {
+    Fixture::read(&dir(name))
 }
 
-impl Reference {
-    fn read(name: &str) -> Reference {
-        let bytes = std::fs::read(dir(name).join("reference.safetensors")).unwrap();
-        let meta: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(dir(name).join("reference.json")).unwrap(),
-        )
-        .unwrap();
-        Reference {
-            bytes,
-            seq: meta["seq"].as_u64().unwrap() as usize,
-        }
-    }
+/// Reading a fixture's gradients as the family stores them.
+trait Grads {
+    fn grad(&self, model: &CausalLm, name: &str, shape: &[usize]) -> Vec<f64>;
+}
 
-    fn st(&self) -> SafeTensors<'_> {
-        SafeTensors::deserialize(&self.bytes).unwrap()
-    }
-
-    fn f64s(&self, key: &str) -> Vec<f64> {
-        let st = self.st();
-        let t = st
-            .tensor(key)
-            .unwrap_or_else(|_| panic!("fixture has no {key}"));
-        bytemuck::pod_collect_to_vec(t.data())
-    }
-
-    fn i32s(&self, key: &str) -> Vec<i32> {
-        let st = self.st();
-        bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
-    }
-
-    fn has(&self, key: &str) -> bool {
-        self.st().tensor(key).is_ok()
-    }
-
+impl Grads for Fixture {
     /// The reference gradient of our parameter `name` (`shape`), cut from
     /// the checkpoint tensor the family stores it in (Phi-3's fused
     /// `qkv_proj`: its rows, in the family's order).
@@ -94,7 +64,7 @@ impl Reference {
 
 /// Logits, loss and every gradient of `name` on `mesh` against transformers.
 fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
-    let r = Reference::read(name);
+    let r = reference(name);
     let model = CausalLm::from_pretrained_with(
         mesh,
         dir(name),
@@ -181,7 +151,7 @@ fn smollm2_like_matches_at_every_p_up_to_its_heads_and_sequence_parallel() {
 #[test]
 fn greedy_tokens_equal_transformers_and_cached_equals_recomputed() {
     for name in MODELS {
-        let r = Reference::read(name);
+        let r = reference(name);
         let (prompt, want) = (r.i32s("prompt"), r.i32s("greedy"));
         for p in [1, 3] {
             let model = CausalLm::from_pretrained(&mesh(p), dir(name)).unwrap();
@@ -212,7 +182,7 @@ fn greedy_tokens_equal_transformers_and_cached_equals_recomputed() {
 #[test]
 fn adamw_steps_agree_across_p_and_kv_replicas_stay_identical() {
     let name = "smollm2_like";
-    let r = Reference::read(name);
+    let r = reference(name);
     let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
     let run = |m: &Mesh| {
         let mut model = CausalLm::from_pretrained(m, dir(name)).unwrap();
@@ -292,7 +262,7 @@ fn save_pretrained_reads_back_across_p() {
         ("phi3_longrope", 4, 2),
         ("phi3_window", 1, 3),
     ] {
-        let r = Reference::read(name);
+        let r = reference(name);
         let saved = scratch(name);
         CausalLm::from_pretrained(&mesh(from), dir(name))
             .unwrap()
@@ -333,7 +303,7 @@ fn communication_per_step_is_as_docs_math_says() {
         ("qwen2_bias_bf16", 1, 0),
         ("qwen3_qknorm", 0, 1),
     ] {
-        let r = Reference::read(name);
+        let r = reference(name);
         let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
         for (transport, m) in counting_meshes(3) {
             let model = CausalLm::from_pretrained(&m, dir(name)).unwrap();

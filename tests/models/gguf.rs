@@ -9,13 +9,12 @@
 
 use std::path::{Path, PathBuf};
 
-use safetensors::SafeTensors;
 use wgpu_tp::models::{CausalLm, LoadOptions};
 use wgpu_tp::nn::gguf::{GgufFile, GgufWriter, Value};
 use wgpu_tp::nn::{Params, Sampling, Tokenizer};
 use wgpu_tp::{DType, Mesh};
 
-use crate::util::{assert_close, mesh, meshes, rel_err};
+use crate::util::{Fixture, assert_close, mesh, meshes, rel_err};
 
 const TOL: f64 = 1e-5;
 /// Every fixture: the architectures and the tensor types among them (Q8_0,
@@ -39,28 +38,9 @@ pub(super) fn file(name: &str) -> PathBuf {
         .join("model.gguf")
 }
 
-/// What transformers computed.
-struct Reference {
-    bytes: Vec<u8>,
-    seq: usize,
-}
-
-impl Reference {
-    fn read(name: &str) -> Reference {
-        let dir = file(name).parent().unwrap().to_path_buf();
-        let meta: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
-                .unwrap();
-        Reference {
-            bytes: std::fs::read(dir.join("reference.safetensors")).unwrap(),
-            seq: meta["seq"].as_u64().unwrap() as usize,
-        }
-    }
-
-    fn get<T: bytemuck::Pod>(&self, key: &str) -> Vec<T> {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
-    }
+/// What transformers computed for file `name`.
+fn reference(name: &str) -> Fixture {
+    Fixture::read(file(name).parent().unwrap())
 }
 
 fn load(mesh: &Mesh, name: &str, sequence_parallel: bool) -> CausalLm {
@@ -76,7 +56,7 @@ fn check_model(what: &str, mesh: &Mesh, name: &str, sequence_parallel: bool) {
 
 /// Logits and loss of `model` against transformers' on `name`.
 fn check_model_loaded(what: &str, model: &CausalLm, name: &str, tol: f64) {
-    let r = Reference::read(name);
+    let r = reference(name);
     let (ids, targets) = (r.get::<i32>("ids"), r.get::<i32>("targets"));
     let logits = wgpu_tp::no_grad(|| model.logits(&ids, r.seq)).unwrap();
     let (got, want) = (logits.to_host().unwrap(), r.get::<f64>("logits"));
@@ -117,7 +97,7 @@ fn sequence_parallel_and_more_ranks_than_heads() {
 #[test]
 fn greedy_tokens_equal_transformers() {
     for name in MODELS {
-        let r = Reference::read(name);
+        let r = reference(name);
         let (prompt, want) = (r.get::<i32>("prompt"), r.get::<i32>("greedy"));
         for p in [1, 3] {
             let model = load(&mesh(p), name, false);
@@ -137,7 +117,7 @@ fn greedy_tokens_equal_transformers() {
 
 #[test]
 fn quantized_weights_are_frozen_and_the_rest_gets_gradients() {
-    let r = Reference::read("smollm2_q4_k_m");
+    let r = reference("smollm2_q4_k_m");
     let (ids, targets) = (r.get::<i32>("ids"), r.get::<i32>("targets"));
     let model = load(&mesh(2), "smollm2_q4_k_m", false);
     model
@@ -191,7 +171,7 @@ fn float_matrices_keep_the_files_types() {
         .count();
     assert_eq!(floats, 0, "every matrix quantized");
     // Q8_0 of the file's float weights: near, not equal.
-    let r = Reference::read("qwen2_mixed32");
+    let r = reference("qwen2_mixed32");
     let logits = wgpu_tp::no_grad(|| model.logits(&r.get::<i32>("ids"), r.seq)).unwrap();
     let err = rel_err(&logits.to_host().unwrap(), &r.get::<f64>("logits"));
     assert!(err < 0.05, "Q8_0 logits {err} from the file's");

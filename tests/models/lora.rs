@@ -14,7 +14,7 @@ use wgpu_tp::Mesh;
 use wgpu_tp::models::{CausalLm, LoadOptions};
 use wgpu_tp::nn::{AdamW, LoraConfig, Params};
 
-use crate::util::{assert_close, mesh, meshes, shared_mesh};
+use crate::util::{Fixture, assert_close, mesh, meshes, shared_mesh};
 
 const TOL: f64 = 1e-5;
 /// (fixture, base directory under tests/fixtures).
@@ -28,33 +28,9 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-struct Reference {
-    bytes: Vec<u8>,
-    seq: usize,
-}
-
-impl Reference {
-    fn read(name: &str) -> Reference {
-        let dir = fixtures().join("lora").join(name);
-        let meta: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
-                .unwrap();
-        Reference {
-            bytes: std::fs::read(dir.join("reference.safetensors")).unwrap(),
-            seq: meta["seq"].as_u64().unwrap() as usize,
-        }
-    }
-
-    fn f64s(&self, key: &str) -> Vec<f64> {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        let t = st.tensor(key).unwrap_or_else(|_| panic!("no {key}"));
-        bytemuck::pod_collect_to_vec(t.data())
-    }
-
-    fn i32s(&self, key: &str) -> Vec<i32> {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
-    }
+/// PEFT's outputs for fixture `name`.
+fn reference(name: &str) -> Fixture {
+    Fixture::read(&fixtures().join("lora").join(name))
 }
 
 fn adapted(m: &Mesh, name: &str, base: &str, sequence_parallel: bool) -> CausalLm {
@@ -82,7 +58,7 @@ fn is_adapter(name: &str) -> bool {
 /// Logits, loss, adapter gradients (frozen parameters none) and, when
 /// `steps`, the adapters after two AdamW steps, against PEFT.
 fn check(what: &str, m: &Mesh, (name, base): (&str, &str), sequence_parallel: bool, steps: bool) {
-    let r = Reference::read(name);
+    let r = reference(name);
     let mut model = adapted(m, name, base, sequence_parallel);
     let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
     let logits = wgpu_tp::no_grad(|| model.logits(&ids, r.seq)).unwrap();
@@ -176,7 +152,7 @@ fn peft_adapters_match_at_every_p_up_to_the_heads_and_sequence_parallel() {
 #[test]
 fn merged_equals_merge_and_unload_and_unmerge_restores() {
     for (name, base) in FIXTURES {
-        let r = Reference::read(name);
+        let r = reference(name);
         let ids = r.i32s("ids");
         for p in [1, 3] {
             let mut model = adapted(&mesh(p), name, base, false);
@@ -205,7 +181,7 @@ fn merged_equals_merge_and_unload_and_unmerge_restores() {
 #[test]
 fn saved_adapters_read_back_at_another_p() {
     for (name, base) in FIXTURES {
-        let r = Reference::read(name);
+        let r = reference(name);
         let ids = r.i32s("ids");
         // WGPU_TP_KEEP_ADAPTERS=DIR keeps them for
         // tests/fixtures/lora/check_peft_reads_ours.py.
@@ -269,7 +245,7 @@ fn saved_adapters_read_back_at_another_p() {
 #[test]
 fn fresh_adapters_change_nothing_until_trained_and_bad_requests_are_refused() {
     let (name, base) = FIXTURES[0];
-    let r = Reference::read(name);
+    let r = reference(name);
     let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
     let m = mesh(2);
     let mut model = CausalLm::from_pretrained(&m, fixtures().join(base)).unwrap();
@@ -353,7 +329,7 @@ fn fresh_adapters_change_nothing_until_trained_and_bad_requests_are_refused() {
 fn data_parallel_and_zero_1_reduce_and_shard_adapters_only() {
     use wgpu_tp::nn::{DataParallel, ZeroAdamW};
     let (name, base) = FIXTURES[0];
-    let r = Reference::read(name);
+    let r = reference(name);
     let (ids, targets) = (r.i32s("ids"), r.i32s("targets"));
     let seq = r.seq;
     // One model on the whole batch (two rows), one AdamW step.

@@ -3,6 +3,7 @@
 //!   wgpu device compiles its own pipelines, so sharing saves minutes), the
 //!   counting meshes and their lock, and host tensors sharded onto ranks;
 //! - [`reference`]: f64 reference maths, the one copy every module checks against;
+//! - [`Fixture`]: a reference tool's outputs for a fixture directory;
 //! - [`check`]: tolerance asserts, bit-exact and communication-count checks;
 //! - [`transformer`]: the f64 GPT (norms, attention, MLP, block, tied head);
 //! - here: the seeded random generator, token batches and a model's master weights.
@@ -11,11 +12,13 @@
 #![allow(dead_code)]
 
 mod check;
+mod fixture;
 mod mesh;
 pub mod reference;
 pub mod transformer;
 
 pub use check::*;
+pub use fixture::Fixture;
 pub use mesh::*;
 
 use wgpu_tp::DTensor;
