@@ -220,6 +220,15 @@ fn python_method(
             _ => {}
         }
     }
+    // `l.count(x)` compares x with each item (its arguments are charged
+    // where the rewrite puts them behind `__sandbox_cmp`).
+    let walked;
+    let value = if value.kind() == ValueKind::Seq && method == "count" {
+        walked = guards::compared(budget, value.clone())?;
+        &walked
+    } else {
+        value
+    };
     let rv = unbounded_python_method(state, value, method, args)?;
     budget.made(&rv)?;
     Ok(rv)

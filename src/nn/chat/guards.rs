@@ -9,7 +9,7 @@ use minijinja::value::{Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
 use super::limits::{Budget, Capped, ChatLimits, ITEM_BYTES, LIMIT, MAX_NESTING, check_shape};
-use super::sandbox::{ADD, CONCAT, MADE, MUL, STORE};
+use super::sandbox::{ADD, CMP, CONCAT, INDEXED, MADE, MUL, STORE};
 
 /// minijinja's `+` or `*` of two values, for what the sandbox does not do
 /// itself (floats, mixed numbers, errors): evaluated by a plain
@@ -223,6 +223,17 @@ pub(super) fn install(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) 
         Ok(value)
     });
     let l = limits.clone();
+    env.add_filter(CMP, move |state: &State, value: Value| {
+        compared(&Budget::of(state, &l), value)
+    });
+    let l = limits.clone();
+    env.add_filter(INDEXED, move |state: &State, value: Value| {
+        if let Some(s) = value.as_str() {
+            Budget::of(state, &l).charge(s.len())?;
+        }
+        Ok(value)
+    });
+    let l = limits.clone();
     env.add_function(STORE, move |state: &State, args: Rest<Value>| {
         let value = match args.as_slice() {
             [one] => one.clone(),
@@ -241,6 +252,58 @@ pub(super) fn install(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) 
             minijinja::functions::namespace(defaults)
         },
     );
+}
+
+/// A value minijinja is about to compare or hash, its cost charged first:
+/// a string's bytes; for a list or map, every node and string byte
+/// reached (shared parts each time they are reached, as comparing repeats
+/// them), refused past `max_items` nodes. A lazy sequence (`select`,
+/// `map`) comes back as a list, so that walking it does not use it up.
+pub(super) fn compared(budget: &Budget, value: Value) -> Result<Value, Error> {
+    let value = match value.kind() {
+        ValueKind::String => {
+            budget.charge(value.as_str().map_or(0, str::len))?;
+            return Ok(value);
+        }
+        ValueKind::Iterable => collect(budget, &[(&value, 1)])?,
+        ValueKind::Seq | ValueKind::Map => value,
+        _ => return Ok(value),
+    };
+    let (_, bytes) = check_shape(&value, budget, false)?;
+    budget.charge(bytes)?;
+    Ok(value)
+}
+
+/// The filters that compare or hash the items of their input.
+const COMPARES_ITEMS: [&str; 6] = ["sort", "unique", "groupby", "dictsort", "min", "max"];
+
+/// The filters that compare items with their test's arguments.
+const COMPARES_WITH_ARGS: [&str; 4] = ["select", "reject", "selectattr", "rejectattr"];
+
+/// `args` of filter `name` with what it will compare charged
+/// ([`compared`]): the input of a sort, and for a select with a test's
+/// arguments, those and the input.
+fn compared_args(name: &str, budget: &Budget, args: &[Value]) -> Result<Vec<Value>, Error> {
+    let mut args = args.to_vec();
+    let input = if COMPARES_ITEMS.contains(&name) {
+        true
+    } else if COMPARES_WITH_ARGS.contains(&name) {
+        let first_test_arg = if name.ends_with("attr") { 3 } else { 2 };
+        let mut any = false;
+        for a in args.iter_mut().skip(first_test_arg) {
+            if !a.is_kwargs() {
+                *a = compared(budget, a.clone())?;
+                any = true;
+            }
+        }
+        any
+    } else {
+        false
+    };
+    if input && let Some(first) = args.first_mut() {
+        *first = compared(budget, first.clone())?;
+    }
+    Ok(args)
 }
 
 /// What printing a value for `replace`, `format` or `join` takes, at most:
@@ -461,6 +524,7 @@ pub(super) fn add_guarded_filter(
             _ => {}
         }
         before(name, &budget, &args)?;
+        let args = compared_args(name, &budget, &args)?;
         let rv = if name == "pprint" {
             // minijinja's `format!("{value:#?}")`, into a bounded string.
             let value = args.first().cloned().unwrap_or_default();

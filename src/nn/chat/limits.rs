@@ -60,7 +60,8 @@ pub struct ChatLimits {
     /// 16 MiB. Templates copy message text, so a single message must fit.
     pub max_value_bytes: usize,
     /// Items of any one list or dict the template builds (`+`, `*`,
-    /// `list`, `batch`, `slice`, ...) or walks to print or store. Default
+    /// `list`, `batch`, `slice`, ...) or walks to print, store, compare or
+    /// hash (shared parts counted each time they are reached). Default
     /// 1 000 000.
     pub max_items: usize,
     /// Bytes the template's string and list operations may make and read

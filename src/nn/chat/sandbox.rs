@@ -16,6 +16,15 @@
 //! through `__sandbox_store`, which refuses values nested deeper than
 //! `limits::MAX_NESTING` or holding a namespace, so that no namespace can
 //! hold itself (comparing or printing it would overflow the stack).
+//! Whatever minijinja compares or hashes (the operands of `==`, `<`, `in`
+//! and the other comparisons, a test's value and arguments, a computed
+//! key or subscript, a method's arguments) becomes `((x)|__sandbox_cmp)`,
+//! which charges walking it: minijinja compares lists item by item and
+//! strings byte by byte, so two lists sharing their parts (`[a, a]`,
+//! sixty times over) compare in 2^60 steps and a long string compared in
+//! a loop costs its length each time. Likewise what is indexed or sliced
+//! becomes `((x)|__sandbox_indexed)[i]`, which charges a string's bytes
+//! (minijinja finds a string's `i`-th character by walking it).
 //! `include`, `import` and `extends` are refused (transformers' environment
 //! has no loader either).
 //!
@@ -44,6 +53,8 @@ pub(super) const ADD: &str = "__sandbox_add";
 pub(super) const MUL: &str = "__sandbox_mul";
 pub(super) const MADE: &str = "__sandbox_made";
 pub(super) const STORE: &str = "__sandbox_store";
+pub(super) const CMP: &str = "__sandbox_cmp";
+pub(super) const INDEXED: &str = "__sandbox_indexed";
 const PREFIX: &str = "__sandbox_";
 /// The text the iterable filter names a recursive `loop(...)` call by.
 const LOOP_CALL: &str = "loop(...)";
@@ -192,6 +203,10 @@ struct Stats {
     charged_loops: usize,
     /// Recursive `loop(...)` calls charged per item.
     charged_recursions: usize,
+    /// Compared or hashed operands behind `|__sandbox_cmp`.
+    compared: usize,
+    /// Indexed or sliced values behind `|__sandbox_indexed`.
+    indexed: usize,
 }
 
 struct Pass<'s> {
@@ -222,6 +237,42 @@ fn op_name(op: &ast::BinOpKind) -> Option<(&'static str, u8)> {
         ast::BinOpKind::Add => Some((ADD, b'+')),
         ast::BinOpKind::Mul => Some((MUL, b'*')),
         _ => None,
+    }
+}
+
+/// `==`, `!=`, `<`, `<=`, `>`, `>=` and `in` (minijinja's parser makes a
+/// lone comparison a `BinOp`, a chain of them a `Compare`).
+fn is_comparison(op: &ast::BinOpKind) -> bool {
+    use ast::BinOpKind as K;
+    matches!(op, K::Eq | K::Ne | K::Lt | K::Lte | K::Gt | K::Gte | K::In)
+}
+
+/// Where `e`'s text starts: minijinja's spans of `a.b`, `a[i]`, `a(x)`
+/// and `a|f` start at the `.`, `[`, `(` or `|`.
+fn start_of(e: &ast::Expr) -> u32 {
+    use ast::Expr as E;
+    let inner = match e {
+        E::GetAttr(g) => Some(&g.expr),
+        E::GetItem(g) => Some(&g.expr),
+        E::Slice(s) => Some(&s.expr),
+        E::Call(c) => Some(&c.expr),
+        E::Filter(f) => f.expr.as_ref(),
+        E::Test(t) => Some(&t.expr),
+        E::BinOp(b) => Some(&b.left),
+        E::Compare(c) => Some(&c.expr),
+        E::IfExpr(i) => Some(&i.true_expr),
+        _ => None,
+    };
+    let own = e.span().start_offset;
+    inner.map_or(own, |i| own.min(start_of(i)))
+}
+
+fn arg_expr<'a>(a: &'a ast::CallArg<'a>) -> &'a ast::Expr<'a> {
+    match a {
+        ast::CallArg::Pos(e)
+        | ast::CallArg::Kwarg(_, e)
+        | ast::CallArg::PosSplat(e)
+        | ast::CallArg::KwargSplat(e) => e,
     }
 }
 
@@ -464,12 +515,7 @@ impl<'s> Pass<'s> {
 
     fn args(&mut self, args: &[ast::CallArg], depth: i64) {
         for a in args {
-            match a {
-                ast::CallArg::Pos(e)
-                | ast::CallArg::Kwarg(_, e)
-                | ast::CallArg::PosSplat(e)
-                | ast::CallArg::KwargSplat(e) => self.expr(e, depth, Place::Free),
-            }
+            self.expr(arg_expr(a), depth, Place::Free);
         }
     }
 
@@ -508,9 +554,55 @@ impl<'s> Pass<'s> {
                 self.made(span.end_offset, depth);
             }
         } else {
+            // A method (`loop.changed(x)`, `l.count(x)`, `d.get(k)`) may
+            // compare or hash its arguments.
             self.expr(&c.expr, depth + 1, Place::Postfixed);
+            for a in &c.args {
+                self.operand(arg_expr(a), depth + 1);
+            }
+            return;
         }
         self.args(&c.args, depth + 1);
+    }
+
+    /// An expression minijinja compares or hashes, as `((e)|__sandbox_cmp)`
+    /// (constants are left as they are).
+    fn operand(&mut self, e: &ast::Expr, depth: i64) {
+        if !matches!(e, ast::Expr::Const(_)) {
+            self.wrap(e, depth, CMP);
+        } else if !self.rewriting {
+            self.expr(e, depth + 1, Place::Free);
+        }
+    }
+
+    /// `e` as `((e)|FILTER)`; when checking, counts `e` if it is so.
+    fn wrap(&mut self, e: &ast::Expr, depth: i64, filter: &'static str) {
+        if !self.rewriting {
+            match e {
+                ast::Expr::Filter(f)
+                    if f.name == filter && f.args.is_empty() && f.expr.is_some() =>
+                {
+                    self.count(filter);
+                    if let Some(inner) = &f.expr {
+                        self.expr(inner, depth + 2, Place::Free);
+                    }
+                }
+                _ => self.expr(e, depth + 1, Place::Postfixed),
+            }
+            return;
+        }
+        self.insert(start_of(e), 1, depth + 1, "((");
+        self.insert(e.span().end_offset, 0, -(depth + 1), format!(")|{filter})"));
+        self.count(filter);
+        self.expr(e, depth + 2, Place::Free);
+    }
+
+    fn count(&mut self, filter: &str) {
+        if filter == CMP {
+            self.stats.compared += 1;
+        } else {
+            self.stats.indexed += 1;
+        }
     }
 
     /// `loop(x)` in a recursive loop: `loop((x)|__jinja2_iterable("loop(...)", N))`.
@@ -568,7 +660,7 @@ impl<'s> Pass<'s> {
             }
             E::Const(_) => {}
             E::Slice(s) => {
-                self.expr(&s.expr, depth + 1, Place::Postfixed);
+                self.wrap(&s.expr, depth + 1, INDEXED);
                 for part in [&s.start, &s.stop, &s.step].into_iter().flatten() {
                     self.expr(part, depth + 1, Place::Free);
                 }
@@ -584,15 +676,19 @@ impl<'s> Pass<'s> {
                     self.expr(&b.right, depth + 1, Place::Free);
                 }
                 Some((name, ch)) => self.chain(b, name, ch, depth),
+                None if is_comparison(&b.op) => {
+                    self.operand(&b.left, depth + 1);
+                    self.operand(&b.right, depth + 1);
+                }
                 None => {
                     self.expr(&b.left, depth + 1, Place::Free);
                     self.expr(&b.right, depth + 1, Place::Free);
                 }
             },
             E::Compare(c) => {
-                self.expr(&c.expr, depth + 1, Place::Free);
+                self.operand(&c.expr, depth + 1);
                 for op in &c.ops {
-                    self.expr(&op.expr, depth + 1, Place::Free);
+                    self.operand(&op.expr, depth + 1);
                 }
             }
             E::IfExpr(i) => {
@@ -626,14 +722,20 @@ impl<'s> Pass<'s> {
                 }
                 self.args(&f.args, depth + 1);
             }
-            E::Test(t) => {
-                self.expr(&t.expr, depth + 1, Place::Free);
-                self.args(&t.args, depth + 1);
+            // Tests with arguments (`eq`, `in`, `lt`, ...) compare them
+            // with the value; those without (`defined`, `string`) look at
+            // its kind.
+            E::Test(t) if !t.args.is_empty() => {
+                self.operand(&t.expr, depth + 1);
+                for a in &t.args {
+                    self.operand(arg_expr(a), depth + 1);
+                }
             }
+            E::Test(t) => self.expr(&t.expr, depth + 1, Place::Free),
             E::GetAttr(g) => self.expr(&g.expr, depth + 1, Place::Postfixed),
             E::GetItem(g) => {
-                self.expr(&g.expr, depth + 1, Place::Postfixed);
-                self.expr(&g.subscript_expr, depth + 1, Place::Free);
+                self.wrap(&g.expr, depth + 1, INDEXED);
+                self.operand(&g.subscript_expr, depth + 1);
             }
             E::Call(c) => self.call(c, c.span(), depth, place),
             E::List(l) => {
@@ -642,8 +744,11 @@ impl<'s> Pass<'s> {
                 }
             }
             E::Map(m) => {
-                for item in m.keys.iter().chain(&m.values) {
-                    self.expr(item, depth + 1, Place::Free);
+                for key in &m.keys {
+                    self.operand(key, depth + 1);
+                }
+                for value in &m.values {
+                    self.expr(value, depth + 1, Place::Free);
                 }
             }
         }
