@@ -117,14 +117,17 @@ fn err(file: impl AsRef<Path>, message: impl std::fmt::Display) -> Error {
 /// A template file or `tokenizer_config.json`, its size checked first
 /// (the limit of the other small JSON files of a model directory).
 fn read(path: &Path) -> Result<String> {
-    let max = crate::nn::pretrained::json::MAX_JSON_BYTES;
+    let max = crate::nn::FileLimits::current().max_json_bytes;
     let len = std::fs::metadata(path)
         .map_err(|e| err(path, format!("could not read: {e}")))?
         .len();
     if len > max {
         return Err(err(
             path,
-            format!("is {len} bytes, more than the {max} a file of its kind may be"),
+            format!(
+                "is {len} bytes, more than a file of its kind may be ({})",
+                crate::nn::file_limits::raise("max_json_bytes", max)
+            ),
         ));
     }
     std::fs::read_to_string(path).map_err(|e| err(path, format!("could not read: {e}")))

@@ -6,6 +6,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::file_limits::{FileLimits, raise};
 use crate::error::{Error, Result};
 
 /// `file: message` as a checkpoint error.
@@ -13,17 +14,16 @@ pub(crate) fn bad(file: &str, message: impl std::fmt::Display) -> Error {
     Error::Checkpoint(format!("{file}: {message}"))
 }
 
-/// The largest `config.json` text parsed (real ones are a few KB).
-const MAX_CONFIG_BYTES: usize = 4 << 20;
-
 /// `text` as a JSON object.
 pub(crate) fn object(text: &str, file: &str) -> Result<Map<String, Value>> {
-    if text.len() > MAX_CONFIG_BYTES {
+    let max = FileLimits::current().max_config_bytes;
+    if text.len() as u64 > max {
         return Err(bad(
             file,
             format!(
-                "is {} bytes; a config.json is a few KB (at most {MAX_CONFIG_BYTES} read)",
-                text.len()
+                "is {} bytes; a config.json is a few KB ({})",
+                text.len(),
+                raise("max_config_bytes", max)
             ),
         ));
     }
@@ -143,9 +143,11 @@ pub(crate) fn read_text(path: &std::path::Path) -> Result<String> {
             ))
         })?
         .len();
-    if len > MAX_CONFIG_BYTES as u64 {
+    let max = FileLimits::current().max_config_bytes;
+    if len > max {
         return Err(Error::Checkpoint(format!(
-            "{file}: is {len} bytes; a config.json is a few KB (at most {MAX_CONFIG_BYTES} read)"
+            "{file}: is {len} bytes; a config.json is a few KB ({})",
+            raise("max_config_bytes", max)
         )));
     }
     std::fs::read_to_string(path)

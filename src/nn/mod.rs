@@ -34,6 +34,7 @@ mod data_parallel;
 mod decoder;
 mod dropout;
 mod embedding;
+mod file_limits;
 mod gated_mlp;
 mod generate;
 mod generation_config;
@@ -66,6 +67,7 @@ pub mod sft;
 mod tokenizer;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer_gguf;
+mod tokenizer_scan;
 mod zero;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -86,6 +88,7 @@ pub use decoder::{
 };
 pub use dropout::{Dropout, DropoutConfig};
 pub use embedding::{Embedding, EmbeddingConfig, ParallelEmbedding, VocabParallelEmbedding};
+pub use file_limits::FileLimits;
 pub use gated_mlp::{GatedMlp, GatedMlpConfig};
 pub use generate::{CausalDecoder, Distribution, generate, generate_uncached};
 pub use generation_config::GenerationConfig;
@@ -111,7 +114,7 @@ pub use pretrained::gguf::GgufName;
 pub use rope::{RopeConfig, RopeScaling};
 pub use sampling::{SampleOptions, Sampling};
 #[cfg(not(target_arch = "wasm32"))]
-pub use tokenizer::{MAX_TOKENIZER_JSON_BYTES, TokenStream, Tokenizer};
+pub use tokenizer::{TokenStream, Tokenizer};
 #[cfg(not(target_arch = "wasm32"))]
 pub use tokenizer_gguf::GgufVocab;
 /// `#[derive(Params)]`: see the [`Params`] trait.

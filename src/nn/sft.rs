@@ -17,9 +17,6 @@ use crate::error::{Error, Result};
 /// The target of a position the loss ignores (transformers' `-100`).
 pub const IGNORE: i32 = -100;
 
-/// The largest dataset file read at once.
-const MAX_JSONL_BYTES: u64 = 1 << 30;
-
 /// One training record.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SftExample {
@@ -79,17 +76,22 @@ pub fn parse_jsonl(text: &str, source: &str) -> Result<Vec<SftExample>> {
     Ok(out)
 }
 
-/// [`parse_jsonl`] of the file at `path` (at most 1 GiB).
+/// [`parse_jsonl`] of the file at `path` (at most
+/// [`FileLimits::max_jsonl_bytes`](crate::nn::FileLimits::max_jsonl_bytes)).
 pub fn read_jsonl(path: impl AsRef<Path>) -> Result<Vec<SftExample>> {
     let path = path.as_ref();
     let source = path.display().to_string();
     let len = std::fs::metadata(path)
         .map_err(|e| Error::invalid("sft", format!("{source}: cannot read it ({e})")))?
         .len();
-    if len > MAX_JSONL_BYTES {
+    let max = crate::nn::FileLimits::current().max_jsonl_bytes;
+    if len > max {
         return Err(Error::invalid(
             "sft",
-            format!("{source}: {len} bytes is more than {MAX_JSONL_BYTES}; split the file"),
+            format!(
+                "{source}: {len} bytes is too many; split the file ({})",
+                crate::nn::file_limits::raise("max_jsonl_bytes", max)
+            ),
         ));
     }
     let text = std::fs::read_to_string(path)

@@ -16,14 +16,12 @@ use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 
 use super::chat::{ChatMessage, ChatTemplate};
+use super::file_limits::{FileLimits, raise};
+use super::tokenizer_scan;
 use crate::error::{Error, Result};
 
 /// GPT-2's end-of-text token, made special when a `vocab.json` holds it.
 const END_OF_TEXT: &str = "<|endoftext|>";
-
-/// The largest `tokenizer.json` read: real ones are up to a few tens of MB
-/// (Gemma 3's 33 MB); past this a file is refused before it is read.
-pub const MAX_TOKENIZER_JSON_BYTES: u64 = 256 << 20;
 
 /// A tokenizer: text to `i32` token ids (what [`CausalLm`](crate::models::CausalLm) takes) and
 /// back.
@@ -129,23 +127,26 @@ impl Tokenizer {
         ))
     }
 
-    /// A tokenizer from a Hugging Face `tokenizer.json`.
+    /// A tokenizer from a Hugging Face `tokenizer.json`, its size, and the
+    /// sizes of its vocabulary, merges and added tokens, checked against
+    /// [`FileLimits`](super::FileLimits) first.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
+        let limits = FileLimits::current();
         let len = std::fs::metadata(path).map_err(|e| err(path, e))?.len();
-        if len > MAX_TOKENIZER_JSON_BYTES {
+        if len > limits.max_tokenizer_bytes {
             return Err(err(
                 path,
                 format!(
-                    "is {len} bytes, more than the {MAX_TOKENIZER_JSON_BYTES} a tokenizer.json may                      be (MAX_TOKENIZER_JSON_BYTES)"
+                    "is {len} bytes, more than a tokenizer.json may be ({})",
+                    raise("max_tokenizer_bytes", limits.max_tokenizer_bytes)
                 ),
             ));
         }
         let bytes = std::fs::read(path).map_err(|e| err(path, e))?;
-        // The JSON's syntax first (no values kept): tokenizers' own
+        // Sizes and syntax first (no values kept): tokenizers' own
         // deserializers panic on some malformed files (found by tests/nn/fuzz.rs).
-        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
-            .map_err(|e| err(path, format!("not valid JSON: {e}")))?;
+        tokenizer_scan::check(&bytes, &limits).map_err(|e| err(path, e))?;
         // And a panic left in them is an error, not the end of the process.
         let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(&bytes))
             .map_err(|_| {

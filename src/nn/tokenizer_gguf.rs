@@ -25,6 +25,7 @@ use tokenizers::AddedToken;
 use tokenizers::models::bpe::Vocab;
 
 use super::chat::ChatTemplate;
+use super::file_limits::{FileLimits, raise};
 use super::tokenizer::{SpecialIds, Tokenizer};
 use crate::error::Result;
 
@@ -111,6 +112,32 @@ fn check(vocab: &GgufVocab, source: &str) -> Result<Checked> {
     let n = vocab.tokens.len();
     if n == 0 {
         return Err(fail("tokenizer.ggml.tokens is empty".into()));
+    }
+    // What `tokenizers` would build from them, bounded as a tokenizer.json's.
+    let limits = FileLimits::current();
+    if n > limits.max_vocab {
+        return Err(fail(format!(
+            "tokenizer.ggml.tokens has {n} tokens ({})",
+            raise("max_vocab", limits.max_vocab)
+        )));
+    }
+    if let Some(i) = vocab
+        .tokens
+        .iter()
+        .position(|t| t.len() > limits.max_token_bytes)
+    {
+        return Err(fail(format!(
+            "tokenizer.ggml.tokens[{i}] is {} bytes ({})",
+            vocab.tokens[i].len(),
+            raise("max_token_bytes", limits.max_token_bytes)
+        )));
+    }
+    let merges = vocab.merges.as_ref().map_or(0, Vec::len);
+    if merges > limits.max_merges {
+        return Err(fail(format!(
+            "tokenizer.ggml.merges has {merges} merges ({})",
+            raise("max_merges", limits.max_merges)
+        )));
     }
     let tokens: Vec<String> = (vocab.tokens.iter().enumerate())
         .map(|(i, t)| {

@@ -240,3 +240,65 @@ fn unsupported_gemma_and_phi3_variants_name_the_key() {
     });
     expect_error("fused", &dir, &["qkv_proj.weight", "has shape"]);
 }
+
+/// `qwen2_bias_bf16` (four shards) with its index edited by `edit`.
+fn index_case(case: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    copy("qwen2_bias_bf16", case, |d| {
+        let path = d.join("model.safetensors.index.json");
+        let mut index: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut index);
+        std::fs::write(path, index.to_string()).unwrap();
+    })
+}
+
+#[test]
+fn hostile_indexes_are_errors() {
+    let first = "model.embed_tokens.weight";
+    // Shard names that leave the directory.
+    for (case, file) in [
+        ("parent", "../model.safetensors"),
+        ("absolute", "/etc/passwd"),
+        ("hidden", ".model.safetensors"),
+        ("backslash", "..\\model.safetensors"),
+    ] {
+        let dir = index_case(case, |v| v["weight_map"][first] = file.into());
+        expect_error(case, &dir, &[first, "is not a file name in this directory"]);
+    }
+    // A tensor said to be in a shard that does not hold it, a tensor no
+    // shard holds, a shard that is not there, a map that is not a map.
+    let dir = index_case("wrong_shard", |v| {
+        v["weight_map"][first] = "model-00004-of-00004.safetensors".into()
+    });
+    expect_error("wrong shard", &dir, &[first, "does not hold it"]);
+    let dir = index_case("phantom", |v| {
+        v["weight_map"]["model.phantom"] = "model-00001-of-00004.safetensors".into()
+    });
+    expect_error("phantom", &dir, &["model.phantom", "does not hold it"]);
+    let dir = index_case("absent_shard", |v| {
+        v["weight_map"][first] = "model-00009-of-00009.safetensors".into()
+    });
+    expect_error("absent shard", &dir, &["model-00009-of-00009.safetensors"]);
+    let dir = index_case("not_a_map", |v| v["weight_map"] = serde_json::json!([1, 2]));
+    expect_error("not a map", &dir, &["has no weight_map object"]);
+    // A hundred thousand entries naming tensors that are nowhere.
+    let dir = index_case("many", |v| {
+        let map = v["weight_map"].as_object_mut().unwrap();
+        for i in 0..100_000 {
+            map.insert(format!("t{i}"), "model-00001-of-00004.safetensors".into());
+        }
+    });
+    expect_error("many", &dir, &["does not hold it"]);
+    // Nested past serde_json's limit, and past the size limit.
+    let dir = copy("qwen2_bias_bf16", "deep", |d| {
+        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
+        let text = format!("{{\"weight_map\": {deep}}}");
+        std::fs::write(d.join("model.safetensors.index.json"), text).unwrap();
+    });
+    expect_error("deep", &dir, &["not valid JSON", "recursion limit"]);
+    let dir = copy("qwen2_bias_bf16", "huge", |d| {
+        let f = std::fs::File::create(d.join("model.safetensors.index.json")).unwrap();
+        f.set_len(65 << 20).unwrap();
+    });
+    expect_error("huge", &dir, &["68157440 bytes", "max_json_bytes"]);
+}

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use wgpu_tp::nn::{ChatLimits, ChatMessage, ChatTemplate};
 
+use crate::util::{peak_rss_kib, run_test_in_child};
+
 /// An attack: its name, the template (run when `attack` is true) and what
 /// the error must say.
 struct Attack {
@@ -290,16 +292,6 @@ fn attacks() -> Vec<Attack> {
     all
 }
 
-/// The peak resident memory of this process, in KiB.
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 const CHILD_VAR: &str = "WGPU_TP_CHAT_ATTACK";
 
 /// In a child process (`CHILD_VAR` set): runs one attack and prints
@@ -343,71 +335,13 @@ fn attack_in_child_process() {
 /// hang from a loaded machine.
 const HANG: Duration = Duration::from_secs(60);
 
-/// Runs `attack` in a child process; `None` if it had to be killed.
-fn run_child(exe: &std::path::Path, attack: &str) -> Option<std::process::Output> {
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "nn::chat_limits::attack_in_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_VAR, attack)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read both pipes while waiting, so that a child writing much is not
-    // blocked on a full pipe.
-    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut p) = pipe {
-                p.read_to_end(&mut bytes).ok();
-            }
-            bytes
-        })
-    };
-    use std::io::Read;
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > HANG {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Some(std::process::Output {
-        status,
-        stdout: stdout.join().unwrap(),
-        stderr: stderr.join().unwrap(),
-    })
-}
-
 #[test]
 fn runaway_templates_stop_at_a_limit() {
-    let exe = std::env::current_exe().unwrap();
     let mut report = Vec::new();
     let mut failures = Vec::new();
     for attack in attacks() {
-        let Some(out) = run_child(&exe, attack.name) else {
+        let test = "nn::chat_limits::attack_in_child_process";
+        let Some(out) = run_test_in_child(test, CHILD_VAR, attack.name, HANG) else {
             failures.push(format!(
                 "{}: still running after {} s (killed)",
                 attack.name,

@@ -62,6 +62,7 @@ mod fuzz;
 mod generate;
 mod gguf;
 mod gpt;
+mod hostile_files;
 mod init;
 mod kv_heads;
 mod linear;

@@ -6,18 +6,21 @@
 //! - [`Fixture`]: a reference tool's outputs for a fixture directory;
 //! - [`check`]: tolerance asserts, bit-exact and communication-count checks;
 //! - [`transformer`]: the f64 GPT (norms, attention, MLP, block, tied head);
+//! - [`run_test_in_child`]: one test in a child process, with a watchdog;
 //! - here: the seeded random generator, token batches and a model's master weights.
 //!
 //! Everything in `mesh` and `check` is re-exported here (`crate::util::mesh(2)`).
 #![allow(dead_code)]
 
 mod check;
+mod child;
 mod fixture;
 mod mesh;
 pub mod reference;
 pub mod transformer;
 
 pub use check::*;
+pub use child::{peak_rss_kib, run_test_in_child};
 pub use fixture::Fixture;
 pub use mesh::*;
 
