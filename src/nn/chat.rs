@@ -63,7 +63,9 @@ mod guards;
 mod json;
 mod limits;
 mod message;
+mod python;
 mod sandbox;
+mod source;
 use compat::RAISED;
 use limits::{CappedOutput, LIMIT};
 

@@ -41,7 +41,7 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{Error, ErrorKind};
 
 /// The filter a rewritten `{% for %}` passes its iterable through
-/// (`compat.rs` rewrites the loops, this file keeps it when it rewrites
+/// (`source.rs` rewrites the loops, this file keeps it when it rewrites
 /// the operators).
 pub(super) const ITERABLE: &str = "__jinja2_iterable";
 
@@ -476,7 +476,7 @@ impl<'s> Pass<'s> {
     }
 
     /// A `{% for %}`'s iterable, `(EXPR)|__jinja2_iterable("EXPR")` after
-    /// `compat::rewrite`: given the body's literal bytes as a second argument.
+    /// `source::rewrite`: given the body's literal bytes as a second argument.
     fn for_iter(&mut self, iter: &ast::Expr, raw: usize) {
         let ast::Expr::Filter(f) = iter else {
             let line = self.line_of(iter.span().start_offset);
