@@ -342,6 +342,7 @@ impl ChatTemplate {
     }
 
     /// The template's Jinja text, as given.
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn text(&self) -> &str {
         &self.text
     }

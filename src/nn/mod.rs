@@ -26,7 +26,6 @@
 //!   `pretrained/` (Hugging Face weight files, read and written for any
 //!   family) and [`gguf`] (llama.cpp's GGUF container, read and written).
 
-#[cfg(not(target_arch = "wasm32"))]
 mod chat;
 pub(crate) mod checkpoint;
 mod cross_entropy;
@@ -67,10 +66,10 @@ pub mod sft;
 mod tokenizer;
 #[cfg(not(target_arch = "wasm32"))]
 mod tokenizer_gguf;
+#[cfg(not(target_arch = "wasm32"))]
 mod tokenizer_scan;
 mod zero;
 
-#[cfg(not(target_arch = "wasm32"))]
 pub use chat::{
     ChatContent, ChatLimits, ChatMessage, ChatTemplate, ContentPart, ExtraKeys, FunctionCall,
     OrderedJson, ToolArguments, ToolCall,

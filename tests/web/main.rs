@@ -8,6 +8,7 @@
 //! under the adapter's own.
 #![cfg(target_arch = "wasm32")]
 
+mod chat;
 mod collectives;
 mod gpt;
 mod kernels;

@@ -5,9 +5,24 @@
 pub(super) type Civil = (i64, u32, u32, u32, u32, u32, u32, u32);
 
 pub(super) fn now_utc() -> Civil {
-    let secs = std::time::SystemTime::now()
+    civil(unix_seconds())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn unix_seconds() -> i64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The page's clock: `SystemTime::now` panics on wasm32-unknown-unknown.
+#[cfg(target_arch = "wasm32")]
+fn unix_seconds() -> i64 {
+    (js_sys::Date::now() / 1000.0) as i64
+}
+
+/// `secs` since 1970 as a civil date and time (UTC).
+fn civil(secs: i64) -> Civil {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400) as u32);
     // Howard Hinnant's civil_from_days.
     let z = days + 719_468;
