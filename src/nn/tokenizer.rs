@@ -173,6 +173,24 @@ impl Tokenizer {
                 return Err(err(file, "not found"));
             }
         }
+        let limits = FileLimits::current();
+        let mut texts = Vec::new();
+        for file in [vocab, merges] {
+            let len = std::fs::metadata(file).map_err(|e| err(file, e))?.len();
+            if len > limits.max_tokenizer_bytes {
+                return Err(err(
+                    file,
+                    format!(
+                        "is {len} bytes ({})",
+                        raise("max_tokenizer_bytes", limits.max_tokenizer_bytes)
+                    ),
+                ));
+            }
+            texts.push(std::fs::read(file).map_err(|e| err(file, e))?);
+        }
+        tokenizer_scan::check_vocab_merges(&texts[0], &texts[1], &limits)
+            .map_err(|e| err(vocab.parent().unwrap_or(vocab), e))?;
+        drop(texts);
         let (v, m) = (vocab.to_string_lossy(), merges.to_string_lossy());
         let (vocab_map, merge_list) = BPE::read_file(&v, &m).map_err(|e| {
             err(

@@ -33,6 +33,45 @@ pub(crate) fn check(bytes: &[u8], limits: &FileLimits) -> Result<(), String> {
     })
 }
 
+/// Checks GPT-2's `vocab.json` (`{token: id}`) and `merges.txt` (a merge
+/// a line) against `limits`.
+pub(crate) fn check_vocab_merges(
+    vocab: &[u8],
+    merges: &[u8],
+    limits: &FileLimits,
+) -> Result<(), String> {
+    let mut de = serde_json::Deserializer::from_slice(vocab);
+    Scan {
+        limits,
+        what: What::Vocab,
+        field: "vocab.json",
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end())
+    .map_err(|e| format!("vocab.json: {e}"))?;
+    let lines = merges.split(|&b| b == b'\n');
+    let longest = 2 * limits.max_token_bytes.saturating_add(1);
+    for (i, line) in lines.enumerate() {
+        // Beside the merges: a `#version` line and a last empty one.
+        if i > limits.max_merges.saturating_add(1) {
+            return Err(format!(
+                "merges.txt: more than {} merges ({})",
+                limits.max_merges,
+                raise("max_merges", limits.max_merges)
+            ));
+        }
+        if line.len() > longest {
+            return Err(format!(
+                "merges.txt: line {} is {} bytes ({})",
+                i + 1,
+                line.len(),
+                raise("max_token_bytes", limits.max_token_bytes)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Which part of the file a [`Scan`] reads.
 #[derive(Clone, Copy, PartialEq)]
 enum What {

@@ -1,4 +1,5 @@
-//! Hostile tokenizer files (a `tokenizer.json`, a GGUF vocabulary): each is
+//! Hostile tokenizer files (a `tokenizer.json`, GPT-2's `vocab.json` and
+//! `merges.txt`, a GGUF vocabulary): each is
 //! an `Error::Tokenizer` naming the field and the [`FileLimits`] field to
 //! raise, before `tokenizers` builds anything from it, with no abort or
 //! hang and little memory. Before the limits, a 100 MB added token took
@@ -242,6 +243,34 @@ fn hostile_files_in_child_process() {
         std::fs::remove_file(&path).unwrap();
     }
     Tokenizer::from_file(edited("good", |_| {})).unwrap();
+    // GPT-2's vocab.json + merges.txt: the same limits.
+    let (vocab, merges) = (dir().join("vocab.json"), dir().join("merges.txt"));
+    std::fs::write(&merges, "#version: 0.2\na b\n").unwrap();
+    let many = with_many("many_vocab_json", "vocab", 1_100_000, |i| {
+        format!("\"{i:x}\":{i}")
+    });
+    let text = std::fs::read_to_string(&many).unwrap();
+    let start = text.find("\"vocab\":").unwrap() + "\"vocab\":".len();
+    let end = start + text[start..].find('}').unwrap() + 1;
+    std::fs::write(&vocab, &text[start..end]).unwrap();
+    let e = Tokenizer::from_vocab_merges(&vocab, &merges)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("vocab.json") && e.contains("max_vocab"), "{e}");
+    std::fs::write(&vocab, r#"{"a": 0, "b": 1, "ab": 2}"#).unwrap();
+    Tokenizer::from_vocab_merges(&vocab, &merges).unwrap();
+    std::fs::write(
+        &merges,
+        format!("#version: 0.2\na {}\n", "b".repeat(200 << 10)),
+    )
+    .unwrap();
+    let e = Tokenizer::from_vocab_merges(&vocab, &merges)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("merges.txt: line 2") && e.contains("max_token_bytes"),
+        "{e}"
+    );
     // GGUF vocabularies: the same limits.
     let many: Vec<String> = (0..1_100_000).map(|i| format!("{i:x}")).collect();
     let e = Tokenizer::from_gguf_vocab(&gguf_vocab(many), "many.gguf").unwrap_err();
