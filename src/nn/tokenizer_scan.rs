@@ -4,12 +4,12 @@
 //! took 7 GB and 7 s to load, twelve million tiny vocabulary entries 3.3 GB),
 //! so the vocabulary, merges and added tokens are counted and measured here
 //! first, in one pass that keeps no values, against [`FileLimits`]. The same
-//! pass checks the JSON's syntax, which `tokenizers` deserializers may panic
-//! on (nesting is bounded where it parses: serde_json stops at 128 levels).
+//! pass checks the JSON (syntax, escapes, nesting past serde_json's 128
+//! levels), which `tokenizers` deserializers may panic on.
 
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::file_limits::{FileLimits, raise};
 
@@ -135,10 +135,10 @@ impl<'de> DeserializeSeed<'de> for Scan<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        match self.what {
-            What::Other => d.deserialize_ignored_any(IgnoredAny).map(|_| ()),
-            _ => d.deserialize_any(self),
-        }
+        // Every value is read, not skipped: skipping leaves escapes
+        // undecoded, and `tokenizers` panicked on a lone surrogate (`\ud800`)
+        // in its decoder (found by tests/nn/fuzz.rs).
+        d.deserialize_any(self)
     }
 }
 

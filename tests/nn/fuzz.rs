@@ -5,8 +5,10 @@
 //! deterministic budget runs in the suite; `WGPU_TP_FUZZ_ITERS=N` (per
 //! target, default 40) and `WGPU_TP_FUZZ_SEED=S` run it longer or
 //! elsewhere (docs/SETTINGS.md). Targets: `config.json` of every family,
-//! `tokenizer.json`, the GGUF reader, safetensors model directories and
-//! PEFT adapter directories. Every crash found becomes a regression case.
+//! `tokenizer.json`, `tokenizer_config.json`, `generation_config.json`,
+//! sharded indexes, the GGUF reader, safetensors model directories, PEFT
+//! adapter directories and chat templates. Every crash found becomes a
+//! regression case.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
@@ -102,10 +104,12 @@ impl Fuzz {
     }
 }
 
-/// Run `f` on `iters()` mutations of each seed input: it must not panic,
-/// and each call must return within `limit`.
-fn fuzz(target: &str, seeds: &[Vec<u8>], limit: Duration, mut f: impl FnMut(&[u8])) {
+/// Run `f` on `iters()` mutations of each seed input: it must not panic.
+/// The slowest input is printed (the limits, not a clock, keep each
+/// bounded; a slow one is worth a look).
+fn fuzz(target: &str, seeds: &[Vec<u8>], mut f: impl FnMut(&[u8])) {
     let mut rng = Fuzz::new(target);
+    let mut slowest = (Duration::ZERO, 0);
     for i in 0..iters() {
         let seed = &seeds[i % seeds.len()];
         let input = rng.mutate(seed);
@@ -116,12 +120,9 @@ fn fuzz(target: &str, seeds: &[Vec<u8>], limit: Duration, mut f: impl FnMut(&[u8
             let _ = std::fs::write(&path, &input);
             panic!("{target}: input {i} panicked (saved to {})", path.display());
         }
-        assert!(
-            t.elapsed() < limit,
-            "{target}: input {i} took {:?}",
-            t.elapsed()
-        );
+        slowest = slowest.max((t.elapsed(), i));
     }
+    println!("{target}: slowest input {} took {:?}", slowest.1, slowest.0);
 }
 
 fn configs() -> Vec<Vec<u8>> {
@@ -137,7 +138,7 @@ fn configs() -> Vec<Vec<u8>> {
 
 #[test]
 fn fuzz_config_json_of_every_family() {
-    fuzz("config", &configs(), Duration::from_secs(2), |b| {
+    fuzz("config", &configs(), |b| {
         if let Ok(text) = std::str::from_utf8(b) {
             let _ = config_from_json(text, "fuzz/config.json");
         }
@@ -153,7 +154,7 @@ fn fuzz_tokenizer_json() {
     let dir = std::env::temp_dir().join(format!("wgpu-tp-fuzz-tok-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tokenizer.json");
-    fuzz("tokenizer", &seeds, Duration::from_secs(5), |b| {
+    fuzz("tokenizer", &seeds, |b| {
         std::fs::write(&path, b).unwrap();
         if let Ok(tok) = Tokenizer::from_file(&path) {
             // A tokenizer that loads must encode and decode without panicking.
@@ -172,7 +173,7 @@ fn fuzz_gguf_reader() {
         .iter()
         .map(|n| std::fs::read(gguf.join(n).join("model.gguf")).unwrap())
         .collect();
-    fuzz("gguf", &seeds, Duration::from_secs(2), |b| {
+    fuzz("gguf", &seeds, |b| {
         if let Ok(f) = GgufFile::from_bytes("fuzz.gguf", b.to_vec()) {
             for t in f.tensors() {
                 let _ = f.tensor_bytes(t.name());
@@ -211,7 +212,7 @@ fn fuzz_model_directories_and_adapters() {
         .map(|(p, _)| std::fs::read(p).unwrap())
         .collect();
     let mut i = 0;
-    fuzz("directories", &originals, Duration::from_secs(10), |b| {
+    fuzz("directories", &originals, |b| {
         let (path, model) = &files[i % files.len()];
         i += 1;
         std::fs::write(path, b).unwrap();
@@ -232,6 +233,59 @@ fn fuzz_model_directories_and_adapters() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A copy of `from` (its files) in a fresh directory under the system's
+/// temporary one.
+fn copy_dir(from: &Path, name: &str) -> PathBuf {
+    let to = std::env::temp_dir().join(format!("wgpu-tp-fuzz-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    to
+}
+
+#[test]
+fn fuzz_the_small_files_of_a_model_directory() {
+    // tokenizer_config.json (chat template, special tokens) and
+    // generation_config.json of the tiny Llama, read as generation reads
+    // them; a sharded index, read as loading the model reads it.
+    use wgpu_tp::nn::{ChatMessage, GenerationConfig};
+    let tiny = copy_dir(&root().join("examples/data/tiny-llama"), "tiny");
+    let sharded = copy_dir(&root().join("tests/fixtures/hf/qwen2_bias_bf16"), "sharded");
+    let files = [
+        tiny.join("tokenizer_config.json"),
+        tiny.join("generation_config.json"),
+        sharded.join("model.safetensors.index.json"),
+    ];
+    let originals: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let m = mesh(1);
+    let mut i = 0;
+    fuzz("small files", &originals, |b| {
+        let which = i % files.len();
+        i += 1;
+        std::fs::write(&files[which], b).unwrap();
+        match which {
+            0 => {
+                if let Ok(t) = Tokenizer::from_dir(&tiny) {
+                    let _ = t.apply_chat_template(&[ChatMessage::user("hi")], true);
+                }
+            }
+            1 => {
+                let _ = GenerationConfig::read(&tiny, &[2]);
+            }
+            _ => {
+                let _ = CausalLm::from_pretrained(&m, &sharded);
+            }
+        }
+        std::fs::write(&files[which], &originals[which]).unwrap();
+    });
+    std::fs::remove_dir_all(&tiny).unwrap();
+    std::fs::remove_dir_all(&sharded).unwrap();
+}
+
 #[test]
 fn crashes_found_stay_errors() {
     // tokenizers 0.23.2 panicked deserializing this file's decoder (a JSON
@@ -242,6 +296,14 @@ fn crashes_found_stay_errors() {
         Err(e) => e.to_string(),
     };
     assert!(e.contains("not valid JSON"), "{e}");
+    // tokenizers 0.23.2 panicked on a lone surrogate escape (`\ud800`) in
+    // the decoder; found by `fuzz_tokenizer_json` with another seed.
+    let path = root().join("tests/fixtures/fuzz/tokenizer_decoder_surrogate.json");
+    let e = match Tokenizer::from_file(&path) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("not valid JSON") && e.contains("line 30"), "{e}");
 }
 
 /// Self-contained template pieces: real syntax and runaway growth.
@@ -303,6 +365,7 @@ fn fuzz_chat_templates() {
         max_items: 10_000,
         max_total_bytes: 16 << 20,
     };
+    let mut slowest = (Duration::ZERO, 0);
     for i in 0..iters() {
         let n = 1 + rng.below(6);
         let body: String = (0..n).map(|_| PIECES[rng.below(PIECES.len())]).collect();
@@ -333,10 +396,7 @@ fn fuzz_chat_templates() {
             }
         }));
         assert!(r.is_ok(), "chat: template {i} panicked: {text:?}");
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "chat: template {i} took {:?}: {text:?}",
-            t.elapsed()
-        );
+        slowest = slowest.max((t.elapsed(), i));
     }
+    println!("chat: slowest template {} took {:?}", slowest.1, slowest.0);
 }
