@@ -118,6 +118,31 @@ fn comparisons() -> Vec<Attack> {
             "max_total_bytes",
         ),
         attack(
+            "split_into_characters",
+            "{% set s = 'a' * 16000000 %}{{ s.split('')|length }}",
+            "max_items",
+        ),
+        attack(
+            "split_lines",
+            "{% set s = '\n' * 16000000 %}{{ s.splitlines()|length }}",
+            "max_items",
+        ),
+        attack(
+            "split_on_spaces",
+            "{% set s = ' a' * 8000000 %}{{ s.split()|length }}{{ s.split(' ')|length }}",
+            "max_items",
+        ),
+        attack(
+            "split_filter",
+            "{% set s = ' a' * 8000000 %}{{ (s|split(' '))|list|length }}",
+            "max_items",
+        ),
+        attack(
+            "string_to_list",
+            "{% set s = 'a' * 16000000 %}{{ s|list|length }}",
+            "max_items",
+        ),
+        attack(
             "search_a_long_string_in_a_loop",
             "{% set s = 'a' * 16000000 %}{% for i in range(100000) %}{% for j in range(100000) %}{{ 'b' in s }}{% endfor %}{% endfor %}",
             "max_total_bytes",
@@ -632,6 +657,9 @@ fn rewritten_operators_keep_their_meaning() {
         "{{ [l, [0]]|select('equalto', l)|list }}|{{ [l, [0]]|reject('in', [l])|list }}|{{ ({'y': l, 'x': [0]}|dictsort(by='value'))[0][1] }}",
         "{{ [{'k': 1}, {'k': 1}]|groupby('k')|length }}|{{ a == 1 + 'a' }}",
         "{% if a == 'A' and (n == 3 or b in l) and not a in [b] %}yes{% endif %}",
+        // Splitting checks its pieces before making them.
+        "{{ s.split()|join(',') }}|{{ s.split(' ', 1)|join(',') }}|{{ s.split('o', -1)|length }}|{{ (s|split('o'))|join(',') }}",
+        "{{ (s ~ '\n' ~ a)|lines|join(',') }}|{{ ('a\nb\n').splitlines()|length }}|{{ s|list|length }}|{{ (s|batch(4))|length }}|{{ (s|sort)|first }}",
     ] {
         assert_eq!(ours(t), plain(t), "{t}");
     }

@@ -438,14 +438,68 @@ fn before(name: &str, budget: &Budget, args: &[Value]) -> Result<(), Error> {
             let sep = args.get(1).and_then(text).unwrap_or_default();
             join_bound(budget, &first, &sep)
         }
-        "batch" | "slice" => match args.get(1).and_then(|v| v.as_usize()) {
-            Some(count) => budget.items(count),
-            None => Ok(()),
+        "batch" | "slice" => {
+            if let Some(s) = first.as_str() {
+                budget.items(s.chars().count())?;
+            }
+            match args.get(1).and_then(|v| v.as_usize()) {
+                Some(count) => budget.items(count),
+                None => Ok(()),
+            }
+        }
+        "split" => match first.as_str() {
+            Some(s) => {
+                let sep = args.get(1).and_then(|v| v.as_str());
+                let max = args.get(2).and_then(|v| i64::try_from(v.clone()).ok());
+                split_bound(budget, s, sep, max)
+            }
+            None => printed(budget, &first).map(|_| ()),
         },
-        "escape" | "e" | "safe" | "lower" | "upper" | "title" | "capitalize" | "split"
-        | "lines" => printed(budget, &first).map(|_| ()),
+        "lines" => match first.as_str() {
+            Some(s) => lines_bound(budget, s),
+            None => printed(budget, &first).map(|_| ()),
+        },
+        // A string iterated into a list: a list item a character.
+        "list" | "sort" | "unique" | "groupby" | "min" | "max"
+            if first.kind() == ValueKind::String =>
+        {
+            budget.items(first.as_str().map_or(0, |s| s.chars().count()))
+        }
+        "escape" | "e" | "safe" | "lower" | "upper" | "title" | "capitalize" => {
+            printed(budget, &first).map(|_| ())
+        }
         _ => Ok(()),
     }
+}
+
+/// Checks the list splitting `s` on `sep` (`None`: runs of whitespace)
+/// at most `maxsplit` times makes, before making it: a 16 MB string split
+/// into characters would be 16 million values (770 MB).
+pub(super) fn split_bound(
+    budget: &Budget,
+    s: &str,
+    sep: Option<&str>,
+    maxsplit: Option<i64>,
+) -> Result<(), Error> {
+    let pieces = match sep {
+        // Rust's `split("")`: an empty piece at each end.
+        Some("") => s.chars().count() + 2,
+        Some(sep) => s.matches(sep).count() + 1,
+        None => s
+            .split(|c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c))
+            .filter(|p| !p.is_empty())
+            .count(),
+    };
+    let pieces = match maxsplit.and_then(|n| usize::try_from(n).ok()) {
+        Some(n) => pieces.min(n.saturating_add(1)),
+        None => pieces,
+    };
+    budget.items(pieces)
+}
+
+/// Checks the list of `s`'s lines, before making it.
+pub(super) fn lines_bound(budget: &Budget, s: &str) -> Result<(), Error> {
+    budget.items(s.matches('\n').count() + 1)
 }
 
 /// minijinja's built-in filters the sandbox wraps (the crate's own

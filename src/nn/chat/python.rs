@@ -12,7 +12,7 @@
 use minijinja::value::{Kwargs, Value, ValueKind, from_args};
 use minijinja::{Error, ErrorKind, State};
 
-use super::guards::{self, format_bound, join_bound, replace_bound};
+use super::guards::{self, format_bound, join_bound, lines_bound, replace_bound, split_bound};
 use super::limits::{Budget, check_shape};
 
 /// Python's `str.isspace()` of one character: Rust's whitespace and the
@@ -72,6 +72,12 @@ pub(super) fn python_method(
                 let (values,): (&Value,) = from_args(args)?;
                 join_bound(budget, values, s)?;
             }
+            "split" => {
+                let (sep, maxsplit): (Option<Value>, Option<i64>) = from_args(args)?;
+                let sep = sep.filter(|v| !v.is_none());
+                split_bound(budget, s, sep.as_ref().and_then(|v| v.as_str()), maxsplit)?;
+            }
+            "splitlines" => lines_bound(budget, s)?,
             _ => {}
         }
     }
