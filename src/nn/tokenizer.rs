@@ -20,6 +20,22 @@ use super::file_limits::{FileLimits, raise};
 use super::tokenizer_scan;
 use crate::error::{Error, Result};
 
+/// The bytes of a tokenizer file, refused past `max_tokenizer_bytes`
+/// before they are read.
+fn read_capped(path: &Path, limits: &FileLimits) -> Result<Vec<u8>> {
+    let len = std::fs::metadata(path).map_err(|e| err(path, e))?.len();
+    if len > limits.max_tokenizer_bytes {
+        return Err(err(
+            path,
+            format!(
+                "is {len} bytes, more than a tokenizer file may be ({})",
+                raise("max_tokenizer_bytes", limits.max_tokenizer_bytes)
+            ),
+        ));
+    }
+    std::fs::read(path).map_err(|e| err(path, e))
+}
+
 /// GPT-2's end-of-text token, made special when a `vocab.json` holds it.
 const END_OF_TEXT: &str = "<|endoftext|>";
 
@@ -133,17 +149,7 @@ impl Tokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
         let limits = FileLimits::current();
-        let len = std::fs::metadata(path).map_err(|e| err(path, e))?.len();
-        if len > limits.max_tokenizer_bytes {
-            return Err(err(
-                path,
-                format!(
-                    "is {len} bytes, more than a tokenizer.json may be ({})",
-                    raise("max_tokenizer_bytes", limits.max_tokenizer_bytes)
-                ),
-            ));
-        }
-        let bytes = std::fs::read(path).map_err(|e| err(path, e))?;
+        let bytes = read_capped(path, &limits)?;
         // Sizes and syntax first (no values kept): tokenizers' own
         // deserializers panic on some malformed files (found by tests/nn/fuzz.rs).
         tokenizer_scan::check(&bytes, &limits).map_err(|e| err(path, e))?;
@@ -174,20 +180,7 @@ impl Tokenizer {
             }
         }
         let limits = FileLimits::current();
-        let mut texts = Vec::new();
-        for file in [vocab, merges] {
-            let len = std::fs::metadata(file).map_err(|e| err(file, e))?.len();
-            if len > limits.max_tokenizer_bytes {
-                return Err(err(
-                    file,
-                    format!(
-                        "is {len} bytes ({})",
-                        raise("max_tokenizer_bytes", limits.max_tokenizer_bytes)
-                    ),
-                ));
-            }
-            texts.push(std::fs::read(file).map_err(|e| err(file, e))?);
-        }
+        let texts = [read_capped(vocab, &limits)?, read_capped(merges, &limits)?];
         tokenizer_scan::check_vocab_merges(&texts[0], &texts[1], &limits)
             .map_err(|e| err(vocab.parent().unwrap_or(vocab), e))?;
         drop(texts);

@@ -75,25 +75,48 @@ fn find_open(text: &str) -> Option<usize> {
         .find(|&i| bytes[i] == b'{' && matches!(bytes[i + 1], b'{' | b'%' | b'#'))
 }
 
+/// Where a scan of Jinja text is: inside a string literal (and after a
+/// backslash in it) or not.
+#[derive(Default)]
+struct Quote {
+    open: Option<char>,
+    escaped: bool,
+}
+
+impl Quote {
+    /// Steps over `c`; true if `c` is inside a string literal (its quotes
+    /// included), where brackets and words do not count.
+    fn inside(&mut self, c: char) -> bool {
+        match self.open {
+            Some(q) => {
+                match c {
+                    _ if self.escaped => self.escaped = false,
+                    '\\' => self.escaped = true,
+                    c if c == q => self.open = None,
+                    _ => {}
+                }
+                true
+            }
+            None if c == '\'' || c == '"' => {
+                self.open = Some(c);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// Where the `X}` (X: `}` or `%`) that closes a tag starts in `text` (the
 /// text after its opening), skipping string literals and brackets.
 fn tag_end(text: &str, close: char) -> Option<usize> {
     let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
+    let mut quote = Quote::default();
     let mut chars = text.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
-        if let Some(q) = quote {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                c if c == q => quote = None,
-                _ => {}
-            }
+        if quote.inside(c) {
             continue;
         }
         match c {
-            '\'' | '"' => quote = Some(c),
             '(' | '[' | '{' => depth += 1,
             ')' | ']' => depth = depth.saturating_sub(1),
             '}' if depth > 0 => depth -= 1,
@@ -161,8 +184,7 @@ fn rewrite_for(body: &str) -> String {
 fn words(body: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut depth = 0usize;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
+    let mut quote = Quote::default();
     let mut start: Option<usize> = None;
     let mut prev: Option<char> = None;
     for (i, c) in body.char_indices() {
@@ -173,16 +195,8 @@ fn words(body: &str) -> Vec<(usize, usize)> {
             out.push((s, i));
             start = None;
         }
-        if let Some(q) = quote {
+        if !quote.inside(c) {
             match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                c if c == q => quote = None,
-                _ => {}
-            }
-        } else {
-            match c {
-                '\'' | '"' => quote = Some(c),
                 '(' | '[' | '{' => depth += 1,
                 ')' | ']' | '}' => depth = depth.saturating_sub(1),
                 c if word_char && depth == 0 && start.is_none() && prev != Some('.') => {
