@@ -98,6 +98,20 @@ fn comparisons() -> Vec<Attack> {
             "compare_lazy_shared_lists",
             "{{ ([a60]|select) == ([b60]|select) }}",
         ),
+        with("replace_with_a_shared_list", "{{ 'x'|replace(a60, '') }}"),
+        with("shared_list_as_attr", "{{ {'p': 1, 'q': 2}|attr(a60) }}"),
+        with(
+            "shared_list_as_map_attribute",
+            "{{ [{'p': 1, 'q': 2}]|map(attribute=a60)|list }}",
+        ),
+        with("shared_list_as_join_separator", "{{ [1, 2]|join(a60) }}"),
+        with("shared_list_as_select_test", "{{ [1]|select(a60)|list }}"),
+        with("shared_list_raised", "{{ raise_exception(a60) }}"),
+        with("shared_list_as_time_format", "{{ strftime_now(a60) }}"),
+        with(
+            "shared_list_as_tojson_separators",
+            "{{ [1]|tojson(separators=[a60, ':']) }}",
+        ),
         attack(
             "search_a_long_list_in_a_loop",
             "{% set l = [0] * 500000 %}{% for i in range(100000) %}{% for j in range(100000) %}{{ 1 in l }}{% endfor %}{% endfor %}",
@@ -117,6 +131,61 @@ fn comparisons() -> Vec<Attack> {
             "slice_a_long_string_in_a_loop",
             "{% set s = 'a' * 16000000 %}{% for i in range(100000) %}{% for j in range(100000) %}{{ s[-1:] }}{% endfor %}{% endfor %}",
             "max_total_bytes",
+        ),
+        attack(
+            "raise_a_huge_list",
+            "{% set l = ['a' * 16000000] * 1000000 %}{{ raise_exception(l) }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "hash_a_long_key_in_a_loop",
+            "{% set s = 'a' * 16000000 %}{% set d = {'p': 1, 'q': 2} %}{% for i in range(100000) %}{% for j in range(100) %}{{ d|attr(s) }}{% endfor %}{% endfor %}",
+            "max_total_bytes",
+        ),
+        attack(
+            "select_a_long_list_in_a_loop",
+            "{% set l = [0] * 1000000 %}{% for i in range(100000) %}{% for j in range(100) %}{% if l|select %}{% endif %}{% endfor %}{% endfor %}",
+            "max_total_bytes",
+        ),
+        attack(
+            "splat_into_a_filter_in_a_loop",
+            "{% set l = [0] * 500000 %}{% for i in range(100000) %}{% for j in range(100) %}{{ ('%s'|format(*l))|length }}{% endfor %}{% endfor %}",
+            "max_total_bytes",
+        ),
+        attack(
+            "index_a_lazy_list_in_a_loop",
+            "{% set l = [0] * 500000 %}{% for i in range(100000) %}{% for j in range(100) %}{{ (l|chain(''))[499999] }}{% endfor %}{% endfor %}",
+            "max_total_bytes",
+        ),
+        attack(
+            "last_of_a_long_chain",
+            "{% set l = [0] * 1000000 %}{{ (l|chain(l, l, l, l, l, l, l, l, l, l, l))|last }}",
+            "max_value_bytes",
+        ),
+        attack(
+            "last_of_a_lazy_chain",
+            "{% set l = [1] * 300000 %}{{ (l|chain(l|select, l|select, l|select, l|select))|last }}",
+            "max_items",
+        ),
+        attack(
+            "reverse_an_endless_chain",
+            "{% set l = [0] * 1000 %}{% set ls = [l] * 1000000 %}{{ (l|chain(*ls))|reverse|first }}",
+            "max_items",
+        ),
+        attack(
+            "map_a_long_string",
+            "{% set s = 'a' * 16000000 %}{{ s|map('upper')|length }}",
+            "max_items",
+        ),
+        attack(
+            "select_a_long_string",
+            "{% set s = 'a' * 16000000 %}{{ s|select|list|length }}",
+            "max_items",
+        ),
+        attack(
+            "chain_long_strings",
+            "{% set s = 'a' * 16000000 %}{{ (s|chain(s, s))|list|length }}",
+            "max_items",
         ),
         attack(
             "split_into_characters",

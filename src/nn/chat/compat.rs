@@ -76,17 +76,28 @@ pub(super) fn environment(
     add_guarded_filter(&mut env, limits, "list", Value::from_function(list));
     add_guarded_filter(&mut env, limits, "items", Value::from_function(items));
     env.add_test("iterable", is_iterable);
+    let l = limits.clone();
     env.add_function(
         "raise_exception",
-        |message: String| -> Result<Value, Error> {
+        move |state: &State, message: Value| -> Result<Value, Error> {
+            // Printed as jinja2 would, once its size is known to fit.
+            check_shape(&message, &Budget::of(state, &l), true)?;
             Err(Error::new(
                 ErrorKind::InvalidOperation,
                 format!("{RAISED}{message}"),
             ))
         },
     );
-    env.add_function("strftime_now", |format: String| {
-        clock::strftime(&format, clock::now_utc())
+    let l = limits.clone();
+    env.add_function("strftime_now", move |state: &State, format: Value| {
+        let budget = Budget::of(state, &l);
+        check_shape(&format, &budget, true)?;
+        let format = format.to_string();
+        // A directive writes at most 32 bytes (`%c`: 24).
+        budget.string(format.len().saturating_mul(16))?;
+        let out = Value::from(clock::strftime(&format, clock::now_utc()));
+        budget.made(&out)?;
+        Ok(out)
     });
     env.add_template_owned(
         "chat_template",

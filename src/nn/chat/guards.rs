@@ -228,10 +228,16 @@ pub(super) fn install(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) 
     });
     let l = limits.clone();
     env.add_filter(INDEXED, move |state: &State, value: Value| {
-        if let Some(s) = value.as_str() {
-            Budget::of(state, &l).charge(s.len())?;
+        let budget = Budget::of(state, &l);
+        match value.kind() {
+            ValueKind::String => {
+                budget.charge(value.as_str().map_or(0, str::len))?;
+                Ok(value)
+            }
+            // Indexing a lazy sequence walks it: made a list (charged) once.
+            ValueKind::Iterable => collect(&budget, &[(&value, 1)]),
+            _ => Ok(value),
         }
-        Ok(value)
     });
     let l = limits.clone();
     env.add_function(STORE, move |state: &State, args: Rest<Value>| {
@@ -258,8 +264,14 @@ pub(super) fn install(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) 
 /// a string's bytes; for a list or map, every node and string byte
 /// reached (shared parts each time they are reached, as comparing repeats
 /// them), refused past `max_items` nodes. A lazy sequence (`select`,
-/// `map`) comes back as a list, so that walking it does not use it up.
+/// `map`) comes back as a list, so that it is walked once.
 pub(super) fn compared(budget: &Budget, value: Value) -> Result<Value, Error> {
+    walked(budget, value, false)
+}
+
+/// [`compared`], and with `print`, refused if it would print to more than
+/// `max_value_bytes` (for what minijinja may turn into text).
+fn walked(budget: &Budget, value: Value, print: bool) -> Result<Value, Error> {
     let value = match value.kind() {
         ValueKind::String => {
             budget.charge(value.as_str().map_or(0, str::len))?;
@@ -269,7 +281,7 @@ pub(super) fn compared(budget: &Budget, value: Value) -> Result<Value, Error> {
         ValueKind::Seq | ValueKind::Map => value,
         _ => return Ok(value),
     };
-    let (_, bytes) = check_shape(&value, budget, false)?;
+    let (_, bytes) = check_shape(&value, budget, print)?;
     budget.charge(bytes)?;
     Ok(value)
 }
@@ -280,27 +292,22 @@ const COMPARES_ITEMS: [&str; 6] = ["sort", "unique", "groupby", "dictsort", "min
 /// The filters that compare items with their test's arguments.
 const COMPARES_WITH_ARGS: [&str; 4] = ["select", "reject", "selectattr", "rejectattr"];
 
-/// `args` of filter `name` with what it will compare charged
-/// ([`compared`]): the input of a sort, and for a select with a test's
-/// arguments, those and the input.
-fn compared_args(name: &str, budget: &Budget, args: &[Value]) -> Result<Vec<Value>, Error> {
+/// `args` of filter `name` with what it will hash, compare or print
+/// charged first ([`walked`]): every argument after the input (a test's
+/// arguments, an attribute name, a separator, keyword arguments), and the
+/// input of a filter that compares its items or of a select whose test
+/// has arguments.
+fn checked_args(name: &str, budget: &Budget, args: &[Value]) -> Result<Vec<Value>, Error> {
     let mut args = args.to_vec();
-    let input = if COMPARES_ITEMS.contains(&name) {
-        true
-    } else if COMPARES_WITH_ARGS.contains(&name) {
-        let first_test_arg = if name.ends_with("attr") { 3 } else { 2 };
-        let mut any = false;
-        for a in args.iter_mut().skip(first_test_arg) {
-            if !a.is_kwargs() {
-                *a = compared(budget, a.clone())?;
-                any = true;
-            }
-        }
-        any
-    } else {
-        false
-    };
-    if input && let Some(first) = args.first_mut() {
+    let first_test_arg = if name.ends_with("attr") { 3 } else { 2 };
+    let mut test_args = false;
+    for (i, a) in args.iter_mut().enumerate().skip(1) {
+        test_args |= COMPARES_WITH_ARGS.contains(&name) && i >= first_test_arg && !a.is_kwargs();
+        *a = walked(budget, a.clone(), true)?;
+    }
+    if (COMPARES_ITEMS.contains(&name) || test_args)
+        && let Some(first) = args.first_mut()
+    {
         *first = compared(budget, first.clone())?;
     }
     Ok(args)
@@ -386,13 +393,19 @@ pub(super) fn join_bound(budget: &Budget, items: &Value, sep: &str) -> Result<()
 pub(super) fn read(budget: &Budget, v: &Value) -> Result<(), Error> {
     match v.kind() {
         ValueKind::String => budget.charge(v.as_str().map_or(0, str::len)),
-        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => match v.len() {
-            Some(n) => {
-                budget.items(n)?;
-                budget.charge(n.saturating_mul(ITEM_BYTES))
-            }
-            None => Ok(()),
-        },
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => {
+            let n = match v.len() {
+                Some(n) => n,
+                // A lazy sequence (`chain`, `select`, ...) can be far longer
+                // than anything made: counted, up to the limit.
+                None => {
+                    let max = budget.limits.max_items;
+                    v.try_iter()?.take(max.saturating_add(1)).count()
+                }
+            };
+            budget.items(n)?;
+            budget.charge(n.saturating_mul(ITEM_BYTES))
+        }
         _ => Ok(()),
     }
 }
@@ -460,7 +473,8 @@ fn before(name: &str, budget: &Budget, args: &[Value]) -> Result<(), Error> {
             None => printed(budget, &first).map(|_| ()),
         },
         // A string iterated into a list: a list item a character.
-        "list" | "sort" | "unique" | "groupby" | "min" | "max"
+        "list" | "sort" | "unique" | "groupby" | "min" | "max" | "map" | "select" | "reject"
+        | "selectattr" | "rejectattr"
             if first.kind() == ValueKind::String =>
         {
             budget.items(first.as_str().map_or(0, |s| s.chars().count()))
@@ -552,11 +566,38 @@ fn builtin_filters() -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// The filters that walk a whole list or map as soon as they are called
-/// (others take constant time, as `length`, or are lazy, as `map`).
-const WALKS: [&str; 19] = [
-    "list", "sort", "unique", "join", "groupby", "dictsort", "sum", "min", "max", "batch", "slice",
-    "reverse", "items", "tojson", "string", "trim", "pprint", "format", "indent",
+/// The filters that walk their whole input, when called or, for the lazy
+/// ones (`map`, `select`, `chain`, ...), when what they return is used:
+/// its length is charged when they are called (others take constant time,
+/// as `length` or `first`).
+const WALKS: &[&str] = &[
+    "list",
+    "sort",
+    "unique",
+    "join",
+    "groupby",
+    "dictsort",
+    "sum",
+    "min",
+    "max",
+    "batch",
+    "slice",
+    "reverse",
+    "items",
+    "tojson",
+    "string",
+    "trim",
+    "pprint",
+    "format",
+    "indent",
+    "select",
+    "reject",
+    "selectattr",
+    "rejectattr",
+    "map",
+    "chain",
+    "zip",
+    "last",
 ];
 
 /// Registers `filter` as `name`, checked: its input charged as read (a
@@ -578,7 +619,7 @@ pub(super) fn add_guarded_filter(
             _ => {}
         }
         before(name, &budget, &args)?;
-        let args = compared_args(name, &budget, &args)?;
+        let args = checked_args(name, &budget, &args)?;
         let rv = if name == "pprint" {
             // minijinja's `format!("{value:#?}")`, into a bounded string.
             let value = args.first().cloned().unwrap_or_default();

@@ -18,7 +18,8 @@
 //! hold itself (comparing or printing it would overflow the stack).
 //! Whatever minijinja compares or hashes (the operands of `==`, `<`, `in`
 //! and the other comparisons, a test's value and arguments, a computed
-//! key or subscript, a method's arguments) becomes `((x)|__sandbox_cmp)`,
+//! key or subscript, a method's arguments, a list or map spread into a
+//! call with `*` or `**`) becomes `((x)|__sandbox_cmp)`,
 //! which charges walking it: minijinja compares lists item by item and
 //! strings byte by byte, so two lists sharing their parts (`[a, a]`,
 //! sixty times over) compare in 2^60 steps and a long string compared in
@@ -515,7 +516,11 @@ impl<'s> Pass<'s> {
 
     fn args(&mut self, args: &[ast::CallArg], depth: i64) {
         for a in args {
-            self.expr(arg_expr(a), depth, Place::Free);
+            match a {
+                // `f(*l)` copies all of `l` into the call: charged as a walk.
+                ast::CallArg::PosSplat(e) | ast::CallArg::KwargSplat(e) => self.operand(e, depth),
+                _ => self.expr(arg_expr(a), depth, Place::Free),
+            }
         }
     }
 
