@@ -120,19 +120,7 @@ fn err(file: impl AsRef<Path>, message: impl std::fmt::Display) -> Error {
 /// (the limit of the other small JSON files of a model directory).
 fn read(path: &Path) -> Result<String> {
     let max = crate::nn::FileLimits::current().max_json_bytes;
-    let len = std::fs::metadata(path)
-        .map_err(|e| err(path, format!("could not read: {e}")))?
-        .len();
-    if len > max {
-        return Err(err(
-            path,
-            format!(
-                "is {len} bytes, more than a file of its kind may be ({})",
-                crate::nn::file_limits::raise("max_json_bytes", max)
-            ),
-        ));
-    }
-    std::fs::read_to_string(path).map_err(|e| err(path, format!("could not read: {e}")))
+    crate::nn::file_limits::read_text_limited(path, max, "max_json_bytes").map_err(|m| err(path, m))
 }
 
 /// The templates of `dir` by name (`None`: the single unnamed one of a

@@ -2,6 +2,8 @@
 //! they are read. A model directory or GGUF comes from a stranger; its
 //! sizes are checked against these before anything is allocated for them.
 
+use std::io::Read;
+use std::path::Path;
 use std::sync::RwLock;
 
 /// Bounds on the files of a model directory, checked before a file is read
@@ -55,6 +57,15 @@ pub struct FileLimits {
     pub max_token_bytes: usize,
     /// The largest token id. Default 4 194 303 (2^22 - 1).
     pub max_token_id: u64,
+    /// JSON values (numbers, strings, lists, objects) in a
+    /// `tokenizer.json`, wherever they are: `tokenizers` holds the whole
+    /// model section twice over at about 32 bytes a value while it parses.
+    /// Default 8 388 608 (Gemma 3's has about 2 million).
+    pub max_json_values: u64,
+    /// The length a tokenizer's padding may ask for (`padding.strategy`'s
+    /// `Fixed`, `pad_to_multiple_of`): every encoding is padded to it.
+    /// Default 1 048 576.
+    pub max_padding: usize,
     /// Bytes of a fine-tuning JSONL file ([`sft`](super::sft)). Default 1 GiB.
     pub max_jsonl_bytes: u64,
 }
@@ -70,6 +81,8 @@ impl FileLimits {
         max_added_tokens: 1 << 18,
         max_token_bytes: 64 << 10,
         max_token_id: (1 << 22) - 1,
+        max_json_values: 8 << 20,
+        max_padding: 1 << 20,
         max_jsonl_bytes: 1 << 30,
     };
 
@@ -85,6 +98,8 @@ impl FileLimits {
             max_added_tokens: usize::MAX,
             max_token_bytes: usize::MAX,
             max_token_id: u64::MAX,
+            max_json_values: u64::MAX,
+            max_padding: usize::MAX,
             max_jsonl_bytes: u64::MAX,
         }
     }
@@ -115,4 +130,39 @@ pub(crate) fn raise(field: &str, value: impl std::fmt::Display) -> String {
     format!(
         "FileLimits::{field} = {value}; for a model you trust, raise it with FileLimits {{ {field}: .., ..FileLimits::current() }}.set()"
     )
+}
+
+/// The bytes of `path`, read only if it holds at most `max` (the value of
+/// [`FileLimits`] field `field`); `Err` is the message to give, naming the
+/// size and how to raise the limit. The size is checked before reading and
+/// again while reading: a pipe or a device (`/dev/zero`) reports none.
+pub(crate) fn read_limited(path: &Path, max: u64, field: &str) -> Result<Vec<u8>, String> {
+    let too_large = |len: String| {
+        format!(
+            "is {len} bytes, more than a file of its kind may be ({})",
+            raise(field, max)
+        )
+    };
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it ({e})"))?;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read it ({e})"))?
+        .len();
+    if len > max {
+        return Err(too_large(len.to_string()));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it ({e})"))?;
+    if bytes.len() as u64 > max {
+        return Err(too_large(format!("more than {max}")));
+    }
+    Ok(bytes)
+}
+
+/// [`read_limited`] as text.
+pub(crate) fn read_text_limited(path: &Path, max: u64, field: &str) -> Result<String, String> {
+    String::from_utf8(read_limited(path, max, field)?)
+        .map_err(|e| format!("is not UTF-8 text ({e})"))
 }

@@ -135,23 +135,15 @@ pub(crate) fn insert_eos(obj: &mut Map<String, Value>, eos: &[i32]) {
 /// The text of a `config.json` at `path`, its size checked before reading.
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn read_text(path: &std::path::Path) -> Result<String> {
-    let file = path.display();
-    let len = std::fs::metadata(path)
-        .map_err(|e| {
-            Error::Checkpoint(format!(
-                "{file}: cannot read it ({e}); a Hugging Face model directory has config.json"
-            ))
-        })?
-        .len();
     let max = FileLimits::current().max_config_bytes;
-    if len > max {
-        return Err(Error::Checkpoint(format!(
-            "{file}: is {len} bytes; a config.json is a few KB ({})",
-            raise("max_config_bytes", max)
-        )));
-    }
-    std::fs::read_to_string(path)
-        .map_err(|e| Error::Checkpoint(format!("{file}: cannot read it ({e})")))
+    crate::nn::file_limits::read_text_limited(path, max, "max_config_bytes").map_err(|m| {
+        let hint = if path.exists() {
+            ""
+        } else {
+            "; a Hugging Face model directory has config.json"
+        };
+        Error::Checkpoint(format!("{}: {m}{hint}", path.display()))
+    })
 }
 
 /// A config's checks, run on one built in code: errors as invalid

@@ -81,21 +81,9 @@ pub fn parse_jsonl(text: &str, source: &str) -> Result<Vec<SftExample>> {
 pub fn read_jsonl(path: impl AsRef<Path>) -> Result<Vec<SftExample>> {
     let path = path.as_ref();
     let source = path.display().to_string();
-    let len = std::fs::metadata(path)
-        .map_err(|e| Error::invalid("sft", format!("{source}: cannot read it ({e})")))?
-        .len();
     let max = crate::nn::FileLimits::current().max_jsonl_bytes;
-    if len > max {
-        return Err(Error::invalid(
-            "sft",
-            format!(
-                "{source}: {len} bytes is too many; split the file ({})",
-                crate::nn::file_limits::raise("max_jsonl_bytes", max)
-            ),
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::invalid("sft", format!("{source}: cannot read it ({e})")))?;
+    let text = crate::nn::file_limits::read_text_limited(path, max, "max_jsonl_bytes")
+        .map_err(|m| Error::invalid("sft", format!("{source}: {m}; split the file")))?;
     parse_jsonl(&text, &source)
 }
 

@@ -16,24 +16,14 @@ use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 
 use super::chat::{ChatMessage, ChatTemplate};
-use super::file_limits::{FileLimits, raise};
+use super::file_limits::{FileLimits, raise, read_limited};
 use super::tokenizer_scan;
 use crate::error::{Error, Result};
 
 /// The bytes of a tokenizer file, refused past `max_tokenizer_bytes`
 /// before they are read.
 fn read_capped(path: &Path, limits: &FileLimits) -> Result<Vec<u8>> {
-    let len = std::fs::metadata(path).map_err(|e| err(path, e))?.len();
-    if len > limits.max_tokenizer_bytes {
-        return Err(err(
-            path,
-            format!(
-                "is {len} bytes, more than a tokenizer file may be ({})",
-                raise("max_tokenizer_bytes", limits.max_tokenizer_bytes)
-            ),
-        ));
-    }
-    std::fs::read(path).map_err(|e| err(path, e))
+    read_limited(path, limits.max_tokenizer_bytes, "max_tokenizer_bytes").map_err(|m| err(path, m))
 }
 
 /// GPT-2's end-of-text token, made special when a `vocab.json` holds it.
@@ -242,6 +232,44 @@ impl Tokenizer {
 
     /// Refuses tokenizers whose ids would not fit an `i32`.
     pub(crate) fn checked(inner: tokenizers::Tokenizer, source: String) -> Result<Tokenizer> {
+        // Padding allocates its length for every encoding.
+        let limits = FileLimits::current();
+        if let Some(p) = inner.get_padding() {
+            let fixed = match p.strategy {
+                tokenizers::PaddingStrategy::Fixed(n) => n,
+                tokenizers::PaddingStrategy::BatchLongest => 0,
+            };
+            let length = fixed.max(p.pad_to_multiple_of.unwrap_or(0));
+            if p.pad_token.len() > limits.max_token_bytes {
+                return Err(err(
+                    &source,
+                    format!(
+                        "padding.pad_token is {} bytes ({})",
+                        p.pad_token.len(),
+                        raise("max_token_bytes", limits.max_token_bytes)
+                    ),
+                ));
+            }
+            if p.pad_token.len() > limits.max_token_bytes {
+                return Err(err(
+                    &source,
+                    format!(
+                        "padding.pad_token is {} bytes ({})",
+                        p.pad_token.len(),
+                        raise("max_token_bytes", limits.max_token_bytes)
+                    ),
+                ));
+            }
+            if length > limits.max_padding {
+                return Err(err(
+                    &source,
+                    format!(
+                        "pads every encoding to {length} tokens ({})",
+                        raise("max_padding", limits.max_padding)
+                    ),
+                ));
+            }
+        }
         let max_id = inner.get_vocab(true).into_values().max();
         if max_id.is_some_and(|id| i32::try_from(id).is_err()) {
             return Err(err(&source, "has token ids beyond i32::MAX"));

@@ -7,6 +7,7 @@
 //! pass checks the JSON (syntax, escapes, nesting past serde_json's 128
 //! levels), which `tokenizers` deserializers may panic on.
 
+use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -17,10 +18,12 @@ use super::file_limits::{FileLimits, raise};
 /// field is past which limit, or where the JSON is broken.
 pub(crate) fn check(bytes: &[u8], limits: &FileLimits) -> Result<(), String> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
+    let values = Cell::new(0);
     Scan {
         limits,
         what: What::Top,
         field: "tokenizer.json",
+        values: &values,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end())
@@ -41,10 +44,12 @@ pub(crate) fn check_vocab_merges(
     limits: &FileLimits,
 ) -> Result<(), String> {
     let mut de = serde_json::Deserializer::from_slice(vocab);
+    let values = Cell::new(0);
     Scan {
         limits,
         what: What::Vocab,
         field: "vocab.json",
+        values: &values,
     }
     .deserialize(&mut de)
     .and_then(|()| de.end())
@@ -108,6 +113,8 @@ struct Scan<'l> {
     what: What,
     /// The field read, for errors.
     field: &'static str,
+    /// Values read so far, in the whole file.
+    values: &'l Cell<u64>,
 }
 
 impl<'l> Scan<'l> {
@@ -135,6 +142,16 @@ impl<'de> DeserializeSeed<'de> for Scan<'_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        let n = self.values.get() + 1;
+        self.values.set(n);
+        if n > self.limits.max_json_values {
+            let max = self.limits.max_json_values;
+            return Err(self.over(
+                &format!("more than {max} JSON values in the file"),
+                "max_json_values",
+                max,
+            ));
+        }
         // Every value is read, not skipped: skipping leaves escapes
         // undecoded, and `tokenizers` panicked on a lone surrogate (`\ud800`)
         // in its decoder (found by tests/nn/fuzz.rs).

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::nn::file_limits::{FileLimits, raise};
+use crate::nn::file_limits::{FileLimits, read_text_limited};
 
 /// `message` about `path` as a checkpoint error.
 fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
@@ -17,19 +17,7 @@ fn bad(path: &Path, message: impl std::fmt::Display) -> Error {
 /// The text of `path`, refused past `max` bytes (the value of [`FileLimits`]
 /// field `field`) before it is read.
 pub(crate) fn read_text(path: &Path, max: u64, field: &str) -> Result<String> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| bad(path, format!("cannot read it ({e})")))?
-        .len();
-    if len > max {
-        return Err(bad(
-            path,
-            format!(
-                "is {len} bytes, more than a file of its kind may be ({})",
-                raise(field, max)
-            ),
-        ));
-    }
-    std::fs::read_to_string(path).map_err(|e| bad(path, format!("cannot read it ({e})")))
+    read_text_limited(path, max, field).map_err(|m| bad(path, m))
 }
 
 /// `path` parsed as JSON (at most [`FileLimits::max_json_bytes`]).
