@@ -188,6 +188,57 @@ fn comparisons() -> Vec<Attack> {
             "max_items",
         ),
         attack(
+            "macro_literal_captured",
+            format!(
+                "{{% macro m() %}}{{% set x %}}{}{{% endset %}}{{% endmacro %}}{{% for i in range(100000) %}}{{% for j in range(100000) %}}{{{{ m() }}}}{{% endfor %}}{{% endfor %}}",
+                "z".repeat(1 << 20)
+            ),
+            "max_total_bytes",
+        ),
+        attack(
+            "caller_literal_captured",
+            format!(
+                "{{% macro m() %}}{{% do caller() %}}{{% endmacro %}}{{% for i in range(100000) %}}{{% for j in range(100000) %}}{{% call m() %}}{}{{% endcall %}}{{% endfor %}}{{% endfor %}}",
+                "z".repeat(1 << 20)
+            ),
+            "max_total_bytes",
+        ),
+        attack(
+            "test_a_long_string_in_a_loop",
+            "{% set s = 'a' * 16000000 %}{% for i in range(100000) %}{% for j in range(100) %}{% if s is lower %}{% endif %}{% endfor %}{% endfor %}",
+            "max_total_bytes",
+        ),
+        attack(
+            "select_by_test_over_long_strings",
+            "{% set s = 'a' * 16000000 %}{% set l = [s] * 1000 %}{{ l|select('lower')|length }}",
+            "max_total_bytes",
+        ),
+        attack(
+            "strip_a_long_set_of_characters",
+            "{% set s = 'a' * 16000000 %}{% set c = 'b' * 16000000 ~ 'a' %}{% for i in range(100000) %}{% for j in range(100) %}{{ s.lstrip(c)|length }}{{ s|trim(c)|length }}{% endfor %}{% endfor %}",
+            "max_total_bytes",
+        ),
+        attack(
+            "chain_of_a_million_maps",
+            "{% set c = {}|chain(*([{}] * 999999)) %}{% for i in range(100000) %}{% for j in range(100) %}{{ c.x }}{% endfor %}{% endfor %}",
+            "fuel",
+        ),
+        attack(
+            "reversed_slice_in_a_loop",
+            "{% set l = [0] * 1000000 %}{% set r = l[::-1] %}{% for i in range(100000) %}{% for j in range(100) %}{{ r|first }}{% endfor %}{% endfor %}",
+            "fuel",
+        ),
+        attack(
+            "loop_over_a_long_string",
+            "{% set s = 'a' * 16000000 %}{% for i in range(100000) %}{% for j in range(100000) %}{% for c in s %}{% break %}{% endfor %}{% endfor %}{% endfor %}",
+            "max_total_bytes",
+        ),
+        attack(
+            "escape_quotes_into_a_capture",
+            "{% set s = '\"' * 16000000 %}{% autoescape true %}{% set x %}{% for i in range(15) %}{{ s }}{% endfor %}{% endset %}{% endautoescape %}{{ x|length }}",
+            "max_total_bytes",
+        ),
+        attack(
             "split_into_characters",
             "{% set s = 'a' * 16000000 %}{{ s.split('')|length }}",
             "max_items",
@@ -349,7 +400,7 @@ fn attacks() -> Vec<Attack> {
                 "{{% set s %}}{{% for x in [1] recursive %}}{}{{% if loop.depth < 100 %}}{{{{ loop(range(100000)) }}}}{{% endif %}}{{% endfor %}}{{% endset %}}{{{{ s|length }}}}",
                 kb(1)
             ),
-            "max_value_bytes",
+            "max_total_bytes",
         ),
         attack(
             "macro_text_kept",
@@ -748,6 +799,16 @@ fn rewritten_operators_keep_their_meaning() {
         "{{ [l, [0]]|select('equalto', l)|list }}|{{ [l, [0]]|reject('in', [l])|list }}|{{ ({'y': l, 'x': [0]}|dictsort(by='value'))[0][1] }}",
         "{{ [{'k': 1}, {'k': 1}]|groupby('k')|length }}|{{ a == 1 + 'a' }}",
         "{% if a == 'A' and (n == 3 or b in l) and not a in [b] %}yes{% endif %}",
+        // Macro and call bodies are charged by a tag after their opening
+        // one, which keeps its whitespace control.
+        "{% macro m(x) %}\n  <{{ x }}>\n{% endmacro %}{{ m(1) }}|{{ m(2) }}",
+        "{%- macro m(x) -%}\n  <{{ x }}>\n{%- endmacro -%}\n{{ m(1) }}|{{ m(2) }}",
+        "{% macro m(x='%}') +%}\n  <{{ x }}>\n{% endmacro %}{{ m() }}",
+        "{% macro m() %}[{{ caller() }}]{% endmacro %}{% call m() %}\n body \n{% endcall %}|{% call m() -%}\n  b\n{%- endcall %}",
+        // Tests without arguments, and lazy results made lists.
+        "{{ a is lower }}|{{ s is lower }}|{{ x is defined }}|{{ nothing is defined }}|{{ l is iterable }}|{{ none is none }}|{{ (l|select) is iterable }}",
+        "{{ l[::-1]|join(',') }}|{{ l[1:]|length }}|{{ ({'a': 1}|chain({'b': 2})).b }}|{{ (l|chain(l))|join(',') }}|{{ (l|map('string'))[1] }}",
+        "{% for c in s %}{{ c }}{% if loop.index == 3 %}{% break %}{% endif %}{% endfor %}|{{ s.strip('hd') }}|{{ s|trim('hd') }}",
         // Splitting checks its pieces before making them.
         "{{ s.split()|join(',') }}|{{ s.split(' ', 1)|join(',') }}|{{ s.split('o', -1)|length }}|{{ (s|split('o'))|join(',') }}",
         "{{ (s ~ '\n' ~ a)|lines|join(',') }}|{{ ('a\nb\n').splitlines()|length }}|{{ s|list|length }}|{{ (s|batch(4))|length }}|{{ (s|sort)|first }}",

@@ -331,6 +331,9 @@ const PIECES: &[&str] = &[
     "{{ {ns.v: 1}[ns.v] }}{{ ns.v in m.content }}{{ m.content == ns.v }}",
     "{{ m is eq(messages[1]) }}{{ messages|selectattr('role', 'equalto', m.role)|list|length }}",
     "{{ loop.changed(ns.l) }}{{ [ns.l].count(ns.l) }}",
+    "{%- macro g(x='%}') -%} {{ x }} {%- endmacro %}{{ g() }}",
+    "{% macro h() %}[{% set t %}text{% endset %}{{ caller() }}]{% endmacro %}{% call h() %}y{% endcall %}",
+    "{{ (ns.l|chain(ns.l))[1:]|reverse|list }}{% for c in ns.v if c is lower %}{{ c }}{% endfor %}",
 ];
 
 /// Loops the pieces may run in, and pieces that break the syntax.

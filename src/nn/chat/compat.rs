@@ -57,8 +57,13 @@ pub(super) fn environment(
         ITERABLE,
         move |state: &State, value: Value, expr: String, raw: Option<usize>| {
             let value = iterable_or_error(value, expr)?;
+            let budget = Budget::of(state, &l);
+            // Starting a loop over a string counts its characters.
+            if let Some(s) = value.as_str() {
+                budget.charge(s.len())?;
+            }
             match raw {
-                Some(raw) if raw > 0 => charged(Budget::of(state, &l), value, raw),
+                Some(raw) if raw > 0 => charged(budget, value, raw),
                 _ => Ok(value),
             }
         },
@@ -111,7 +116,15 @@ pub(super) fn environment(
 fn format(budget: &Budget, out: &mut Output, state: &State, value: &Value) -> Result<(), Error> {
     match value.kind() {
         ValueKind::String => {
-            budget.charge(value.as_str().map_or(0, str::len))?;
+            let bytes = value.as_str().map_or(0, str::len);
+            // Escaping writes up to six bytes a byte (`"` as `&quot;`).
+            let escaped =
+                !matches!(state.auto_escape(), minijinja::AutoEscape::None) && !value.is_safe();
+            budget.charge(if escaped {
+                bytes.saturating_mul(6)
+            } else {
+                bytes
+            })?;
             minijinja::escape_formatter(out, state, value)
         }
         ValueKind::Bool | ValueKind::None | ValueKind::Seq | ValueKind::Map => {

@@ -9,7 +9,7 @@ use minijinja::value::{Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
 use super::limits::{Budget, Capped, ChatLimits, ITEM_BYTES, LIMIT, MAX_NESTING, check_shape};
-use super::sandbox::{ADD, CMP, CONCAT, INDEXED, MADE, MUL, STORE};
+use super::sandbox::{ADD, CHARGE, CMP, CONCAT, INDEXED, MADE, MUL, STORE};
 
 /// minijinja's `+` or `*` of two values, for what the sandbox does not do
 /// itself (floats, mixed numbers, errors): evaluated by a plain
@@ -219,12 +219,20 @@ pub(super) fn install(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) 
     });
     let l = limits.clone();
     env.add_filter(MADE, move |state: &State, value: Value| {
-        Budget::of(state, &l).made(&value)?;
+        let budget = Budget::of(state, &l);
+        let value = settled(&budget, value)?;
+        budget.made(&value)?;
         Ok(value)
     });
     let l = limits.clone();
     env.add_filter(CMP, move |state: &State, value: Value| {
         compared(&Budget::of(state, &l), value)
+    });
+    let l = limits.clone();
+    env.add_function(CHARGE, move |state: &State, bytes: usize| {
+        Budget::of(state, &l)
+            .charge(bytes)
+            .map(|()| Value::from(""))
     });
     let l = limits.clone();
     env.add_filter(INDEXED, move |state: &State, value: Value| {
@@ -258,6 +266,39 @@ pub(super) fn install(env: &mut Environment<'static>, limits: &Arc<ChatLimits>) 
             minijinja::functions::namespace(defaults)
         },
     );
+}
+
+/// A result made concrete and charged once: minijinja's lazy sequences (a
+/// slice, `map`, `reverse`, `chain`) redo their work each time they are
+/// used (a reversed slice copies its list, a chain of a million parts
+/// walks them on each lookup), which a template can do a million times.
+fn settled(budget: &Budget, value: Value) -> Result<Value, Error> {
+    match value.kind() {
+        ValueKind::Iterable => collect(budget, &[(&value, 1)]),
+        _ => Ok(value),
+    }
+}
+
+/// `chain`'s result as a plain list or map (see [`settled`]).
+fn settled_chain(budget: &Budget, value: Value) -> Result<Value, Error> {
+    match value.kind() {
+        ValueKind::Seq | ValueKind::Iterable => collect(budget, &[(&value, 1)]),
+        ValueKind::Map => {
+            let max = budget.limits.max_items;
+            let keys: Vec<Value> = value.try_iter()?.take(max.saturating_add(1)).collect();
+            budget.items(keys.len())?;
+            budget.charge(keys.len().saturating_mul(2 * ITEM_BYTES))?;
+            let pairs: Vec<(Value, Value)> = keys
+                .into_iter()
+                .map(|k| {
+                    let v = value.get_item(&k).unwrap_or_default();
+                    (k, v)
+                })
+                .collect();
+            Ok(Value::from_iter(pairs))
+        }
+        _ => Ok(value),
+    }
 }
 
 /// A value minijinja is about to compare or hash, its cost charged first:
@@ -295,14 +336,14 @@ const COMPARES_WITH_ARGS: [&str; 4] = ["select", "reject", "selectattr", "reject
 /// `args` of filter `name` with what it will hash, compare or print
 /// charged first ([`walked`]): every argument after the input (a test's
 /// arguments, an attribute name, a separator, keyword arguments), and the
-/// input of a filter that compares its items or of a select whose test
-/// has arguments.
+/// input of a filter that compares its items or of a select with a test.
 fn checked_args(name: &str, budget: &Budget, args: &[Value]) -> Result<Vec<Value>, Error> {
     let mut args = args.to_vec();
-    let first_test_arg = if name.ends_with("attr") { 3 } else { 2 };
+    // A select's test (`lower`, `equalto`, ...) may read each item whole.
+    let test_name = if name.ends_with("attr") { 2 } else { 1 };
     let mut test_args = false;
     for (i, a) in args.iter_mut().enumerate().skip(1) {
-        test_args |= COMPARES_WITH_ARGS.contains(&name) && i >= first_test_arg && !a.is_kwargs();
+        test_args |= COMPARES_WITH_ARGS.contains(&name) && i >= test_name && !a.is_kwargs();
         *a = walked(budget, a.clone(), true)?;
     }
     if (COMPARES_ITEMS.contains(&name) || test_args)
@@ -628,6 +669,11 @@ pub(super) fn add_guarded_filter(
             Value::from(out.text)
         } else {
             filter.call(state, &args)?
+        };
+        let rv = if name == "chain" {
+            settled_chain(&budget, rv)?
+        } else {
+            settled(&budget, rv)?
         };
         budget.made(&rv)?;
         Ok(rv)

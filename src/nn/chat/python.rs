@@ -24,12 +24,45 @@ fn is_py_space(c: char) -> bool {
 /// Python's `str.strip` (`lstrip`, `rstrip`: `left`, `right`) with `chars`
 /// (`None`: whitespace).
 pub(super) fn py_strip<'a>(s: &'a str, chars: Option<&str>, left: bool, right: bool) -> &'a str {
-    let strip = |c: char| match chars {
-        Some(chars) => chars.contains(c),
+    // A set, so that stripping costs |s|, not |s| times |chars|.
+    let set = chars.map(CharSet::new);
+    let strip = |c: char| match &set {
+        Some(set) => set.contains(c),
         None => is_py_space(c),
     };
     let s = if left { s.trim_start_matches(strip) } else { s };
     if right { s.trim_end_matches(strip) } else { s }
+}
+
+/// A set of characters: a bitmap for ASCII, a hash set for the rest.
+struct CharSet {
+    ascii: u128,
+    other: std::collections::HashSet<char>,
+}
+
+impl CharSet {
+    fn new(chars: &str) -> CharSet {
+        let mut set = CharSet {
+            ascii: 0,
+            other: Default::default(),
+        };
+        for c in chars.chars() {
+            if c.is_ascii() {
+                set.ascii |= 1 << c as u32;
+            } else {
+                set.other.insert(c);
+            }
+        }
+        set
+    }
+
+    fn contains(&self, c: char) -> bool {
+        if c.is_ascii() {
+            self.ascii & (1 << c as u32) != 0
+        } else {
+            self.other.contains(&c)
+        }
+    }
 }
 
 /// Python's `str.split()` with no separator: runs of whitespace split, at

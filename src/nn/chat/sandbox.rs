@@ -56,6 +56,7 @@ pub(super) const MADE: &str = "__sandbox_made";
 pub(super) const STORE: &str = "__sandbox_store";
 pub(super) const CMP: &str = "__sandbox_cmp";
 pub(super) const INDEXED: &str = "__sandbox_indexed";
+pub(super) const CHARGE: &str = "__sandbox_charge";
 const PREFIX: &str = "__sandbox_";
 /// The text the iterable filter names a recursive `loop(...)` call by.
 const LOOP_CALL: &str = "loop(...)";
@@ -208,6 +209,8 @@ struct Stats {
     compared: usize,
     /// Indexed or sliced values behind `|__sandbox_indexed`.
     indexed: usize,
+    /// Macro and call-block bodies charged per call.
+    charged_macros: usize,
 }
 
 struct Pass<'s> {
@@ -266,6 +269,25 @@ fn start_of(e: &ast::Expr) -> u32 {
     };
     let own = e.span().start_offset;
     inner.map_or(own, |i| own.min(start_of(i)))
+}
+
+/// Where the `%}` closing the first tag of `text` starts, outside string
+/// literals.
+fn source_tag_end(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        match (quote, bytes[i]) {
+            (Some(_), b'\\') => i += 1,
+            (Some(q), c) if c == q => quote = None,
+            (None, b'\'' | b'"') => quote = Some(bytes[i]),
+            (None, b'%') if bytes[i + 1] == b'}' => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 fn arg_expr<'a>(a: &'a ast::CallArg<'a>) -> &'a ast::Expr<'a> {
@@ -424,6 +446,7 @@ impl<'s> Pass<'s> {
                 for e in s.args.iter().chain(&s.defaults) {
                     self.expr(e, 0, Place::Free);
                 }
+                self.charge_body(s.span().start_offset, &s.body);
                 // A macro's body runs when called, not in the enclosing loop.
                 let loops = std::mem::take(&mut self.loops);
                 self.stmts(&s.body);
@@ -434,12 +457,44 @@ impl<'s> Pass<'s> {
                 for e in s.macro_decl.args.iter().chain(&s.macro_decl.defaults) {
                     self.expr(e, 0, Place::Free);
                 }
+                self.charge_body(s.span().start_offset, &s.macro_decl.body);
                 let loops = std::mem::take(&mut self.loops);
                 self.stmts(&s.macro_decl.body);
                 self.loops = loops;
             }
             S::Do(s) => self.call(&s.call, s.call.span(), 0, Place::Statement),
         }
+    }
+
+    /// A macro's or `{% call %}`'s body writes its literal text on every
+    /// call (into a `{% set %}` block, say, which has no other hook): a
+    /// `{% do __sandbox_charge(N) %}` right after the opening tag (which
+    /// starts at or after `from`) charges it. The tag keeps the opening
+    /// tag's whitespace control, so the output is unchanged.
+    fn charge_body(&mut self, from: u32, body: &[ast::Stmt]) {
+        let raw = raw_bytes(body);
+        if !self.rewriting || raw == 0 {
+            return;
+        }
+        let Some(end) = source_tag_end(&self.src[from as usize..]) else {
+            let line = self.line_of(from);
+            self.fail(format!("could not find the end of the tag on line {line}"));
+            return;
+        };
+        let close = from as usize + end;
+        let trim = match self.src.as_bytes()[close - 1] {
+            b'-' => "-",
+            b'+' => "+",
+            _ => "",
+        };
+        let dash = if trim == "-" { "-" } else { "" };
+        self.insert(
+            (close + 2) as u32,
+            1,
+            i64::MIN,
+            format!("{{%{dash} do {CHARGE}({raw}) {trim}%}}"),
+        );
+        self.stats.charged_macros += 1;
     }
 
     fn no_loader(&mut self, what: &str, at: u32) {
@@ -548,6 +603,9 @@ impl<'s> Pass<'s> {
             }
             if !self.rewriting && v.id == STORE {
                 self.stats.stores += 1;
+            }
+            if !self.rewriting && v.id == CHARGE {
+                self.stats.charged_macros += 1;
             }
             if v.id == "loop"
                 && let Some(Some(raw)) = self.loops.last().copied()
@@ -728,15 +786,15 @@ impl<'s> Pass<'s> {
                 self.args(&f.args, depth + 1);
             }
             // Tests with arguments (`eq`, `in`, `lt`, ...) compare them
-            // with the value; those without (`defined`, `string`) look at
-            // its kind.
+            // with the value; those without look at its kind (`defined`,
+            // `string`) or read a string whole (`lower`, `iterable`).
             E::Test(t) if !t.args.is_empty() => {
                 self.operand(&t.expr, depth + 1);
                 for a in &t.args {
                     self.operand(arg_expr(a), depth + 1);
                 }
             }
-            E::Test(t) => self.expr(&t.expr, depth + 1, Place::Free),
+            E::Test(t) => self.wrap(&t.expr, depth + 1, INDEXED),
             E::GetAttr(g) => self.expr(&g.expr, depth + 1, Place::Postfixed),
             E::GetItem(g) => {
                 self.wrap(&g.expr, depth + 1, INDEXED);
