@@ -29,6 +29,11 @@
 //! `include`, `import` and `extends` are refused (transformers' environment
 //! has no loader either).
 //!
+//! A macro's or `{% call %}`'s body gets `{% do __sandbox_charge(N) %}`
+//! right after its opening tag (with that tag's whitespace control), N
+//! being the literal text one call writes. Tests wrap their value in
+//! `__sandbox_indexed` too (`is lower` reads a string whole).
+//!
 //! Before parsing, each tag may hold at most [`MAX_OPERATORS`] operators:
 //! minijinja's parser and compiler recurse once per operator of a chain,
 //! and about 6 000 overflow a 2 MiB thread stack.
