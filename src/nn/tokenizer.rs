@@ -250,16 +250,6 @@ impl Tokenizer {
                     ),
                 ));
             }
-            if p.pad_token.len() > limits.max_token_bytes {
-                return Err(err(
-                    &source,
-                    format!(
-                        "padding.pad_token is {} bytes ({})",
-                        p.pad_token.len(),
-                        raise("max_token_bytes", limits.max_token_bytes)
-                    ),
-                ));
-            }
             if length > limits.max_padding {
                 return Err(err(
                     &source,
