@@ -57,8 +57,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod bounds;
 mod clock;
 mod compat;
+mod filters;
 mod guards;
 mod json;
 mod limits;

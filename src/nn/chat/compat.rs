@@ -19,7 +19,8 @@ use minijinja::value::{Kwargs, Value, ValueIter, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Output, State, UndefinedBehavior};
 
 use super::clock;
-use super::guards::{self, add_guarded_filter};
+use super::filters::{self, add_guarded_filter};
+use super::guards;
 use super::limits::{Budget, ChatLimits, check_shape};
 use super::python::{py_str, py_strip, py_type, python_method, tojson};
 use super::sandbox::{self, ITERABLE};
@@ -46,7 +47,7 @@ pub(super) fn environment(
     let l = limits.clone();
     env.set_formatter(move |out, state, value| format(&Budget::of(state, &l), out, state, value));
     guards::install(&mut env, limits);
-    guards::guard_builtin_filters(&mut env, limits);
+    filters::guard_builtin_filters(&mut env, limits);
     let l = limits.clone();
     let tojson = move |state: &State, value: &Value, kwargs: Kwargs| {
         tojson(&Budget::of(state, &l), value, kwargs)

@@ -12,7 +12,8 @@
 use minijinja::value::{Kwargs, Value, ValueKind, from_args};
 use minijinja::{Error, ErrorKind, State};
 
-use super::guards::{self, format_bound, join_bound, lines_bound, replace_bound, split_bound};
+use super::bounds::{format_bound, join_bound, lines_bound, replace_bound, split_bound};
+use super::guards;
 use super::limits::{Budget, check_shape};
 
 /// Python's `str.isspace()` of one character: Rust's whitespace and the
